@@ -1,0 +1,1 @@
+"""Polar side of Outpost, runnable locally."""
