@@ -1,0 +1,42 @@
+-- acknowledge.lua: Polar stored these events. They stay pending (counted locally) until a
+-- snapshot counts them, so a snapshot computed before the acknowledgement and applied after it
+-- still finds them; the acknowledgement time starts their one-hour limit once their bucket is cold.
+--
+-- KEYS[1]                the shard's outbox stream
+-- KEYS[2i], KEYS[2i+1]   state hash and events hash of identity i
+-- ARGV[1]  the shard's channel
+-- ARGV[2]  consumer group
+-- ARGV[3]  now (µs)
+-- ARGV[4]  m, the number of outbox entry ids; ARGV[5..4+m] the ids (acknowledged and deleted)
+-- then for each identity: the revision the caller holds (-1: none), k, and k events-hash fields
+--
+-- Reply: JSON {"c": [change, ...]}. Acknowledging twice changes nothing the second time.
+
+local now = ARGV[3]
+local m = tonumber(ARGV[4])
+local pos = 5 + m
+local reply, publish = {}, {}
+for i = 1, (#KEYS - 1) / 2 do
+  local st, ev = KEYS[2 * i], KEYS[2 * i + 1]
+  local known, k = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
+  local done = 0
+  for j = pos + 2, pos + 1 + k do
+    local text = redis.call("HGET", ev, ARGV[j])
+    if text and not string.find(text, " ", 1, true) then
+      redis.call("HSET", ev, ARGV[j], text .. " " .. now)
+      done = done + 1
+    end
+  end
+  pos = pos + 2 + k
+  if done > 0 then
+    local undelivered = redis.call("HINCRBY", st, "u", -done)
+    local rev = redis.call("HINCRBY", st, "rev", 1)
+    touch(st, ev)
+    record(reply, publish, st, rev, known, { "u", tostring(undelivered) }, {})
+  end
+end
+if m > 0 then
+  redis.call("XACK", KEYS[1], ARGV[2], unpack(ARGV, 5, 4 + m))
+  redis.call("XDEL", KEYS[1], unpack(ARGV, 5, 4 + m))
+end
+return finish(ARGV[1], reply, publish)

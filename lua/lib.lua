@@ -1,0 +1,116 @@
+-- lib.lua: helpers shared by every Outpost script. `scripts/gen_scripts.py` prepends this file to
+-- each script, so each script Redis runs is self-contained; the TypeScript SDK does the same.
+--
+-- Aggregates are "count sum min max", min and max written "-" for an empty set. Numbers are
+-- written in the shortest form that reads back exactly. Every write bumps the identity's `rev`,
+-- and the change is published on the shard's channel by the same script, so other instances
+-- can apply it in place when its revision is the next one they expect.
+
+local TTL = 691200 -- eight days: an identity nobody writes for that long is forgotten
+
+local function fmt(x)
+  if x == math.floor(x) and math.abs(x) < 9007199254740992 then
+    return string.format("%d", x)
+  end
+  local s = string.format("%.15g", x)
+  if tonumber(s) ~= x then
+    s = string.format("%.16g", x)
+    if tonumber(s) ~= x then
+      s = string.format("%.17g", x)
+    end
+  end
+  return s
+end
+
+local function agg_decode(text)
+  if not text then
+    return { c = 0, s = 0 }
+  end
+  local c, s, lo, hi = string.match(text, "^(%S+) (%S+) (%S+) (%S+)$")
+  return { c = tonumber(c), s = tonumber(s), lo = tonumber(lo), hi = tonumber(hi) }
+end
+
+local function agg_add(a, v)
+  a.c = a.c + 1
+  a.s = a.s + v
+  if a.lo == nil or v < a.lo then a.lo = v end
+  if a.hi == nil or v > a.hi then a.hi = v end
+  return a
+end
+
+local function agg_encode(a)
+  local lo, hi = "-", "-"
+  if a.c > 0 then
+    lo, hi = fmt(a.lo), fmt(a.hi)
+  end
+  return a.c .. " " .. fmt(a.s) .. " " .. lo .. " " .. hi
+end
+
+-- An events-hash field is "<bucket start>:<event id>"; its value is "<value>" while the event is
+-- undelivered and "<value> <acknowledged at>" once Polar has acknowledged it.
+local function field_bucket(field)
+  return tonumber(string.match(field, "^(%d+):"))
+end
+
+local function event_value(text)
+  local v, acked = string.match(text, "^(%S+) ?(%S*)$")
+  return tonumber(v), tonumber(acked)
+end
+
+-- Rebuild the local aggregate of each bucket in `buckets` (a set of bucket starts) from the
+-- events that remain, and the identity's counters, from one pass over the events hash.
+local function rebuild(st, ev, buckets, set, del)
+  local flat = redis.call("HGETALL", ev)
+  local aggs, n, u = {}, 0, 0
+  for i = 1, #flat, 2 do
+    n = n + 1
+    local v, acked = event_value(flat[i + 1])
+    if not acked then u = u + 1 end
+    local b = field_bucket(flat[i])
+    if buckets[b] then
+      aggs[b] = agg_add(aggs[b] or { c = 0, s = 0 }, v)
+    end
+  end
+  for b in pairs(buckets) do
+    local f = "a:" .. fmt(b)
+    if aggs[b] then
+      local text = agg_encode(aggs[b])
+      redis.call("HSET", st, f, text)
+      set[#set + 1] = f
+      set[#set + 1] = text
+    elseif redis.call("HDEL", st, f) == 1 then
+      del[#del + 1] = f
+    end
+  end
+  redis.call("HSET", st, "n", n, "u", u)
+  set[#set + 1] = "n"
+  set[#set + 1] = tostring(n)
+  set[#set + 1] = "u"
+  set[#set + 1] = tostring(u)
+end
+
+local function touch(st, ev)
+  redis.call("EXPIRE", st, TTL)
+  redis.call("EXPIRE", ev, TTL)
+end
+
+-- Record one identity's change: the delta goes to the channel; the caller gets the delta when
+-- it already holds the previous revision (`known`), the whole state hash when it holds another,
+-- and only the new revision when it does not follow this identity (`known` < 0).
+local function record(reply, publish, st, rev, known, set, del)
+  publish[#publish + 1] = { k = st, r = rev, s = set, d = del }
+  if known < 0 then
+    reply[#reply + 1] = { k = st, r = rev }
+  elseif known == rev - 1 then
+    reply[#reply + 1] = { k = st, r = rev, s = set, d = del }
+  else
+    reply[#reply + 1] = { k = st, r = rev, s = redis.call("HGETALL", st), full = 1 }
+  end
+end
+
+local function finish(channel, reply, publish)
+  if #publish > 0 then
+    redis.call("SPUBLISH", channel, cjson.encode({ c = publish }))
+  end
+  return cjson.encode({ c = reply })
+end

@@ -1,0 +1,130 @@
+"""Count, sum, min and max of a set of events, as Polar keeps them in its bucket rows.
+
+Every reducer keeps all four whatever its aggregation; the aggregation only picks the consumed
+quantity at read time (avg is sum / count). The Redis form is four space-separated numbers, min and
+max written ``-`` when the set is empty; the Lua scripts read and write the same form.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import attrs
+
+_EXACT_INT = 2**53
+
+
+def format_number(value: float) -> str:
+    """The shortest text that parses back to ``value``; integral values print without a point."""
+    if value.is_integer() and abs(value) < _EXACT_INT:
+        return str(int(value))
+    return repr(value)
+
+
+@attrs.frozen(slots=True)
+class Aggregate:
+    count: int = 0
+    sum: float = 0.0
+    min: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Aggregate:
+        total = EMPTY
+        for value in values:
+            total = total.add(value)
+        return total
+
+    def add(self, value: float) -> Aggregate:
+        return Aggregate(
+            count=self.count + 1,
+            sum=self.sum + value,
+            min=value if self.min is None else min(self.min, value),
+            max=value if self.max is None else max(self.max, value),
+        )
+
+    def merge(self, other: Aggregate) -> Aggregate:
+        if other.count == 0:
+            return self
+        if self.count == 0:
+            return other
+        assert self.min is not None and self.max is not None
+        assert other.min is not None and other.max is not None
+        return Aggregate(
+            count=self.count + other.count,
+            sum=self.sum + other.sum,
+            min=min(self.min, other.min),
+            max=max(self.max, other.max),
+        )
+
+    def quantity(self, func: str) -> float:
+        """The consumed units under aggregation ``func``, as Polar's usage read returns them."""
+        if func == "count":
+            return float(self.count)
+        if func == "sum":
+            return self.sum
+        if func == "avg":
+            return self.sum / self.count if self.count else 0.0
+        if func == "min":
+            return self.min if self.min is not None else 0.0
+        if func == "max":
+            return self.max if self.max is not None else 0.0
+        raise ValueError(f"aggregation {func!r} has no bucketed quantity")
+
+    def encode(self) -> str:
+        lo = "-" if self.min is None else format_number(self.min)
+        hi = "-" if self.max is None else format_number(self.max)
+        return f"{self.count} {format_number(self.sum)} {lo} {hi}"
+
+    @classmethod
+    def decode(cls, text: str) -> Aggregate | None:
+        """Parse the Redis form; ``None`` when the text is not one (a peer wrote garbage)."""
+        parts = text.split(" ")
+        if len(parts) != 4:
+            return None
+        try:
+            count = int(parts[0])
+            total = float(parts[1])
+            lo = None if parts[2] == "-" else float(parts[2])
+            hi = None if parts[3] == "-" else float(parts[3])
+        except ValueError:
+            return None
+        if count < 0 or (lo is None) != (count == 0) or (hi is None) != (count == 0):
+            return None
+        if not all(math.isfinite(x) for x in (total, lo or 0.0, hi or 0.0)):
+            return None
+        return cls(count=count, sum=total, min=lo, max=hi)
+
+    @classmethod
+    def from_wire(cls, obj: object) -> Aggregate | None:
+        """Parse Polar's JSON ``{"count", "sum", "min", "max"}``; ``None`` when malformed."""
+        if not isinstance(obj, dict):
+            return None
+        count, total, lo, hi = obj.get("count"), obj.get("sum"), obj.get("min"), obj.get("max")
+        if not _is_int(count) or not _is_number(total):
+            return None
+        assert isinstance(count, int) and isinstance(total, int | float)
+        if count < 0:
+            return None
+        if count == 0:
+            return EMPTY if lo is None and hi is None and total == 0 else None
+        if not _is_number(lo) or not _is_number(hi):
+            return None
+        assert isinstance(lo, int | float) and isinstance(hi, int | float)
+        if lo > hi:
+            return None
+        return cls(count=count, sum=float(total), min=float(lo), max=float(hi))
+
+
+EMPTY = Aggregate()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value)

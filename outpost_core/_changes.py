@@ -1,0 +1,79 @@
+"""Parsing the changes our scripts reply with and publish.
+
+A script answers (and publishes) ``{"c": [change, ...]}``; a change is
+``{"k": state key, "r": revision, "s": [field, value, ...], "d": [field, ...], "full": 1?}``.
+``full`` marks ``s`` as the whole state hash rather than a delta. Lua's cjson writes an empty list
+as ``{}``, so an empty object is read as an empty list.
+"""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+
+
+@attrs.frozen(slots=True)
+class Change:
+    key: str
+    rev: int
+    set: tuple[tuple[str, str], ...] | None
+    """``None`` when the script did not send content (the caller did not follow the identity)."""
+    deleted: tuple[str, ...] = ()
+    full: bool = False
+
+
+class Malformed(ValueError):
+    """A reply or message that is not what our scripts write."""
+
+
+def parse_changes(raw: object) -> list[Change] | None:
+    """The changes of a reply or message; ``None`` for a duplicate-track reply."""
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Malformed("not UTF-8") from exc
+    if not isinstance(raw, str):
+        raise Malformed(f"expected JSON text, got {type(raw).__name__}")
+    try:
+        obj = json.loads(raw)
+    except ValueError as exc:
+        raise Malformed("not JSON") from exc
+    if not isinstance(obj, dict):
+        raise Malformed("not a JSON object")
+    if obj.get("dup") == 1:
+        return None
+    items = _list(obj.get("c"), "c")
+    return [_change(item) for item in items]
+
+
+def _list(value: object, where: str) -> list[object]:
+    if isinstance(value, dict) and not value:
+        return []
+    if not isinstance(value, list):
+        raise Malformed(f"{where!r} is not a list")
+    return value
+
+
+def _strings(value: object, where: str) -> list[str]:
+    items = _list(value, where)
+    if not all(isinstance(item, str) for item in items):
+        raise Malformed(f"{where!r} holds a non-string")
+    return items  # type: ignore[return-value]
+
+
+def _change(item: object) -> Change:
+    if not isinstance(item, dict):
+        raise Malformed("a change is not an object")
+    key, rev = item.get("k"), item.get("r")
+    if not isinstance(key, str) or isinstance(rev, bool) or not isinstance(rev, int) or rev < 0:
+        raise Malformed("a change needs a key and a revision")
+    if "s" not in item:
+        return Change(key=key, rev=rev, set=None)
+    flat = _strings(item["s"], "s")
+    if len(flat) % 2:
+        raise Malformed("'s' holds an odd number of items")
+    pairs = tuple(zip(flat[::2], flat[1::2], strict=True))
+    deleted = tuple(_strings(item.get("d", []), "d"))
+    return Change(key=key, rev=rev, set=pairs, deleted=deleted, full=item.get("full") == 1)

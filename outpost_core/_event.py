@@ -1,0 +1,189 @@
+"""Validation of ``track()`` input, before anything is written.
+
+Whatever Polar's ingestion API would refuse with a 422 is refused here with :class:`InvalidEvent`,
+so an event that ``track()`` accepted is one Polar will store (polar-side.md §5).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ._filters import EventView
+from ._keys import Customer
+from ._time import iso
+from .errors import InvalidEvent
+
+MAX_NAME = 128
+MAX_STRING_VALUE = 500
+MAX_EVENT_ID = 256
+_UUID = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$", re.I)
+_INT_RANGE = 2**63
+
+
+@attrs.frozen(slots=True)
+class TrackedEvent:
+    event_id: str
+    name: str
+    customer: Customer
+    timestamp_us: int
+    metadata: Mapping[str, Any]
+
+    def view(self) -> EventView:
+        return EventView(
+            name=self.name, timestamp_s=self.timestamp_us // 1_000_000, metadata=self.metadata
+        )
+
+    def ingest_item(self) -> dict[str, Any]:
+        """The event as an item of Polar's ``POST /v1/events/ingest`` body."""
+        return {
+            "name": self.name,
+            **self.customer.wire(),
+            "external_id": self.event_id,
+            "timestamp": iso(self.timestamp_us),
+            "metadata": dict(self.metadata),
+        }
+
+
+def customer_of(external_customer_id: object, customer_id: object) -> Customer:
+    """The identity named by exactly one of the two keyword arguments."""
+    if (external_customer_id is None) == (customer_id is None):
+        raise InvalidEvent("pass exactly one of external_customer_id and customer_id")
+    if external_customer_id is not None:
+        return Customer("external", _text(external_customer_id, "external_customer_id"))
+    text = _text(customer_id, "customer_id")
+    if not _UUID.match(text):
+        raise InvalidEvent(f"customer_id must be a Polar customer UUID, got {text!r}")
+    return Customer("customer", text.lower())
+
+
+def build_event(
+    *,
+    event_id: str,
+    name: object,
+    customer: Customer,
+    metadata: object,
+    timestamp_us: int,
+) -> TrackedEvent:
+    if not isinstance(name, str) or not name:
+        raise InvalidEvent(f"name must be a non-empty string, got {name!r}")
+    if len(name) > MAX_NAME:
+        raise InvalidEvent(f"name is at most {MAX_NAME} characters ({len(name)} given)")
+    if not event_id or len(event_id) > MAX_EVENT_ID:
+        raise InvalidEvent(f"event_id must be 1 to {MAX_EVENT_ID} characters")
+    clean = _metadata(metadata)
+    try:
+        json.dumps(clean, allow_nan=False)
+    except (TypeError, ValueError) as exc:  # pragma: no cover - _metadata already checked
+        raise InvalidEvent(f"metadata is not JSON-serialisable: {exc}") from exc
+    return TrackedEvent(
+        event_id=event_id, name=name, customer=customer, timestamp_us=timestamp_us, metadata=clean
+    )
+
+
+def _text(value: object, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidEvent(f"{field} must be a non-empty string, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidEvent(f"{field} is not valid Unicode text: {exc}") from exc
+    return value
+
+
+def _metadata(metadata: object) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidEvent(f"metadata must be a mapping, got {type(metadata).__name__}")
+    clean: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidEvent(f"metadata keys must be non-empty strings, got {key!r}")
+        if key == "_cost":
+            clean[key] = _cost(value)
+        elif key == "_llm":
+            clean[key] = _llm(value)
+        else:
+            clean[key] = _scalar(value, f"metadata[{key!r}]")
+    return clean
+
+
+def _scalar(value: object, where: str) -> str | int | float | bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not -_INT_RANGE < value < _INT_RANGE:
+            raise InvalidEvent(f"{where} is out of the 64-bit range")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidEvent(f"{where} must be a finite number, got {value!r}")
+        return value
+    if isinstance(value, str):
+        if not 1 <= len(value) <= MAX_STRING_VALUE:
+            raise InvalidEvent(f"{where} must be 1 to {MAX_STRING_VALUE} characters")
+        return value
+    raise InvalidEvent(
+        f"{where} must be a string, an integer, a float or a boolean, got {type(value).__name__}"
+    )
+
+
+def _number(value: object, where: str, *, integer: bool = False) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidEvent(f"{where} must be a number")
+    if integer and not isinstance(value, int):
+        raise InvalidEvent(f"{where} must be an integer")
+    return _scalar(value, where)  # type: ignore[return-value]
+
+
+def _object(value: object, where: str, required: set[str], optional: set[str]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidEvent(f"{where} must be an object")
+    missing = required - set(value)
+    unknown = set(value) - required - optional
+    if missing:
+        raise InvalidEvent(f"{where} is missing {sorted(missing)}")
+    if unknown:
+        raise InvalidEvent(f"{where} has unknown fields {sorted(unknown)}")
+    return value
+
+
+def _cost(value: object) -> dict[str, Any]:
+    obj = _object(value, "metadata['_cost']", {"amount", "currency"}, set())
+    if obj["currency"] != "usd":
+        raise InvalidEvent("metadata['_cost'].currency must be 'usd'")
+    return {"amount": _number(obj["amount"], "metadata['_cost'].amount"), "currency": "usd"}
+
+
+_LLM_INTS = {"input_tokens", "output_tokens", "total_tokens"}
+
+
+def _llm(value: object) -> dict[str, Any]:
+    where = "metadata['_llm']"
+    obj = _object(
+        value,
+        where,
+        {"vendor", "model", *_LLM_INTS},
+        {"prompt", "response", "cached_input_tokens"},
+    )
+    clean: dict[str, Any] = {}
+    for field, item in obj.items():
+        if field in ("vendor", "model"):
+            clean[field] = _text_value(item, f"{where}.{field}")
+        elif field in ("prompt", "response"):
+            clean[field] = None if item is None else _text_value(item, f"{where}.{field}")
+        else:
+            clean[field] = _number(item, f"{where}.{field}", integer=True)
+    return clean
+
+
+def _text_value(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{where} must be a string")
+    return value

@@ -1,0 +1,93 @@
+"""Customer identities and the Redis key layout, version 1.
+
+Every key of one customer carries the same hash tag, ``{<shard>}``, so one script can touch all of a
+customer's reducers and its outbox stream, and the layout works on Redis Cluster unchanged. The
+shard (CRC-32 of the identity, modulo 16) rather than the customer itself is the tag so that the
+outbox is 16 streams that every instance can read, instead of one stream per customer.
+
+External ids are arbitrary strings. They are percent-encoded where they could break the layout
+(``%``, ``:``, ``{``, ``}``, whitespace and unprintable characters) and kept as they are otherwise,
+so keys stay readable and no two ids share a key.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Literal
+
+import attrs
+
+VERSION = 1
+PREFIX = f"outpost:v{VERSION}:"
+SHARDS = 16
+CONFIGURATION_KEY = f"{PREFIX}configuration"
+
+CustomerKind = Literal["external", "customer"]
+
+
+@attrs.frozen(slots=True)
+class Customer:
+    """A customer identity as the merchant names it: by external id or by Polar customer id."""
+
+    kind: CustomerKind
+    id: str
+
+    @property
+    def tag(self) -> str:
+        """``external:<id>`` or ``customer:<id>``, the design document's identity prefix."""
+        return f"{self.kind}:{self.id}"
+
+    @property
+    def shard(self) -> int:
+        return zlib.crc32(self.tag.encode("utf-8")) % SHARDS
+
+    def wire(self) -> dict[str, str]:
+        """The identity field of Polar's API: ``external_customer_id`` or ``customer_id``."""
+        field = "external_customer_id" if self.kind == "external" else "customer_id"
+        return {field: self.id}
+
+    def __str__(self) -> str:
+        return self.tag
+
+
+def encode_component(text: str) -> str:
+    """Percent-encode what could break a key; everything else stays readable."""
+    out: list[str] = []
+    for char in text:
+        if char in "%:{}" or char.isspace() or not char.isprintable():
+            out.extend(f"%{byte:02X}" for byte in char.encode("utf-8"))
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def tag_of(shard: int) -> str:
+    return f"{PREFIX}{{{shard}}}:"
+
+
+def customer_prefix(customer: Customer) -> str:
+    return f"{tag_of(customer.shard)}{customer.kind}:{encode_component(customer.id)}"
+
+
+def state_key(customer: Customer, reducer_id: str) -> str:
+    """The hash of one identity: revision, Polar's totals, ``cold_until``, local aggregates."""
+    return f"{customer_prefix(customer)}:{encode_component(reducer_id)}"
+
+
+def events_key(state: str) -> str:
+    """The hash of the identity's pending events, beside its state hash (same hash tag)."""
+    return f"{state}:ev"
+
+
+def channel(shard: int) -> str:
+    """The sharded pub/sub channel every change of the shard's identities is published on."""
+    return f"{tag_of(shard)}changes"
+
+
+def outbox_key(shard: int) -> str:
+    """The stream of events waiting for delivery to Polar."""
+    return f"{tag_of(shard)}outbox"
+
+
+ALL_CHANNELS = tuple(channel(shard) for shard in range(SHARDS))
+ALL_OUTBOXES = tuple(outbox_key(shard) for shard in range(SHARDS))

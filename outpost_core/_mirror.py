@@ -1,0 +1,159 @@
+"""The in-memory copy of one identity's state hash, kept in revision order.
+
+A change whose revision is the next one applies in place; an older one is ignored; a full state
+replaces the copy when it is not older; anything else is a gap, and the copy reloads the hash.
+Changes that arrive while a load is in flight wait for it, then apply in order.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+import attrs
+
+from ._aggregate import EMPTY, Aggregate
+from ._changes import Change
+from ._keys import Customer
+
+
+class Offer(enum.Enum):
+    APPLIED = "applied"  #: the copy moved to the change's revision
+    IGNORED = "ignored"  #: the copy already had it
+    HELD = "held"  #: a load is in flight; the change waits for it
+    GAP = "gap"  #: a revision is missing; the copy must reload
+
+
+@attrs.frozen(slots=True)
+class IdentityState:
+    """What a read needs, derived from the state hash."""
+
+    revision: int
+    cold_until: int | None
+    as_of: int | None
+    snapshot_id: str | None
+    polar: Aggregate
+    local: Aggregate
+    credits: Mapping[str, float]
+    pending: int
+    undelivered: int
+    problems: tuple[str, ...]
+
+
+class Mirror:
+    __slots__ = ("_state", "customer", "fields", "held", "key", "loaded", "reducer_id", "rev")
+
+    def __init__(self, key: str, customer: Customer, reducer_id: str) -> None:
+        self.key = key
+        self.customer = customer
+        self.reducer_id = reducer_id
+        self.rev = -1
+        self.fields: dict[str, str] = {}
+        self.loaded = False
+        self.held: list[Change] = []
+        self._state: IdentityState | None = None
+
+    def offer(self, change: Change) -> Offer:
+        if change.set is None:
+            # The script sent no content (the caller did not follow this identity when it ran);
+            # the published delta brings it.
+            return Offer.IGNORED
+        if not self.loaded:
+            self.held.append(change)
+            return Offer.HELD
+        if change.full:
+            if change.rev < self.rev:
+                return Offer.IGNORED
+            self.fields = dict(change.set)
+            self.rev = change.rev
+            self._state = None
+            return Offer.APPLIED
+        if change.rev <= self.rev:
+            return Offer.IGNORED
+        if change.rev != self.rev + 1:
+            self.unload()
+            self.held.append(change)
+            return Offer.GAP
+        self.fields.update(change.set)
+        for name in change.deleted:
+            self.fields.pop(name, None)
+        self.rev = change.rev
+        self._state = None
+        return Offer.APPLIED
+
+    def unload(self) -> None:
+        """Forget the copy's currency: it reloads, and changes wait for the load."""
+        self.loaded = False
+
+    def loaded_with(self, fields: Mapping[str, str]) -> bool:
+        """Install a loaded hash, then the held changes; ``False`` when a gap remains."""
+        rev = _int(fields.get("rev")) or 0
+        held, self.held = sorted(self.held, key=lambda c: c.rev), []
+        if not self.loaded or rev >= self.rev:
+            self.fields = dict(fields)
+            self.rev = rev
+            self._state = None
+        self.loaded = True
+        for change in held:
+            if self.offer(change) is Offer.GAP:
+                self.held.extend(c for c in held if c.rev > change.rev)
+                return False
+        return True
+
+    @property
+    def state(self) -> IdentityState:
+        if self._state is None:
+            self._state = _derive(self.rev, self.fields)
+        return self._state
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _derive(rev: int, fields: Mapping[str, str]) -> IdentityState:
+    problems: list[str] = []
+    local = EMPTY
+    credits: dict[str, float] = {}
+    polar = EMPTY
+    for name, text in fields.items():
+        if name.startswith("a:"):
+            agg = Aggregate.decode(text)
+            if agg is None or _int(name[2:]) is None:
+                problems.append(f"{name}={text!r}")
+            else:
+                local = local.merge(agg)
+        elif name.startswith("c:"):
+            try:
+                credits[name[2:]] = float(text)
+            except ValueError:
+                problems.append(f"{name}={text!r}")
+    if "p" in fields:
+        parsed = Aggregate.decode(fields["p"])
+        if parsed is None:
+            problems.append(f"p={fields['p']!r}")
+        else:
+            polar = parsed
+    counters: dict[str, int] = {}
+    for name in ("cu", "sa", "n", "u"):
+        value = _int(fields.get(name))
+        if name in fields and value is None:
+            problems.append(f"{name}={fields[name]!r}")
+        counters[name] = value if value is not None else -1
+    return IdentityState(
+        revision=rev,
+        cold_until=counters["cu"] if counters["cu"] >= 0 else None,
+        as_of=counters["sa"] if counters["sa"] >= 0 else None,
+        snapshot_id=fields.get("sid"),
+        polar=polar,
+        local=local,
+        credits=credits,
+        pending=max(counters["n"], 0),
+        undelivered=max(counters["u"], 0),
+        problems=tuple(problems),
+    )

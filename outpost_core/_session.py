@@ -1,0 +1,332 @@
+"""The Outpost state machine: everything the drivers do not need sockets for.
+
+Theory of operation
+-------------------
+The session holds Polar's configuration (which reducers exist, which meters they serve) and an
+in-memory copy (a :class:`Mirror`) of each identity hash this instance reads. It never does I/O.
+
+* ``track()`` validates an event, matches it against the reducers and returns the
+  :class:`RunScript` that reduces it into Redis and queues it for delivery. The driver runs it and
+  hands the reply back (:class:`ScriptReplied`); the reply updates the copies at once, so a read
+  on this instance sees the event as soon as ``track()`` returns.
+* Every script publishes its changes on its shard's channel; the driver hands each message back
+  (:class:`ChangePublished`) and every instance's copies follow in revision order. A gap, a
+  restarted subscription or a failed load makes the copy reload (:class:`LoadIdentity`).
+* ``read()`` answers from the copies alone. ``cached_balance()`` is the warm path: one dict lookup.
+
+Inputs go through :meth:`Session.handle`; the requests the core makes of the driver accumulate
+in an outbox the driver drains with :meth:`Session.effects`, then runs, then reports back.
+Peer misbehaviour (garbage in Redis, a malformed message) is never raised: it is counted in
+:attr:`Session.rejections` and logged. Caller mistakes raise at once.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from collections.abc import Mapping
+
+import attrs
+
+from . import _keys
+from ._aggregate import format_number
+from ._balance import Balance, compute_balance
+from ._changes import Malformed, parse_changes
+from ._configuration import Configuration, Reducer, parse_configuration
+from ._effects import Effect, LoadIdentity, RunScript, StoreConfiguration
+from ._event import build_event, customer_of
+from ._filters import InvalidDefinition
+from ._inputs import (
+    ChangePublished,
+    ConfigurationReceived,
+    IdentityLoaded,
+    Input,
+    LoadFailed,
+    ScriptReplied,
+    SubscriberRestarted,
+    Tick,
+)
+from ._keys import Customer
+from ._mirror import Mirror, Offer
+from ._time import HOUR_US, floor_bucket
+from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError
+
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    snapshot_timeout: float = 5.0
+    """Seconds a first read waits for its snapshot before :class:`NotReady`."""
+    pending_limit_us: int = HOUR_US
+    """How long an acknowledged event no snapshot counts stays pending (design document: 1 h)."""
+    reload_retry: float = 0.5
+    """Seconds before a failed load is tried again."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.snapshot_timeout < 0:
+            raise UsageError("snapshot_timeout must not be negative")
+        if self.pending_limit_us <= 0 or self.reload_retry <= 0:
+            raise UsageError("pending_limit_us and reload_retry must be positive")
+
+
+ReadKey = tuple[str, str | None, str | None]
+"""(meter id, external customer id, customer id): the warm path's lookup key."""
+
+
+class Session:
+    def __init__(self, settings: Settings | None = None, logger: logging.Logger | None = None):
+        self.settings = settings or Settings()
+        self.log = logger or logging.getLogger("outpost")
+        self.configuration: Configuration | None = None
+        self._configuration_text: str | None = None
+        self._mirrors: dict[str, Mirror] = {}
+        self._balances: dict[ReadKey, Balance] = {}
+        self._effects: list[Effect] = []
+        self._retry_at: dict[str, float] = {}
+        self._now = 0.0
+        self.rejections: collections.Counter[str] = collections.Counter()
+
+    # -- driver plumbing ----------------------------------------------------------------------
+
+    def handle(self, event: Input) -> None:
+        """Take one input. Then drain :meth:`effects` and run them."""
+        if isinstance(event, ScriptReplied | ChangePublished):
+            self._changes(event.reply if isinstance(event, ScriptReplied) else event.data)
+        elif isinstance(event, IdentityLoaded):
+            self._loaded(event.key, event.fields)
+        elif isinstance(event, LoadFailed):
+            if event.key in self._mirrors:
+                self._retry_at[event.key] = self._now + self.settings.reload_retry
+        elif isinstance(event, SubscriberRestarted):
+            for mirror in self._mirrors.values():
+                mirror.unload()
+                self._load(mirror)
+        elif isinstance(event, ConfigurationReceived):
+            self._configure(event.payload, event.from_cache)
+        elif isinstance(event, Tick):
+            self._tick(event.now)
+        else:
+            raise UsageError(f"not an input: {event!r}")
+
+    def effects(self) -> list[Effect]:
+        """Drain what the driver must do now, in order."""
+        out, self._effects = self._effects, []
+        return out
+
+    def next_deadline(self) -> float | None:
+        """The earliest monotonic time at which a :class:`Tick` has work to do."""
+        return min(self._retry_at.values(), default=None)
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def _configure(self, payload: object, from_cache: bool) -> None:
+        try:
+            configuration = parse_configuration(payload)
+            text = _JSON.encode(payload)
+        except (InvalidDefinition, TypeError, ValueError) as exc:
+            self._reject("configuration", f"unusable configuration: {exc}")
+            return
+        for problem in configuration.problems:
+            self._reject("configuration", problem)
+        if text == self._configuration_text:
+            return
+        if from_cache and self.configuration is not None:
+            return  # what Polar sent beats what an older instance cached
+        self.configuration = configuration
+        self._configuration_text = text
+        self._balances.clear()
+        if not from_cache:
+            self._effects.append(StoreConfiguration(key=_keys.CONFIGURATION_KEY, text=text))
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def track(
+        self,
+        *,
+        name: object,
+        external_customer_id: object = None,
+        customer_id: object = None,
+        metadata: object = None,
+        timestamp_us: int,
+        now_us: int,
+        event_id: str,
+    ) -> RunScript:
+        """Validate an event and return the script that tracks it.
+
+        Raises :class:`InvalidEvent` for input Polar would refuse, :class:`NotReady` when no
+        configuration has arrived yet. The driver runs the script, then hands the reply to
+        :meth:`handle` as :class:`ScriptReplied`.
+        """
+        customer = customer_of(external_customer_id, customer_id)
+        if timestamp_us > now_us:
+            raise InvalidEvent("timestamp is in the future; Polar refuses such events")
+        event = build_event(
+            event_id=event_id,
+            name=name,
+            customer=customer,
+            metadata=metadata,
+            timestamp_us=timestamp_us,
+        )
+        if self.configuration is None:
+            raise NotReady("no configuration from Polar yet: cannot tell which meters count it")
+        bucket = floor_bucket(timestamp_us)
+        shard = customer.shard
+        keys = [_keys.outbox_key(shard)]
+        values: list[str] = []
+        states: list[str] = []
+        for reducer_id, value in self.configuration.contributions(event.view()):
+            state = _keys.state_key(customer, reducer_id)
+            mirror = self._mirrors.get(state)
+            known = mirror.rev if mirror is not None and mirror.loaded else -1
+            keys += (state, _keys.events_key(state))
+            values += (str(known), format_number(value))
+            states.append(state)
+        args = (
+            _keys.channel(shard),
+            f"{bucket}:{event_id}",
+            str(bucket),
+            _JSON.encode(event.ingest_item()),
+            _JSON.encode(states),
+            *values,
+        )
+        return RunScript(script="track", keys=tuple(keys), args=args)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def cached_balance(
+        self, meter_id: str, external_customer_id: str | None, customer_id: str | None
+    ) -> Balance | None:
+        """The warm path: a balance computed since the last change, or ``None``."""
+        return self._balances.get((meter_id, external_customer_id, customer_id))
+
+    def read(
+        self, meter_id: str, external_customer_id: str | None = None, customer_id: str | None = None
+    ) -> Balance | None:
+        """The balance from memory, or ``None`` while its copy is not ready.
+
+        ``None`` also starts what makes it ready (a load); wait for a change and ask again.
+        Raises :class:`UnknownMeter`, :class:`UnsupportedMeter` or :class:`InvalidEvent` (a bad
+        customer argument) at once.
+        """
+        if not isinstance(meter_id, str) or not meter_id:
+            raise UsageError(f"meter_id must be a non-empty string, got {meter_id!r}")
+        customer = customer_of(external_customer_id, customer_id)
+        reducer = self._reducer(meter_id)
+        if reducer is None:
+            return None
+        mirror = self._follow(customer, reducer.id)
+        if not mirror.loaded or mirror.state.cold_until is None:
+            return None
+        balance = compute_balance(meter_id, customer, reducer.aggregation.func, mirror.state)
+        self._balances[(meter_id, external_customer_id, customer_id)] = balance
+        return balance
+
+    def not_ready_reason(
+        self, meter_id: str, external_customer_id: str | None, customer_id: str | None
+    ) -> str:
+        """Why :meth:`read` returns ``None``, for the :class:`NotReady` message."""
+        reducer = self._reducer(meter_id)
+        if reducer is None:
+            return "no configuration from Polar yet"
+        customer = customer_of(external_customer_id, customer_id)
+        mirror = self._mirrors.get(_keys.state_key(customer, reducer.id))
+        if mirror is None or not mirror.loaded:
+            return f"the local state of {customer} could not be loaded from Redis"
+        return f"no snapshot from Polar for {customer} yet"
+
+    def _reducer(self, meter_id: str) -> Reducer | None:
+        if self.configuration is None:
+            return None
+        reducer = self.configuration.reducer_for(meter_id)
+        if reducer is None:
+            raise UnknownMeter(f"meter {meter_id!r} is not in Polar's configuration")
+        if not reducer.aggregation.bucketed():
+            raise UnsupportedMeter(
+                f"meter {meter_id!r} aggregates with {reducer.aggregation.func!r}, which cannot "
+                "be reduced into buckets; read it from Polar's API instead"
+            )
+        return reducer
+
+    def _follow(self, customer: Customer, reducer_id: str) -> Mirror:
+        key = _keys.state_key(customer, reducer_id)
+        mirror = self._mirrors.get(key)
+        if mirror is None:
+            mirror = self._mirrors[key] = Mirror(key, customer, reducer_id)
+            self._load(mirror)
+        return mirror
+
+    @property
+    def followed(self) -> list[Mirror]:
+        return list(self._mirrors.values())
+
+    # -- keeping copies current ---------------------------------------------------------------
+
+    def _load(self, mirror: Mirror) -> None:
+        self._retry_at.pop(mirror.key, None)
+        self._effects.append(LoadIdentity(key=mirror.key))
+
+    def _changes(self, raw: object) -> None:
+        try:
+            changes = parse_changes(raw)
+        except Malformed as exc:
+            self._reject("change", f"unreadable change from Redis: {exc}")
+            return
+        for change in changes or ():
+            mirror = self._mirrors.get(change.key)
+            if mirror is None:
+                continue
+            outcome = mirror.offer(change)
+            if outcome is Offer.APPLIED:
+                self._invalidate(mirror)
+            elif outcome is Offer.GAP:
+                self._load(mirror)
+
+    def _loaded(self, key: str, fields: Mapping[object, object]) -> None:
+        mirror = self._mirrors.get(key)
+        if mirror is None:
+            return
+        text: dict[str, str] = {}
+        for name, value in fields.items():
+            name_s, value_s = _text(name), _text(value)
+            if name_s is None or value_s is None:
+                self._reject("state", f"{key}: field that is not UTF-8 text")
+                continue
+            text[name_s] = value_s
+        if not mirror.loaded_with(text):
+            self._load(mirror)
+        for problem in mirror.state.problems:
+            self._reject("state", f"{key}: unreadable field {problem}")
+        self._invalidate(mirror)
+
+    def _invalidate(self, mirror: Mirror) -> None:
+        if self.configuration is None:  # pragma: no cover - a mirror implies a configuration
+            return
+        reducer = self.configuration.reducers.get(mirror.reducer_id)
+        meter_ids = reducer.meter_ids if reducer is not None else ()
+        ext = mirror.customer.id if mirror.customer.kind == "external" else None
+        cid = mirror.customer.id if mirror.customer.kind == "customer" else None
+        for meter_id in meter_ids:
+            self._balances.pop((meter_id, ext, cid), None)
+
+    def _tick(self, now: float) -> None:
+        self._now = now
+        for key, due in list(self._retry_at.items()):
+            if due <= now:
+                self._load(self._mirrors[key])
+
+    def _reject(self, kind: str, detail: str) -> None:
+        self.rejections[kind] += 1
+        self.log.warning("outpost rejected %s: %s", kind, detail)
+
+
+def _text(value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return None
