@@ -1,0 +1,29 @@
+"""Outpost for asyncio applications (FastAPI, Starlette, aiohttp)."""
+
+from __future__ import annotations
+
+from outpost_async._client import AsyncOutpost
+from outpost_core import (
+    Balance,
+    InvalidEvent,
+    NotReady,
+    OutpostClosed,
+    OutpostError,
+    RedisUnavailable,
+    UnknownMeter,
+    UnsupportedMeter,
+    UsageError,
+)
+
+__all__ = [
+    "AsyncOutpost",
+    "Balance",
+    "InvalidEvent",
+    "NotReady",
+    "OutpostClosed",
+    "OutpostError",
+    "RedisUnavailable",
+    "UnknownMeter",
+    "UnsupportedMeter",
+    "UsageError",
+]

@@ -1,0 +1,79 @@
+"""What asyncio does for the async driver: tasks, waiting for a change, sleeping.
+
+``outpost_sync/_backend.py`` offers the same names with threads; the client module is written once
+(here, async) and the sync one is generated from it, so these two small files are the only
+hand-written difference between the drivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from types import TracebackType
+from typing import Any
+
+from redis.asyncio import Redis
+
+
+class CoreLock:
+    """The core is only touched from the event loop's thread: no lock is needed."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+class Signal:
+    """Wakes every waiter when the core's state changed. Waiters pass the version they saw, so a
+    change between their check and their wait is never missed."""
+
+    def __init__(self) -> None:
+        self._version = 0
+        self._event = asyncio.Event()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def fire(self) -> None:
+        self._version += 1
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, version: int, timeout: float) -> None:
+        if self._version != version or timeout <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+
+
+class Worker:
+    """One background task."""
+
+    def __init__(self, name: str, target: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._task: asyncio.Task[None] = asyncio.get_running_loop().create_task(target(), name=name)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+async def sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+def open_pubsub(client: Redis) -> Any:
+    return client.pubsub()
+
+
+async def close_pubsub(pubsub: Any) -> None:
+    await pubsub.aclose()

@@ -1,0 +1,383 @@
+"""The Outpost client, written once: this async file is the source, and the threaded twin is
+generated from it by ``scripts/unasync.py`` (edit the async one, then regenerate).
+
+The client is a thin driver: it moves replies and messages between Redis and the sans-IO
+``outpost_core.Session`` and runs the effects the session asks for. Anything that decides what an
+input means lives in the core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Protocol
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from outpost_async._backend import CoreLock, Signal, Worker, close_pubsub, open_pubsub, sleep
+from outpost_core import (
+    ALL_CHANNELS,
+    CONFIGURATION_KEY,
+    SCRIPT_TEXT,
+    Balance,
+    ChangePublished,
+    ConfigurationReceived,
+    Effect,
+    IdentityLoaded,
+    InvalidEvent,
+    LoadFailed,
+    LoadIdentity,
+    NotReady,
+    OutpostClosed,
+    RedisUnavailable,
+    RunScript,
+    ScriptReplied,
+    Session,
+    Settings,
+    StoreConfiguration,
+    SubscriberRestarted,
+    Tick,
+    to_us,
+)
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_SERVER_URL = "https://api.polar.sh"
+_POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadlines again
+_SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class AsyncOutpost:
+    """A local, exact copy of Polar usage in a Redis you own.
+
+    Args:
+        access_token: Polar organization access token (default: env ``POLAR_ACCESS_TOKEN``).
+        redis_url: Redis to keep the state in (default: env ``REDIS_URL``, else local Redis).
+        redis: an existing client to use instead of ``redis_url``; it is not closed by ``close()``.
+        server_url: Polar's API (default: env ``POLAR_SERVER_URL``, else ``https://api.polar.sh``).
+        snapshot_timeout: seconds a first read waits for Polar's snapshot before ``NotReady``.
+        max_attempts: deliveries of a batch before its events are dropped.
+        on_dropped: called with the events Polar will never count, and why.
+        telemetry: ``False`` (or env ``POLAR_OUTPOST_TELEMETRY=0``) records and sends nothing.
+        clock: where event timestamps come from (an object with ``now() -> datetime``).
+    """
+
+    def __init__(
+        self,
+        *,
+        access_token: str | None = None,
+        redis_url: str | None = None,
+        redis: Redis | None = None,
+        server_url: str | None = None,
+        snapshot_timeout: float = 5.0,
+        max_attempts: int = 10,
+        on_dropped: Any = None,
+        telemetry: bool = True,
+        clock: Clock | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self._log = logger or logging.getLogger("outpost")
+        self._core = Session(Settings(snapshot_timeout=snapshot_timeout), self._log)
+        self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
+        self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
+        self._max_attempts = max_attempts
+        self._on_dropped = on_dropped
+        self._telemetry = telemetry and os.environ.get("POLAR_OUTPOST_TELEMETRY", "1") != "0"
+        self._clock = clock
+        self._owns_redis = redis is None
+        if redis is None:
+            url = redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+            redis = _redis_from_url(url)
+        self._redis = redis
+        self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
+        self._lock = CoreLock()
+        self._signal = Signal()
+        self._workers: list[Worker] = []
+        self._started = False
+        self._closed = False
+        self._subscribed = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncOutpost:
+        await self._ensure_started()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _ensure_started(self) -> None:
+        if self._closed:
+            raise OutpostClosed("this Outpost instance is closed")
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        await self._read_cached_configuration()
+        self._workers.append(Worker("outpost-subscriber", self._subscribe_forever))
+
+    async def flush(self, timeout: float = 10.0) -> None:
+        """Deliver what is queued. (Delivery to Polar arrives with the metering issue.)"""
+        await self._ensure_started()
+
+    async def close(self) -> None:
+        """Stop the background work and release connections. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for worker in self._workers:
+            await worker.stop()
+        self._workers.clear()
+        if self._owns_redis:
+            await self._redis.aclose()
+
+    @property
+    def subscribed(self) -> bool:
+        """Whether the copies are following Redis's change channels right now."""
+        return self._subscribed
+
+    @property
+    def rejections(self) -> dict[str, int]:
+        """How many inputs from peers were rejected, by kind (each was logged)."""
+        return dict(self._core.rejections)
+
+    # -- track --------------------------------------------------------------------------------
+
+    async def track(
+        self,
+        name: str,
+        *,
+        external_customer_id: str | None = None,
+        customer_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        timestamp: datetime | None = None,
+        event_id: str | None = None,
+    ) -> str:
+        """Record one event; return its id (sent to Polar as ``external_id``).
+
+        When this returns, the event is in Redis: every read, on every instance sharing the
+        Redis, counts it, and it will reach Polar or be reported to ``on_dropped``.
+
+        Raises:
+            InvalidEvent: Polar would refuse the event; nothing was written.
+            NotReady: no configuration from Polar within ``snapshot_timeout`` (first start).
+            RedisUnavailable: Redis did not answer; whether the event was written is unknown
+                only if Redis failed after receiving it, and a retry with the same
+                ``event_id`` is then safe.
+        """
+        await self._ensure_started()
+        now_us = self._now_us()
+        if timestamp is None:
+            timestamp_us = now_us
+        elif isinstance(timestamp, datetime) and timestamp.tzinfo is not None:
+            timestamp_us = to_us(timestamp)
+        else:
+            raise InvalidEvent("timestamp must be a timezone-aware datetime")
+        if event_id is None:
+            event_id = uuid.uuid4().hex
+        elif not isinstance(event_id, str):
+            raise InvalidEvent("event_id must be a string")
+        arguments: dict[str, Any] = dict(
+            name=name,
+            external_customer_id=external_customer_id,
+            customer_id=customer_id,
+            metadata=metadata,
+            timestamp_us=timestamp_us,
+            now_us=now_us,
+            event_id=event_id,
+        )
+        try:
+            with self._lock:
+                run = self._core.track(**arguments)
+        except NotReady:
+            await self._wait_for_configuration()
+            with self._lock:
+                run = self._core.track(**arguments)
+        reply = await self._script(run)
+        with self._lock:
+            self._core.handle(ScriptReplied(reply))
+            effects = self._core.effects()
+        if effects:
+            await self._run(effects)
+        return event_id
+
+    async def _script(self, run: RunScript) -> Any:
+        try:
+            return await self._scripts[run.script](keys=run.keys, args=run.args)
+        except RedisError as exc:
+            raise RedisUnavailable(f"Redis failed running {run.script}: {exc}") from exc
+
+    async def _wait_for_configuration(self) -> None:
+        deadline = time.monotonic() + self._core.settings.snapshot_timeout
+        while self._core.configuration is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NotReady(
+                    "no configuration from Polar yet: cannot tell which meters count the event"
+                )
+            version = self._signal.version
+            await self._read_cached_configuration()
+            await self._signal.wait(version, min(remaining, _SETTLE))
+
+    # -- balance ------------------------------------------------------------------------------
+
+    async def balance(
+        self,
+        meter_id: str,
+        *,
+        external_customer_id: str | None = None,
+        customer_id: str | None = None,
+    ) -> Balance:
+        """The customer's balance of a meter, from memory once warm.
+
+        The first read of a customer waits for its state (and Polar's snapshot) up to
+        ``snapshot_timeout``; later reads cost no network call.
+
+        Raises:
+            NotReady: no snapshot within ``snapshot_timeout``.
+            UnknownMeter / UnsupportedMeter: the meter cannot be read locally.
+        """
+        if self._closed:
+            raise OutpostClosed("this Outpost instance is closed")
+        cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
+        if cached is not None:
+            return cached
+        return await self._balance_when_ready(meter_id, external_customer_id, customer_id)
+
+    async def _balance_when_ready(
+        self, meter_id: str, external_customer_id: str | None, customer_id: str | None
+    ) -> Balance:
+        await self._ensure_started()
+        deadline = time.monotonic() + self._core.settings.snapshot_timeout
+        while True:
+            version = self._signal.version
+            with self._lock:
+                found = self._core.read(meter_id, external_customer_id, customer_id)
+                effects = self._core.effects()
+            if found is not None:
+                return found
+            if effects:
+                await self._run(effects)
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                with self._lock:
+                    reason = self._core.not_ready_reason(
+                        meter_id, external_customer_id, customer_id
+                    )
+                raise NotReady(f"{reason} after {self._core.settings.snapshot_timeout} s")
+            if self._core.configuration is None:
+                await self._read_cached_configuration()
+            await self._signal.wait(version, min(remaining, _SETTLE))
+
+    # -- driving the core ---------------------------------------------------------------------
+
+    async def _run(self, effects: list[Effect]) -> None:
+        """Run effects, and those their outcomes cause, until the core asks for nothing more."""
+        while effects:
+            for effect in effects:
+                if isinstance(effect, LoadIdentity):
+                    await self._load(effect)
+                elif isinstance(effect, StoreConfiguration):
+                    try:
+                        await self._redis.set(effect.key, effect.text)
+                    except RedisError as exc:
+                        self._log.warning("outpost could not cache the configuration: %s", exc)
+                elif isinstance(effect, RunScript):
+                    try:
+                        reply = await self._script(effect)
+                    except RedisUnavailable as exc:
+                        self._log.warning("outpost: %s", exc)
+                        continue
+                    with self._lock:
+                        self._core.handle(ScriptReplied(reply))
+            with self._lock:
+                effects = self._core.effects()
+        self._signal.fire()
+
+    async def _load(self, effect: LoadIdentity) -> None:
+        try:
+            fields = await self._redis.hgetall(effect.key)
+        except RedisError as exc:
+            self._log.warning("outpost could not load %s: %s", effect.key, exc)
+            with self._lock:
+                self._core.handle(LoadFailed(effect.key))
+            return
+        with self._lock:
+            self._core.handle(IdentityLoaded(effect.key, fields))
+
+    async def _read_cached_configuration(self) -> None:
+        try:
+            text = await self._redis.get(CONFIGURATION_KEY)
+        except RedisError as exc:
+            self._log.warning("outpost could not read the cached configuration: %s", exc)
+            return
+        if text is None:
+            return
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            payload = text
+        with self._lock:
+            self._core.handle(ConfigurationReceived(payload, from_cache=True))
+            effects = self._core.effects()
+        await self._run(effects)
+
+    async def _subscribe_forever(self) -> None:
+        """Follow every shard's change channel; after any (re)subscription, reload the copies."""
+        backoff = 0.05
+        while not self._closed:
+            pubsub = open_pubsub(self._redis)
+            try:
+                await pubsub.ssubscribe(*ALL_CHANNELS)
+                while not self._closed:
+                    message = await pubsub.get_message(timeout=_POLL)
+                    with self._lock:
+                        if message is not None:
+                            self._take(message)
+                        self._core.handle(Tick(time.monotonic()))
+                        effects = self._core.effects()
+                    if effects or message is not None:
+                        await self._run(effects)
+                    backoff = 0.05
+            except (RedisError, OSError) as exc:
+                self._subscribed = False
+                if not self._closed:
+                    self._log.warning("outpost lost its Redis subscription: %s", exc)
+                    await sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await close_pubsub(pubsub)
+
+    def _take(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind in ("smessage", b"smessage"):
+            self._core.handle(ChangePublished(message.get("data")))
+        elif kind in ("ssubscribe", b"ssubscribe") and message.get("data") == len(ALL_CHANNELS):
+            self._subscribed = True
+            self._core.handle(SubscriberRestarted())
+
+    def _now_us(self) -> int:
+        if self._clock is None:
+            return time.time_ns() // 1000
+        return to_us(self._clock.now())
+
+
+def _redis_from_url(url: str) -> Redis:
+    return Redis.from_url(url, health_check_interval=10)

@@ -1,0 +1,74 @@
+"""What threads do for the sync driver: workers, waiting for a change, sleeping.
+
+The twin of ``outpost_async/_backend.py``, with the same names.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis import Redis
+
+
+class CoreLock:
+    """Application threads and the subscriber thread share the core: one re-entrant lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+class Signal:
+    """Wakes every waiter when the core's state changed. Waiters pass the version they saw, so a
+    change between their check and their wait is never missed."""
+
+    def __init__(self) -> None:
+        self._version = 0
+        self._condition = threading.Condition()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def fire(self) -> None:
+        with self._condition:
+            self._version += 1
+            self._condition.notify_all()
+
+    def wait(self, version: int, timeout: float) -> None:
+        if timeout <= 0:
+            return
+        with self._condition:
+            self._condition.wait_for(lambda: self._version != version, timeout)
+
+
+class Worker:
+    """One background thread. Its target polls the client's ``closed`` flag and returns once it
+    is set; ``stop`` waits for that."""
+
+    def __init__(self, name: str, target: Callable[[], None]) -> None:
+        self._thread = threading.Thread(target=target, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._thread.join(timeout=10)
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def open_pubsub(client: Redis) -> Any:
+    return client.pubsub()  # type: ignore[no-untyped-call]
+
+
+def close_pubsub(pubsub: Any) -> None:
+    pubsub.close()

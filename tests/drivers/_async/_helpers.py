@@ -1,0 +1,46 @@
+"""Helpers for the driver tests, written once (async) and generated for the sync driver."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from outpost_async import AsyncOutpost
+from outpost_async._backend import sleep
+from tests.support import polar
+from tests.support.redis_server import RedisServer
+
+COUNT = "m-count"
+TOKENS = "m-tokens"
+LARGEST = "m-largest"
+UNIQUE = "m-unique"
+CONFIGURATION = polar.configuration(
+    polar.reducer("r-count", [COUNT], clauses=[
+        {"property": "name", "operator": "eq", "value": "api_call"},
+    ]),
+    polar.reducer("r-tokens", [TOKENS], func="sum", prop="tokens"),
+    polar.reducer("r-largest", [LARGEST], func="max", prop="tokens"),
+    polar.reducer("r-unique", [UNIQUE], func="unique", prop="user"),
+)  # fmt: skip
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def make(server: RedisServer, **options: Any) -> AsyncOutpost:
+    options.setdefault("snapshot_timeout", 5.0)
+    options.setdefault("telemetry", False)
+    return AsyncOutpost(redis_url=server.url, **options)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
+) -> None:
+    """Wait until ``check`` holds, looking again every few milliseconds, up to ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not hold within {timeout} s")
+        await sleep(0.005)

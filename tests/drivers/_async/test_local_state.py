@@ -1,0 +1,341 @@
+"""Local state: track() and balance() over real Redis, for both drivers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+import pytest
+
+from outpost_async import AsyncOutpost, InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter
+from outpost_core import Aggregate, Customer
+from outpost_core import _keys as keys
+from tests.drivers._async._helpers import (
+    CONFIGURATION,
+    COUNT,
+    LARGEST,
+    TOKENS,
+    UNIQUE,
+    eventually,
+    make,
+    now_us,
+)
+from tests.support import polar
+from tests.support.redis_server import RedisServer
+
+Entries = list[tuple[bytes, dict[bytes, bytes]]]
+CREDITS = {COUNT: 100.0, TOKENS: 1000.0, LARGEST: 50.0, UNIQUE: 0.0}
+
+
+def prepare(server: RedisServer, *customers: Customer) -> None:
+    """Polar's side, until the WebSocket brings it: configuration plus an empty snapshot."""
+    client = server.client()
+    polar.store_configuration(client, CONFIGURATION)
+    now = now_us()
+    for customer in customers:
+        polar.apply_snapshot(
+            client,
+            customer,
+            cold_until=polar.bucket_of(now),
+            as_of=now,
+            now=now,
+            totals={r["id"]: Aggregate() for r in CONFIGURATION["reducers"]},
+            credited=CREDITS,
+        )
+    client.close()
+
+
+async def consumed(instance: AsyncOutpost, meter: str, customer: str) -> float:
+    return (await instance.balance(meter, external_customer_id=customer)).consumed
+
+
+@pytest.mark.anyio
+async def test_two_instances_see_each_others_events(redis_server: RedisServer) -> None:
+    prepare(redis_server, Customer("external", "c1"))
+    async with make(redis_server) as a, make(redis_server) as b:
+        assert await consumed(b, COUNT, "c1") == 0
+        for i in range(5):
+            await a.track("api_call", external_customer_id="c1", metadata={"tokens": i})
+        mine = await a.balance(COUNT, external_customer_id="c1")
+        assert (mine.consumed, mine.balance, mine.pending) == (5, 95, 5)
+
+        async def b_sees_them() -> bool:
+            return await consumed(b, COUNT, "c1") == 5 and await consumed(b, TOKENS, "c1") == 10
+
+        await eventually(b_sees_them, what="instance b seeing a's events")
+        await b.track("api_call", external_customer_id="c1", metadata={"tokens": 7})
+
+        async def a_sees_b() -> bool:
+            return await consumed(a, LARGEST, "c1") == 7 and await consumed(a, COUNT, "c1") == 6
+
+        await eventually(a_sees_b, what="instance a seeing b's event")
+
+
+@pytest.mark.anyio
+async def test_events_the_filter_refuses_do_not_count(redis_server: RedisServer) -> None:
+    prepare(redis_server, Customer("external", "c1"))
+    async with make(redis_server) as a:
+        await a.track("other_call", external_customer_id="c1", metadata={"tokens": 3})
+        assert await consumed(a, COUNT, "c1") == 0
+        assert await consumed(a, TOKENS, "c1") == 3
+
+
+@pytest.mark.anyio
+async def test_a_missed_message_reloads_the_copy(redis_server: RedisServer) -> None:
+    customer = Customer("external", "c1")
+    prepare(redis_server, customer)
+    async with make(redis_server) as a, make(redis_server) as b:
+        assert await consumed(b, COUNT, "c1") == 0
+        # A write that bypasses the channel, as if b had missed its message.
+        state = keys.state_key(customer, "r-count")
+        raw = redis_server.client()
+        raw.hset(state, "a:0", "40 40 1 1")
+        raw.hincrby(state, "rev", 1)
+        await a.track("api_call", external_customer_id="c1")
+
+        async def b_reloaded() -> bool:
+            return await consumed(b, COUNT, "c1") == 41
+
+        await eventually(b_reloaded, what="instance b reloading after a revision gap")
+
+
+@pytest.mark.anyio
+async def test_a_killed_subscriber_connection_ends_in_a_correct_copy(
+    redis_server: RedisServer,
+) -> None:
+    prepare(redis_server, Customer("external", "c1"))
+    async with make(redis_server) as a, make(redis_server) as b:
+        assert await consumed(b, COUNT, "c1") == 0
+        await eventually(_subscribed(a), what="a subscribed")
+        await eventually(_subscribed(b), what="b subscribed")
+        raw = redis_server.client()
+        killed = raw.client_kill_filter(_type="pubsub")
+        assert killed >= 2
+        for _ in range(20):
+            await a.track("api_call", external_customer_id="c1")
+
+        async def both_right() -> bool:
+            return await consumed(a, COUNT, "c1") == 20 and await consumed(b, COUNT, "c1") == 20
+
+        await eventually(both_right, what="both copies converging after the kill")
+        await eventually(_subscribed(b), what="b subscribed again")
+
+
+def _subscribed(instance: AsyncOutpost) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return instance.subscribed
+
+    return check
+
+
+@pytest.mark.anyio
+async def test_a_restarted_redis_ends_in_a_correct_copy(
+    durable_redis_server: RedisServer,
+) -> None:
+    server = durable_redis_server
+    prepare(server, Customer("external", "c1"))
+    async with make(server) as a, make(server) as b:
+        for _ in range(3):
+            await a.track("api_call", external_customer_id="c1")
+
+        async def b_has_three() -> bool:
+            return await consumed(b, COUNT, "c1") == 3
+
+        await eventually(b_has_three)
+        server.restart()
+        # Written while b's subscription is still re-establishing: b must not miss it.
+        raw = server.client()
+        for _ in range(10):
+            try:
+                await a.track("api_call", external_customer_id="c1")
+            except Exception:
+                continue  # Redis may refuse while the connection pool recovers
+        total = int(raw.hget(keys.state_key(Customer("external", "c1"), "r-count"), "n") or 0)
+        assert total >= 3
+
+        async def b_matches_redis() -> bool:
+            now = int(raw.hget(keys.state_key(Customer("external", "c1"), "r-count"), "n") or 0)
+            return await consumed(b, COUNT, "c1") == now and await consumed(a, COUNT, "c1") == now
+
+        await eventually(b_matches_redis, what="copies matching Redis after its restart")
+
+
+@pytest.mark.anyio
+async def test_awkward_external_ids_round_trip_and_never_collide(
+    redis_server: RedisServer,
+) -> None:
+    ids = [
+        "a:b",
+        "a",
+        "b",
+        "{a}",
+        "a}{",
+        "a b",
+        "a%20b",
+        "a%3Ab",
+        "ünïcödé ✓ 客户",
+        "tab\there",
+        "new\nline",
+        "x" * 10_000,
+        "x" * 10_001,
+    ]
+    customers = [Customer("external", i) for i in ids]
+    prepare(redis_server, *customers)
+    assert len({keys.state_key(c, "r-count") for c in customers}) == len(ids)
+    async with make(redis_server) as a, make(redis_server) as b:
+        for n, external in enumerate(ids, start=1):
+            for _ in range(n):
+                await a.track("api_call", external_customer_id=external)
+        for n, external in enumerate(ids, start=1):
+            assert await consumed(a, COUNT, external) == n
+
+            async def b_agrees(external: str = external, n: int = n) -> bool:
+                return await consumed(b, COUNT, external) == n
+
+            await eventually(b_agrees, what=f"b reading {external[:20]!r}")
+    raw = redis_server.client()
+    entries = [cast(Entries, raw.xrange(key)) for key in keys.ALL_OUTBOXES]
+    outbox = b"".join(fields[b"e"] for listing in entries for _, fields in listing).decode()
+    for external in ids:
+        assert external.replace("\n", "\\n").replace("\t", "\\t") in outbox
+
+
+@pytest.mark.anyio
+async def test_concurrent_tracking_loses_no_increment(redis_server: RedisServer) -> None:
+    prepare(redis_server, Customer("external", "c1"))
+    from tests.drivers._async._concurrency import run_concurrently
+
+    async with make(redis_server) as a, make(redis_server) as b:
+
+        async def worker() -> None:
+            for _ in range(100):
+                await a.track("api_call", external_customer_id="c1", metadata={"tokens": 2})
+                await b.track("api_call", external_customer_id="c1", metadata={"tokens": 1})
+
+        await run_concurrently([worker] * 8)
+
+        async def all_counted() -> bool:
+            return all(
+                [
+                    await consumed(a, COUNT, "c1") == 1600,
+                    await consumed(b, COUNT, "c1") == 1600,
+                    await consumed(a, TOKENS, "c1") == 2400,
+                    await consumed(b, TOKENS, "c1") == 2400,
+                ]
+            )
+
+        await eventually(all_counted, what="1600 concurrent events on both instances")
+        assert (await a.balance(COUNT, external_customer_id="c1")).pending == 1600
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"name": "", "external_customer_id": "c1"}, "name"),
+        ({"name": 12, "external_customer_id": "c1"}, "name"),
+        ({"name": "x" * 129, "external_customer_id": "c1"}, "128"),
+        ({"name": "api_call"}, "exactly one"),
+        ({"name": "api_call", "external_customer_id": "c1", "customer_id": "c2"}, "exactly one"),
+        ({"name": "api_call", "customer_id": "not-a-uuid"}, "UUID"),
+        ({"name": "api_call", "external_customer_id": ""}, "non-empty"),
+        ({"name": "api_call", "external_customer_id": "c1", "metadata": {"x": object()}}, "x"),
+        ({"name": "api_call", "external_customer_id": "c1", "metadata": {"x": [1]}}, "x"),
+        ({"name": "e", "external_customer_id": "c1", "metadata": {"x": float("nan")}}, "finite"),
+        ({"name": "e", "external_customer_id": "c1", "metadata": {"x": -float("inf")}}, "finite"),
+        ({"name": "api_call", "external_customer_id": "c1", "metadata": "tokens=3"}, "mapping"),
+        ({"name": "api_call", "external_customer_id": "c1", "metadata": {"x": ""}}, "500"),
+        ({"name": "api_call", "external_customer_id": "c1", "metadata": {1: 2}}, "keys"),
+    ],
+)  # fmt: skip
+async def test_bad_input_raises_before_anything_is_written(
+    redis_server: RedisServer, arguments: dict[str, object], message: str
+) -> None:
+    prepare(redis_server, Customer("external", "c1"))
+    raw = redis_server.client()
+    before = sorted(raw.keys("*"))
+    async with make(redis_server) as a:
+        with pytest.raises(InvalidEvent, match=message):
+            await a.track(**arguments)  # type: ignore[arg-type]
+    assert sorted(raw.keys("*")) == before
+
+
+@pytest.mark.anyio
+async def test_a_read_without_snapshot_raises_not_ready(redis_server: RedisServer) -> None:
+    prepare(redis_server)
+    async with make(redis_server, snapshot_timeout=0.2) as a:
+        with pytest.raises(NotReady, match="no snapshot"):
+            await a.balance(COUNT, external_customer_id="nobody")
+
+
+@pytest.mark.anyio
+async def test_meters_that_cannot_be_read_locally_say_so(redis_server: RedisServer) -> None:
+    prepare(redis_server, Customer("external", "c1"))
+    async with make(redis_server) as a:
+        with pytest.raises(UnknownMeter):
+            await a.balance("no-such-meter", external_customer_id="c1")
+        with pytest.raises(UnsupportedMeter, match="unique"):
+            await a.balance(UNIQUE, external_customer_id="c1")
+
+
+@pytest.mark.anyio
+async def test_track_without_any_configuration_raises_not_ready(
+    redis_server: RedisServer,
+) -> None:
+    async with make(redis_server, snapshot_timeout=0.2) as a:
+        with pytest.raises(NotReady, match="configuration"):
+            await a.track("api_call", external_customer_id="c1")
+    assert redis_server.client().dbsize() == 0
+
+
+@pytest.mark.anyio
+async def test_a_snapshot_replaces_buckets_and_keeps_uncounted_events(
+    redis_server: RedisServer,
+) -> None:
+    customer = Customer("external", "c1")
+    prepare(redis_server, customer)
+    async with make(redis_server) as a, make(redis_server) as b:
+        first = await a.track("api_call", external_customer_id="c1", metadata={"tokens": 5})
+        await a.track("api_call", external_customer_id="c1", metadata={"tokens": 7})
+        now = now_us()
+        # Polar synced the bucket and counted the first event only.
+        polar.apply_snapshot(
+            redis_server.client(),
+            customer,
+            cold_until=polar.bucket_of(now) + 300_000_000,
+            as_of=now + 1,
+            now=now + 1,
+            totals={
+                "r-count": Aggregate.of([1.0, 1.0, 1.0]),  # two older events plus the first
+                "r-tokens": Aggregate.of([5.0, 3.0, 3.0]),
+                "r-largest": Aggregate.of([5.0, 3.0, 3.0]),
+            },
+            credited={COUNT: 10.0, TOKENS: 20.0, LARGEST: 5.0},
+            counted={"r-count": [first], "r-tokens": [first], "r-largest": [first]},
+        )
+
+        async def applied() -> bool:
+            got = await b.balance(COUNT, external_customer_id="c1")
+            return got.cold_until is not None and got.credited == 10.0
+
+        await eventually(applied, what="b seeing the snapshot")
+        for instance in (a, b):
+            count = await instance.balance(COUNT, external_customer_id="c1")
+            assert (count.consumed, count.balance, count.pending) == (4, 6, 1)
+            assert await consumed(instance, TOKENS, "c1") == 18
+            assert await consumed(instance, LARGEST, "c1") == 7
+
+
+@pytest.mark.anyio
+async def test_closed_instances_refuse_calls(redis_server: RedisServer) -> None:
+    from outpost_async import OutpostClosed
+
+    prepare(redis_server, Customer("external", "c1"))
+    a = make(redis_server)
+    await a.balance(COUNT, external_customer_id="c1")
+    await a.close()
+    await a.close()
+    with pytest.raises(OutpostClosed):
+        await a.balance(COUNT, external_customer_id="c1")
+    with pytest.raises(OutpostClosed):
+        await a.track("api_call", external_customer_id="c1")

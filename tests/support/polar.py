@@ -1,0 +1,74 @@
+"""Stand-ins for what Polar sends, for tests that run before (or without) the WebSocket: the
+configuration payload, and snapshots applied through the real apply_snapshot script."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from outpost_core import SCRIPT_TEXT, Aggregate, Customer, floor_bucket
+from outpost_core import _keys as keys
+
+HOUR_US = 3_600_000_000
+
+
+def reducer(
+    reducer_id: str,
+    meter_ids: list[str],
+    *,
+    func: str = "count",
+    prop: str | None = None,
+    clauses: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    aggregation: dict[str, Any] = {"func": func}
+    if prop is not None:
+        aggregation["property"] = prop
+    return {
+        "id": reducer_id,
+        "filter": {"conjunction": "and", "clauses": clauses or []},
+        "aggregation": aggregation,
+        "meter_ids": meter_ids,
+    }
+
+
+def configuration(*reducers: dict[str, Any]) -> dict[str, Any]:
+    return {"organization_id": "org", "meters": [], "reducers": list(reducers)}
+
+
+def store_configuration(client: redis.Redis, payload: dict[str, Any]) -> None:
+    client.set(keys.CONFIGURATION_KEY, json.dumps(payload))
+
+
+def apply_snapshot(
+    client: redis.Redis,
+    customer: Customer,
+    *,
+    cold_until: int,
+    as_of: int,
+    now: int,
+    totals: dict[str, Aggregate],
+    credited: dict[str, float],
+    counted: dict[str, list[str]] | None = None,
+    snapshot_id: str = "s-test",
+) -> Any:
+    """Run apply_snapshot as the SDK does: ``counted`` maps reducer id → counted event ids."""
+    counted = counted or {}
+    script = client.register_script(SCRIPT_TEXT["apply_snapshot"])
+    keys_: list[str] = []
+    args: list[Any] = [keys.channel(customer.shard), now, HOUR_US, cold_until, as_of, snapshot_id]
+    args.append(len(credited))
+    for meter_id, units in credited.items():
+        args += [meter_id, units]
+    for reducer_id, aggregate in totals.items():
+        state = keys.state_key(customer, reducer_id)
+        keys_ += [state, keys.events_key(state)]
+        pending = [bytes(f).decode() for f in client.hkeys(keys.events_key(state))]
+        fields = [f for f in pending for e in counted.get(reducer_id, []) if f.endswith(f":{e}")]
+        args += [-1, aggregate.encode(), len(fields), *fields]
+    return script(keys=keys_, args=args)
+
+
+def bucket_of(t_us: int) -> int:
+    return floor_bucket(t_us)
