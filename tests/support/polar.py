@@ -64,7 +64,8 @@ def apply_snapshot(
     for reducer_id, aggregate in totals.items():
         state = keys.state_key(customer, reducer_id)
         keys_ += [state, keys.events_key(state)]
-        pending = [bytes(f).decode() for f in client.hkeys(keys.events_key(state))]
+        listed = client.hkeys(keys.events_key(state))
+        pending = [f.decode() if isinstance(f, bytes) else str(f) for f in listed]
         fields = [f for f in pending for e in counted.get(reducer_id, []) if f.endswith(f":{e}")]
         args += [-1, aggregate.encode(), len(fields), *fields]
     return script(keys=keys_, args=args)
