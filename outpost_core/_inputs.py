@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -39,7 +40,7 @@ class IdentityLoaded:
     """``HGETALL key`` answered."""
 
     key: str
-    fields: Mapping[object, object]
+    fields: Mapping[Any, Any]
 
 
 @attrs.frozen(slots=True)
