@@ -77,3 +77,10 @@ def open_pubsub(client: Redis) -> Any:
 
 async def close_pubsub(pubsub: Any) -> None:
     await pubsub.aclose()
+
+
+async def call_back(function: Callable[..., Any], *args: Any) -> None:
+    """Call a user callback, awaiting it if it is a coroutine function."""
+    result = function(*args)
+    if asyncio.iscoroutine(result):
+        await result

@@ -12,16 +12,28 @@ import contextlib
 import json
 import logging
 import os
+import random
+import socket
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol
 
+import httpx
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
-from outpost_async._backend import CoreLock, Signal, Worker, close_pubsub, open_pubsub, sleep
+from outpost_async._backend import (
+    CoreLock,
+    Signal,
+    Worker,
+    call_back,
+    close_pubsub,
+    open_pubsub,
+    sleep,
+)
 from outpost_core import (
     ALL_CHANNELS,
     CONFIGURATION_KEY,
@@ -44,13 +56,37 @@ from outpost_core import (
     StoreConfiguration,
     SubscriberRestarted,
     Tick,
+    _keys,
     to_us,
+)
+from outpost_core._delivery import (
+    GROUP,
+    Action,
+    BatchAnswered,
+    BatchFailed,
+    ClaimStale,
+    Delivery,
+    DeliverySettings,
+    Done,
+    OutboxRead,
+    Outcome,
+    PostBatch,
+    ReadOutbox,
+    RefreshClaim,
+    ReportDropped,
+    Reported,
+    Settled,
+    SettleScript,
+    Sleep,
+    retry_after,
 )
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
 _POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadlines again
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
+_USER_AGENT = "outpost-python/0.1.0"
+DroppedCallback = Callable[[list[dict[str, Any]], str], Any]
 
 
 class Clock(Protocol):
@@ -70,6 +106,10 @@ class AsyncOutpost:
         on_dropped: called with the events Polar will never count, and why.
         telemetry: ``False`` (or env ``POLAR_OUTPOST_TELEMETRY=0``) records and sends nothing.
         clock: where event timestamps come from (an object with ``now() -> datetime``).
+        max_in_flight: ingestion requests this instance may have open at once.
+        batch_size, linger: a batch goes when it holds ``batch_size`` events or its first event
+            has waited ``linger`` seconds.
+        claim_idle: seconds after which another instance's unsettled events are taken over.
     """
 
     def __init__(
@@ -81,17 +121,28 @@ class AsyncOutpost:
         server_url: str | None = None,
         snapshot_timeout: float = 5.0,
         max_attempts: int = 10,
-        on_dropped: Any = None,
+        on_dropped: DroppedCallback | None = None,
         telemetry: bool = True,
         clock: Clock | None = None,
+        max_in_flight: int = 1,
+        batch_size: int = 500,
+        linger: float = 0.2,
+        claim_idle: float = 300.0,
         logger: logging.Logger | None = None,
     ) -> None:
         self._log = logger or logging.getLogger("outpost")
         self._core = Session(Settings(snapshot_timeout=snapshot_timeout), self._log)
         self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
         self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
-        self._max_attempts = max_attempts
+        self._delivery_settings = DeliverySettings(
+            batch_size=batch_size, linger=linger, max_attempts=max_attempts, claim_idle=claim_idle
+        )
+        self._max_in_flight = max_in_flight
         self._on_dropped = on_dropped
+        self._deliveries: list[Delivery] = []
+        self._flushing = 0
+        self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._http: httpx.AsyncClient | None = None
         self._telemetry = telemetry and os.environ.get("POLAR_OUTPOST_TELEMETRY", "1") != "0"
         self._clock = clock
         self._owns_redis = redis is None
@@ -130,21 +181,70 @@ class AsyncOutpost:
             self._started = True
         await self._read_cached_configuration()
         self._workers.append(Worker("outpost-subscriber", self._subscribe_forever))
+        if self._access_token:
+            self._http = httpx.AsyncClient(
+                base_url=self._server_url,
+                headers={
+                    "Authorization": f"Bearer {self._access_token}",
+                    "User-Agent": _USER_AGENT,
+                },
+                timeout=httpx.Timeout(30.0, connect=5.0),
+            )
+            for n in range(self._max_in_flight):
+                delivery = Delivery(self._delivery_settings, random.Random(), time.monotonic())
+                self._deliveries.append(delivery)
+                self._workers.append(Worker(f"outpost-delivery-{n}", self._delivery_loop(delivery)))
+        else:
+            self._log.warning(
+                "outpost has no access token: events stay queued in Redis until an instance "
+                "with a token delivers them"
+            )
 
-    async def flush(self, timeout: float = 10.0) -> None:
-        """Deliver what is queued. (Delivery to Polar arrives with the metering issue.)"""
+    async def flush(self, timeout: float = 10.0) -> bool:
+        """Deliver every event queued when the call started, by any instance.
+
+        Returns ``True`` once each was delivered or dropped (and reported), ``False`` if some
+        were still queued after ``timeout`` seconds (they stay queued, nothing is lost).
+        """
         await self._ensure_started()
+        marks = await self._outbox_marks()
+        deadline = time.monotonic() + timeout
+        self._flushing += 1
+        self._signal.fire()
+        try:
+            while True:
+                version = self._signal.version
+                if await self._outbox_settled(marks):
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                await self._signal.wait(version, min(remaining, 0.05))
+        finally:
+            self._flushing -= 1
 
-    async def close(self) -> None:
-        """Stop the background work and release connections. Safe to call twice."""
+    async def close(self, timeout: float = 10.0) -> None:
+        """Flush (up to ``timeout`` seconds), stop the background work and release connections.
+        Safe to call twice."""
         if self._closed:
             return
+        if self._started and self._deliveries:
+            with contextlib.suppress(RedisError, OSError):
+                await self.flush(timeout)
         self._closed = True
+        self._signal.fire()
         for worker in self._workers:
             await worker.stop()
         self._workers.clear()
+        if self._http is not None:
+            await self._http.aclose()
         if self._owns_redis:
             await self._redis.aclose()
+
+    @property
+    def delivery_stalled(self) -> str | None:
+        """Why delivery to Polar is stalled (a rejected token, a wrong URL), or ``None``."""
+        return next((d.stalled for d in self._deliveries if d.stalled), None)
 
     @property
     def subscribed(self) -> bool:
@@ -365,6 +465,125 @@ class AsyncOutpost:
                 with contextlib.suppress(RedisError, OSError):
                     await close_pubsub(pubsub)
 
+    # -- delivery -----------------------------------------------------------------------------
+
+    def _delivery_loop(self, delivery: Delivery) -> Callable[[], Any]:
+        async def loop() -> None:
+            await self._create_groups()
+            while not self._closed:
+                delivery.flushing = self._flushing > 0
+                action = delivery.poll(time.monotonic())
+                outcome = await self._act(action)
+                delivery.handle(outcome, time.monotonic(), self._now_us())
+                if isinstance(outcome, Settled):
+                    self._signal.fire()
+
+        return loop
+
+    async def _act(self, action: Action) -> Outcome:
+        """Do one delivery action. Redis failures are retried here until they succeed (or the
+        instance closes): settling must not be skipped, and a read can simply wait."""
+        backoff = 0.05
+        while True:
+            try:
+                return await self._act_once(action)
+            except (RedisError, OSError) as exc:
+                if self._closed:
+                    return OutboxRead([]) if isinstance(action, ReadOutbox) else Done()
+                if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
+                    await self._create_groups()  # Redis lost its data (restart without AOF)
+                else:
+                    self._log.warning("outpost delivery: Redis failed (%s); retrying", exc)
+                await sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    async def _act_once(self, action: Action) -> Outcome:
+        if isinstance(action, ReadOutbox):
+            block = int(action.block * 1000)
+            reply = await self._redis.xreadgroup(
+                GROUP,
+                self._consumer,
+                dict.fromkeys(_keys.ALL_OUTBOXES, ">"),
+                count=action.count,
+                block=block if block > 0 else None,
+            )
+            return OutboxRead(_stream_entries(reply))
+        if isinstance(action, PostBatch):
+            return await self._post(action)
+        if isinstance(action, SettleScript):
+            reply = await self._scripts[action.script](keys=action.keys, args=action.args)
+            with self._lock:
+                self._core.handle(ScriptReplied(reply))
+            return Settled(reply)
+        if isinstance(action, ReportDropped):
+            if self._on_dropped is None:
+                self._log.error("outpost dropped %d events: %s", len(action.events), action.reason)
+            else:
+                try:
+                    await call_back(self._on_dropped, list(action.events), action.reason)
+                except Exception:
+                    self._log.exception("outpost: on_dropped raised")
+            return Reported()
+        if isinstance(action, RefreshClaim):
+            for stream, ids in _group_ids(action.entries).items():
+                await self._redis.xclaim(stream, GROUP, self._consumer, 0, ids, justid=True)
+            return Done()
+        if isinstance(action, ClaimStale):
+            entries: list[tuple[str, str, Any]] = []
+            for stream in _keys.ALL_OUTBOXES:
+                reply = await self._redis.xautoclaim(
+                    stream,
+                    GROUP,
+                    self._consumer,
+                    int(action.min_idle * 1000),
+                    start_id="0-0",
+                    count=action.count,
+                )
+                entries += [(stream, i, f) for i, f in _entries(reply[1]) if f is not None]
+            return OutboxRead(entries)
+        if isinstance(action, Sleep):
+            version = self._signal.version
+            await self._signal.wait(version, min(action.until - time.monotonic(), _POLL))
+            return Done()
+        raise AssertionError(f"unknown delivery action {action!r}")  # pragma: no cover
+
+    async def _post(self, action: PostBatch) -> Outcome:
+        assert self._http is not None
+        try:
+            response = await self._http.post(
+                "/v1/events/ingest",
+                content=action.body,
+                headers={"Content-Type": "application/json"},
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            return BatchFailed(f"could not connect to Polar: {exc!r}", maybe_sent=False)
+        except httpx.HTTPError as exc:
+            return BatchFailed(f"ingestion request failed: {exc!r}", maybe_sent=True)
+        wait = retry_after(response.headers.get("Retry-After"), self._now_us())
+        return BatchAnswered(response.status_code, response.content, wait)
+
+    async def _create_groups(self) -> None:
+        for stream in _keys.ALL_OUTBOXES:
+            try:
+                await self._redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    async def _outbox_marks(self) -> dict[str, bytes | str]:
+        marks: dict[str, bytes | str] = {}
+        for stream in _keys.ALL_OUTBOXES:
+            last = await self._redis.xrevrange(stream, count=1)
+            if last and last[0][0] is not None:
+                marks[stream] = last[0][0]
+        return marks
+
+    async def _outbox_settled(self, marks: dict[str, bytes | str]) -> bool:
+        for stream, mark in marks.items():
+            if await self._redis.xrange(stream, max=mark, count=1):
+                return False
+        return True
+
     def _take(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         if kind in ("smessage", b"smessage"):
@@ -377,6 +596,32 @@ class AsyncOutpost:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entries(listing: Any) -> list[tuple[str, Any]]:
+    return [(_text(entry_id), fields) for entry_id, fields in listing or []]
+
+
+def _stream_entries(reply: Any) -> list[tuple[str, str, Any]]:
+    """XREADGROUP's answer (RESP2 list or RESP3 dict) as (stream, id, fields)."""
+    streams = reply.items() if isinstance(reply, dict) else (reply or [])
+    out: list[tuple[str, str, Any]] = []
+    for stream, listing in streams:
+        if isinstance(listing, list) and listing and isinstance(listing[0], list):
+            listing = listing[0]  # RESP3 wraps each stream's entries once more
+        out += [(_text(stream), i, f) for i, f in _entries(listing) if f is not None]
+    return out
+
+
+def _group_ids(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for stream, entry_id in pairs:
+        out.setdefault(stream, []).append(entry_id)
+    return out
 
 
 def _redis_from_url(url: str) -> Redis:

@@ -72,3 +72,8 @@ def open_pubsub(client: Redis) -> Any:
 
 def close_pubsub(pubsub: Any) -> None:
     pubsub.close()
+
+
+def call_back(function: Callable[..., Any], *args: Any) -> None:
+    """Call a user callback."""
+    function(*args)

@@ -1,0 +1,467 @@
+"""Delivery of the outbox to Polar's ingestion API: batching, retries, splitting, settling.
+
+Theory of operation
+-------------------
+``track()`` appends every event to its shard's outbox stream in the same script that reduces it,
+so an event that ``track()`` returned for is durable before delivery starts. Each instance runs
+one (or ``max_in_flight``) delivery loops; each loop owns a :class:`Delivery` and repeats::
+
+    action = delivery.poll(now)     # what to do next
+    ...do it...                     # XREADGROUP, POST, a script, a callback, or sleep
+    delivery.handle(outcome)        # what came of it
+
+A loop reads up to ``batch_size`` entries, lingers up to ``linger`` seconds for more, and posts
+one batch. Every batch ends in one of two ways, whatever the number of attempts:
+
+* **delivered** (2xx): the ``acknowledge`` script marks its events acknowledged and removes the
+  entries from the outbox;
+* **dropped**: Polar refused an event for good (a 422 that points at it, or a batch of one that a
+  400/413/422 refuses), or ``max_attempts`` failed. ``on_dropped`` hears of it, then the
+  ``confirm`` script removes the events from pending everywhere. When an attempt may have reached
+  Polar (a timeout, a reset connection) Polar may hold the events after all: they are settled with
+  ``acknowledge`` instead, so they keep counting until a snapshot counts them or the pending limit
+  passes, which keeps the local balance on the safe side.
+
+A failed attempt changes nothing in Redis. A 422 that names its bad events splits the batch: the
+named events are dropped and the rest go again at once. A 400, 413 or a 422 without usable
+locations bisects the batch until the bad event stands alone. 429 and 503 wait for Retry-After
+(429s do not use up attempts: the rate limit is a budget, not a failure). 401, 403 and 404 mean
+a configuration mistake that no retry within this process fixes, but that dropping would make
+permanent: the loop stalls and retries slowly, logging an error each time.
+
+Entries another instance read and never settled (it died) are claimed once idle for
+``claim_idle`` seconds; a loop refreshes the claim on its own entries before each attempt so a
+slow retry is never mistaken for a dead instance.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from . import _keys
+from .errors import UsageError
+
+GROUP = "outpost"
+_SHARD_OF_STREAM = {stream: shard for shard, stream in enumerate(_keys.ALL_OUTBOXES)}
+
+
+class Random(Protocol):
+    def random(self) -> float: ...
+
+
+@attrs.frozen(kw_only=True)
+class DeliverySettings:
+    batch_size: int = 500
+    linger: float = 0.2
+    max_attempts: int = 10
+    backoff_base: float = 0.5
+    backoff_cap: float = 60.0
+    stall_delay: float = 30.0
+    claim_idle: float = 300.0
+    claim_interval: float = 30.0
+    read_block: float = 1.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.batch_size < 1 or self.max_attempts < 1:
+            raise UsageError("batch_size and max_attempts must be at least 1")
+        if min(self.linger, self.backoff_base, self.claim_idle, self.read_block) < 0:
+            raise UsageError("delivery delays must not be negative")
+
+
+@attrs.frozen(slots=True)
+class OutboxEntry:
+    stream: str
+    id: str
+    item: bytes
+    """The event as an item of the ingestion body (JSON), exactly as track() queued it."""
+    field: str
+    """Its events-hash field, ``<bucket>:<event id>``."""
+    states: tuple[str, ...]
+    """The state keys of the identities it counts in."""
+
+
+# -- actions (what the loop must do next) ---------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class ReadOutbox:
+    """``XREADGROUP GROUP outpost <consumer> COUNT count BLOCK block STREAMS <all> >...``"""
+
+    count: int
+    block: float
+
+
+@attrs.frozen(slots=True)
+class ClaimStale:
+    """``XAUTOCLAIM`` on every outbox stream for entries idle at least ``min_idle`` seconds."""
+
+    min_idle: float
+    count: int
+
+
+@attrs.frozen(slots=True)
+class RefreshClaim:
+    """``XCLAIM ... JUSTID`` the batch's entries to this consumer, resetting their idle time."""
+
+    entries: tuple[tuple[str, str], ...]
+
+
+@attrs.frozen(slots=True)
+class PostBatch:
+    """``POST /v1/events/ingest`` with ``body``; report :class:`BatchAnswered` or
+    :class:`BatchFailed`."""
+
+    body: bytes
+    size: int
+
+
+@attrs.frozen(slots=True)
+class SettleScript:
+    """Run ``acknowledge`` or ``confirm`` for one shard; report :class:`Settled`."""
+
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+
+
+@attrs.frozen(slots=True)
+class ReportDropped:
+    """Call ``on_dropped(events, reason)``; report :class:`Reported`."""
+
+    events: tuple[dict[str, Any], ...]
+    reason: str
+
+
+@attrs.frozen(slots=True)
+class Sleep:
+    """Nothing to do before ``until`` (monotonic seconds), unless flushing starts."""
+
+    until: float
+
+
+Action = ReadOutbox | ClaimStale | RefreshClaim | PostBatch | SettleScript | ReportDropped | Sleep
+
+
+# -- outcomes ---------------------------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class OutboxRead:
+    entries: Sequence[tuple[str, str, Mapping[Any, Any]]]
+    """(stream, entry id, fields) as Redis answered."""
+
+
+@attrs.frozen(slots=True)
+class BatchAnswered:
+    status: int
+    body: bytes = b""
+    retry_after: float | None = None
+
+
+@attrs.frozen(slots=True)
+class BatchFailed:
+    reason: str
+    maybe_sent: bool
+    """Whether Polar may have received the request (a timeout or reset after sending)."""
+
+
+@attrs.frozen(slots=True)
+class Settled:
+    reply: object = None
+
+
+@attrs.frozen(slots=True)
+class Reported:
+    pass
+
+
+@attrs.frozen(slots=True)
+class Done:
+    """The previous action (claim refresh, claim) finished; nothing to report."""
+
+
+Outcome = OutboxRead | BatchAnswered | BatchFailed | Settled | Reported | Done
+
+
+@attrs.define
+class _Batch:
+    entries: list[OutboxEntry]
+    attempts: int = 0
+    maybe_sent: bool = False
+    not_before: float = 0.0
+    refreshed: bool = False
+
+
+class Delivery:
+    """One delivery loop's policy. Not thread-safe: one loop drives it."""
+
+    def __init__(self, settings: DeliverySettings, rng: Random, now: float) -> None:
+        self.settings = settings
+        self._rng = rng
+        self._buffer: list[OutboxEntry] = []
+        self._buffer_since: float | None = None
+        self._batches: list[_Batch] = []  # splits waiting their turn, first is current
+        self._work: list[Action] = []  # settle scripts and reports of the batch that ended
+        self._awaiting: type | None = None
+        self._next_claim = now
+        self.flushing = False
+        self.delivered = 0
+        self.dropped = 0
+        self.rejected_entries = 0
+        self.rate_limited = 0
+        self._wall_us = 0
+        self.stalled: str | None = None
+        """Why delivery is stalled (a 401/403/404), for operators; ``None`` when it is not."""
+
+    # -- the loop's questions -----------------------------------------------------------------
+
+    def poll(self, now: float) -> Action:
+        if self._awaiting is not None:
+            raise UsageError(f"report the outcome of the last action first ({self._awaiting})")
+        action = self._choose(now)
+        self._awaiting = type(action)
+        return action
+
+    def _choose(self, now: float) -> Action:
+        s = self.settings
+        if self._work:
+            return self._work.pop(0)
+        if self._batches:
+            batch = self._batches[0]
+            if batch.not_before > now:
+                return Sleep(batch.not_before)
+            if not batch.refreshed:
+                batch.refreshed = True
+                return RefreshClaim(tuple((e.stream, e.id) for e in batch.entries))
+            return PostBatch(body=_body(batch.entries), size=len(batch.entries))
+        if now >= self._next_claim:
+            self._next_claim = now + s.claim_interval
+            return ClaimStale(min_idle=s.claim_idle, count=s.batch_size)
+        if len(self._buffer) >= s.batch_size:
+            return self._start_batch()
+        if self._buffer:
+            assert self._buffer_since is not None
+            due = self._buffer_since + s.linger
+            if now >= due or self.flushing:
+                return self._start_batch()
+            return ReadOutbox(count=s.batch_size - len(self._buffer), block=due - now)
+        return ReadOutbox(count=s.batch_size, block=0 if self.flushing else s.read_block)
+
+    def _start_batch(self) -> PostBatch | RefreshClaim:
+        entries = self._buffer[: self.settings.batch_size]
+        self._buffer = self._buffer[self.settings.batch_size :]
+        self._buffer_since = None if not self._buffer else self._buffer_since
+        self._batches.append(_Batch(entries=entries, refreshed=True))
+        return PostBatch(body=_body(entries), size=len(entries))
+
+    @property
+    def idle(self) -> bool:
+        """Nothing read and unsettled: a flush may end once the outbox is empty too."""
+        return not (self._buffer or self._batches or self._work)
+
+    # -- outcomes -----------------------------------------------------------------------------
+
+    def handle(self, outcome: Outcome, now: float, wall_us: int) -> None:
+        """Report what came of the last action; ``now`` is monotonic seconds, ``wall_us`` the
+        wall clock (acknowledgement times are compared with snapshot times)."""
+        expected, self._awaiting = self._awaiting, None
+        self._wall_us = wall_us
+        if expected is None:
+            raise UsageError(f"{type(outcome).__name__} reported with no action outstanding")
+        if isinstance(outcome, OutboxRead):
+            self._read(outcome, now)
+        elif isinstance(outcome, BatchAnswered):
+            self._answered(outcome, now)
+        elif isinstance(outcome, BatchFailed):
+            self._failed(outcome, now)
+        elif not isinstance(outcome, Settled | Reported | Done):
+            raise UsageError(f"not a delivery outcome: {outcome!r}")
+
+    def _read(self, outcome: OutboxRead, now: float) -> None:
+        malformed: list[tuple[str, str]] = []
+        for stream, entry_id, fields in outcome.entries:
+            entry = _entry(stream, entry_id, fields)
+            if entry is None:
+                malformed.append((stream, entry_id))
+                continue
+            if not self._buffer:
+                self._buffer_since = now
+            self._buffer.append(entry)
+        if malformed:
+            self.rejected_entries += len(malformed)
+            for stream, ids in _by_stream(malformed).items():
+                self._work.append(_settle("confirm", stream, ids, [], self._wall_us))
+
+    def _answered(self, outcome: BatchAnswered, now: float) -> None:
+        batch = self._batches[0]
+        status = outcome.status
+        if 200 <= status < 300:
+            self._batches.pop(0)
+            self.stalled = None
+            self.delivered += len(batch.entries)
+            self._settle(batch.entries, "acknowledge")
+        elif status == 422 and (bad := _bad_indexes(outcome.body, len(batch.entries))):
+            self._batches.pop(0)
+            dropped = [e for i, e in enumerate(batch.entries) if i in bad]
+            rest = [e for i, e in enumerate(batch.entries) if i not in bad]
+            self._drop(dropped, "rejected by Polar (422)", definitive=True)
+            if rest:
+                self._batches.insert(0, _Batch(rest, batch.attempts, batch.maybe_sent, now))
+        elif status in (400, 413, 422):
+            self._batches.pop(0)
+            if len(batch.entries) == 1:
+                self._drop(batch.entries, f"rejected by Polar ({status})", definitive=True)
+            else:
+                half = len(batch.entries) // 2
+                for part in (batch.entries[half:], batch.entries[:half]):
+                    self._batches.insert(0, _Batch(part, batch.attempts, batch.maybe_sent, now))
+        elif status in (401, 403, 404):
+            self.stalled = f"Polar answered {status}: check the access token and server URL"
+            batch.not_before = now + self.settings.stall_delay
+            batch.refreshed = False
+        elif status == 429:
+            batch.not_before = now + max(outcome.retry_after or 0.0, self._backoff(1))
+            batch.refreshed = False
+            self.rate_limited += 1
+        else:
+            self._retry(batch, f"Polar answered {status}", now, outcome.retry_after, False)
+
+    def _failed(self, outcome: BatchFailed, now: float) -> None:
+        self._retry(self._batches[0], outcome.reason, now, None, outcome.maybe_sent)
+
+    def _retry(
+        self, batch: _Batch, reason: str, now: float, retry_after: float | None, maybe: bool
+    ) -> None:
+        batch.attempts += 1
+        batch.maybe_sent = batch.maybe_sent or maybe
+        if batch.attempts >= self.settings.max_attempts:
+            self._batches.pop(0)
+            why = f"{reason}, after {batch.attempts} attempts"
+            self._drop(batch.entries, why, definitive=not batch.maybe_sent)
+            return
+        delay = self._backoff(batch.attempts)
+        batch.not_before = now + max(delay, retry_after or 0.0)
+        batch.refreshed = False
+
+    def _backoff(self, attempt: int) -> float:
+        s = self.settings
+        ceiling: float = min(s.backoff_cap, s.backoff_base * 2.0 ** (attempt - 1))
+        return ceiling * (0.5 + 0.5 * self._rng.random())  # jitter spreads retry storms
+
+    def _drop(self, entries: list[OutboxEntry], reason: str, *, definitive: bool) -> None:
+        self.dropped += len(entries)
+        events = tuple(json.loads(e.item) for e in entries)
+        self._work.append(ReportDropped(events=events, reason=reason))
+        self._settle(entries, "confirm" if definitive else "acknowledge")
+
+    def _settle(self, entries: list[OutboxEntry], script: str) -> None:
+        by_stream: dict[str, list[OutboxEntry]] = {}
+        for entry in entries:
+            by_stream.setdefault(entry.stream, []).append(entry)
+        for stream, group in by_stream.items():
+            self._work.append(_settle(script, stream, [e.id for e in group], group, self._wall_us))
+
+
+def _settle(
+    script: str, stream: str, ids: list[str], entries: Sequence[OutboxEntry], wall_us: int
+) -> SettleScript:
+    """The ``acknowledge``/``confirm`` call for entries of one stream."""
+    shard = _SHARD_OF_STREAM[stream]
+    fields: dict[str, list[str]] = {}
+    for entry in entries:
+        for state in entry.states:
+            fields.setdefault(state, []).append(entry.field)
+    keys = [stream]
+    args = [_keys.channel(shard), GROUP, str(wall_us), str(len(ids)), *ids]
+    for state, names in fields.items():
+        keys += (state, _keys.events_key(state))
+        args += ("-1", str(len(names)), *names)
+    return SettleScript(script=script, keys=tuple(keys), args=tuple(args))
+
+
+def _by_stream(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for stream, entry_id in pairs:
+        out.setdefault(stream, []).append(entry_id)
+    return out
+
+
+def _body(entries: Sequence[OutboxEntry]) -> bytes:
+    return b'{"events":[' + b",".join(e.item for e in entries) + b"]}"
+
+
+def _text(value: object) -> str | None:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) else None
+
+
+def _entry(stream: object, entry_id: object, fields: Mapping[Any, Any]) -> OutboxEntry | None:
+    stream_s, id_s = _text(stream), _text(entry_id)
+    if stream_s not in _SHARD_OF_STREAM or id_s is None:
+        return None
+    text = {k: v for k, v in ((_text(k), _text(v)) for k, v in fields.items()) if k is not None}
+    item, field, states = text.get("e"), text.get("f"), text.get("k")
+    if item is None or field is None or states is None:
+        return None
+    try:
+        event = json.loads(item)
+        state_list = json.loads(states)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or not isinstance(state_list, list):
+        return None
+    if not all(isinstance(s, str) for s in state_list):
+        return None
+    return OutboxEntry(
+        stream=stream_s, id=id_s, item=item.encode(), field=field, states=tuple(state_list)
+    )
+
+
+def _bad_indexes(body: bytes, size: int) -> set[int]:
+    """The events a 422 points at (``loc = ["body", "events", i, ...]``); empty if unclear."""
+    try:
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError):
+        return set()
+    if not isinstance(detail, list) or not detail:
+        return set()
+    bad: set[int] = set()
+    for item in detail:
+        loc = item.get("loc") if isinstance(item, dict) else None
+        if (
+            not isinstance(loc, list)
+            or len(loc) < 3
+            or loc[:2] != ["body", "events"]
+            or not isinstance(loc[2], int)
+            or isinstance(loc[2], bool)
+            or not 0 <= loc[2] < size
+        ):
+            return set()
+        bad.add(loc[2])
+    return bad
+
+
+def retry_after(header: str | None, wall_us: int) -> float | None:
+    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP date."""
+    if header is None:
+        return None
+    text = header.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        moment = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:
+        return None
+    waited: float = moment.timestamp() - wall_us / 1e6
+    return max(0.0, waited)
