@@ -1,0 +1,140 @@
+"""The emulator's whole state (one organization) and the fan-out of pushes.
+
+Everything here runs on the server's event loop thread, so it needs no locks; the Python API
+reaches it through `asyncio.run_coroutine_threadsafe` (see _server.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from outpost_emulator._auth import DEFAULT_SCOPES, DEFAULT_TOKEN, Tokens
+from outpost_emulator._clock import EmulatorClock
+from outpost_emulator._connections import Connections
+from outpost_emulator._credits import Credits
+from outpost_emulator._customers import CustomerKey, Customers
+from outpost_emulator._faults import Faults
+from outpost_emulator._model import Identity, JsonObject, Meter, Reducer, StoredEvent
+from outpost_emulator._pipeline import Pipeline
+from outpost_emulator._snapshots import Snapshots, build_snapshot
+from outpost_emulator._timeutil import SECOND_US, iso
+
+log = logging.getLogger("outpost_emulator")
+
+# Finds the transport of a client connection (by its address) so a fault can abort it.
+TransportFinder = Callable[[tuple[str, int]], asyncio.Transport | None]
+
+
+class Hub:
+    def __init__(
+        self,
+        *,
+        clock: EmulatorClock | None = None,
+        token: str = DEFAULT_TOKEN,
+        scopes: Iterable[str] = DEFAULT_SCOPES,
+        sync_delay: float = 10.0,
+    ) -> None:
+        if not sync_delay >= 0:
+            raise ValueError("sync_delay must be >= 0 seconds")
+        self.clock = clock or EmulatorClock()
+        self.organization_id = str(uuid.uuid4())
+        self.tokens = Tokens(token, scopes)
+        self.customers = Customers()
+        self.meters: dict[str, Meter] = {}
+        self.reducers: dict[str, Reducer] = {}
+        self.events: list[StoredEvent] = []
+        self.by_external_id: dict[str, StoredEvent] = {}
+        self.by_identity: dict[Identity, list[StoredEvent]] = {}
+        self.pipeline = Pipeline(self.clock.now_us(), round(sync_delay * SECOND_US))
+        self.credits = Credits()
+        self.snapshots = Snapshots()
+        self.faults = Faults()
+        self.connections = Connections()
+        self.counters: Counter[str] = Counter()
+        self.telemetry: list[JsonObject] = []
+        self.transport_finder: TransportFinder | None = None
+
+    def now_us(self) -> int:
+        return self.clock.now_us()
+
+    def active_reducers(self) -> list[Reducer]:
+        return list(self.reducers.values())
+
+    def events_of(self, customer: CustomerKey) -> list[StoredEvent]:
+        found: list[StoredEvent] = []
+        for identity in self.customers.identities(customer):
+            found.extend(self.by_identity.get(identity, []))
+        return found
+
+    # Time ------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Run every sync and seal due by now, then push what they changed."""
+        now = self.now_us()
+        moved = self.pipeline.run_due(now, self.active_reducers())
+        self.snapshots.prune(now)
+        if moved:
+            self.push_snapshots(moved)
+
+    # Pushes ----------------------------------------------------------------------------------
+
+    def push_snapshots(self, changed: Iterable[Identity]) -> None:
+        """A fresh snapshot (request_id null) to every subscription of a changed customer."""
+        customers = {self.customers.resolve(i) for i in changed}
+        customers.discard(None)
+        for connection in self.connections.all():
+            for identity, shown_as in list(connection.subscriptions.items()):
+                if self.customers.resolve(identity) not in customers:
+                    continue
+                payload = build_snapshot(self, identity, shown_as, None)
+                if payload is not None:
+                    self.counters["snapshots_pushed"] += 1
+                    log.info("ws#%d -> pushed snapshot %s", connection.id, payload["snapshot_id"])
+                    connection.send(
+                        {"type": "snapshot", "payload": payload}, self.faults.snapshot_delay_s
+                    )
+
+    def configuration_payload(self) -> JsonObject:
+        return {
+            "organization_id": self.organization_id,
+            "meters": [m.to_json() for m in self.meters.values()],
+            "reducers": [r.to_json() for r in self.reducers.values()],
+        }
+
+    def push_configuration(self) -> None:
+        message = {"type": "configuration", "payload": self.configuration_payload()}
+        for connection in self.connections.all():
+            connection.send(message)
+
+    # Dump ------------------------------------------------------------------------------------
+
+    def state(self) -> JsonObject:
+        now = self.now_us()
+        statuses = Counter(e.status for e in self.events)
+        return {
+            "now": iso(now),
+            "now_us": now,
+            "organization_id": self.organization_id,
+            "clock": {"speed": self.clock.speed, "frozen": self.clock.frozen},
+            "events": {
+                "count": len(self.events),
+                "current": statuses["current"],
+                "waiting": statuses["waiting"],
+                "counted": statuses["counted"],
+            },
+            "customers": [c.to_json() for c in self.customers.all()],
+            "meters": [m.to_json() for m in self.meters.values()],
+            "reducers": [r.to_json() for r in self.reducers.values()],
+            "pipeline": self.pipeline.to_json(now),
+            "cold_until": self.pipeline.cold_until(now),
+            "credits": self.credits.to_json(),
+            "connections": [c.to_json() for c in self.connections.all()],
+            "snapshots_kept": len(self.snapshots),
+            "faults": {**self.faults.to_json(), "syncs_paused": self.pipeline.paused},
+            "tokens": self.tokens.to_json(),
+            "counters": dict(sorted(self.counters.items())),
+        }

@@ -1,0 +1,94 @@
+"""The Starlette application: Polar's routes, the Outpost WebSocket, the admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from outpost_emulator._admin import admin_endpoint
+from outpost_emulator._auth import DEFAULT_SCOPES, DEFAULT_TOKEN
+from outpost_emulator._clock import EmulatorClock
+from outpost_emulator._ingest import ingest_endpoint
+from outpost_emulator._meters import customer_meters_endpoint, meter_endpoint, meters_endpoint
+from outpost_emulator._state import Hub
+from outpost_emulator._telemetry import telemetry_endpoint
+from outpost_emulator._websocket import outpost_endpoint
+
+log = logging.getLogger("outpost_emulator")
+TICK_INTERVAL_S = 0.02  # how often (wall) the scheduler looks for due syncs and seals
+
+
+class DueWorkFirst:
+    """Runs due syncs and seals before every request and WebSocket upgrade, so what a client
+    sees never lags the clock, whatever the scheduler task's timing."""
+
+    def __init__(self, app: ASGIApp, hub: Hub) -> None:
+        self.app = app
+        self.hub = hub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            self.hub.tick()
+        await self.app(scope, receive, send)
+
+
+async def _scheduler(hub: Hub) -> None:
+    while True:
+        await asyncio.sleep(TICK_INTERVAL_S)
+        try:
+            hub.tick()
+        except Exception:  # keep the emulator alive; the error is in the log
+            log.exception("scheduler tick failed")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+def create_app(
+    *,
+    token: str = DEFAULT_TOKEN,
+    clock: EmulatorClock | None = None,
+    sync_delay: float = 10.0,
+    scopes: Iterable[str] = DEFAULT_SCOPES,
+    hub: Hub | None = None,
+) -> Starlette:
+    """A fresh emulator app. Its state is `app.state.hub`; run it with uvicorn, `ws="wsproto"`."""
+    hub = hub or Hub(clock=clock, token=token, scopes=scopes, sync_delay=sync_delay)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(_scheduler(hub))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = Starlette(
+        routes=[
+            Route("/v1/events/ingest", ingest_endpoint, methods=["POST"]),
+            Route("/v1/meters/", meters_endpoint, methods=["GET", "POST"]),
+            Route("/v1/meters/{id}", meter_endpoint, methods=["GET"]),
+            Route("/v1/customer-meters/", customer_meters_endpoint, methods=["GET"]),
+            WebSocketRoute("/v1/outpost/", outpost_endpoint),
+            Route("/v1/outpost/telemetry/v1/{signal}", telemetry_endpoint, methods=["POST"]),
+            Route("/__emulator/{name}", admin_endpoint, methods=["GET", "POST"]),
+        ],
+        exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
+    )
+    app.state.hub = hub
+    app.add_middleware(DueWorkFirst, hub=hub)
+    return app

@@ -1,0 +1,87 @@
+"""The `outpost` command line: `outpost emulator`, `outpost demo`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from outpost_emulator._auth import DEFAULT_TOKEN
+from outpost_emulator._clock import EmulatorClock
+from outpost_emulator._server import transport_finder, uvicorn_config
+from outpost_emulator._state import Hub
+from outpost_emulator.app import create_app
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="outpost", description="Polar Outpost tools.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    emulator = commands.add_parser("emulator", help="run a local Polar emulator (foreground)")
+    emulator.add_argument("--host", default="127.0.0.1")
+    emulator.add_argument("--port", type=int, default=8000)
+    emulator.add_argument("--speed", type=float, default=1.0, help="clock speed factor (>= 1)")
+    emulator.add_argument("--token", default=DEFAULT_TOKEN, help="organization access token")
+    emulator.add_argument(
+        "--sync-delay", type=float, default=10.0, help="seconds after a bucket closes to sync it"
+    )
+    emulator.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+
+    demo = commands.add_parser("demo", help="run the Outpost demo")
+    demo.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the demo")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "demo":
+        return _demo(list(args.args))
+    return _emulator(args)
+
+
+def _emulator(args: argparse.Namespace) -> int:
+    if not args.speed >= 1:
+        print("outpost emulator: --speed must be >= 1", file=sys.stderr)
+        return 2
+    level = getattr(logging, args.log_level.upper())
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    hub = Hub(clock=EmulatorClock(speed=args.speed), token=args.token, sync_delay=args.sync_delay)
+    server = uvicorn.Server(
+        uvicorn_config(create_app(hub=hub), args.host, args.port, log_config=None, log_level=level)
+    )
+    hub.transport_finder = transport_finder(server)
+    logging.getLogger("outpost_emulator").info(
+        "Polar emulator on http://%s:%d (WebSocket ws://%s:%d/v1/outpost/), token %r, speed %g",
+        args.host,
+        args.port,
+        args.host,
+        args.port,
+        args.token,
+        args.speed,
+    )
+    server.run()
+    return 0
+
+
+def _demo(args: list[str]) -> int:
+    try:
+        module = importlib.import_module("outpost_emulator.demo")
+    except ModuleNotFoundError as exc:
+        if exc.name != "outpost_emulator.demo":
+            raise
+        print("outpost demo: the demo is not available in this build yet.", file=sys.stderr)
+        return 2
+    demo_main: Callable[[list[str]], Any] = module.main
+    result = demo_main(args)
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
