@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
@@ -84,3 +85,35 @@ async def call_back(function: Callable[..., Any], *args: Any) -> None:
     result = function(*args)
     if asyncio.iscoroutine(result):
         await result
+
+
+class Stream:
+    """A TCP (or TLS) connection to Polar's WebSocket endpoint."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    async def send(self, data: bytes) -> None:
+        self._writer.write(data)
+        await self._writer.drain()
+
+    async def receive(self, timeout: float) -> bytes | None:
+        """Bytes, ``b""`` at EOF, or ``None`` when nothing came within ``timeout``."""
+        try:
+            return await asyncio.wait_for(self._reader.read(65536), max(timeout, 0))
+        except TimeoutError:
+            return None
+
+    async def close(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await self._writer.wait_closed()
+
+
+async def open_stream(host: str, port: int, tls: bool, timeout: float) -> Stream:
+    context = ssl.create_default_context() if tls else None  # the system's trust store
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(host, port, ssl=context), timeout
+    )
+    return Stream(reader, writer)

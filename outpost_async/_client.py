@@ -28,10 +28,12 @@ from redis.exceptions import RedisError, ResponseError
 from outpost_async._backend import (
     CoreLock,
     Signal,
+    Stream,
     Worker,
     call_back,
     close_pubsub,
     open_pubsub,
+    open_stream,
     sleep,
 )
 from outpost_core import (
@@ -80,6 +82,16 @@ from outpost_core._delivery import (
     Sleep,
     retry_after,
 )
+from outpost_core._effects import CloseConnection, ListPending, OpenConnection, SendBytes
+from outpost_core._inputs import (
+    BytesReceived,
+    ConnectionFailed,
+    ConnectionOpened,
+    ListFailed,
+    PendingListed,
+    ScriptFailed,
+)
+from outpost_core._link import Link, Target
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
@@ -131,9 +143,15 @@ class AsyncOutpost:
         logger: logging.Logger | None = None,
     ) -> None:
         self._log = logger or logging.getLogger("outpost")
-        self._core = Session(Settings(snapshot_timeout=snapshot_timeout), self._log)
         self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
         self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
+        link = None
+        if self._access_token:
+            link = Link(Target.of(self._server_url), self._access_token, random.Random())
+        self._core = Session(Settings(snapshot_timeout=snapshot_timeout), self._log, link)
+        self._stream: Stream | None = None
+        self._want_open: OpenConnection | None = None
+        self._drop_stream = False
         self._delivery_settings = DeliverySettings(
             batch_size=batch_size, linger=linger, max_attempts=max_attempts, claim_idle=claim_idle
         )
@@ -182,6 +200,7 @@ class AsyncOutpost:
         await self._read_cached_configuration()
         self._workers.append(Worker("outpost-subscriber", self._subscribe_forever))
         if self._access_token:
+            self._workers.append(Worker("outpost-websocket", self._link_loop))
             self._http = httpx.AsyncClient(
                 base_url=self._server_url,
                 headers={
@@ -245,6 +264,13 @@ class AsyncOutpost:
     def delivery_stalled(self) -> str | None:
         """Why delivery to Polar is stalled (a rejected token, a wrong URL), or ``None``."""
         return next((d.stalled for d in self._deliveries if d.stalled), None)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the WebSocket to Polar is open. While it is not, warm reads keep answering
+        from memory: the local events keep counting, Polar's totals and credits stay as of the
+        last snapshot applied (by any instance sharing the Redis)."""
+        return self._core.connected
 
     @property
     def subscribed(self) -> bool:
@@ -403,12 +429,90 @@ class AsyncOutpost:
                         reply = await self._script(effect)
                     except RedisUnavailable as exc:
                         self._log.warning("outpost: %s", exc)
+                        if effect.tag is not None:
+                            with self._lock:
+                                self._core.handle(ScriptFailed(effect.tag))
                         continue
                     with self._lock:
-                        self._core.handle(ScriptReplied(reply))
+                        self._core.handle(ScriptReplied(reply, effect.tag))
+                elif isinstance(effect, SendBytes):
+                    await self._send(effect.data)
+                elif isinstance(effect, ListPending):
+                    await self._list_pending(effect)
+                elif isinstance(effect, OpenConnection):
+                    self._want_open = effect
+                elif isinstance(effect, CloseConnection):
+                    self._drop_stream = True
             with self._lock:
                 effects = self._core.effects()
         self._signal.fire()
+
+    async def _send(self, data: bytes) -> None:
+        stream = self._stream
+        if stream is None:
+            return  # the link dropped: what was asked is asked again on reconnect
+        try:
+            await stream.send(data)
+        except OSError as exc:
+            self._log.warning("outpost could not write to the WebSocket: %s", exc)
+            self._drop_stream = True
+
+    async def _list_pending(self, effect: ListPending) -> None:
+        try:
+            fields = {key: list(await self._redis.hkeys(key)) for key in effect.keys}
+        except RedisError as exc:
+            self._log.warning("outpost could not list pending events: %s", exc)
+            with self._lock:
+                self._core.handle(ListFailed(effect.tag))
+            return
+        with self._lock:
+            self._core.handle(PendingListed(effect.tag, fields))
+
+    async def _link_loop(self) -> None:
+        """Keep the WebSocket to Polar open and move its bytes to and from the core."""
+        while not self._closed:
+            version = self._signal.version
+            await self._tick()
+            want, self._want_open = self._want_open, None
+            if want is None:
+                await self._signal.wait(version, self._until_deadline())
+                continue
+            try:
+                stream = await open_stream(want.host, want.port, want.tls, timeout=10.0)
+            except (OSError, TimeoutError) as exc:
+                await self._feed(ConnectionFailed(time.monotonic(), f"cannot connect: {exc}"))
+                continue
+            self._stream, self._drop_stream = stream, False
+            try:
+                await self._feed(ConnectionOpened(time.monotonic()))
+                while not self._closed and not self._drop_stream:
+                    data = await stream.receive(self._until_deadline())
+                    if data is None:
+                        await self._tick()
+                    else:
+                        await self._feed(BytesReceived(time.monotonic(), data))
+                        if not data:
+                            break
+            except (OSError, TimeoutError) as exc:
+                await self._feed(ConnectionFailed(time.monotonic(), f"connection lost: {exc}"))
+            finally:
+                self._stream = None
+                await stream.close()
+
+    async def _feed(self, event: Any) -> None:
+        with self._lock:
+            self._core.handle(event)
+            effects = self._core.effects()
+        await self._run(effects)
+
+    async def _tick(self) -> None:
+        await self._feed(Tick(time.monotonic(), self._now_us()))
+
+    def _until_deadline(self) -> float:
+        deadline = self._core.next_deadline()
+        if deadline is None:
+            return _POLL
+        return min(max(deadline - time.monotonic(), 0.0), _POLL)
 
     async def _load(self, effect: LoadIdentity) -> None:
         try:
@@ -450,7 +554,7 @@ class AsyncOutpost:
                     with self._lock:
                         if message is not None:
                             self._take(message)
-                        self._core.handle(Tick(time.monotonic()))
+                        self._core.handle(Tick(time.monotonic(), self._now_us()))
                         effects = self._core.effects()
                     if effects or message is not None:
                         await self._run(effects)

@@ -13,6 +13,8 @@ class RunScript:
     script: str
     keys: tuple[str, ...]
     args: tuple[str, ...]
+    tag: int | None = None
+    """Echoed in :class:`ScriptReplied` / :class:`ScriptFailed` when the core needs to know."""
 
 
 @attrs.frozen(slots=True)
@@ -30,4 +32,42 @@ class StoreConfiguration:
     text: str
 
 
-Effect = RunScript | LoadIdentity | StoreConfiguration
+@attrs.frozen(slots=True)
+class ListPending:
+    """``HKEYS`` each events hash; report :class:`PendingListed` (or :class:`ListFailed`)."""
+
+    tag: int
+    keys: tuple[str, ...]
+
+
+@attrs.frozen(slots=True)
+class OpenConnection:
+    """Open a TCP connection (TLS when ``tls``, verified with the system store) to Polar's
+    WebSocket host; report :class:`ConnectionOpened` or :class:`ConnectionFailed`."""
+
+    host: str
+    port: int
+    tls: bool
+
+
+@attrs.frozen(slots=True)
+class SendBytes:
+    """Write ``data`` to the WebSocket connection (drop it if there is none any more)."""
+
+    data: bytes
+
+
+@attrs.frozen(slots=True)
+class CloseConnection:
+    """Close the WebSocket connection's socket; no report is needed."""
+
+
+Effect = (
+    RunScript
+    | LoadIdentity
+    | StoreConfiguration
+    | ListPending
+    | OpenConnection
+    | SendBytes
+    | CloseConnection
+)

@@ -21,6 +21,14 @@ class ScriptReplied:
     """A script of ours answered (the raw reply, bytes or text)."""
 
     reply: object
+    tag: int | None = None
+
+
+@attrs.frozen(slots=True)
+class ScriptFailed:
+    """A tagged script could not run (Redis failed)."""
+
+    tag: int
 
 
 @attrs.frozen(slots=True)
@@ -52,14 +60,58 @@ class LoadFailed:
 
 @attrs.frozen(slots=True)
 class Tick:
-    """Time passed (monotonic seconds); deadlines at or before ``now`` fire."""
+    """Time passed: ``now`` is monotonic seconds (deadlines at or before it fire), ``wall_us``
+    the wall clock in microseconds since the epoch."""
 
     now: float
+    wall_us: int = 0
+
+
+@attrs.frozen(slots=True)
+class PendingListed:
+    """The fields of each events hash a :class:`ListPending` asked for."""
+
+    tag: int
+    fields: Mapping[str, list[Any]]
+
+
+@attrs.frozen(slots=True)
+class ListFailed:
+    tag: int
+
+
+@attrs.frozen(slots=True)
+class ConnectionOpened:
+    """The TCP (and TLS) connection to Polar is open."""
+
+    now: float
+
+
+@attrs.frozen(slots=True)
+class ConnectionFailed:
+    """Opening failed, or the open connection broke."""
+
+    now: float
+    reason: str
+
+
+@attrs.frozen(slots=True)
+class BytesReceived:
+    """Bytes from the WebSocket connection; ``b""`` means the peer closed it."""
+
+    now: float
+    data: bytes
 
 
 Input = (
     ConfigurationReceived
     | ScriptReplied
+    | ScriptFailed
+    | PendingListed
+    | ListFailed
+    | ConnectionOpened
+    | ConnectionFailed
+    | BytesReceived
     | ChangePublished
     | SubscriberRestarted
     | IdentityLoaded

@@ -38,17 +38,25 @@ from ._effects import Effect, LoadIdentity, RunScript, StoreConfiguration
 from ._event import build_event, customer_of
 from ._filters import InvalidDefinition
 from ._inputs import (
+    BytesReceived,
     ChangePublished,
     ConfigurationReceived,
+    ConnectionFailed,
+    ConnectionOpened,
     IdentityLoaded,
     Input,
+    ListFailed,
     LoadFailed,
+    PendingListed,
+    ScriptFailed,
     ScriptReplied,
     SubscriberRestarted,
     Tick,
 )
 from ._keys import Customer
+from ._link import Link, LinkState
 from ._mirror import Mirror, Offer
+from ._remote import Remote
 from ._time import HOUR_US, floor_bucket
 from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError
 
@@ -76,8 +84,16 @@ ReadKey = tuple[str, str | None, str | None]
 
 
 class Session:
-    def __init__(self, settings: Settings | None = None, logger: logging.Logger | None = None):
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        logger: logging.Logger | None = None,
+        link: Link | None = None,
+    ) -> None:
+        """``link`` is the WebSocket to Polar; without one (no access token) the session reads
+        whatever snapshots other instances apply to the shared Redis."""
         self.settings = settings or Settings()
+        self.remote = Remote(self, link) if link is not None else None
         self.log = logger or logging.getLogger("outpost")
         self.configuration: Configuration | None = None
         self._configuration_text: str | None = None
@@ -92,8 +108,30 @@ class Session:
 
     def handle(self, event: Input) -> None:
         """Take one input. Then drain :meth:`effects` and run them."""
-        if isinstance(event, ScriptReplied | ChangePublished):
-            self._changes(event.reply if isinstance(event, ScriptReplied) else event.data)
+        remote = self.remote
+        if isinstance(event, ScriptReplied):
+            self._changes(event.reply)
+            if event.tag is not None and remote is not None:
+                remote.applied(event.tag)
+        elif isinstance(event, ChangePublished):
+            self._changes(event.data)
+        elif isinstance(event, BytesReceived | ConnectionOpened | ConnectionFailed):
+            if remote is None:
+                raise UsageError(f"{type(event).__name__} but this session has no link")
+            if isinstance(event, BytesReceived):
+                remote.received(event.data, event.now)
+            elif isinstance(event, ConnectionOpened):
+                remote.opened(event.now)
+            else:
+                remote.failed(event.now, event.reason)
+        elif isinstance(event, PendingListed | ListFailed | ScriptFailed):
+            if remote is not None:
+                if isinstance(event, PendingListed):
+                    remote.listed(event.tag, event.fields)
+                elif isinstance(event, ListFailed):
+                    remote.list_failed(event.tag)
+                else:
+                    remote.apply_failed(event.tag)
         elif isinstance(event, IdentityLoaded):
             self._loaded(event.key, event.fields)
         elif isinstance(event, LoadFailed):
@@ -106,7 +144,7 @@ class Session:
         elif isinstance(event, ConfigurationReceived):
             self._configure(event.payload, event.from_cache)
         elif isinstance(event, Tick):
-            self._tick(event.now)
+            self._tick(event.now, event.wall_us)
         else:
             raise UsageError(f"not an input: {event!r}")
 
@@ -117,7 +155,34 @@ class Session:
 
     def next_deadline(self) -> float | None:
         """The earliest monotonic time at which a :class:`Tick` has work to do."""
-        return min(self._retry_at.values(), default=None)
+        deadlines = list(self._retry_at.values())
+        if self.remote is not None and (link := self.remote.link.next_deadline()) is not None:
+            deadlines.append(link)
+        return min(deadlines, default=None)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the WebSocket to Polar is open."""
+        return self.remote is not None and self.remote.link.state is LinkState.OPEN
+
+    # -- what the remote side needs (see _remote.Host) ----------------------------------------
+
+    def emit(self, effect: Effect) -> None:
+        self._effects.append(effect)
+
+    def configure(self, payload: object) -> None:
+        self._configure(payload, from_cache=False)
+
+    def known_rev(self, state_key: str) -> int:
+        mirror = self._mirrors.get(state_key)
+        return mirror.rev if mirror is not None and mirror.loaded else -1
+
+    def reject(self, kind: str, detail: str) -> None:
+        self._reject(kind, detail)
+
+    @property
+    def pending_limit_us(self) -> int:
+        return self.settings.pending_limit_us
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -219,6 +284,8 @@ class Session:
         mirror = self._follow(customer, reducer.id)
         if not mirror.loaded or mirror.state.cold_until is None:
             return None
+        if self.remote is not None and not self.remote.follow(customer).applied:
+            return None
         balance = compute_balance(meter_id, customer, reducer.aggregation.func, mirror.state)
         self._balances[(meter_id, external_customer_id, customer_id)] = balance
         return balance
@@ -234,7 +301,13 @@ class Session:
         mirror = self._mirrors.get(_keys.state_key(customer, reducer.id))
         if mirror is None or not mirror.loaded:
             return f"the local state of {customer} could not be loaded from Redis"
-        return f"no snapshot from Polar for {customer} yet"
+        if self.remote is None:
+            return f"no snapshot for {customer} in Redis yet (this instance has no access token)"
+        link = self.remote.link
+        status = link.state.value
+        if link.state is not LinkState.OPEN and link.last_error:
+            status += f": {link.last_error}"
+        return f"no snapshot from Polar for {customer} yet (WebSocket {status})"
 
     def _reducer(self, meter_id: str) -> Reducer | None:
         if self.configuration is None:
@@ -255,6 +328,8 @@ class Session:
         if mirror is None:
             mirror = self._mirrors[key] = Mirror(key, customer, reducer_id)
             self._load(mirror)
+            if self.remote is not None:
+                self.remote.follow(customer)
         return mirror
 
     @property
@@ -310,8 +385,11 @@ class Session:
         for meter_id in meter_ids:
             self._balances.pop((meter_id, ext, cid), None)
 
-    def _tick(self, now: float) -> None:
+    def _tick(self, now: float, wall_us: int) -> None:
         self._now = now
+        if self.remote is not None:
+            self.remote.wall_us = wall_us
+            self.remote.tick(now)
         for key, due in list(self._retry_at.items()):
             if due <= now:
                 self._load(self._mirrors[key])

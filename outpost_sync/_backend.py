@@ -5,6 +5,10 @@ The twin of ``outpost_async/_backend.py``, with the same names.
 
 from __future__ import annotations
 
+import contextlib
+import select
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -77,3 +81,39 @@ def close_pubsub(pubsub: Any) -> None:
 def call_back(function: Callable[..., Any], *args: Any) -> None:
     """Call a user callback."""
     function(*args)
+
+
+class Stream:
+    """A TCP (or TLS) connection to Polar's WebSocket endpoint. One thread receives; any thread
+    may send (sends are serialised)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._send_lock = threading.Lock()
+
+    def send(self, data: bytes) -> None:
+        with self._send_lock:
+            self._sock.sendall(data)
+
+    def receive(self, timeout: float) -> bytes | None:
+        """Bytes, ``b""`` at EOF, or ``None`` when nothing came within ``timeout``."""
+        pending = isinstance(self._sock, ssl.SSLSocket) and self._sock.pending()
+        if not pending:
+            readable, _, _ = select.select([self._sock], [], [], max(timeout, 0))
+            if not readable:
+                return None
+        return self._sock.recv(65536)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+
+
+def open_stream(host: str, port: int, tls: bool, timeout: float) -> Stream:
+    sock = socket.create_connection((host, port), timeout=timeout)
+    if tls:
+        context = ssl.create_default_context()  # the system's trust store
+        sock = context.wrap_socket(sock, server_hostname=host)
+    sock.settimeout(None)
+    return Stream(sock)

@@ -72,13 +72,25 @@ from outpost_core._delivery import (
     Sleep,
     retry_after,
 )
+from outpost_core._effects import CloseConnection, ListPending, OpenConnection, SendBytes
+from outpost_core._inputs import (
+    BytesReceived,
+    ConnectionFailed,
+    ConnectionOpened,
+    ListFailed,
+    PendingListed,
+    ScriptFailed,
+)
+from outpost_core._link import Link, Target
 from outpost_sync._backend import (
     CoreLock,
     Signal,
+    Stream,
     Worker,
     call_back,
     close_pubsub,
     open_pubsub,
+    open_stream,
     sleep,
 )
 
@@ -132,9 +144,15 @@ class Outpost:
         logger: logging.Logger | None = None,
     ) -> None:
         self._log = logger or logging.getLogger("outpost")
-        self._core = Session(Settings(snapshot_timeout=snapshot_timeout), self._log)
         self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
         self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
+        link = None
+        if self._access_token:
+            link = Link(Target.of(self._server_url), self._access_token, random.Random())
+        self._core = Session(Settings(snapshot_timeout=snapshot_timeout), self._log, link)
+        self._stream: Stream | None = None
+        self._want_open: OpenConnection | None = None
+        self._drop_stream = False
         self._delivery_settings = DeliverySettings(
             batch_size=batch_size, linger=linger, max_attempts=max_attempts, claim_idle=claim_idle
         )
@@ -183,6 +201,7 @@ class Outpost:
         self._read_cached_configuration()
         self._workers.append(Worker("outpost-subscriber", self._subscribe_forever))
         if self._access_token:
+            self._workers.append(Worker("outpost-websocket", self._link_loop))
             self._http = httpx.Client(
                 base_url=self._server_url,
                 headers={
@@ -246,6 +265,13 @@ class Outpost:
     def delivery_stalled(self) -> str | None:
         """Why delivery to Polar is stalled (a rejected token, a wrong URL), or ``None``."""
         return next((d.stalled for d in self._deliveries if d.stalled), None)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the WebSocket to Polar is open. While it is not, warm reads keep answering
+        from memory: the local events keep counting, Polar's totals and credits stay as of the
+        last snapshot applied (by any instance sharing the Redis)."""
+        return self._core.connected
 
     @property
     def subscribed(self) -> bool:
@@ -404,12 +430,90 @@ class Outpost:
                         reply = self._script(effect)
                     except RedisUnavailable as exc:
                         self._log.warning("outpost: %s", exc)
+                        if effect.tag is not None:
+                            with self._lock:
+                                self._core.handle(ScriptFailed(effect.tag))
                         continue
                     with self._lock:
-                        self._core.handle(ScriptReplied(reply))
+                        self._core.handle(ScriptReplied(reply, effect.tag))
+                elif isinstance(effect, SendBytes):
+                    self._send(effect.data)
+                elif isinstance(effect, ListPending):
+                    self._list_pending(effect)
+                elif isinstance(effect, OpenConnection):
+                    self._want_open = effect
+                elif isinstance(effect, CloseConnection):
+                    self._drop_stream = True
             with self._lock:
                 effects = self._core.effects()
         self._signal.fire()
+
+    def _send(self, data: bytes) -> None:
+        stream = self._stream
+        if stream is None:
+            return  # the link dropped: what was asked is asked again on reconnect
+        try:
+            stream.send(data)
+        except OSError as exc:
+            self._log.warning("outpost could not write to the WebSocket: %s", exc)
+            self._drop_stream = True
+
+    def _list_pending(self, effect: ListPending) -> None:
+        try:
+            fields = {key: list(self._redis.hkeys(key)) for key in effect.keys}
+        except RedisError as exc:
+            self._log.warning("outpost could not list pending events: %s", exc)
+            with self._lock:
+                self._core.handle(ListFailed(effect.tag))
+            return
+        with self._lock:
+            self._core.handle(PendingListed(effect.tag, fields))
+
+    def _link_loop(self) -> None:
+        """Keep the WebSocket to Polar open and move its bytes to and from the core."""
+        while not self._closed:
+            version = self._signal.version
+            self._tick()
+            want, self._want_open = self._want_open, None
+            if want is None:
+                self._signal.wait(version, self._until_deadline())
+                continue
+            try:
+                stream = open_stream(want.host, want.port, want.tls, timeout=10.0)
+            except (OSError, TimeoutError) as exc:
+                self._feed(ConnectionFailed(time.monotonic(), f"cannot connect: {exc}"))
+                continue
+            self._stream, self._drop_stream = stream, False
+            try:
+                self._feed(ConnectionOpened(time.monotonic()))
+                while not self._closed and not self._drop_stream:
+                    data = stream.receive(self._until_deadline())
+                    if data is None:
+                        self._tick()
+                    else:
+                        self._feed(BytesReceived(time.monotonic(), data))
+                        if not data:
+                            break
+            except (OSError, TimeoutError) as exc:
+                self._feed(ConnectionFailed(time.monotonic(), f"connection lost: {exc}"))
+            finally:
+                self._stream = None
+                stream.close()
+
+    def _feed(self, event: Any) -> None:
+        with self._lock:
+            self._core.handle(event)
+            effects = self._core.effects()
+        self._run(effects)
+
+    def _tick(self) -> None:
+        self._feed(Tick(time.monotonic(), self._now_us()))
+
+    def _until_deadline(self) -> float:
+        deadline = self._core.next_deadline()
+        if deadline is None:
+            return _POLL
+        return min(max(deadline - time.monotonic(), 0.0), _POLL)
 
     def _load(self, effect: LoadIdentity) -> None:
         try:
@@ -451,7 +555,7 @@ class Outpost:
                     with self._lock:
                         if message is not None:
                             self._take(message)
-                        self._core.handle(Tick(time.monotonic()))
+                        self._core.handle(Tick(time.monotonic(), self._now_us()))
                         effects = self._core.effects()
                     if effects or message is not None:
                         self._run(effects)

@@ -1,0 +1,257 @@
+"""The WebSocket to Polar: wsproto's sans-IO client, JSON frames, keepalive and reconnection.
+
+The link owns no socket. It says when it wants a connection (:meth:`Link.wants_connection`), turns
+the driver's bytes into Polar's messages, and queues bytes for the driver to send. Reconnection
+backs off exponentially with jitter drawn from the injected generator; a connection that goes
+quiet for ``dead_after`` seconds despite pings is given up and replaced.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import attrs
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (
+    AcceptConnection,
+    CloseConnection,
+    Ping,
+    Pong,
+    RejectConnection,
+    RejectData,
+    Request,
+    TextMessage,
+)
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+
+from .errors import UsageError
+
+PATH = "/v1/outpost/"
+
+
+class Random(Protocol):
+    def random(self) -> float: ...
+
+
+class LinkState(enum.Enum):
+    DISCONNECTED = "disconnected"  #: no connection; one is wanted at ``retry_at``
+    CONNECTING = "connecting"  #: the driver is opening the TCP (and TLS) connection
+    HANDSHAKING = "handshaking"  #: the upgrade request is out; waiting for 101
+    OPEN = "open"  #: messages flow
+    CLOSED = "closed"  #: closed for good (the client is closing)
+
+
+@attrs.frozen(kw_only=True)
+class Target:
+    host: str
+    port: int
+    tls: bool
+
+    @classmethod
+    def of(cls, server_url: str) -> Target:
+        """``http(s)://host[:port]`` → where the WebSocket lives (``ws(s)``, same host)."""
+        parts = urlsplit(server_url)
+        if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
+            raise UsageError(f"server_url must be an http(s) URL, got {server_url!r}")
+        tls = parts.scheme in ("https", "wss")
+        return cls(host=parts.hostname, port=parts.port or (443 if tls else 80), tls=tls)
+
+
+@attrs.frozen(kw_only=True)
+class LinkSettings:
+    ping_interval: float = 20.0
+    dead_after: float = 40.0
+    connect_timeout: float = 10.0
+    reconnect_base: float = 0.25
+    reconnect_cap: float = 30.0
+    refused_delay: float = 60.0
+    max_message: int = 1 << 20
+
+
+class Link:
+    def __init__(
+        self, target: Target, token: str, rng: Random, settings: LinkSettings | None = None
+    ) -> None:
+        self.target = target
+        self.settings = settings or LinkSettings()
+        self._token = token
+        self._rng = rng
+        self.state = LinkState.DISCONNECTED
+        self.retry_at = 0.0
+        self._failures = 0
+        self._ws: WSConnection | None = None
+        self._out = bytearray()
+        self._partial: list[str] = []
+        self._partial_size = 0
+        self._last_heard = 0.0
+        self._last_ping = 0.0
+        self._since = 0.0
+        self.refused: str | None = None
+        """Why Polar refused the upgrade (a bad token), for operators."""
+        self.connections = 0
+        self.peer_errors = 0
+
+    # -- the driver's side --------------------------------------------------------------------
+
+    def wants_connection(self, now: float) -> bool:
+        """Whether the driver should open a connection now; it reports :meth:`opened` or
+        :meth:`failed`."""
+        if self.state is LinkState.DISCONNECTED and now >= self.retry_at:
+            self.state = LinkState.CONNECTING
+            self._since = now
+            return True
+        return False
+
+    def opened(self, now: float) -> None:
+        if self.state is not LinkState.CONNECTING:
+            raise UsageError(f"opened() while {self.state.value}")
+        self._ws = WSConnection(ConnectionType.CLIENT)
+        host = self.target.host
+        if self.target.port != (443 if self.target.tls else 80):
+            host = f"{host}:{self.target.port}"
+        self._out += self._ws.send(
+            Request(
+                host=host,
+                target=PATH,
+                extra_headers=[(b"authorization", f"Bearer {self._token}".encode())],
+            )
+        )
+        self.state = LinkState.HANDSHAKING
+        self._since = self._last_heard = now
+
+    def failed(self, now: float, reason: str) -> None:
+        """The connection could not be opened, or it broke (EOF, reset, a dead peer)."""
+        if self.state is LinkState.CLOSED:
+            return
+        self._drop(now, reason)
+
+    def close(self) -> None:
+        """Close for good (the client is closing): a close frame when open."""
+        if self.state is LinkState.OPEN and self._ws is not None:
+            self._out += self._ws.send(CloseConnection(code=1000))
+        self.state = LinkState.CLOSED
+
+    def data_to_send(self) -> bytes:
+        out, self._out = bytes(self._out), bytearray()
+        return out
+
+    def receive(self, data: bytes, now: float) -> list[object]:
+        """Feed bytes (``b""`` is EOF); return the JSON messages that arrived, in order.
+
+        After a protocol failure the link is DISCONNECTED: the driver closes the socket.
+        """
+        if self._ws is None or self.state not in (LinkState.HANDSHAKING, LinkState.OPEN):
+            return []
+        self._last_heard = now
+        if not data:
+            self._drop(now, "Polar closed the connection")
+            return []
+        messages: list[object] = []
+        try:
+            self._ws.receive_data(data)
+            for event in self._ws.events():
+                self._event(event, now, messages)
+        except (RemoteProtocolError, LocalProtocolError) as exc:
+            self.peer_errors += 1
+            self._drop(now, f"WebSocket protocol error: {exc}")
+        return messages
+
+    def _event(self, event: object, now: float, messages: list[object]) -> None:
+        assert self._ws is not None
+        if isinstance(event, AcceptConnection):
+            self.state = LinkState.OPEN
+            self._failures = 0
+            self.refused = None
+            self.connections += 1
+            self._last_ping = now
+        elif isinstance(event, RejectConnection):
+            self.refused = f"Polar refused the WebSocket with HTTP {event.status_code}"
+            self._drop(now, self.refused, refused=event.status_code in (401, 403))
+        elif isinstance(event, RejectData):
+            pass  # the body of a refusal: the status already says it
+        elif isinstance(event, TextMessage):
+            self._partial.append(event.data)
+            self._partial_size += len(event.data)
+            if self._partial_size > self.settings.max_message:
+                self.peer_errors += 1
+                self._drop(now, "Polar sent a message over the size limit")
+                return
+            if event.message_finished:
+                text, self._partial, self._partial_size = "".join(self._partial), [], 0
+                messages.append(_decode(text))
+        elif isinstance(event, Ping):
+            self._out += self._ws.send(event.response())
+        elif isinstance(event, CloseConnection):
+            if self._ws.state is not ConnectionState.CLOSED:
+                self._out += self._ws.send(event.response())
+            self._drop(now, f"Polar closed the WebSocket ({event.code})")
+        elif not isinstance(event, Pong):  # pragma: no cover - wsproto has no other events
+            self.peer_errors += 1
+
+    def send(self, message: Mapping[str, Any]) -> bool:
+        """Queue one message; ``False`` when the link is not open (nothing is queued)."""
+        if self.state is not LinkState.OPEN or self._ws is None:
+            return False
+        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+        self._out += self._ws.send(TextMessage(data=text))
+        return True
+
+    def tick(self, now: float) -> None:
+        """Keepalive and timeouts."""
+        s = self.settings
+        if self.state is LinkState.HANDSHAKING and now - self._since > s.connect_timeout:
+            self._drop(now, "Polar did not answer the WebSocket upgrade")
+        elif self.state is LinkState.OPEN:
+            assert self._ws is not None
+            if now - self._last_heard > s.dead_after:
+                self._drop(now, f"no frame from Polar for {s.dead_after:g} s")
+            elif now - max(self._last_heard, self._last_ping) >= s.ping_interval:
+                self._last_ping = now
+                self._out += self._ws.send(Ping(payload=b"outpost"))
+
+    def next_deadline(self) -> float | None:
+        s = self.settings
+        if self.state is LinkState.DISCONNECTED:
+            return self.retry_at
+        if self.state is LinkState.HANDSHAKING:
+            return self._since + s.connect_timeout
+        if self.state is LinkState.OPEN:
+            ping = max(self._last_heard, self._last_ping) + s.ping_interval
+            return min(ping, self._last_heard + s.dead_after)
+        return None
+
+    def _drop(self, now: float, reason: str, *, refused: bool = False) -> None:
+        self.last_error = reason
+        self._ws = None
+        self._partial, self._partial_size = [], 0
+        self._out.clear()
+        self.state = LinkState.DISCONNECTED
+        self._failures += 1
+        s = self.settings
+        if refused:
+            delay = s.refused_delay
+        else:
+            ceiling = min(s.reconnect_cap, s.reconnect_base * 2.0 ** (self._failures - 1))
+            delay = ceiling * (0.5 + 0.5 * self._rng.random())
+        self.retry_at = now + delay
+
+    last_error: str | None = None
+
+
+def _decode(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _Unreadable(text[:200])
+
+
+@attrs.frozen(slots=True)
+class _Unreadable:
+    """A text frame that is not JSON: kept so the session can count and log it."""
+
+    excerpt: str

@@ -1,0 +1,307 @@
+"""Polar's side of the session: the WebSocket link, configuration, and snapshot flows."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from . import _keys
+from ._aggregate import format_number
+from ._effects import CloseConnection, Effect, ListPending, OpenConnection, RunScript, SendBytes
+from ._keys import Customer
+from ._link import Link, LinkState, _Unreadable
+from ._snapshots import (
+    MAX_IDS_PER_QUESTION,
+    CustomerFlow,
+    Malformed,
+    Snapshot,
+    Step,
+    customer_in,
+    parse_snapshot,
+)
+
+REQUEST_TIMEOUT = 5.0
+"""Seconds before a snapshot request with no answer is sent again."""
+
+
+class Host(Protocol):
+    """What the remote side needs of the session."""
+
+    def emit(self, effect: Effect) -> None: ...
+    def configure(self, payload: object) -> None: ...
+    def known_rev(self, state_key: str) -> int: ...
+    def reject(self, kind: str, detail: str) -> None: ...
+    @property
+    def pending_limit_us(self) -> int: ...
+
+
+class Remote:
+    def __init__(self, host: Host, link: Link) -> None:
+        self._host = host
+        self.link = link
+        self.flows: dict[Customer, CustomerFlow] = {}
+        self._tags: dict[int, CustomerFlow] = {}
+        self._questions: dict[str, CustomerFlow] = {}
+        self._ids = itertools.count(1)
+        self.wall_us = 0
+        self.now = 0.0
+        self.snapshots_applied = 0
+        self.snapshots_received = 0
+
+    # -- link plumbing ------------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        self.now = now
+        was_open = self.link.state is LinkState.OPEN
+        self.link.tick(now)
+        self._after_link(now, was_open)
+        if self.link.wants_connection(now):
+            t = self.link.target
+            self._host.emit(OpenConnection(host=t.host, port=t.port, tls=t.tls))
+        for flow in self.flows.values():
+            unanswered = flow.request_id is not None and now - flow.requested_at > REQUEST_TIMEOUT
+            if (
+                flow.step is Step.IDLE
+                and not flow.applied
+                and (flow.request_id is None or unanswered)
+            ):
+                self._request(flow)
+        self._flush()
+
+    def opened(self, now: float) -> None:
+        self.now = now
+        self.link.opened(now)
+        self._flush()
+
+    def failed(self, now: float, reason: str) -> None:
+        self.link.failed(now, reason)
+        self._abandon()
+
+    def received(self, data: bytes, now: float) -> None:
+        self.now = now
+        was_open = self.link.state is LinkState.OPEN
+        messages = self.link.receive(data, now)
+        if not was_open and self.link.state is LinkState.OPEN:
+            self._on_open()
+        for message in messages:
+            self._message(message)
+        self._after_link(now, was_open or self.link.state is LinkState.OPEN)
+
+    def _after_link(self, now: float, was_open: bool) -> None:
+        self._flush()
+        if self.link.state is LinkState.DISCONNECTED and (was_open or self._tags):
+            self._host.emit(CloseConnection())
+            self._abandon()
+
+    def _flush(self) -> None:
+        data = self.link.data_to_send()
+        if data:
+            self._host.emit(SendBytes(data))
+
+    def _on_open(self) -> None:
+        self.link.send({"type": "configuration"})
+        for flow in self.flows.values():
+            flow.reset()
+            self._request(flow)
+
+    def _abandon(self) -> None:
+        for flow in self.flows.values():
+            flow.reset()
+        self._tags.clear()
+        self._questions.clear()
+
+    # -- customers ----------------------------------------------------------------------------
+
+    def follow(self, customer: Customer) -> CustomerFlow:
+        flow = self.flows.get(customer)
+        if flow is None:
+            flow = self.flows[customer] = CustomerFlow(customer)
+            self._request(flow)
+            self._flush()
+        return flow
+
+    def _request(self, flow: CustomerFlow) -> None:
+        request_id = f"s{next(self._ids)}"
+        payload = {"request_id": request_id, **flow.customer.wire()}
+        if self.link.send({"type": "snapshot", "payload": payload}):
+            flow.request_id = request_id
+            flow.requested_at = self.now
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def _message(self, message: object) -> None:
+        if isinstance(message, _Unreadable):
+            self._host.reject("frame", f"text frame that is not JSON: {message.excerpt!r}")
+            return
+        if not isinstance(message, Mapping) or not isinstance(message.get("type"), str):
+            self._host.reject("frame", "frame without a type")
+            return
+        kind, payload = message["type"], message.get("payload")
+        if kind == "configuration":
+            self._host.configure(payload)
+        elif kind == "snapshot":
+            self._snapshot(payload)
+        elif kind == "counted":
+            self._counted(payload)
+        elif kind == "error":
+            self._error(payload)
+        else:
+            self._host.reject("frame", f"unknown message type {kind!r}")
+
+    def _snapshot(self, payload: object) -> None:
+        try:
+            snapshot = parse_snapshot(payload)
+        except Malformed as exc:
+            self._host.reject("snapshot", str(exc))
+            return
+        self.snapshots_received += 1
+        flow = self.flows.get(snapshot.customer)
+        if flow is None:
+            # Unasked-for (Polar pushes only what was asked): apply it, but never ask for more.
+            flow = self.flows[snapshot.customer] = CustomerFlow(snapshot.customer, applied=True)
+        if snapshot.request_id is not None and snapshot.request_id == flow.request_id:
+            flow.request_id = None
+        if flow.offer(snapshot):
+            self._start(flow)
+
+    def _start(self, flow: CustomerFlow) -> None:
+        assert flow.current is not None
+        tag = next(self._ids)
+        self._tags[tag] = flow
+        flow.step = Step.LISTING
+        keys = tuple(
+            _keys.events_key(_keys.state_key(flow.customer, reducer_id))
+            for reducer_id in flow.current.reducers
+        )
+        self._host.emit(ListPending(tag=tag, keys=keys))
+
+    def listed(self, tag: int, fields: Mapping[str, list[Any]]) -> None:
+        flow = self._tags.pop(tag, None)
+        if flow is None or flow.step is not Step.LISTING or flow.current is None:
+            return
+        cold_until = flow.current.cold_until
+        for key, names in fields.items():
+            for raw in names:
+                name = raw.decode() if isinstance(raw, bytes) else str(raw)
+                bucket, _, event_id = name.partition(":")
+                if bucket.isdigit() and int(bucket) < cold_until and event_id:
+                    flow.candidates.setdefault(event_id, []).append(f"{key}\n{name}")
+        if not flow.candidates:
+            self._apply(flow)
+            return
+        flow.step = Step.ASKING
+        ids = sorted(flow.candidates)
+        for start in range(0, len(ids), MAX_IDS_PER_QUESTION):
+            request_id = f"q{next(self._ids)}"
+            chunk = ids[start : start + MAX_IDS_PER_QUESTION]
+            payload = {
+                "request_id": request_id,
+                "snapshot_id": flow.current.snapshot_id,
+                "event_ids": chunk,
+            }
+            if not self.link.send({"type": "counted", "payload": payload}):
+                self._restart(flow)
+                return
+            flow.questions.add(request_id)
+            self._questions[request_id] = flow
+        self._flush()
+
+    def list_failed(self, tag: int) -> None:
+        flow = self._tags.pop(tag, None)
+        if flow is not None:
+            self._restart(flow)
+
+    def _counted(self, payload: object) -> None:
+        request_id = payload.get("request_id") if isinstance(payload, Mapping) else None
+        flow = self._questions.pop(request_id, None) if isinstance(request_id, str) else None
+        if flow is None or not isinstance(payload, Mapping):
+            self._host.reject("counted", f"answer to no question: {request_id!r}")
+            return
+        ids = payload.get("event_ids")
+        if not isinstance(ids, list):
+            self._host.reject("counted", "event_ids is not a list")
+            self._restart(flow)
+            return
+        flow.questions.discard(request_id)
+        flow.counted.update(i for i in ids if isinstance(i, str) and i in flow.candidates)
+        if not flow.questions and flow.step is Step.ASKING:
+            self._apply(flow)
+
+    def _error(self, payload: object) -> None:
+        if not isinstance(payload, Mapping):
+            self._host.reject("error", "error frame without a payload")
+            return
+        request_id, code = payload.get("request_id"), payload.get("code")
+        flow = self._questions.pop(request_id, None) if isinstance(request_id, str) else None
+        if flow is not None and code == "snapshot_expired":
+            self._restart(flow)
+            return
+        self._host.reject("error", f"Polar answered {code!r}: {payload.get('message')!r}")
+        if flow is not None:
+            self._restart(flow)
+
+    def _restart(self, flow: CustomerFlow) -> None:
+        """Give up the snapshot in progress and ask for a fresh one."""
+        for request_id in flow.questions:
+            self._questions.pop(request_id, None)
+        flow.reset()
+        self._request(flow)
+        self._flush()
+
+    # -- applying -----------------------------------------------------------------------------
+
+    def _apply(self, flow: CustomerFlow) -> None:
+        snapshot = flow.current
+        assert snapshot is not None
+        flow.step = Step.APPLYING
+        tag = next(self._ids)
+        self._tags[tag] = flow
+        counted: dict[str, list[str]] = {}
+        for event_id in flow.counted:
+            for pair in flow.candidates[event_id]:
+                key, _, name = pair.partition("\n")
+                counted.setdefault(key, []).append(name)
+        self._host.emit(_apply_script(snapshot, counted, self._host, self.wall_us, tag))
+
+    def applied(self, tag: int) -> None:
+        flow = self._tags.pop(tag, None)
+        if flow is None or flow.step is not Step.APPLYING:
+            return
+        flow.applied = True
+        self.snapshots_applied += 1
+        if flow.finish() is not None:
+            self._start(flow)
+
+    def apply_failed(self, tag: int) -> None:
+        flow = self._tags.pop(tag, None)
+        if flow is not None:
+            self._restart(flow)
+
+
+def _apply_script(
+    snapshot: Snapshot, counted: Mapping[str, list[str]], host: Host, wall_us: int, tag: int
+) -> RunScript:
+    customer = snapshot.customer
+    keys: list[str] = []
+    args = [
+        _keys.channel(customer.shard),
+        str(wall_us),
+        str(host.pending_limit_us),
+        str(snapshot.cold_until),
+        str(snapshot.as_of),
+        snapshot.snapshot_id,
+        str(len(snapshot.credited)),
+    ]
+    for meter_id, units in snapshot.credited.items():
+        args += (meter_id, format_number(units))
+    for reducer_id, aggregate in snapshot.reducers.items():
+        state = _keys.state_key(customer, reducer_id)
+        events = _keys.events_key(state)
+        names = counted.get(events, [])
+        keys += (state, events)
+        args += (str(host.known_rev(state)), aggregate.encode(), str(len(names)), *names)
+    return RunScript(script="apply_snapshot", keys=tuple(keys), args=tuple(args), tag=tag)
+
+
+__all__ = ["Remote", "customer_in"]

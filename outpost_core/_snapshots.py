@@ -1,0 +1,139 @@
+"""Polar's snapshots: parsing them, and the per-customer flow that applies them.
+
+A snapshot is applied in three steps, one customer at a time: list the pending events of the
+customer's identities (Redis), ask Polar which of those before ``cold_until`` the snapshot counts
+(the ``counted`` question), then run ``apply_snapshot`` with the answer. A snapshot that arrives
+while another is in progress waits; a newer one replaces a waiting older one.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+import attrs
+
+from ._aggregate import Aggregate
+from ._keys import Customer
+from ._time import BUCKET_US
+
+MAX_IDS_PER_QUESTION = 10_000
+
+
+class Malformed(ValueError):
+    """A snapshot payload that does not follow docs/protocol.md."""
+
+
+@attrs.frozen(slots=True)
+class Snapshot:
+    snapshot_id: str
+    request_id: str | None
+    customer: Customer
+    as_of: int
+    cold_until: int
+    reducers: Mapping[str, Aggregate]
+    credited: Mapping[str, float]
+
+    def newer_than(self, other: Snapshot) -> bool:
+        return (self.cold_until, self.as_of) > (other.cold_until, other.as_of)
+
+
+def parse_snapshot(payload: object) -> Snapshot:
+    if not isinstance(payload, Mapping):
+        raise Malformed("payload is not an object")
+    snapshot_id, request_id = payload.get("snapshot_id"), payload.get("request_id")
+    if not isinstance(snapshot_id, str) or not snapshot_id:
+        raise Malformed("snapshot_id missing")
+    if request_id is not None and not isinstance(request_id, str):
+        raise Malformed("request_id is not a string")
+    customer = customer_in(payload)
+    as_of, cold_until = payload.get("as_of"), payload.get("cold_until")
+    for name, value in (("as_of", as_of), ("cold_until", cold_until)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise Malformed(f"{name} is not a non-negative integer")
+    assert isinstance(as_of, int) and isinstance(cold_until, int)
+    if cold_until % BUCKET_US:
+        raise Malformed("cold_until is not a bucket boundary")
+    raw_reducers, raw_credited = payload.get("reducers"), payload.get("credited")
+    if not isinstance(raw_reducers, Mapping) or not isinstance(raw_credited, Mapping):
+        raise Malformed("reducers and credited must be objects")
+    reducers: dict[str, Aggregate] = {}
+    for reducer_id, obj in raw_reducers.items():
+        aggregate = Aggregate.from_wire(obj)
+        if aggregate is None:
+            raise Malformed(f"reducer {reducer_id!r} has no valid aggregate")
+        reducers[str(reducer_id)] = aggregate
+    credited: dict[str, float] = {}
+    for meter_id, units in raw_credited.items():
+        if isinstance(units, bool) or not isinstance(units, int | float) or units != units:
+            raise Malformed(f"credited[{meter_id!r}] is not a number")
+        credited[str(meter_id)] = float(units)
+    return Snapshot(
+        snapshot_id=snapshot_id,
+        request_id=request_id,
+        customer=customer,
+        as_of=as_of,
+        cold_until=cold_until,
+        reducers=reducers,
+        credited=credited,
+    )
+
+
+def customer_in(payload: Mapping[object, object]) -> Customer:
+    external, internal = payload.get("external_customer_id"), payload.get("customer_id")
+    if isinstance(external, str) and internal is None:
+        return Customer("external", external)
+    if isinstance(internal, str) and external is None:
+        return Customer("customer", internal)
+    raise Malformed("exactly one of external_customer_id and customer_id must be a string")
+
+
+class Step(enum.Enum):
+    IDLE = "idle"  #: nothing in progress
+    LISTING = "listing"  #: waiting for the pending events of the customer's identities
+    ASKING = "asking"  #: waiting for Polar's answers to the counted question
+    APPLYING = "applying"  #: waiting for apply_snapshot
+
+
+@attrs.define
+class CustomerFlow:
+    customer: Customer
+    request_id: str | None = None
+    """The snapshot request in flight (``None`` once answered, or when none was sent)."""
+    requested_at: float = 0.0
+    applied: bool = False
+    """Whether this instance applied a snapshot of this customer since it started following it."""
+    step: Step = Step.IDLE
+    current: Snapshot | None = None
+    waiting: Snapshot | None = None
+    candidates: dict[str, list[str]] = attrs.Factory(dict)
+    """Event id → the events-hash fields holding it, for the pending events before cold_until."""
+    questions: set[str] = attrs.Factory(set)
+    counted: set[str] = attrs.Factory(set)
+
+    def offer(self, snapshot: Snapshot) -> bool:
+        """Take a snapshot; ``True`` when it should start now."""
+        if self.step is Step.IDLE:
+            self.current = snapshot
+            return True
+        if self.waiting is None or snapshot.newer_than(self.waiting):
+            self.waiting = snapshot
+        return False
+
+    def reset(self) -> None:
+        """The link dropped: whatever was in progress is abandoned (it is asked for again)."""
+        self.step = Step.IDLE
+        self.current = self.waiting = None
+        self.request_id = None
+        self.candidates.clear()
+        self.questions.clear()
+        self.counted.clear()
+
+    def finish(self) -> Snapshot | None:
+        """The current snapshot is done; return the next one to start, if any."""
+        self.step = Step.IDLE
+        self.candidates.clear()
+        self.questions.clear()
+        self.counted.clear()
+        self.current, self.waiting = self.waiting, None
+        return self.current
