@@ -1,0 +1,125 @@
+"""Parsing the changes scripts reply with and publish (``_changes``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from outpost_core._changes import Change, Malformed, parse_changes
+
+DELTA = {"k": "s1", "r": 4, "s": ["a:0", "1 1 1 1", "n", "1"], "d": ["a:300"]}
+
+
+def test_delta_change() -> None:
+    assert parse_changes(json.dumps({"c": [DELTA]})) == [
+        Change(
+            key="s1",
+            rev=4,
+            set=(("a:0", "1 1 1 1"), ("n", "1")),
+            deleted=("a:300",),
+            full=False,
+        )
+    ]
+
+
+def test_bytes_and_str_read_alike() -> None:
+    text = json.dumps({"c": [DELTA]}, ensure_ascii=False)
+    assert parse_changes(text.encode("utf-8")) == parse_changes(text)
+
+
+def test_unicode_keys_and_values() -> None:
+    raw = json.dumps({"c": [{"k": "s:✓", "r": 1, "s": ["c:m✓", "1"]}]}, ensure_ascii=False)
+    parsed = parse_changes(raw.encode("utf-8"))
+    assert parsed == [Change(key="s:✓", rev=1, set=(("c:m✓", "1"),))]
+
+
+def test_full_change() -> None:
+    raw = {"c": [{"k": "s1", "r": 9, "s": ["rev", "9", "cu", "0"], "full": 1}]}
+    assert parse_changes(json.dumps(raw)) == [
+        Change(key="s1", rev=9, set=(("rev", "9"), ("cu", "0")), deleted=(), full=True)
+    ]
+
+
+def test_full_must_be_one() -> None:
+    raw = {"c": [{"k": "s1", "r": 9, "s": [], "full": 0}]}
+    parsed = parse_changes(json.dumps(raw))
+    assert parsed is not None and not parsed[0].full
+
+
+def test_change_without_content_has_no_set() -> None:
+    # A caller that did not follow the identity gets only the key and the revision.
+    raw = {"c": [{"k": "s1", "r": 2, "d": "ignored", "full": 1}]}
+    assert parse_changes(json.dumps(raw)) == [Change(key="s1", rev=2, set=None)]
+
+
+def test_cjson_empty_lists_are_empty_objects() -> None:
+    raw = '{"c":[{"k":"s1","r":3,"s":{},"d":{}}]}'
+    assert parse_changes(raw) == [Change(key="s1", rev=3, set=(), deleted=())]
+    assert parse_changes('{"c":{}}') == []
+    assert parse_changes('{"c":[]}') == []
+
+
+def test_missing_deleted_is_empty() -> None:
+    assert parse_changes('{"c":[{"k":"s","r":0,"s":["a","b"]}]}') == [
+        Change(key="s", rev=0, set=(("a", "b"),))
+    ]
+
+
+def test_several_changes_keep_their_order() -> None:
+    raw = {"c": [{"k": "b", "r": 2, "s": []}, {"k": "a", "r": 1, "s": []}]}
+    parsed = parse_changes(json.dumps(raw))
+    assert parsed is not None
+    assert [(c.key, c.rev) for c in parsed] == [("b", 2), ("a", 1)]
+
+
+@pytest.mark.parametrize("raw", ['{"dup":1}', b'{"dup":1}', '{"dup":1,"c":"junk"}'])
+def test_duplicate_track_reply(raw: str | bytes) -> None:
+    assert parse_changes(raw) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"\xff\xfe", "not UTF-8"),
+        (None, "expected JSON text, got NoneType"),
+        (3, "expected JSON text, got int"),
+        ({"c": []}, "expected JSON text, got dict"),
+        (["c"], "expected JSON text, got list"),
+        ("", "not JSON"),
+        ("{", "not JSON"),
+        ("OK", "not JSON"),
+        ("[]", "not a JSON object"),
+        ('"c"', "not a JSON object"),
+        ("null", "not a JSON object"),
+        ("{}", "'c' is not a list"),
+        ('{"dup":2}', "'c' is not a list"),
+        ('{"c":null}', "'c' is not a list"),
+        ('{"c":"x"}', "'c' is not a list"),
+        ('{"c":{"k":"s"}}', "'c' is not a list"),
+        ('{"c":[1]}', "a change is not an object"),
+        ('{"c":[[]]}', "a change is not an object"),
+        ('{"c":[{"r":1,"s":[]}]}', "needs a key and a revision"),
+        ('{"c":[{"k":1,"r":1,"s":[]}]}', "needs a key and a revision"),
+        ('{"c":[{"k":"s","s":[]}]}', "needs a key and a revision"),
+        ('{"c":[{"k":"s","r":"1","s":[]}]}', "needs a key and a revision"),
+        ('{"c":[{"k":"s","r":1.0,"s":[]}]}', "needs a key and a revision"),
+        ('{"c":[{"k":"s","r":true,"s":[]}]}', "needs a key and a revision"),
+        ('{"c":[{"k":"s","r":-1,"s":[]}]}', "needs a key and a revision"),
+        ('{"c":[{"k":"s","r":1,"s":"a"}]}', "'s' is not a list"),
+        ('{"c":[{"k":"s","r":1,"s":null}]}', "'s' is not a list"),
+        ('{"c":[{"k":"s","r":1,"s":["a",1]}]}', "'s' holds a non-string"),
+        ('{"c":[{"k":"s","r":1,"s":["a",null]}]}', "'s' holds a non-string"),
+        ('{"c":[{"k":"s","r":1,"s":["a"]}]}', "odd number"),
+        ('{"c":[{"k":"s","r":1,"s":[],"d":"a"}]}', "'d' is not a list"),
+        ('{"c":[{"k":"s","r":1,"s":[],"d":[1]}]}', "'d' holds a non-string"),
+        ('{"c":[{"k":"s","r":1,"s":[]},{"k":"s"}]}', "needs a key and a revision"),
+    ],
+)
+def test_garbage_is_malformed(raw: object, message: str) -> None:
+    with pytest.raises(Malformed, match=message):
+        parse_changes(raw)
+
+
+def test_malformed_is_a_value_error() -> None:
+    assert issubclass(Malformed, ValueError)
