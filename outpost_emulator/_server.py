@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -63,13 +64,34 @@ def uvicorn_config(app: Any, host: str, port: int, **extra: Any) -> uvicorn.Conf
 
 
 class _Server(uvicorn.Server):
+    """uvicorn's server, announcing when it listens and stopping without a polling delay."""
+
     def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
         super().__init__(config)
         self._ready = ready
+        self._wake: asyncio.Event | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._wake = asyncio.Event()
         await super().startup(sockets=sockets)
         self._ready.set()
+
+    async def main_loop(self) -> None:
+        # uvicorn's loop, except that `request_stop` wakes it at once instead of within 0.1 s.
+        assert self._wake is not None
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864_000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.1)
+            should_exit = await self.on_tick(counter)
+
+    def request_stop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.should_exit = True
+        if loop is not None and self._wake is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._wake.set)
 
 
 class Emulator:
@@ -167,7 +189,10 @@ class Emulator:
         if self._stopped:
             return
         self._stopped = True
-        self._server.should_exit = True
+        if isinstance(self._server, _Server):
+            self._server.request_stop(self._loop)
+        else:
+            self._server.should_exit = True
         self._thread.join(timeout=15)
 
     def __enter__(self) -> Emulator:
