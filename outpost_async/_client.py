@@ -122,6 +122,8 @@ class AsyncOutpost:
         batch_size, linger: a batch goes when it holds ``batch_size`` events or its first event
             has waited ``linger`` seconds.
         claim_idle: seconds after which another instance's unsettled events are taken over.
+        retry_base: seconds before the first retry of a failed delivery; each retry doubles it
+            (up to a minute), with jitter.
     """
 
     def __init__(
@@ -140,6 +142,7 @@ class AsyncOutpost:
         batch_size: int = 500,
         linger: float = 0.2,
         claim_idle: float = 300.0,
+        retry_base: float = 0.5,
         logger: logging.Logger | None = None,
     ) -> None:
         self._log = logger or logging.getLogger("outpost")
@@ -153,7 +156,12 @@ class AsyncOutpost:
         self._want_open: OpenConnection | None = None
         self._drop_stream = False
         self._delivery_settings = DeliverySettings(
-            batch_size=batch_size, linger=linger, max_attempts=max_attempts, claim_idle=claim_idle
+            batch_size=batch_size,
+            linger=linger,
+            max_attempts=max_attempts,
+            claim_idle=claim_idle,
+            claim_interval=min(30.0, claim_idle / 2),
+            backoff_base=retry_base,
         )
         self._max_in_flight = max_in_flight
         self._on_dropped = on_dropped

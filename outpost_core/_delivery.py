@@ -64,7 +64,8 @@ class DeliverySettings:
     stall_delay: float = 30.0
     claim_idle: float = 300.0
     claim_interval: float = 30.0
-    read_block: float = 1.0
+    read_block: float = 0.5
+    """Longest a read blocks: a flush waits at most this long to be noticed."""
 
     def __attrs_post_init__(self) -> None:
         if self.batch_size < 1 or self.max_attempts < 1:
@@ -249,7 +250,9 @@ class Delivery:
             due = self._buffer_since + s.linger
             if now >= due or self.flushing:
                 return self._start_batch()
-            return ReadOutbox(count=s.batch_size - len(self._buffer), block=due - now)
+            return ReadOutbox(
+                count=s.batch_size - len(self._buffer), block=min(due - now, s.read_block)
+            )
         return ReadOutbox(count=s.batch_size, block=0 if self.flushing else s.read_block)
 
     def _start_batch(self) -> PostBatch | RefreshClaim:

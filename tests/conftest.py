@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from outpost_emulator import Emulator
 from tests.support.redis_server import RedisServer
 
 
@@ -31,3 +32,10 @@ def anyio_backend() -> str:
 @pytest.fixture
 def sync_backend() -> str:
     return "threads"
+
+
+@pytest.fixture
+def emulator() -> Iterator[Emulator]:
+    """A local Polar on a free port, its clock running from now (tests advance it)."""
+    with Emulator.start(port=0, sync_delay=1.0) as emu:
+        yield emu

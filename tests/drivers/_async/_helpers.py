@@ -8,6 +8,7 @@ from typing import Any
 
 from outpost_async import AsyncOutpost
 from outpost_async._backend import sleep
+from outpost_emulator import Emulator
 from tests.support import polar
 from tests.support.redis_server import RedisServer
 
@@ -44,3 +45,36 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not hold within {timeout} s")
         await sleep(0.005)
+
+
+def connect(server: RedisServer, emulator: Emulator, **options: Any) -> AsyncOutpost:
+    """An instance wired to the emulator (its clock too) and to a test Redis."""
+    options.setdefault("snapshot_timeout", 5.0)
+    options.setdefault("telemetry", False)
+    options.setdefault("linger", 0.02)
+    options.setdefault("retry_base", 0.05)
+    return AsyncOutpost(
+        access_token=emulator.token,
+        server_url=emulator.url,
+        redis_url=server.url,
+        clock=emulator.clock,
+        **options,
+    )
+
+
+CALLS_FILTER = {
+    "conjunction": "and",
+    "clauses": [{"property": "name", "operator": "eq", "value": "api_call"}],
+}
+
+
+def count_meter(emulator: Emulator) -> str:
+    meter: dict[str, Any] = emulator.create_meter("calls", CALLS_FILTER, {"func": "count"})
+    return str(meter["id"])
+
+
+def sum_meter(emulator: Emulator) -> str:
+    meter: dict[str, Any] = emulator.create_meter(
+        "tokens", CALLS_FILTER, {"func": "sum", "property": "tokens"}
+    )
+    return str(meter["id"])

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from outpost_emulator import Emulator
 from outpost_sync import Outpost
 from outpost_sync._backend import sleep
 from tests.support import polar
@@ -43,3 +44,36 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0, what: str = "co
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not hold within {timeout} s")
         sleep(0.005)
+
+
+def connect(server: RedisServer, emulator: Emulator, **options: Any) -> Outpost:
+    """An instance wired to the emulator (its clock too) and to a test Redis."""
+    options.setdefault("snapshot_timeout", 5.0)
+    options.setdefault("telemetry", False)
+    options.setdefault("linger", 0.02)
+    options.setdefault("retry_base", 0.05)
+    return Outpost(
+        access_token=emulator.token,
+        server_url=emulator.url,
+        redis_url=server.url,
+        clock=emulator.clock,
+        **options,
+    )
+
+
+CALLS_FILTER = {
+    "conjunction": "and",
+    "clauses": [{"property": "name", "operator": "eq", "value": "api_call"}],
+}
+
+
+def count_meter(emulator: Emulator) -> str:
+    meter: dict[str, Any] = emulator.create_meter("calls", CALLS_FILTER, {"func": "count"})
+    return str(meter["id"])
+
+
+def sum_meter(emulator: Emulator) -> str:
+    meter: dict[str, Any] = emulator.create_meter(
+        "tokens", CALLS_FILTER, {"func": "sum", "property": "tokens"}
+    )
+    return str(meter["id"])

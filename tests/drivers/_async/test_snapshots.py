@@ -1,0 +1,205 @@
+"""Snapshots over the WebSocket, the first read, and reconnection (issue 4), both drivers,
+against the emulator and real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from outpost_async import AsyncOutpost, NotReady
+from outpost_core import BUCKET_US, floor_bucket, to_us
+from outpost_emulator import Emulator
+from tests.drivers._async._helpers import connect, count_meter, eventually, sum_meter
+from tests.support.redis_server import RedisServer
+
+
+async def credited(instance: AsyncOutpost, meter: str, customer: str) -> float:
+    return (await instance.balance(meter, external_customer_id=customer)).credited
+
+
+@pytest.mark.anyio
+async def test_first_read_waits_for_the_snapshot_then_reads_from_memory(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    async with connect(redis_server, emulator) as a:
+        first = await a.balance(meter, external_customer_id="c1")
+        assert (first.credited, first.consumed, first.balance) == (100, 0, 100)
+        assert first.cold_until is not None and first.snapshot_as_of is not None
+        stats = redis_server.client().info("commandstats")
+        loads = stats.get("cmdstat_hgetall", {}).get("calls", 0)
+        for _ in range(100):
+            again = await a.balance(meter, external_customer_id="c1")
+            assert again is first  # the warm path hands back the computed balance
+        stats = redis_server.client().info("commandstats")
+        assert stats.get("cmdstat_hgetall", {}).get("calls", 0) == loads
+        assert a.connected
+
+
+@pytest.mark.anyio
+async def test_a_late_snapshot_raises_not_ready_then_arrives(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    async with connect(redis_server, emulator, snapshot_timeout=0.3) as a:
+        await eventually(_connected(a), what="the WebSocket opening")
+        emulator.fault_snapshot_delay(1.0)
+        with pytest.raises(NotReady, match="no snapshot from Polar"):
+            await a.balance(meter, external_customer_id="c1")
+
+        async def arrived() -> bool:
+            try:
+                await a.balance(meter, external_customer_id="c1")
+            except NotReady:
+                return False
+            return True
+
+        await eventually(arrived, what="the delayed snapshot arriving")
+
+
+def _connected(instance: AsyncOutpost) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return instance.connected
+
+    return check
+
+
+@pytest.mark.anyio
+async def test_a_snapshot_replaces_the_local_buckets_it_covers(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = sum_meter(emulator)
+    emulator.grant_credits(meter, 1000, external_customer_id="c1")
+    async with connect(redis_server, emulator) as a:
+        for tokens in (3, 4, 5):
+            await a.track("api_call", external_customer_id="c1", metadata={"tokens": tokens})
+        local = await a.balance(meter, external_customer_id="c1")
+        assert (local.consumed, local.local.count, local.polar.count) == (12, 3, 0)
+        assert await a.flush(10)
+        emulator.advance(6 * 60)  # the bucket closes and syncs; Polar pushes a snapshot
+
+        async def replaced() -> bool:
+            b = await a.balance(meter, external_customer_id="c1")
+            return b.polar.count == 3 and b.local.count == 0 and b.pending == 0
+
+        await eventually(replaced, what="the pushed snapshot replacing the bucket")
+        b = await a.balance(meter, external_customer_id="c1")
+        assert (b.consumed, b.balance, b.polar.sum) == (12, 988, 12)
+
+
+@pytest.mark.anyio
+async def test_a_pending_cold_event_stays_counted_until_a_snapshot_counts_it(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    emulator.fault_ingest_error(503, count=10_000)  # Polar takes no event for now
+    async with connect(redis_server, emulator, max_attempts=1000) as a:
+        await a.balance(meter, external_customer_id="c1")
+        await a.track("api_call", external_customer_id="c1")
+        await a.track("api_call", external_customer_id="c1")
+        tracked_bucket = floor_bucket(to_us(emulator.clock.now()))
+        emulator.advance(6 * 60)
+        emulator.grant_credits(meter, 1, external_customer_id="c1")  # pushes a snapshot
+
+        async def cold() -> bool:
+            b = await a.balance(meter, external_customer_id="c1")
+            return (
+                b.credited == 101
+                and b.cold_until is not None
+                and (to_us(b.cold_until) > tracked_bucket)
+            )
+
+        await eventually(cold, what="a snapshot that makes the events' bucket cold")
+        b = await a.balance(meter, external_customer_id="c1")
+        assert (b.consumed, b.pending, b.polar.count) == (2, 2, 0)
+        emulator.fault_clear()
+
+        async def counted() -> bool:
+            b = await a.balance(meter, external_customer_id="c1")
+            return b.polar.count == 2 and b.pending == 0
+
+        await eventually(counted, what="Polar counting the late events")
+        b = await a.balance(meter, external_customer_id="c1")
+        assert (b.consumed, b.balance) == (2, 99)
+        assert BUCKET_US == 300_000_000
+
+
+@pytest.mark.anyio
+async def test_a_credit_grant_reaches_every_instance(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    async with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
+        assert await credited(a, meter, "c1") == 100
+        assert await credited(b, meter, "c1") == 100
+        emulator.grant_credits(meter, 50, external_customer_id="c1")
+
+        async def both() -> bool:
+            return await credited(a, meter, "c1") == 150 and await credited(b, meter, "c1") == 150
+
+        await eventually(both, what="the grant reaching both instances")
+        emulator.grant_credits(meter, -200, external_customer_id="c1")
+
+        async def revoked() -> bool:
+            return await credited(a, meter, "c1") == 0 and await credited(b, meter, "c1") == 0
+
+        await eventually(revoked, what="the revocation (credits never go below zero)")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["close", "abort"])
+async def test_reconnects_and_asks_again_after_the_websockets_drop(
+    redis_server: RedisServer, emulator: Emulator, mode: str
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    async with connect(redis_server, emulator) as a:
+        assert await credited(a, meter, "c1") == 10
+        emulator.fault_drop_websockets(mode)
+
+        async def subscribed_again() -> bool:
+            connections = emulator.state()["connections"]
+            return a.connected and any(c.get("subscriptions") for c in connections)
+
+        await eventually(subscribed_again, what="a new connection asking for c1 again")
+        emulator.grant_credits(meter, 5, external_customer_id="c1")
+
+        async def pushed() -> bool:
+            return await credited(a, meter, "c1") == 15
+
+        await eventually(pushed, what="a push on the new connection")
+
+
+@pytest.mark.anyio
+async def test_two_instances_converge_to_polars_customer_meters(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = sum_meter(emulator)
+    customers = ["c1", "c2", "c3"]
+    for customer in customers:
+        emulator.grant_credits(meter, 1000, external_customer_id=customer)
+    async with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
+        for round_ in range(3):
+            for n, customer in enumerate(customers):
+                instance = a if (n + round_) % 2 else b
+                await instance.track(
+                    "api_call", external_customer_id=customer, metadata={"tokens": n + round_}
+                )
+            emulator.advance(4 * 60)
+        assert await a.flush(10) and await b.flush(10)
+        emulator.advance(15 * 60)  # past the syncs and the seals
+
+        async def converged() -> bool:
+            for customer in customers:
+                polar = emulator.customer_meter(meter, external_customer_id=customer)
+                for instance in (a, b):
+                    mine = await instance.balance(meter, external_customer_id=customer)
+                    if mine.pending or mine.balance != polar["balance"]:
+                        return False
+            return True
+
+        await eventually(converged, what="both instances matching Polar's customer meters")

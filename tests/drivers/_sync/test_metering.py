@@ -1,0 +1,130 @@
+# GENERATED from tests/drivers/_async/test_metering.py by scripts/unasync.py: do not edit.
+"""Metering (issue 5): every tracked event reaches Polar exactly once, or is reported. Both
+drivers, against the emulator and real Redis."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from outpost_emulator import Emulator
+from tests.drivers._sync._helpers import connect, count_meter
+from tests.support.redis_server import RedisServer
+from tests.support.track_and_hang import track_then_get_killed
+
+
+class Drops:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.reasons: list[str] = []
+
+    def __call__(self, events: list[dict[str, Any]], reason: str) -> None:
+        self.events += events
+        self.reasons.append(reason)
+
+
+def counters(emulator: Emulator) -> dict[str, int]:
+    state = emulator.state()
+    return {"events": state["events"]["count"], **state["counters"]}
+
+
+def test_delivered_events_are_acknowledged(redis_server: RedisServer, emulator: Emulator) -> None:
+    meter = count_meter(emulator)
+    with connect(redis_server, emulator) as a:
+        a.balance(meter, external_customer_id="c1")
+        for _ in range(50):
+            a.track("api_call", external_customer_id="c1")
+        assert a.flush(10)
+        assert counters(emulator)["events"] == 50
+        b = a.balance(meter, external_customer_id="c1")
+        assert (b.undelivered, b.consumed) == (0, 50)
+
+
+def test_transient_errors_then_success(redis_server: RedisServer, emulator: Emulator) -> None:
+    count_meter(emulator)
+    emulator.fault_ingest_error(500, count=3)
+    drops = Drops()
+    with connect(redis_server, emulator, on_dropped=drops) as a:
+        for _ in range(10):
+            a.track("api_call", external_customer_id="c1")
+        assert a.flush(20)
+    assert counters(emulator)["events"] == 10
+    assert drops.events == []
+
+
+def test_exhausted_attempts_report_and_confirm(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    emulator.fault_ingest_error(500, count=1000)
+    drops = Drops()
+    with connect(redis_server, emulator, max_attempts=3, on_dropped=drops) as a:
+        a.balance(meter, external_customer_id="c1")
+        ids = [a.track("api_call", external_customer_id="c1") for _ in range(5)]
+        assert a.flush(20)
+        assert sorted(e["external_id"] for e in drops.events) == sorted(ids)
+        assert all("500" in reason and "3 attempts" in reason for reason in drops.reasons)
+        b = a.balance(meter, external_customer_id="c1")
+        assert (b.pending, b.undelivered, b.consumed, b.balance) == (0, 0, 0, 10)
+    assert counters(emulator)["events"] == 0
+
+
+def test_one_invalid_event_does_not_sink_its_batch(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    count_meter(emulator)
+    drops = Drops()
+    with connect(redis_server, emulator, on_dropped=drops, linger=30.0) as a:
+        bad = ""
+        for n in range(100):
+            if n == 42:  # a well-formed id of a customer Polar does not have: 422 at ingest
+                bad = a.track("api_call", customer_id=str(uuid.uuid4()))
+            else:
+                a.track("api_call", external_customer_id=f"c{n % 5}")
+        assert a.flush(20)
+    assert [e["external_id"] for e in drops.events] == [bad]
+    assert "422" in drops.reasons[0]
+    assert counters(emulator)["events"] == 99
+
+
+def test_a_429_storm_is_respected(redis_server: RedisServer, emulator: Emulator) -> None:
+    count_meter(emulator)
+    emulator.fault_ingest_error(429, count=3, retry_after=1)
+    drops = Drops()
+    with connect(redis_server, emulator, max_attempts=2, on_dropped=drops) as a:
+        for _ in range(5):
+            a.track("api_call", external_customer_id="c1")
+        assert a.flush(30)
+    seen = counters(emulator)
+    assert drops.events == []  # a 429 is a budget, not a failed attempt
+    assert seen["events"] == 5
+    assert seen["http_ingest"] == 4  # three refusals, one success: no hammering
+
+
+def test_a_duplicate_delivery_after_a_lost_response_counts_once(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.fault_ingest_lose_response(count=1)
+    with connect(redis_server, emulator) as a:
+        for _ in range(5):
+            a.track("api_call", external_customer_id="c1")
+        assert a.flush(20)
+        assert (a.balance(meter, external_customer_id="c1")).undelivered == 0
+    seen = counters(emulator)
+    assert (seen["events"], seen["events_inserted"], seen["events_duplicate"]) == (5, 5, 5)
+    assert emulator.customer_meter(meter, external_customer_id="c1")["consumed_units"] == 5
+
+
+def test_events_of_a_killed_instance_are_delivered_by_another(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    count_meter(emulator)
+    tracked = track_then_get_killed(redis_server.url, emulator.url, emulator.token, 1000)
+    assert tracked == 1000
+    assert counters(emulator)["events"] == 0
+    with connect(redis_server, emulator, claim_idle=0.5) as survivor:
+        assert survivor.flush(30)
+    seen = counters(emulator)
+    assert (seen["events"], seen["events_duplicate"]) == (1000, 0)

@@ -1,0 +1,199 @@
+# GENERATED from tests/drivers/_async/test_snapshots.py by scripts/unasync.py: do not edit.
+"""Snapshots over the WebSocket, the first read, and reconnection (issue 4), both drivers,
+against the emulator and real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from outpost_core import BUCKET_US, floor_bucket, to_us
+from outpost_emulator import Emulator
+from outpost_sync import NotReady, Outpost
+from tests.drivers._sync._helpers import connect, count_meter, eventually, sum_meter
+from tests.support.redis_server import RedisServer
+
+
+def credited(instance: Outpost, meter: str, customer: str) -> float:
+    return (instance.balance(meter, external_customer_id=customer)).credited
+
+
+def test_first_read_waits_for_the_snapshot_then_reads_from_memory(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    with connect(redis_server, emulator) as a:
+        first = a.balance(meter, external_customer_id="c1")
+        assert (first.credited, first.consumed, first.balance) == (100, 0, 100)
+        assert first.cold_until is not None and first.snapshot_as_of is not None
+        stats = redis_server.client().info("commandstats")
+        loads = stats.get("cmdstat_hgetall", {}).get("calls", 0)
+        for _ in range(100):
+            again = a.balance(meter, external_customer_id="c1")
+            assert again is first  # the warm path hands back the computed balance
+        stats = redis_server.client().info("commandstats")
+        assert stats.get("cmdstat_hgetall", {}).get("calls", 0) == loads
+        assert a.connected
+
+
+def test_a_late_snapshot_raises_not_ready_then_arrives(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    with connect(redis_server, emulator, snapshot_timeout=0.3) as a:
+        eventually(_connected(a), what="the WebSocket opening")
+        emulator.fault_snapshot_delay(1.0)
+        with pytest.raises(NotReady, match="no snapshot from Polar"):
+            a.balance(meter, external_customer_id="c1")
+
+        def arrived() -> bool:
+            try:
+                a.balance(meter, external_customer_id="c1")
+            except NotReady:
+                return False
+            return True
+
+        eventually(arrived, what="the delayed snapshot arriving")
+
+
+def _connected(instance: Outpost) -> Callable[[], bool]:
+    def check() -> bool:
+        return instance.connected
+
+    return check
+
+
+def test_a_snapshot_replaces_the_local_buckets_it_covers(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = sum_meter(emulator)
+    emulator.grant_credits(meter, 1000, external_customer_id="c1")
+    with connect(redis_server, emulator) as a:
+        for tokens in (3, 4, 5):
+            a.track("api_call", external_customer_id="c1", metadata={"tokens": tokens})
+        local = a.balance(meter, external_customer_id="c1")
+        assert (local.consumed, local.local.count, local.polar.count) == (12, 3, 0)
+        assert a.flush(10)
+        emulator.advance(6 * 60)  # the bucket closes and syncs; Polar pushes a snapshot
+
+        def replaced() -> bool:
+            b = a.balance(meter, external_customer_id="c1")
+            return b.polar.count == 3 and b.local.count == 0 and b.pending == 0
+
+        eventually(replaced, what="the pushed snapshot replacing the bucket")
+        b = a.balance(meter, external_customer_id="c1")
+        assert (b.consumed, b.balance, b.polar.sum) == (12, 988, 12)
+
+
+def test_a_pending_cold_event_stays_counted_until_a_snapshot_counts_it(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    emulator.fault_ingest_error(503, count=10_000)  # Polar takes no event for now
+    with connect(redis_server, emulator, max_attempts=1000) as a:
+        a.balance(meter, external_customer_id="c1")
+        a.track("api_call", external_customer_id="c1")
+        a.track("api_call", external_customer_id="c1")
+        tracked_bucket = floor_bucket(to_us(emulator.clock.now()))
+        emulator.advance(6 * 60)
+        emulator.grant_credits(meter, 1, external_customer_id="c1")  # pushes a snapshot
+
+        def cold() -> bool:
+            b = a.balance(meter, external_customer_id="c1")
+            return (
+                b.credited == 101
+                and b.cold_until is not None
+                and (to_us(b.cold_until) > tracked_bucket)
+            )
+
+        eventually(cold, what="a snapshot that makes the events' bucket cold")
+        b = a.balance(meter, external_customer_id="c1")
+        assert (b.consumed, b.pending, b.polar.count) == (2, 2, 0)
+        emulator.fault_clear()
+
+        def counted() -> bool:
+            b = a.balance(meter, external_customer_id="c1")
+            return b.polar.count == 2 and b.pending == 0
+
+        eventually(counted, what="Polar counting the late events")
+        b = a.balance(meter, external_customer_id="c1")
+        assert (b.consumed, b.balance) == (2, 99)
+        assert BUCKET_US == 300_000_000
+
+
+def test_a_credit_grant_reaches_every_instance(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
+        assert credited(a, meter, "c1") == 100
+        assert credited(b, meter, "c1") == 100
+        emulator.grant_credits(meter, 50, external_customer_id="c1")
+
+        def both() -> bool:
+            return credited(a, meter, "c1") == 150 and credited(b, meter, "c1") == 150
+
+        eventually(both, what="the grant reaching both instances")
+        emulator.grant_credits(meter, -200, external_customer_id="c1")
+
+        def revoked() -> bool:
+            return credited(a, meter, "c1") == 0 and credited(b, meter, "c1") == 0
+
+        eventually(revoked, what="the revocation (credits never go below zero)")
+
+
+@pytest.mark.parametrize("mode", ["close", "abort"])
+def test_reconnects_and_asks_again_after_the_websockets_drop(
+    redis_server: RedisServer, emulator: Emulator, mode: str
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    with connect(redis_server, emulator) as a:
+        assert credited(a, meter, "c1") == 10
+        emulator.fault_drop_websockets(mode)
+
+        def subscribed_again() -> bool:
+            connections = emulator.state()["connections"]
+            return a.connected and any(c.get("subscriptions") for c in connections)
+
+        eventually(subscribed_again, what="a new connection asking for c1 again")
+        emulator.grant_credits(meter, 5, external_customer_id="c1")
+
+        def pushed() -> bool:
+            return credited(a, meter, "c1") == 15
+
+        eventually(pushed, what="a push on the new connection")
+
+
+def test_two_instances_converge_to_polars_customer_meters(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = sum_meter(emulator)
+    customers = ["c1", "c2", "c3"]
+    for customer in customers:
+        emulator.grant_credits(meter, 1000, external_customer_id=customer)
+    with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
+        for round_ in range(3):
+            for n, customer in enumerate(customers):
+                instance = a if (n + round_) % 2 else b
+                instance.track(
+                    "api_call", external_customer_id=customer, metadata={"tokens": n + round_}
+                )
+            emulator.advance(4 * 60)
+        assert a.flush(10) and b.flush(10)
+        emulator.advance(15 * 60)  # past the syncs and the seals
+
+        def converged() -> bool:
+            for customer in customers:
+                polar = emulator.customer_meter(meter, external_customer_id=customer)
+                for instance in (a, b):
+                    mine = instance.balance(meter, external_customer_id=customer)
+                    if mine.pending or mine.balance != polar["balance"]:
+                        return False
+            return True
+
+        eventually(converged, what="both instances matching Polar's customer meters")

@@ -1,0 +1,59 @@
+"""A process that tracks events, says so, then hangs before delivering any: the test kills it
+with SIGKILL. Its batches are read (claimed) but never posted: linger is far longer than the test.
+
+    python -m tests.support.track_and_hang REDIS_URL SERVER_URL TOKEN COUNT
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from outpost_sync import Outpost
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def track_then_get_killed(redis_url: str, server_url: str, token: str, count: int) -> int:
+    """Run this module in a child process, wait until it tracked ``count`` events, SIGKILL it.
+    Returns how many events it said it tracked."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", __name__, redis_url, server_url, token, str(count)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline().decode().split()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        if child.stdout is not None:
+            child.stdout.close()
+    return int(line[1]) if len(line) == 2 and line[0] == "tracked" else 0
+
+
+def main() -> None:
+    redis_url, server_url, token, count = sys.argv[1:5]
+    outpost = Outpost(
+        access_token=token,
+        server_url=server_url,
+        redis_url=redis_url,
+        linger=3600,
+        batch_size=100_000,
+        telemetry=False,
+    )
+    for n in range(int(count)):
+        outpost.track("api_call", external_customer_id=f"c{n % 7}")
+    sys.stdout.write(f"tracked {count}\n")
+    sys.stdout.flush()
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
