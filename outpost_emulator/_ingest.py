@@ -65,6 +65,11 @@ async def ingest_endpoint(request: Request) -> Response:
         hub.counters["http_auth_rejected"] += 1
         return denied
 
+    # Read the whole body first: a client that gives up during a hang still had its request
+    # received, and it is processed all the same.
+    errors = Errors()
+    body = await read_json(request, errors)
+
     hang = hub.faults.take("hang")
     if hang is not None:
         log.info("ingest: fault, hanging %.3fs before processing", hang.seconds)
@@ -81,8 +86,6 @@ async def ingest_endpoint(request: Request) -> Response:
         return detail_response(failure.status, detail, error=error, headers=headers)
     lose = hub.faults.take("lose_response")
 
-    errors = Errors()
-    body = await read_json(request, errors)
     events: list[EventInput] = []
     if body is not NO_BODY:
         events, errors = validate_ingest(body, hub.now_us(), hub.customers)

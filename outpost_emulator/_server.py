@@ -132,7 +132,7 @@ class Emulator:
             log_config=None,
             log_level="warning",
             access_log=False,
-            timeout_graceful_shutdown=2,
+            timeout_graceful_shutdown=1,
         )
         ready = threading.Event()
         server = _Server(config, ready)
@@ -144,9 +144,12 @@ class Emulator:
             loop_box.append(loop)
             try:
                 loop.run_until_complete(server.serve())
+            except SystemExit:
+                pass  # uvicorn exits when it cannot bind; `start` reports it
             finally:
                 loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.close()
+                ready.set()  # never leave `start` waiting for a server that is gone
 
         thread = threading.Thread(target=run, name=f"outpost-emulator-{port}", daemon=True)
         emulator = cls(hub, server, thread)

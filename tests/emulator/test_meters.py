@@ -71,132 +71,90 @@ def errors(response: httpx.Response) -> list[tuple[list[Any], str]]:
     return [(item["loc"], item["type"]) for item in response.json()["detail"]]
 
 
-@pytest.mark.parametrize(
-    ("fields", "expected"),
-    [
-        ({"name": "ab"}, [(["body", "name"], "string_too_short")]),
-        ({"filter": 5}, [(["body", "filter"], "model_type")]),
-        (
-            {"filter": {"conjunction": "xor", "clauses": []}},
-            [(["body", "filter", "conjunction"], "enum")],
-        ),
-        ({"filter": {"conjunction": "and"}}, [(["body", "filter", "clauses"], "missing")]),
-        (
-            {"filter": {"conjunction": "and", "clauses": 3}},
-            [(["body", "filter", "clauses"], "list_type")],
-        ),
-        (
-            {"filter": where(clause("a", "matches", "x"))},
-            [
-                (["body", "filter", "clauses", 0, "FilterClause", "operator"], "enum"),
-                (["body", "filter", "clauses", 0, "Filter", "conjunction"], "missing"),
-                (["body", "filter", "clauses", 0, "Filter", "clauses"], "missing"),
-            ],
-        ),
-        (
-            {"filter": where(clause("a", "eq", 1.5))},
-            [
-                (
-                    ["body", "filter", "clauses", 0, "FilterClause", "value", "constrained-str"],
-                    "string_type",
-                ),
-                (
-                    ["body", "filter", "clauses", 0, "FilterClause", "value", "constrained-int"],
-                    "int_from_float",
-                ),
-                (["body", "filter", "clauses", 0, "FilterClause", "value", "bool"], "bool_type"),
-                (["body", "filter", "clauses", 0, "Filter", "conjunction"], "missing"),
-                (["body", "filter", "clauses", 0, "Filter", "clauses"], "missing"),
-            ],
-        ),
-        (
-            {"filter": where(clause("a", "eq", 2**31))},
-            [
-                (
-                    ["body", "filter", "clauses", 0, "FilterClause", "value", "constrained-str"],
-                    "string_type",
-                ),
-                (
-                    ["body", "filter", "clauses", 0, "FilterClause", "value", "constrained-int"],
-                    "less_than_equal",
-                ),
-                (["body", "filter", "clauses", 0, "FilterClause", "value", "bool"], "bool_parsing"),
-                (["body", "filter", "clauses", 0, "Filter", "conjunction"], "missing"),
-                (["body", "filter", "clauses", 0, "Filter", "clauses"], "missing"),
-            ],
-        ),
-        (
-            {"filter": where(where(clause(1, "eq", 1)))},
-            [
-                (["body", "filter", "clauses", 0, "FilterClause", "property"], "missing"),
-                (["body", "filter", "clauses", 0, "FilterClause", "operator"], "missing"),
-                (["body", "filter", "clauses", 0, "FilterClause", "value"], "missing"),
-                (
-                    [
-                        "body",
-                        "filter",
-                        "clauses",
-                        0,
-                        "Filter",
-                        "clauses",
-                        0,
-                        "FilterClause",
-                        "property",
-                    ],
-                    "string_type",
-                ),
-                (
-                    [
-                        "body",
-                        "filter",
-                        "clauses",
-                        0,
-                        "Filter",
-                        "clauses",
-                        0,
-                        "Filter",
-                        "conjunction",
-                    ],
-                    "missing",
-                ),
-                (
-                    ["body", "filter", "clauses", 0, "Filter", "clauses", 0, "Filter", "clauses"],
-                    "missing",
-                ),
-            ],
-        ),
-        ({"aggregation": 5}, [(["body", "aggregation"], "model_attributes_type")]),
-        ({"aggregation": {}}, [(["body", "aggregation"], "union_tag_not_found")]),
-        ({"aggregation": {"func": "median"}}, [(["body", "aggregation"], "union_tag_invalid")]),
-        (
-            {"aggregation": {"func": "sum"}},
-            [(["body", "aggregation", "sum", "property"], "missing")],
-        ),
-        (
-            {"aggregation": {"func": "unique", "property": 3}},
-            [(["body", "aggregation", "unique", "property"], "string_type")],
-        ),
-        ({"unit": "custom"}, [(["body"], "value_error")]),
-        ({"custom_label": "req"}, [(["body"], "value_error")]),
-        (
-            {"unit": "custom", "custom_label": "req", "custom_multiplier": 0},
-            [(["body", "custom_multiplier"], "greater_than")],
-        ),
-        (
-            {"metadata": {"k": ""}},
-            [
-                (["body", "metadata", "k", "constrained-str"], "string_too_short"),
-                (["body", "metadata", "k", "int"], "int_parsing"),
-                (["body", "metadata", "k", "float"], "float_parsing"),
-                (["body", "metadata", "k", "bool"], "bool_parsing"),
-            ],
-        ),
-        (
-            {"organization_id": "3b1f9c9e-8f0e-4c1a-9a4e-0d3c2b1a0f9e"},
-            [(["body", "organization_id"], "organization_token")],
-        ),
-    ],  # fmt: skip
-)
+C0 = ["body", "filter", "clauses", 0]
+CLAUSE, NESTED = [*C0, "FilterClause"], [*C0, "Filter"]
+NOT_A_FILTER = [([*NESTED, "conjunction"], "missing"), ([*NESTED, "clauses"], "missing")]
+VALUE_BRANCHES = [[*CLAUSE, "value", tag] for tag in ("constrained-str", "constrained-int", "bool")]
+INNER = [*NESTED, "clauses", 0]
+METADATA_K = ["body", "metadata", "k"]
+ORG = "3b1f9c9e-8f0e-4c1a-9a4e-0d3c2b1a0f9e"
+
+VALIDATION_CASES: list[tuple[dict[str, Any], list[tuple[list[Any], str]]]] = [
+    ({"name": "ab"}, [(["body", "name"], "string_too_short")]),
+    ({"filter": 5}, [(["body", "filter"], "model_type")]),
+    (
+        {"filter": {"conjunction": "xor", "clauses": []}},
+        [(["body", "filter", "conjunction"], "enum")],
+    ),
+    ({"filter": {"conjunction": "and"}}, [(["body", "filter", "clauses"], "missing")]),
+    (
+        {"filter": {"conjunction": "and", "clauses": 3}},
+        [(["body", "filter", "clauses"], "list_type")],
+    ),
+    (
+        {"filter": where(clause("a", "matches", "x"))},
+        [([*CLAUSE, "operator"], "enum"), *NOT_A_FILTER],
+    ),
+    (
+        {"filter": where(clause("a", "eq", 1.5))},
+        [
+            (VALUE_BRANCHES[0], "string_type"),
+            (VALUE_BRANCHES[1], "int_from_float"),
+            (VALUE_BRANCHES[2], "bool_type"),
+            *NOT_A_FILTER,
+        ],
+    ),
+    (
+        {"filter": where(clause("a", "eq", 2**31))},
+        [
+            (VALUE_BRANCHES[0], "string_type"),
+            (VALUE_BRANCHES[1], "less_than_equal"),
+            (VALUE_BRANCHES[2], "bool_parsing"),
+            *NOT_A_FILTER,
+        ],
+    ),
+    (
+        {"filter": where(where({"property": 1, "operator": "eq", "value": 1}))},
+        [
+            ([*CLAUSE, "property"], "missing"),
+            ([*CLAUSE, "operator"], "missing"),
+            ([*CLAUSE, "value"], "missing"),
+            ([*INNER, "FilterClause", "property"], "string_type"),
+            ([*INNER, "Filter", "conjunction"], "missing"),
+            ([*INNER, "Filter", "clauses"], "missing"),
+        ],
+    ),
+    ({"aggregation": 5}, [(["body", "aggregation"], "model_attributes_type")]),
+    ({"aggregation": {}}, [(["body", "aggregation"], "union_tag_not_found")]),
+    ({"aggregation": {"func": "median"}}, [(["body", "aggregation"], "union_tag_invalid")]),
+    (
+        {"aggregation": {"func": "sum"}},
+        [(["body", "aggregation", "sum", "property"], "missing")],
+    ),
+    (
+        {"aggregation": {"func": "unique", "property": 3}},
+        [(["body", "aggregation", "unique", "property"], "string_type")],
+    ),
+    ({"unit": "custom"}, [(["body"], "value_error")]),
+    ({"custom_label": "req"}, [(["body"], "value_error")]),
+    (
+        {"unit": "custom", "custom_label": "req", "custom_multiplier": 0},
+        [(["body", "custom_multiplier"], "greater_than")],
+    ),
+    (
+        {"metadata": {"k": ""}},
+        [
+            ([*METADATA_K, "constrained-str"], "string_too_short"),
+            ([*METADATA_K, "int"], "int_parsing"),
+            ([*METADATA_K, "float"], "float_parsing"),
+            ([*METADATA_K, "bool"], "bool_parsing"),
+        ],
+    ),
+    ({"organization_id": ORG}, [(["body", "organization_id"], "organization_token")]),
+]
+
+
+@pytest.mark.parametrize(("fields", "expected"), VALIDATION_CASES)
 def test_meter_validation(
     emu: Emulator, http: httpx.Client, fields: dict[str, Any], expected: list[Any]
 ) -> None:
