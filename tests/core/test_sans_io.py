@@ -1,0 +1,98 @@
+"""The core does no I/O: no module of ``outpost_core`` imports anything that could do it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import outpost_core
+
+CORE = Path(outpost_core.__file__).resolve().parent
+FORBIDDEN = frozenset(
+    {
+        "socket",
+        "ssl",
+        "select",
+        "selectors",
+        "asyncio",
+        "threading",
+        "multiprocessing",
+        "subprocess",
+        "time",
+        "random",
+        "uuid",
+        "secrets",
+        "os",
+        "redis",
+        "httpx",
+        "httpcore",
+        "opentelemetry",
+        "outpost_sync",
+        "outpost_async",
+    }
+)
+
+
+def forbidden_imports(source: str) -> list[tuple[int, str]]:
+    """(line, module) of every import of a forbidden top-level package, at any depth."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+        elif (
+            isinstance(node, ast.Call)
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id == "__import__")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            )
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            modules = [node.args[0].value]
+        line = getattr(node, "lineno", 0)
+        found += [(line, m) for m in modules if m.split(".")[0] in FORBIDDEN]
+    return found
+
+
+def core_files() -> list[Path]:
+    files = sorted(CORE.rglob("*.py"))
+    assert CORE / "_session.py" in files
+    return files
+
+
+@pytest.mark.parametrize("path", core_files(), ids=lambda p: p.name)
+def test_no_core_module_imports_io(path: Path) -> None:
+    found = forbidden_imports(path.read_text(encoding="utf-8"))
+    assert found == [], f"{path.name} imports {found}"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import os", ["os"]),
+        ("import os.path as p", ["os.path"]),
+        ("import json, socket", ["socket"]),
+        ("from time import monotonic", ["time"]),
+        ("from redis.asyncio import Redis", ["redis.asyncio"]),
+        ("def f():\n    import random\n    return random.random()", ["random"]),
+        ("class C:\n    def m(self):\n        from uuid import uuid4", ["uuid"]),
+        ("if True:\n    import asyncio", ["asyncio"]),
+        ("try:\n    import httpx\nexcept ImportError:\n    pass", ["httpx"]),
+        ("x = __import__('threading')", ["threading"]),
+        ("import importlib\nm = importlib.import_module('ssl')", ["ssl"]),
+        ("from opentelemetry import trace", ["opentelemetry"]),
+        ("from outpost_async import AsyncOutpost", ["outpost_async"]),
+        ("from . import time", []),  # a module of the core itself
+        ("from .os import x", []),
+        ("import timeit, osmosis, randomness", []),
+        ("import json\nfrom collections.abc import Mapping", []),
+    ],
+)
+def test_the_check_finds_forbidden_imports(source: str, expected: list[str]) -> None:
+    assert [module for _, module in forbidden_imports(source)] == expected
