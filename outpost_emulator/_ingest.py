@@ -82,7 +82,8 @@ async def ingest_endpoint(request: Request) -> Response:
         error, detail = _ERROR_DETAIL.get(failure.status, ("Error", "Injected failure"))
         headers = {}
         if failure.retry_after is not None:
-            headers["Retry-After"] = f"{failure.retry_after:g}"
+            seconds = failure.retry_after
+            headers["Retry-After"] = str(int(seconds)) if seconds == int(seconds) else str(seconds)
         return detail_response(failure.status, detail, error=error, headers=headers)
     lose = hub.faults.take("lose_response")
 
@@ -110,12 +111,12 @@ async def ingest_endpoint(request: Request) -> Response:
 
 
 async def _drop_connection(request: Request, hub: Hub) -> None:
-    client = request.scope.get("client")
-    transport = None
-    if client is not None and hub.transport_finder is not None:
-        transport = hub.transport_finder((str(client[0]), int(client[1])))
-    if transport is None:
+    if hub.transport_finder is None:
         raise RuntimeError("cannot drop the connection: no transport finder (see docs)")
+    client = request.scope.get("client")
+    transport = hub.transport_finder((str(client[0]), int(client[1]))) if client else None
+    if transport is None:
+        return  # the client is gone already: there is nobody to answer
     transport.abort()
     # Wait until the server has seen the disconnect, so it does not write a 500 instead.
     while (await request.receive())["type"] != "http.disconnect":

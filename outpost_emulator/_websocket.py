@@ -105,6 +105,11 @@ def handle(hub: Hub, connection: Connection, message: Mapping[str, Any]) -> None
         log.info("ws#%d: error %s: %s", connection.id, exc.code, exc.message)
         payload = {"request_id": exc.request_id, "code": exc.code, "message": exc.message}
         connection.send({"type": "error", "payload": payload})
+    except Exception as exc:  # an emulator bug: report it, keep the socket
+        hub.counters["ws_internal_errors"] += 1
+        log.exception("ws#%d: failed to handle a frame", connection.id)
+        payload = {"request_id": None, "code": "internal_error", "message": repr(exc)}
+        connection.send({"type": "error", "payload": payload})
 
 
 def _snapshot(hub: Hub, connection: Connection, frame: Frame) -> None:

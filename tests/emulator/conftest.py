@@ -20,6 +20,20 @@ def emu(clock: EmulatorClock) -> Iterator[Emulator]:
         yield emulator
 
 
+@pytest.fixture(scope="module")
+def shared_emu() -> Iterator[Emulator]:
+    """One emulator for a module's tests that leave no state behind (validation errors)."""
+    with Emulator.start(clock=EmulatorClock(START, frozen=True)) as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="module")
+def shared_http(shared_emu: Emulator) -> Iterator[httpx.Client]:
+    headers = auth(shared_emu.token)
+    with httpx.Client(base_url=shared_emu.url, headers=headers, timeout=10, verify=False) as client:
+        yield client
+
+
 @pytest.fixture
 def http(emu: Emulator) -> Iterator[httpx.Client]:
     with httpx.Client(

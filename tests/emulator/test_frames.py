@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -52,17 +53,24 @@ CASES: list[tuple[str | bytes, str, str | None]] = [
 ]  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def shared_ws(shared_emu: Emulator) -> Iterator[Ws]:
+    with Ws(shared_emu) as client:
+        yield client
+
+
 @pytest.mark.parametrize(("data", "code", "request_id"), CASES)
 def test_malformed_frame_gets_an_error(
-    emu: Emulator, ws: Ws, data: str | bytes, code: str, request_id: str | None
+    shared_emu: Emulator, shared_ws: Ws, data: str | bytes, code: str, request_id: str | None
 ) -> None:
-    ws.send_raw(data)
-    error = ws.expect("error")
+    rejected = shared_emu.state()["counters"].get("ws_frames_rejected", 0)
+    shared_ws.send_raw(data)
+    error = shared_ws.expect("error")
     assert error["code"] == code
     assert error["request_id"] == request_id
     assert isinstance(error["message"], str) and error["message"]
-    ws.sync_point()  # still open, still answering
-    assert emu.state()["counters"]["ws_frames_rejected"] == 1
+    shared_ws.sync_point()  # still open, still answering
+    assert shared_emu.state()["counters"]["ws_frames_rejected"] == rejected + 1
 
 
 def test_huge_frame(emu: Emulator, ws: Ws) -> None:

@@ -145,9 +145,9 @@ def single_error(http: httpx.Client, bad: dict[str, Any]) -> list[dict[str, Any]
     ],
 )
 def test_each_validation_error(
-    http: httpx.Client, bad: dict[str, Any], loc: list[Any], type_: str
+    shared_http: httpx.Client, bad: dict[str, Any], loc: list[Any], type_: str
 ) -> None:
-    detail = single_error(http, bad)
+    detail = single_error(shared_http, bad)
     assert [item["type"] for item in detail if item["loc"][3:] == loc] == [type_], detail
 
 
@@ -180,8 +180,10 @@ def test_both_or_neither_customer_reference(http: httpx.Client) -> None:
         (b'{"events": [5]}', "model_attributes_type", ["body", "events", 0]),
     ],
 )
-def test_malformed_bodies(http: httpx.Client, raw: bytes, type_: str, loc: list[Any]) -> None:
-    response = http.post(
+def test_malformed_bodies(
+    shared_http: httpx.Client, raw: bytes, type_: str, loc: list[Any]
+) -> None:
+    response = shared_http.post(
         "/v1/events/ingest", content=raw, headers={"content-type": "application/json"}
     )
     detail = errors_of(response)

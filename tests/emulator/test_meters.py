@@ -156,10 +156,10 @@ VALIDATION_CASES: list[tuple[dict[str, Any], list[tuple[list[Any], str]]]] = [
 
 @pytest.mark.parametrize(("fields", "expected"), VALIDATION_CASES)
 def test_meter_validation(
-    emu: Emulator, http: httpx.Client, fields: dict[str, Any], expected: list[Any]
+    shared_emu: Emulator, shared_http: httpx.Client, fields: dict[str, Any], expected: list[Any]
 ) -> None:
-    assert errors(create(http, **fields)) == expected
-    assert emu.state()["meters"] == []
+    assert errors(create(shared_http, **fields)) == expected
+    assert shared_emu.state()["meters"] == []
 
 
 def test_missing_fields(http: httpx.Client) -> None:
