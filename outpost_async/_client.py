@@ -36,6 +36,7 @@ from outpost_async._backend import (
     open_stream,
     sleep,
 )
+from outpost_async._telemetry import Telemetry
 from outpost_core import (
     ALL_CHANNELS,
     CONFIGURATION_KEY,
@@ -58,7 +59,10 @@ from outpost_core import (
     StoreConfiguration,
     SubscriberRestarted,
     Tick,
+    UnknownMeter,
+    UnsupportedMeter,
     _keys,
+    semconv,
     to_us,
 )
 from outpost_core._delivery import (
@@ -124,6 +128,8 @@ class AsyncOutpost:
         claim_idle: seconds after which another instance's unsettled events are taken over.
         retry_base: seconds before the first retry of a failed delivery; each retry doubles it
             (up to a minute), with jitter.
+        telemetry_url, telemetry_interval: where the relay is (default: ``server_url``) and how
+            often telemetry is exported to it (seconds).
     """
 
     def __init__(
@@ -143,6 +149,8 @@ class AsyncOutpost:
         linger: float = 0.2,
         claim_idle: float = 300.0,
         retry_base: float = 0.5,
+        telemetry_url: str | None = None,
+        telemetry_interval: float = 30.0,
         logger: logging.Logger | None = None,
     ) -> None:
         self._log = logger or logging.getLogger("outpost")
@@ -169,7 +177,13 @@ class AsyncOutpost:
         self._flushing = 0
         self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._http: httpx.AsyncClient | None = None
-        self._telemetry = telemetry and os.environ.get("POLAR_OUTPOST_TELEMETRY", "1") != "0"
+        self._telemetry = Telemetry(
+            enabled=telemetry and os.environ.get("POLAR_OUTPOST_TELEMETRY", "1") != "0",
+            relay_url=telemetry_url or self._server_url,
+            token=self._access_token,
+            export_interval=telemetry_interval,
+            logger=self._log,
+        )
         self._clock = clock
         self._owns_redis = redis is None
         if redis is None:
@@ -263,6 +277,7 @@ class AsyncOutpost:
         for worker in self._workers:
             await worker.stop()
         self._workers.clear()
+        self._telemetry.shutdown(time.monotonic(), *self._sync_counts())
         if self._http is not None:
             await self._http.aclose()
         if self._owns_redis:
@@ -315,6 +330,45 @@ class AsyncOutpost:
                 ``event_id`` is then safe.
         """
         await self._ensure_started()
+        started = time.perf_counter_ns()
+        try:
+            return await self._track(
+                name, external_customer_id, customer_id, metadata, timestamp, event_id, started
+            )
+        except InvalidEvent:
+            self._record_track(external_customer_id, customer_id, (), started, semconv.INVALID)
+            raise
+        except NotReady:
+            self._record_track(external_customer_id, customer_id, (), started, semconv.NOT_READY)
+            raise
+        except RedisUnavailable:
+            self._record_track(external_customer_id, customer_id, (), started, semconv.REDIS_ERROR)
+            raise
+
+    def _record_track(
+        self,
+        external_customer_id: Any,
+        customer_id: Any,
+        meter_ids: tuple[str, ...],
+        started: int,
+        outcome: str,
+        buckets: int = 0,
+    ) -> None:
+        if self._telemetry.enabled:
+            ext = external_customer_id if isinstance(external_customer_id, str) else None
+            cid = customer_id if isinstance(customer_id, str) else None
+            self._telemetry.tracked(ext, cid, meter_ids, started, outcome, buckets)
+
+    async def _track(
+        self,
+        name: str,
+        external_customer_id: str | None,
+        customer_id: str | None,
+        metadata: dict[str, Any] | None,
+        timestamp: datetime | None,
+        event_id: str | None,
+        started: int,
+    ) -> str:
         now_us = self._now_us()
         if timestamp is None:
             timestamp_us = now_us
@@ -348,6 +402,10 @@ class AsyncOutpost:
             effects = self._core.effects()
         if effects:
             await self._run(effects)
+        buckets = (len(run.keys) - 1) // 2
+        self._record_track(
+            external_customer_id, customer_id, run.meter_ids, started, semconv.OK, buckets
+        )
         return event_id
 
     async def _script(self, run: RunScript) -> Any:
@@ -388,10 +446,27 @@ class AsyncOutpost:
         """
         if self._closed:
             raise OutpostClosed("this Outpost instance is closed")
+        telemetry = self._telemetry
+        started = time.perf_counter_ns() if telemetry.enabled else 0
         cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
         if cached is not None:
+            if telemetry.enabled:
+                telemetry.read(meter_id, external_customer_id, customer_id, started, semconv.WARM)
             return cached
-        return await self._balance_when_ready(meter_id, external_customer_id, customer_id)
+        outcome = semconv.NOT_READY
+        try:
+            found = await self._balance_when_ready(meter_id, external_customer_id, customer_id)
+            outcome = semconv.COLD
+            return found
+        except UnknownMeter:
+            outcome = semconv.UNKNOWN_METER
+            raise
+        except UnsupportedMeter:
+            outcome = semconv.UNSUPPORTED_METER
+            raise
+        finally:
+            if telemetry.enabled:
+                telemetry.read(meter_id, external_customer_id, customer_id, started, outcome)
 
     async def _balance_when_ready(
         self, meter_id: str, external_customer_id: str | None, customer_id: str | None
@@ -453,6 +528,10 @@ class AsyncOutpost:
                     self._drop_stream = True
             with self._lock:
                 effects = self._core.effects()
+        with self._lock:
+            seen = self._core.observations()
+        if seen:
+            self._telemetry.observe(seen)
         self._signal.fire()
 
     async def _send(self, data: bytes) -> None:
@@ -566,6 +645,7 @@ class AsyncOutpost:
                         effects = self._core.effects()
                     if effects or message is not None:
                         await self._run(effects)
+                    self._housekeeping()
                     backoff = 0.05
             except (RedisError, OSError) as exc:
                 self._subscribed = False
@@ -695,6 +775,22 @@ class AsyncOutpost:
             if await self._redis.xrange(stream, max=mark, count=1):
                 return False
         return True
+
+    def _housekeeping(self) -> None:
+        """Telemetry: start the relay export once the organization is known; flush buffers."""
+        telemetry = self._telemetry
+        if not telemetry.enabled:
+            return
+        configuration = self._core.configuration
+        if configuration is not None and configuration.organization_id is not None:
+            telemetry.export_to_relay(configuration.organization_id)
+        telemetry.flush(time.monotonic(), *self._sync_counts())
+
+    def _sync_counts(self) -> tuple[int, int]:
+        remote = self._core.remote
+        if remote is None:
+            return (0, 0)
+        return (remote.snapshots_received, remote.snapshots_applied)
 
     def _take(self, message: dict[str, Any]) -> None:
         kind = message.get("type")

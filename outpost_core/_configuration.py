@@ -36,6 +36,7 @@ class Configuration:
     """Meter id → the id of the reducer that serves it."""
     problems: tuple[str, ...] = ()
     """Why some reducers of the payload were left out (each is counted as a rejection)."""
+    organization_id: str | None = None
 
     def contributions(self, event: EventView) -> list[tuple[str, float]]:
         """``(reducer id, value)`` for every bucketed reducer the event counts in."""
@@ -72,7 +73,13 @@ def parse_configuration(payload: object) -> Configuration:
         reducers[reducer.id] = reducer
         for meter_id in reducer.meter_ids:
             meter_reducers[meter_id] = reducer.id
-    return Configuration(reducers=reducers, meter_reducers=meter_reducers, problems=tuple(problems))
+    organization = payload.get("organization_id")
+    return Configuration(
+        reducers=reducers,
+        meter_reducers=meter_reducers,
+        problems=tuple(problems),
+        organization_id=organization if isinstance(organization, str) else None,
+    )
 
 
 def _parse_reducer(item: Any) -> Reducer:

@@ -15,6 +15,8 @@ class RunScript:
     args: tuple[str, ...]
     tag: int | None = None
     """Echoed in :class:`ScriptReplied` / :class:`ScriptFailed` when the core needs to know."""
+    meter_ids: tuple[str, ...] = ()
+    """The meters the write counts in (telemetry names them)."""
 
 
 @attrs.frozen(slots=True)

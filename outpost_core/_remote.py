@@ -11,6 +11,7 @@ from ._aggregate import format_number
 from ._effects import CloseConnection, Effect, ListPending, OpenConnection, RunScript, SendBytes
 from ._keys import Customer
 from ._link import Link, LinkState, _Unreadable
+from ._observations import LinkChanged, Observation, SnapshotApplied
 from ._snapshots import (
     MAX_IDS_PER_QUESTION,
     CustomerFlow,
@@ -32,6 +33,8 @@ class Host(Protocol):
     def configure(self, payload: object) -> None: ...
     def known_rev(self, state_key: str) -> int: ...
     def reject(self, kind: str, detail: str) -> None: ...
+    def observe(self, observation: Observation) -> None: ...
+    def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]: ...
     @property
     def pending_limit_us(self) -> int: ...
 
@@ -93,6 +96,10 @@ class Remote:
         if self.link.state is LinkState.DISCONNECTED and (was_open or self._tags):
             self._host.emit(CloseConnection())
             self._abandon()
+            if was_open:
+                self._host.observe(
+                    LinkChanged("closed", self.link.last_error, self.link.connections)
+                )
 
     def _flush(self) -> None:
         data = self.link.data_to_send()
@@ -100,6 +107,7 @@ class Remote:
             self._host.emit(SendBytes(data))
 
     def _on_open(self) -> None:
+        self._host.observe(LinkChanged("open", None, self.link.connections))
         self.link.send({"type": "configuration"})
         for flow in self.flows.values():
             flow.reset()
@@ -255,6 +263,7 @@ class Remote:
         snapshot = flow.current
         assert snapshot is not None
         flow.step = Step.APPLYING
+        flow.before = {r: self._host.consumed(flow.customer, r) for r in snapshot.reducers}
         tag = next(self._ids)
         self._tags[tag] = flow
         counted: dict[str, list[str]] = {}
@@ -270,6 +279,28 @@ class Remote:
             return
         flow.applied = True
         self.snapshots_applied += 1
+        snapshot = flow.current
+        assert snapshot is not None
+        meters: list[str] = []
+        before: list[float] = []
+        after: list[float] = []
+        for reducer_id, old in flow.before.items():
+            new = self._host.consumed(flow.customer, reducer_id)
+            for meter_id, value in new.items():
+                meters.append(meter_id)
+                before.append(old.get(meter_id, float("nan")))
+                after.append(value)
+        self._host.observe(
+            SnapshotApplied(
+                customer=flow.customer.tag,
+                snapshot_id=snapshot.snapshot_id,
+                cold_until=snapshot.cold_until,
+                counted=len(flow.counted),
+                meter_ids=tuple(meters),
+                local_consumed=tuple(before),
+                polar_consumed=tuple(after),
+            )
+        )
         if flow.finish() is not None:
             self._start(flow)
 

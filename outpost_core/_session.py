@@ -56,6 +56,7 @@ from ._inputs import (
 from ._keys import Customer
 from ._link import Link, LinkState
 from ._mirror import Mirror, Offer
+from ._observations import Observation
 from ._remote import Remote
 from ._time import HOUR_US, floor_bucket
 from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError
@@ -100,6 +101,7 @@ class Session:
         self._mirrors: dict[str, Mirror] = {}
         self._balances: dict[ReadKey, Balance] = {}
         self._effects: list[Effect] = []
+        self._observations: list[Observation] = []
         self._retry_at: dict[str, float] = {}
         self._now = 0.0
         self.rejections: collections.Counter[str] = collections.Counter()
@@ -153,6 +155,11 @@ class Session:
         out, self._effects = self._effects, []
         return out
 
+    def observations(self) -> list[Observation]:
+        """Drain what happened that telemetry may record (no action needed)."""
+        out, self._observations = self._observations, []
+        return out
+
     def next_deadline(self) -> float | None:
         """The earliest monotonic time at which a :class:`Tick` has work to do."""
         deadlines = list(self._retry_at.values())
@@ -179,6 +186,21 @@ class Session:
 
     def reject(self, kind: str, detail: str) -> None:
         self._reject(kind, detail)
+
+    def observe(self, observation: Observation) -> None:
+        self._observations.append(observation)
+
+    def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]:
+        """Per meter of the reducer: the consumption this instance reads now ({} if unknown)."""
+        mirror = self._mirrors.get(_keys.state_key(customer, reducer_id))
+        reducer = self.configuration.reducers.get(reducer_id) if self.configuration else None
+        if mirror is None or not mirror.loaded or reducer is None:
+            return {}
+        if not reducer.aggregation.bucketed():
+            return {}
+        state = mirror.state
+        quantity = state.polar.merge(state.local).quantity(reducer.aggregation.func)
+        return dict.fromkeys(reducer.meter_ids, quantity)
 
     @property
     def pending_limit_us(self) -> int:
@@ -241,7 +263,10 @@ class Session:
         keys = [_keys.outbox_key(shard)]
         values: list[str] = []
         states: list[str] = []
+        meter_ids: list[str] = []
+        reducers = self.configuration.reducers
         for reducer_id, value in self.configuration.contributions(event.view()):
+            meter_ids += reducers[reducer_id].meter_ids
             state = _keys.state_key(customer, reducer_id)
             mirror = self._mirrors.get(state)
             known = mirror.rev if mirror is not None and mirror.loaded else -1
@@ -256,7 +281,7 @@ class Session:
             _JSON.encode(states),
             *values,
         )
-        return RunScript(script="track", keys=tuple(keys), args=args)
+        return RunScript(script="track", keys=tuple(keys), args=args, meter_ids=tuple(meter_ids))
 
     # -- reads --------------------------------------------------------------------------------
 

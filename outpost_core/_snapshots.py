@@ -110,6 +110,8 @@ class CustomerFlow:
     """Event id → the events-hash fields holding it, for the pending events before cold_until."""
     questions: set[str] = attrs.Factory(set)
     counted: set[str] = attrs.Factory(set)
+    before: dict[str, dict[str, float]] = attrs.Factory(dict)
+    """Per reducer, per meter: the consumption read before the snapshot in progress."""
 
     def offer(self, snapshot: Snapshot) -> bool:
         """Take a snapshot; ``True`` when it should start now."""

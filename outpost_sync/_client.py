@@ -48,7 +48,10 @@ from outpost_core import (
     StoreConfiguration,
     SubscriberRestarted,
     Tick,
+    UnknownMeter,
+    UnsupportedMeter,
     _keys,
+    semconv,
     to_us,
 )
 from outpost_core._delivery import (
@@ -93,6 +96,7 @@ from outpost_sync._backend import (
     open_stream,
     sleep,
 )
+from outpost_sync._telemetry import Telemetry
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
@@ -125,6 +129,8 @@ class Outpost:
         claim_idle: seconds after which another instance's unsettled events are taken over.
         retry_base: seconds before the first retry of a failed delivery; each retry doubles it
             (up to a minute), with jitter.
+        telemetry_url, telemetry_interval: where the relay is (default: ``server_url``) and how
+            often telemetry is exported to it (seconds).
     """
 
     def __init__(
@@ -144,6 +150,8 @@ class Outpost:
         linger: float = 0.2,
         claim_idle: float = 300.0,
         retry_base: float = 0.5,
+        telemetry_url: str | None = None,
+        telemetry_interval: float = 30.0,
         logger: logging.Logger | None = None,
     ) -> None:
         self._log = logger or logging.getLogger("outpost")
@@ -170,7 +178,13 @@ class Outpost:
         self._flushing = 0
         self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._http: httpx.Client | None = None
-        self._telemetry = telemetry and os.environ.get("POLAR_OUTPOST_TELEMETRY", "1") != "0"
+        self._telemetry = Telemetry(
+            enabled=telemetry and os.environ.get("POLAR_OUTPOST_TELEMETRY", "1") != "0",
+            relay_url=telemetry_url or self._server_url,
+            token=self._access_token,
+            export_interval=telemetry_interval,
+            logger=self._log,
+        )
         self._clock = clock
         self._owns_redis = redis is None
         if redis is None:
@@ -264,6 +278,7 @@ class Outpost:
         for worker in self._workers:
             worker.stop()
         self._workers.clear()
+        self._telemetry.shutdown(time.monotonic(), *self._sync_counts())
         if self._http is not None:
             self._http.close()
         if self._owns_redis:
@@ -316,6 +331,45 @@ class Outpost:
                 ``event_id`` is then safe.
         """
         self._ensure_started()
+        started = time.perf_counter_ns()
+        try:
+            return self._track(
+                name, external_customer_id, customer_id, metadata, timestamp, event_id, started
+            )
+        except InvalidEvent:
+            self._record_track(external_customer_id, customer_id, (), started, semconv.INVALID)
+            raise
+        except NotReady:
+            self._record_track(external_customer_id, customer_id, (), started, semconv.NOT_READY)
+            raise
+        except RedisUnavailable:
+            self._record_track(external_customer_id, customer_id, (), started, semconv.REDIS_ERROR)
+            raise
+
+    def _record_track(
+        self,
+        external_customer_id: Any,
+        customer_id: Any,
+        meter_ids: tuple[str, ...],
+        started: int,
+        outcome: str,
+        buckets: int = 0,
+    ) -> None:
+        if self._telemetry.enabled:
+            ext = external_customer_id if isinstance(external_customer_id, str) else None
+            cid = customer_id if isinstance(customer_id, str) else None
+            self._telemetry.tracked(ext, cid, meter_ids, started, outcome, buckets)
+
+    def _track(
+        self,
+        name: str,
+        external_customer_id: str | None,
+        customer_id: str | None,
+        metadata: dict[str, Any] | None,
+        timestamp: datetime | None,
+        event_id: str | None,
+        started: int,
+    ) -> str:
         now_us = self._now_us()
         if timestamp is None:
             timestamp_us = now_us
@@ -349,6 +403,10 @@ class Outpost:
             effects = self._core.effects()
         if effects:
             self._run(effects)
+        buckets = (len(run.keys) - 1) // 2
+        self._record_track(
+            external_customer_id, customer_id, run.meter_ids, started, semconv.OK, buckets
+        )
         return event_id
 
     def _script(self, run: RunScript) -> Any:
@@ -389,10 +447,27 @@ class Outpost:
         """
         if self._closed:
             raise OutpostClosed("this Outpost instance is closed")
+        telemetry = self._telemetry
+        started = time.perf_counter_ns() if telemetry.enabled else 0
         cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
         if cached is not None:
+            if telemetry.enabled:
+                telemetry.read(meter_id, external_customer_id, customer_id, started, semconv.WARM)
             return cached
-        return self._balance_when_ready(meter_id, external_customer_id, customer_id)
+        outcome = semconv.NOT_READY
+        try:
+            found = self._balance_when_ready(meter_id, external_customer_id, customer_id)
+            outcome = semconv.COLD
+            return found
+        except UnknownMeter:
+            outcome = semconv.UNKNOWN_METER
+            raise
+        except UnsupportedMeter:
+            outcome = semconv.UNSUPPORTED_METER
+            raise
+        finally:
+            if telemetry.enabled:
+                telemetry.read(meter_id, external_customer_id, customer_id, started, outcome)
 
     def _balance_when_ready(
         self, meter_id: str, external_customer_id: str | None, customer_id: str | None
@@ -454,6 +529,10 @@ class Outpost:
                     self._drop_stream = True
             with self._lock:
                 effects = self._core.effects()
+        with self._lock:
+            seen = self._core.observations()
+        if seen:
+            self._telemetry.observe(seen)
         self._signal.fire()
 
     def _send(self, data: bytes) -> None:
@@ -567,6 +646,7 @@ class Outpost:
                         effects = self._core.effects()
                     if effects or message is not None:
                         self._run(effects)
+                    self._housekeeping()
                     backoff = 0.05
             except (RedisError, OSError) as exc:
                 self._subscribed = False
@@ -696,6 +776,22 @@ class Outpost:
             if self._redis.xrange(stream, max=mark, count=1):
                 return False
         return True
+
+    def _housekeeping(self) -> None:
+        """Telemetry: start the relay export once the organization is known; flush buffers."""
+        telemetry = self._telemetry
+        if not telemetry.enabled:
+            return
+        configuration = self._core.configuration
+        if configuration is not None and configuration.organization_id is not None:
+            telemetry.export_to_relay(configuration.organization_id)
+        telemetry.flush(time.monotonic(), *self._sync_counts())
+
+    def _sync_counts(self) -> tuple[int, int]:
+        remote = self._core.remote
+        if remote is None:
+            return (0, 0)
+        return (remote.snapshots_received, remote.snapshots_applied)
 
     def _take(self, message: dict[str, Any]) -> None:
         kind = message.get("type")

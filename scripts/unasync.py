@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (async source, sync target)
 PAIRS = [
     ("outpost_async/_client.py", "outpost_sync/_client.py"),
+    ("outpost_async/_telemetry.py", "outpost_sync/_telemetry.py"),
 ]
 TEST_SOURCE = ROOT / "tests" / "drivers" / "_async"
 TEST_TARGET = ROOT / "tests" / "drivers" / "_sync"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -39,3 +40,44 @@ def emulator() -> Iterator[Emulator]:
     """A local Polar on a free port, its clock running from now (tests advance it)."""
     with Emulator.start(port=0, sync_delay=1.0) as emu:
         yield emu
+
+
+class Otel:
+    """The process's global OpenTelemetry providers, recording in memory (set once: OpenTelemetry
+    allows one global provider per process)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        self.reader = InMemoryMetricReader()
+        self.spans = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        metrics.set_meter_provider(MeterProvider(metric_readers=[self.reader]))
+        trace.set_tracer_provider(tracer_provider)
+
+    def points(self) -> list[tuple[str, dict[str, Any], Any]]:
+        """Every metric data point recorded so far: (name, attributes, point)."""
+        out: list[tuple[str, dict[str, Any], Any]] = []
+        data = self.reader.get_metrics_data()
+        for resource_metrics in data.resource_metrics if data else []:
+            for scope in resource_metrics.scope_metrics:
+                for metric in scope.metrics:
+                    for point in metric.data.data_points:
+                        out.append((metric.name, dict(point.attributes or {}), point))
+        return out
+
+
+_OTEL: list[Otel] = []
+
+
+@pytest.fixture
+def otel() -> Otel:
+    if not _OTEL:
+        _OTEL.append(Otel())
+    return _OTEL[0]

@@ -1,0 +1,51 @@
+"""Telemetry names shared by both drivers (and the TypeScript SDK): instruments, spans and the
+attributes they carry. Records name the meter and the customer identity; never an event's
+metadata, never the access token."""
+
+from __future__ import annotations
+
+INSTRUMENTATION = "outpost"
+
+INGEST_DURATION = "outpost.ingest.duration"
+"""Histogram, seconds: one record per local write (``track()``), with its outcome."""
+READ_DURATION = "outpost.read.duration"
+"""Histogram, seconds: one record per read (``balance()``), with its outcome."""
+BUCKETS_WRITTEN = "outpost.buckets.written"
+"""Counter: bucket aggregates written by ``track()`` (one per reducer the event counts in)."""
+
+SPAN_SYNCS = "outpost.syncs"
+"""Span per report of the snapshots (Polar's syncs) received and applied since the last one."""
+SPAN_CONNECTION = "outpost.connection"
+"""Span per WebSocket connection to Polar, from the attempt to its end."""
+SPAN_RECONNECTION = "outpost.reconnection"
+"""Span from a lost connection to the next open one."""
+SPAN_SNAPSHOT = "outpost.snapshot.received"
+"""Span per snapshot applied, with the local and Polar totals it replaced."""
+
+METER = "outpost.meter_id"
+METERS = "outpost.meter_ids"
+CUSTOMER = "outpost.customer"
+"""``external:<id>`` or ``customer:<uuid>``: the identity as the merchant names it."""
+OUTCOME = "outpost.outcome"
+SNAPSHOT_ID = "outpost.snapshot_id"
+COLD_UNTIL = "outpost.cold_until"
+LOCAL_CONSUMED = "outpost.local.consumed"
+"""Per meter (same order as ``outpost.meter_ids``): the local consumption the snapshot replaced."""
+POLAR_CONSUMED = "outpost.polar.consumed"
+"""Per meter: the consumption after the snapshot (Polar's totals plus what it does not count)."""
+COUNTED = "outpost.snapshot.counted"
+RECEIVED = "outpost.syncs.received"
+APPLIED = "outpost.syncs.applied"
+REASON = "outpost.reason"
+ORGANIZATION = "polar.organization_id"
+SDK_VERSION = "outpost.sdk.version"
+
+# Outcomes
+OK = "ok"
+WARM = "warm"
+COLD = "cold"
+INVALID = "invalid"
+NOT_READY = "not_ready"
+REDIS_ERROR = "redis_error"
+UNKNOWN_METER = "unknown_meter"
+UNSUPPORTED_METER = "unsupported_meter"

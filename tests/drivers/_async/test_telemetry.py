@@ -1,0 +1,209 @@
+"""Telemetry (issue 7): the records the design document names, for both drivers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import pytest
+
+from outpost_async import AsyncOutpost, InvalidEvent
+from outpost_core import semconv
+from outpost_emulator import Emulator
+from tests.conftest import Otel
+from tests.drivers._async._helpers import connect, count_meter, eventually
+from tests.support.redis_server import RedisServer, free_port
+
+SECRET = "s3cr3t-metadata-value"
+
+
+def unique(name: str) -> str:
+    """The global providers outlive a test: each test names its own customers."""
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def customer_points(otel: Otel, customer: str) -> dict[str, list[dict[str, object]]]:
+    found: dict[str, list[dict[str, object]]] = {}
+    for name, attributes, _ in otel.points():
+        if attributes.get(semconv.CUSTOMER) == customer:
+            found.setdefault(name, []).append(attributes)
+    return found
+
+
+def spans_of(otel: Otel, name: str, customer: str | None = None) -> list[dict[str, object]]:
+    return [
+        dict(span.attributes or {})
+        for span in otel.spans.get_finished_spans()
+        if span.name == name
+        and (customer is None or (span.attributes or {}).get(semconv.CUSTOMER) == customer)
+    ]
+
+
+async def _work(instance: AsyncOutpost, meter: str, customer: str) -> None:
+    await instance.balance(meter, external_customer_id=customer)  # cold
+    await instance.balance(meter, external_customer_id=customer)  # warm
+    await instance.track("api_call", external_customer_id=customer, metadata={"note": SECRET})
+    with pytest.raises(InvalidEvent):
+        await instance.track("", external_customer_id=customer)
+
+
+@pytest.mark.anyio
+async def test_each_record_has_its_name_attributes_and_outcome(
+    redis_server: RedisServer, emulator: Emulator, otel: Otel
+) -> None:
+    customer = unique("tele")
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 5, external_customer_id=customer)
+    async with connect(redis_server, emulator, telemetry=True) as a:
+        await _work(a, meter, customer)
+        emulator.grant_credits(meter, 5, external_customer_id=customer)
+
+        async def recorded() -> bool:
+            points = customer_points(otel, f"external:{customer}")
+            outcomes = {p[semconv.OUTCOME] for p in points.get(semconv.READ_DURATION, [])}
+            tracked = {p[semconv.OUTCOME] for p in points.get(semconv.INGEST_DURATION, [])}
+            return (
+                {semconv.COLD, semconv.WARM} <= outcomes
+                and {semconv.OK, semconv.INVALID} <= tracked
+                and semconv.BUCKETS_WRITTEN in points
+                and len(spans_of(otel, semconv.SPAN_SNAPSHOT, f"external:{customer}")) >= 2
+            )
+
+        await eventually(recorded, what="every record of the work")
+        points = customer_points(otel, f"external:{customer}")
+        reads = points[semconv.READ_DURATION]
+        assert all(p[semconv.METER] == meter for p in reads)
+        ok = [p for p in points[semconv.INGEST_DURATION] if p[semconv.OUTCOME] == semconv.OK]
+        assert ok and all(p[semconv.METER] == meter for p in ok)
+        snapshot = spans_of(otel, semconv.SPAN_SNAPSHOT, f"external:{customer}")[-1]
+        assert list(snapshot[semconv.METERS]) == [meter]  # type: ignore[call-overload]
+        assert snapshot[semconv.SNAPSHOT_ID]
+        assert spans_of(otel, semconv.SPAN_CONNECTION) or a.connected
+    # Closing ends the connection span and reports the syncs.
+    assert spans_of(otel, semconv.SPAN_CONNECTION)
+    assert spans_of(otel, semconv.SPAN_SYNCS)
+
+
+@pytest.mark.anyio
+async def test_a_reconnection_is_a_span(
+    redis_server: RedisServer, emulator: Emulator, otel: Otel
+) -> None:
+    customer = unique("tele")
+    meter = count_meter(emulator)
+    async with connect(redis_server, emulator, telemetry=True) as a:
+        await a.balance(meter, external_customer_id=customer)
+        before = len(spans_of(otel, semconv.SPAN_RECONNECTION))
+        emulator.fault_drop_websockets()
+
+        async def reconnected() -> bool:
+            return len(spans_of(otel, semconv.SPAN_RECONNECTION)) > before and a.connected
+
+        await eventually(reconnected, what="a reconnection span")
+
+
+@pytest.mark.anyio
+async def test_metadata_and_token_never_appear(
+    redis_server: RedisServer, emulator: Emulator, otel: Otel
+) -> None:
+    customer = unique("tele")
+    meter = count_meter(emulator)
+    async with connect(redis_server, emulator, telemetry=True, telemetry_interval=0.3) as a:
+        await _work(a, meter, customer)
+
+        async def exported() -> bool:
+            return bool(emulator.telemetry()["metrics"]) and bool(
+                customer_points(otel, f"external:{customer}")
+            )
+
+        await eventually(exported, what="records to look through")
+    everything = json.dumps(
+        [(n, a) for n, a, _ in otel.points()]
+        + [dict(s.attributes or {}) for s in otel.spans.get_finished_spans()],
+        default=str,
+    )
+    relayed = b"".join(
+        base64.b64decode(str(item["body_base64"]))
+        for signal in ("metrics", "traces")
+        for item in emulator.telemetry()[signal]
+    )
+    for text in (everything.encode(), relayed):
+        assert SECRET.encode() not in text
+        assert emulator.token.encode() not in text
+
+
+@pytest.mark.anyio
+async def test_the_exporter_reaches_the_relay_tagged_with_organization_and_version(
+    redis_server: RedisServer, emulator: Emulator, otel: Otel
+) -> None:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+
+    meter = count_meter(emulator)
+    organization = emulator.state()["organization_id"]
+    async with connect(redis_server, emulator, telemetry=True, telemetry_interval=0.3) as a:
+        await _work(a, meter, unique("tele"))
+
+        async def relayed() -> bool:
+            return bool(emulator.telemetry()["metrics"])
+
+        await eventually(relayed, what="an export reaching the relay")
+    names: set[str] = set()
+    tags: set[tuple[str, str]] = set()
+    for item in emulator.telemetry()["metrics"]:
+        request = ExportMetricsServiceRequest()
+        request.ParseFromString(base64.b64decode(str(item["body_base64"])))
+        for resource_metrics in request.resource_metrics:
+            for attribute in resource_metrics.resource.attributes:
+                tags.add((attribute.key, attribute.value.string_value))
+            for scope in resource_metrics.scope_metrics:
+                names.update(metric.name for metric in scope.metrics)
+    assert (semconv.ORGANIZATION, organization) in tags
+    assert (semconv.SDK_VERSION, "0.1.0") in tags
+    assert {semconv.READ_DURATION, semconv.INGEST_DURATION} <= names
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["argument", "environment"])
+async def test_telemetry_off_records_and_sends_nothing(
+    redis_server: RedisServer,
+    emulator: Emulator,
+    otel: Otel,
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+) -> None:
+    meter = count_meter(emulator)
+    customer = unique(f"tele-off-{how}")
+    if how == "environment":
+        monkeypatch.setenv("POLAR_OUTPOST_TELEMETRY", "0")
+    enabled = how == "environment"  # the variable beats the argument
+    async with connect(redis_server, emulator, telemetry=enabled, telemetry_interval=0.2) as a:
+        await _work(a, meter, customer)
+        emulator.grant_credits(meter, 1, external_customer_id=customer)
+
+        async def applied() -> bool:
+            return (await a.balance(meter, external_customer_id=customer)).credited == 1
+
+        await eventually(applied, what="the pushed snapshot")
+    assert customer_points(otel, f"external:{customer}") == {}
+    assert spans_of(otel, semconv.SPAN_SNAPSHOT, f"external:{customer}") == []
+    assert emulator.telemetry() == {"metrics": [], "traces": []}
+
+
+@pytest.mark.anyio
+async def test_a_relay_that_is_down_changes_nothing_for_the_caller(
+    redis_server: RedisServer, emulator: Emulator, otel: Otel
+) -> None:
+    customer = unique("tele")
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 3, external_customer_id=customer)
+    dead = f"http://127.0.0.1:{free_port()}"
+    async with connect(
+        redis_server, emulator, telemetry=True, telemetry_url=dead, telemetry_interval=0.2
+    ) as a:
+        for _ in range(3):
+            await a.track("api_call", external_customer_id=customer)
+        b = await a.balance(meter, external_customer_id=customer)
+        assert (b.consumed, b.balance) == (3, 0)
+        assert await a.flush(10)
