@@ -1,0 +1,110 @@
+"""``python -m bench [--smoke] [--json PATH] [--only NAME ...] [--check]``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import balance, delivery, lag, memory, snapshot, track
+from bench._env import FULL, SMOKE, Env, machine
+from bench._report import legend, table, write_json
+from bench._stats import Figure
+
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+BENCHMARKS: dict[str, Callable[[Env], list[Figure]]] = {
+    "balance": balance.run,
+    "track": track.run,
+    "lag": lag.run,
+    "memory": memory.run,
+    "delivery": delivery.run,
+    "snapshot": snapshot.run,
+}
+# Every figure a complete run produces (the smoke test checks them all).
+EXPECTED = (
+    "balance.sync",
+    "balance.async",
+    "track.sync",
+    "track.sync.throughput",
+    "track.async.c1",
+    "track.async.c1.throughput",
+    "track.async.c64",
+    "track.async.c64.throughput",
+    "lag.sync",
+    "lag.async",
+    "memory.process",
+    "memory.redis_identity_hour",
+    "delivery.sync",
+    "delivery.async",
+    "snapshot.apply.1",
+    "snapshot.apply.100",
+    "snapshot.apply.10000",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny counts: seconds, no targets")
+    parser.add_argument("--json", type=Path, default=RESULTS, help=f"default: {RESULTS}")
+    parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run only these")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a target is missed (full runs)"
+    )
+    args = parser.parse_args(argv)
+
+    # The SDK falls back on these; a benchmark says what it connects to.
+    for name in ("POLAR_ACCESS_TOKEN", "POLAR_SERVER_URL", "REDIS_URL"):
+        os.environ.pop(name, None)
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+
+    scale = SMOKE if args.smoke else FULL
+    names = args.only or list(BENCHMARKS)
+    figures: list[Figure] = []
+    errors: dict[str, str] = {}
+    started = time.monotonic()
+    with Env(scale) as env:
+        info = machine(env)
+        print(f"outpost bench ({scale.name}): {info['cpu']} ×{info['cpus']}, "
+              f"Python {info['python']}, redis-server {info['redis_server']}, "
+              f"hiredis {info['hiredis'] or 'absent'}", flush=True)  # fmt: skip
+        for name in names:
+            t0 = time.monotonic()
+            print(f"  {name} ...", end="", flush=True)
+            try:
+                produced = BENCHMARKS[name](env)
+            except Exception:
+                errors[name] = traceback.format_exc()
+                print(" FAILED", flush=True)
+                print(errors[name], file=sys.stderr, flush=True)
+                continue
+            figures += produced
+            print(f" {time.monotonic() - t0:.1f} s", flush=True)
+    elapsed = time.monotonic() - started
+
+    print()
+    print(table(figures))
+    print()
+    print(legend(figures))
+    document: dict[str, Any] = {
+        "schema": 1,
+        "mode": scale.name,
+        "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "duration_s": round(elapsed, 1),
+        "machine": info,
+        "figures": {f.key: f.to_json() for f in figures},
+        "errors": errors,
+    }
+    write_json(args.json, document)
+    print(f"\n{len(figures)} figures in {elapsed:.1f} s; JSON: {args.json}")
+    if errors:
+        return 1
+    if args.check and not args.smoke and any(f.met is False for f in figures):
+        return 1
+    return 0
