@@ -249,7 +249,8 @@ def op_telemetry(hub: Hub, body: JsonObject | None = None) -> JsonObject:
 def op_customer_meter(hub: Hub, body: JsonObject) -> JsonObject:
     """One customer meter, with zeros when Polar would have no row yet."""
     _only(body, {"meter_id", "external_customer_id", "customer_id"})
-    meter = hub.meters.get(body.get("meter_id"))  # type: ignore[arg-type]
+    meter_id = body.get("meter_id")
+    meter = hub.meters.get(meter_id) if isinstance(meter_id, str) else None
     if meter is None:
         raise _fail(f"no meter {body.get('meter_id')!r}", 404)
     customer = hub.customers.resolve(_identity(hub, body))

@@ -32,7 +32,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     emulator.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
-    demo = commands.add_parser("demo", help="run the Outpost demo")
+    # Every argument after `demo`, options and --help included, goes to the demo's own parser
+    # (a subparser with no "-" options captures `--fast` instead of refusing it).
+    demo = commands.add_parser(
+        "demo",
+        help="run the Outpost demo (`outpost demo --help` for its options)",
+        prefix_chars="+",
+        add_help=False,
+    )
     demo.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the demo")
     return parser
 

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -112,10 +111,9 @@ def test_stop_with_open_connections_and_a_hanging_request() -> None:
         )
         worker.start()
         wait_for(lambda: emu.state()["counters"].get("http_ingest") == 1, "the ingest to arrive")
-        started = time.monotonic()
         with contextlib.redirect_stderr(io.StringIO()):
-            emu.stop()
-        assert time.monotonic() - started < 10
+            emu.stop()  # cancels the hanging request after the graceful-shutdown timeout
+        assert not any(t.name.startswith("outpost-emulator") for t in threading.enumerate())
         worker.join()
         client.close()
         with pytest.raises(Exception):  # noqa: B017 - closed by the server, any close is fine
