@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import socket
 import time
 import uuid
@@ -37,6 +36,7 @@ from outpost_async._backend import (
     sleep,
 )
 from outpost_async._telemetry import Telemetry
+from outpost_async._traces import Traces
 from outpost_core import (
     ALL_CHANNELS,
     CONFIGURATION_KEY,
@@ -130,6 +130,9 @@ class AsyncOutpost:
             (up to a minute), with jitter.
         telemetry_url, telemetry_interval: where the relay is (default: ``server_url``) and how
             often telemetry is exported to it (seconds).
+        record_to: a directory to write conformance traces to (``session.jsonl`` and one
+            ``delivery-<n>.jsonl`` per delivery loop): every input of the core and its answers,
+            for replay by ``outpost_core._trace``. For debugging and conformance data only.
     """
 
     def __init__(
@@ -151,15 +154,20 @@ class AsyncOutpost:
         retry_base: float = 0.5,
         telemetry_url: str | None = None,
         telemetry_interval: float = 30.0,
+        record_to: str | os.PathLike[str] | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         self._log = logger or logging.getLogger("outpost")
         self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
         self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
+        self._traces = Traces(record_to)
         link = None
         if self._access_token:
-            link = Link(Target.of(self._server_url), self._access_token, random.Random())
-        self._core = Session(Settings(snapshot_timeout=snapshot_timeout), self._log, link)
+            link = Link(Target.of(self._server_url), self._access_token, self._traces.rng(0))
+        settings = Settings(snapshot_timeout=snapshot_timeout)
+        self._core = self._traces.session(
+            Session(settings, self._log, link), settings, self._server_url if link else None
+        )
         self._stream: Stream | None = None
         self._want_open: OpenConnection | None = None
         self._drop_stream = False
@@ -232,7 +240,13 @@ class AsyncOutpost:
                 timeout=httpx.Timeout(30.0, connect=5.0),
             )
             for n in range(self._max_in_flight):
-                delivery = Delivery(self._delivery_settings, random.Random(), time.monotonic())
+                started = time.monotonic()
+                delivery = self._traces.delivery(
+                    n,
+                    Delivery(self._delivery_settings, self._traces.rng(n + 1), started),
+                    self._delivery_settings,
+                    started,
+                )
                 self._deliveries.append(delivery)
                 self._workers.append(Worker(f"outpost-delivery-{n}", self._delivery_loop(delivery)))
         else:
@@ -282,6 +296,7 @@ class AsyncOutpost:
             await self._http.aclose()
         if self._owns_redis:
             await self._redis.aclose()
+        self._traces.close()
 
     @property
     def delivery_stalled(self) -> str | None:

@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import socket
 import time
 import uuid
@@ -97,6 +96,7 @@ from outpost_sync._backend import (
     sleep,
 )
 from outpost_sync._telemetry import Telemetry
+from outpost_sync._traces import Traces
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
@@ -131,6 +131,9 @@ class Outpost:
             (up to a minute), with jitter.
         telemetry_url, telemetry_interval: where the relay is (default: ``server_url``) and how
             often telemetry is exported to it (seconds).
+        record_to: a directory to write conformance traces to (``session.jsonl`` and one
+            ``delivery-<n>.jsonl`` per delivery loop): every input of the core and its answers,
+            for replay by ``outpost_core._trace``. For debugging and conformance data only.
     """
 
     def __init__(
@@ -152,15 +155,20 @@ class Outpost:
         retry_base: float = 0.5,
         telemetry_url: str | None = None,
         telemetry_interval: float = 30.0,
+        record_to: str | os.PathLike[str] | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         self._log = logger or logging.getLogger("outpost")
         self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
         self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
+        self._traces = Traces(record_to)
         link = None
         if self._access_token:
-            link = Link(Target.of(self._server_url), self._access_token, random.Random())
-        self._core = Session(Settings(snapshot_timeout=snapshot_timeout), self._log, link)
+            link = Link(Target.of(self._server_url), self._access_token, self._traces.rng(0))
+        settings = Settings(snapshot_timeout=snapshot_timeout)
+        self._core = self._traces.session(
+            Session(settings, self._log, link), settings, self._server_url if link else None
+        )
         self._stream: Stream | None = None
         self._want_open: OpenConnection | None = None
         self._drop_stream = False
@@ -233,7 +241,13 @@ class Outpost:
                 timeout=httpx.Timeout(30.0, connect=5.0),
             )
             for n in range(self._max_in_flight):
-                delivery = Delivery(self._delivery_settings, random.Random(), time.monotonic())
+                started = time.monotonic()
+                delivery = self._traces.delivery(
+                    n,
+                    Delivery(self._delivery_settings, self._traces.rng(n + 1), started),
+                    self._delivery_settings,
+                    started,
+                )
                 self._deliveries.append(delivery)
                 self._workers.append(Worker(f"outpost-delivery-{n}", self._delivery_loop(delivery)))
         else:
@@ -283,6 +297,7 @@ class Outpost:
             self._http.close()
         if self._owns_redis:
             self._redis.close()
+        self._traces.close()
 
     @property
     def delivery_stalled(self) -> str | None:

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIRS = [
     ("outpost_async/_client.py", "outpost_sync/_client.py"),
     ("outpost_async/_telemetry.py", "outpost_sync/_telemetry.py"),
+    ("outpost_async/_traces.py", "outpost_sync/_traces.py"),
 ]
 TEST_SOURCE = ROOT / "tests" / "drivers" / "_async"
 TEST_TARGET = ROOT / "tests" / "drivers" / "_sync"
