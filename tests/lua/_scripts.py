@@ -1,0 +1,216 @@
+"""Calling the scripts of ``lua/`` exactly as their header comments lay out KEYS and ARGV."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import redis
+
+from outpost_core import SCRIPT_TEXT, Aggregate, Customer
+from outpost_core import _keys as keys
+
+CUSTOMER = Customer("external", "c1")
+SHARD = CUSTOMER.shard
+CHANNEL = keys.channel(SHARD)
+OUTBOX = keys.outbox_key(SHARD)
+GROUP = "outpost"
+TTL = 691_200
+BUCKET = 1_796_223_600_000_000  # a bucket boundary (2026-12-02T15:00Z)
+B = 300_000_000  # one bucket
+HOUR = 3_600_000_000
+
+
+def state_key(reducer_id: str) -> str:
+    return keys.state_key(CUSTOMER, reducer_id)
+
+
+def events_key(reducer_id: str) -> str:
+    return keys.events_key(state_key(reducer_id))
+
+
+def field(bucket: int, event_id: str) -> str:
+    return f"{bucket}:{event_id}"
+
+
+def as_list(value: Any) -> list[Any]:
+    """cjson writes an empty list as ``{}``."""
+    if value == {}:
+        return []
+    assert isinstance(value, list)
+    return value
+
+
+def pairs(flat: Sequence[str]) -> dict[str, str]:
+    assert len(flat) % 2 == 0
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def changes(reply: Any) -> list[dict[str, Any]]:
+    """The changes of a reply or message, with empty ``{}`` lists read as lists."""
+    obj = json.loads(reply)
+    out = []
+    for change in as_list(obj["c"]):
+        change = dict(change)
+        for name in ("s", "d"):
+            if name in change:
+                change[name] = as_list(change[name])
+        out.append(change)
+    return out
+
+
+class Scripts:
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._scripts = {name: client.register_script(text) for name, text in SCRIPT_TEXT.items()}
+
+    def run(self, name: str, keys_: Sequence[str], args: Sequence[Any]) -> str:
+        reply = self._scripts[name](keys=list(keys_), args=list(args))
+        assert isinstance(reply, bytes)
+        return reply.decode("utf-8")
+
+    def track(
+        self,
+        event_id: str,
+        values: Mapping[str, float | str],
+        *,
+        bucket: int = BUCKET,
+        known: Mapping[str, int] | None = None,
+        item: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Track one event into the identities of ``values`` (reducer id → value)."""
+        known = known or {}
+        states = [state_key(r) for r in values]
+        keys_ = [OUTBOX]
+        for reducer_id in values:
+            keys_ += [state_key(reducer_id), events_key(reducer_id)]
+        item = item or {"name": "api_call", "external_customer_id": "c1", "external_id": event_id}
+        args: list[Any] = [
+            CHANNEL,
+            field(bucket, event_id),
+            str(bucket),
+            json.dumps(item),
+            json.dumps(states),
+        ]
+        for reducer_id, value in values.items():
+            args += [known.get(reducer_id, -1), value]
+        return self.run("track", keys_, args)
+
+    def settle(
+        self,
+        script: str,
+        fields: Mapping[str, Sequence[str]],
+        *,
+        ids: Sequence[str] = (),
+        now: int = BUCKET,
+        known: Mapping[str, int] | None = None,
+        group: str = GROUP,
+    ) -> str:
+        """acknowledge or confirm: ``fields`` maps reducer id → events-hash fields."""
+        known = known or {}
+        keys_ = [OUTBOX]
+        args: list[Any] = [CHANNEL, group, now, len(ids), *ids]
+        for reducer_id, names in fields.items():
+            keys_ += [state_key(reducer_id), events_key(reducer_id)]
+            args += [known.get(reducer_id, -1), len(names), *names]
+        return self.run(script, keys_, args)
+
+    def apply_snapshot(
+        self,
+        totals: Mapping[str, Aggregate],
+        *,
+        cold_until: int,
+        as_of: int,
+        now: int,
+        counted: Mapping[str, Sequence[str]] | None = None,
+        credited: Mapping[str, float | str] | None = None,
+        keep: int = HOUR,
+        snapshot_id: str = "s-1",
+        known: Mapping[str, int] | None = None,
+    ) -> str:
+        counted = counted or {}
+        credited = credited if credited is not None else {}
+        known = known or {}
+        keys_: list[str] = []
+        args: list[Any] = [CHANNEL, now, keep, cold_until, as_of, snapshot_id, len(credited)]
+        for meter_id, units in credited.items():
+            args += [meter_id, units]
+        for reducer_id, aggregate in totals.items():
+            names = counted.get(reducer_id, [])
+            keys_ += [state_key(reducer_id), events_key(reducer_id)]
+            args += [known.get(reducer_id, -1), aggregate.encode(), len(names), *names]
+        return self.run("apply_snapshot", keys_, args)
+
+    # -- reading Redis ----------------------------------------------------------------------------
+
+    def hash(self, key: str) -> dict[str, str]:
+        raw = cast(dict[bytes, bytes], self.client.hgetall(key))
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def state(self, reducer_id: str) -> dict[str, str]:
+        return self.hash(state_key(reducer_id))
+
+    def events(self, reducer_id: str) -> dict[str, str]:
+        return self.hash(events_key(reducer_id))
+
+    def rev(self, reducer_id: str) -> int:
+        return int(self.state(reducer_id).get("rev", 0))
+
+    def dump(self) -> dict[str, Any]:
+        """Everything in the database, to show that a call wrote nothing."""
+        out: dict[str, Any] = {}
+        for raw in cast(list[bytes], self.client.keys("*")):
+            out[raw.decode()] = self.client.dump(raw)
+        return out
+
+    def check(self, reducer_id: str) -> None:
+        """What every script leaves behind: counters and bucket aggregates match the events."""
+        state, events = self.state(reducer_id), self.events(reducer_id)
+        if not state:
+            assert not events
+            return
+        assert int(state["n"]) == len(events) == self.client.hlen(events_key(reducer_id))
+        assert int(state["u"]) == sum(1 for v in events.values() if " " not in v)
+        by_bucket: dict[int, list[float]] = defaultdict(list)
+        for name, value in events.items():
+            by_bucket[int(name.split(":", 1)[0])].append(float(value.split(" ")[0]))
+        buckets = {int(name[2:]) for name in state if name.startswith("a:")}
+        assert buckets == set(by_bucket)
+        for bucket, values in by_bucket.items():
+            stored = Aggregate.decode(state[f"a:{bucket}"])
+            expected = Aggregate.of(values)
+            assert stored is not None
+            assert (stored.count, stored.min, stored.max) == (
+                expected.count,
+                expected.min,
+                expected.max,
+            )
+            assert math.isclose(stored.sum, expected.sum, rel_tol=1e-12, abs_tol=1e-12)
+
+
+class Channel:
+    """The shard channel, followed with SSUBSCRIBE."""
+
+    def __init__(self, client: redis.Redis, pubsub: Any) -> None:
+        self._client = client
+        self._pubsub = pubsub
+        self._n = 0
+
+    def published(self) -> list[str]:
+        """Everything published on the channel since the last call (a marker ends the wait)."""
+        self._n += 1
+        marker = f"marker-{self._n}"
+        self._client.spublish(CHANNEL, marker)
+        out: list[str] = []
+        while True:
+            message = self._pubsub.get_sharded_message(timeout=5)
+            assert message is not None, "the marker never arrived"
+            if message["type"] != "smessage":
+                continue
+            data = message["data"].decode("utf-8")
+            if data == marker:
+                return out
+            out.append(data)

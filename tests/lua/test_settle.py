@@ -1,0 +1,241 @@
+"""acknowledge.lua and confirm.lua against a real Redis."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import pytest
+import redis
+
+from tests.lua._scripts import (
+    BUCKET,
+    GROUP,
+    OUTBOX,
+    TTL,
+    B,
+    Channel,
+    Scripts,
+    changes,
+    events_key,
+    field,
+    pairs,
+    state_key,
+)
+
+F1, F2, F3 = field(BUCKET, "e1"), field(BUCKET, "e2"), field(BUCKET, "e3")
+LATER = field(BUCKET + B, "e4")
+ACKED_AT = BUCKET + 10_000_000
+
+
+def read_outbox(client: redis.Redis, count: int) -> list[str]:
+    """Create the consumer group and read ``count`` entries, as a delivery loop does."""
+    client.xgroup_create(OUTBOX, GROUP, id="0")
+    read = cast(
+        list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]],
+        client.xreadgroup(GROUP, "consumer-1", {OUTBOX: ">"}, count=count),
+    )
+    ids = [entry_id.decode() for _, entries in read for entry_id, _ in entries]
+    assert len(ids) == count
+    return ids
+
+
+def pending_count(client: redis.Redis) -> int:
+    summary = client.xpending(OUTBOX, GROUP)
+    return int(summary["pending"])
+
+
+def track_three(scripts: Scripts) -> None:
+    scripts.track("e1", {"r1": 5, "r2": 1})
+    scripts.track("e2", {"r1": 9, "r2": 1})
+    scripts.track("e3", {"r1": 2})
+    scripts.track("e4", {"r1": 4}, bucket=BUCKET + B)
+
+
+# -- acknowledge ----------------------------------------------------------------------------------
+
+
+def test_acknowledge_marks_events_and_decrements_u_once(
+    scripts: Scripts, channel: Channel, client: redis.Redis
+) -> None:
+    track_three(scripts)
+    ids = read_outbox(client, 4)
+    channel.published()
+    before = scripts.state("r1")
+    reply = scripts.settle(
+        "acknowledge", {"r1": [F1, F2], "r2": [F1, F2]}, ids=ids[:2], now=ACKED_AT
+    )
+    got = changes(reply)
+    assert got == [{"k": state_key("r1"), "r": 5}, {"k": state_key("r2"), "r": 3}]
+    assert scripts.events("r1") == {
+        F1: f"5 {ACKED_AT}",
+        F2: f"9 {ACKED_AT}",
+        F3: "2",
+        LATER: "4",
+    }
+    after = scripts.state("r1")
+    assert after["u"] == "2" and after["n"] == "4"
+    # Only u and rev change: the events still count in their buckets.
+    assert {k: v for k, v in after.items() if k not in ("u", "rev")} == {
+        k: v for k, v in before.items() if k not in ("u", "rev")
+    }
+    assert scripts.state("r2")["u"] == "0"
+    published = [changes(m) for m in channel.published()]
+    assert published == [
+        [
+            {"k": state_key("r1"), "r": 5, "s": ["u", "2"], "d": []},
+            {"k": state_key("r2"), "r": 3, "s": ["u", "0"], "d": []},
+        ]
+    ]
+    # The outbox entries are acknowledged in the group and deleted from the stream.
+    assert client.xlen(OUTBOX) == 2
+    assert pending_count(client) == 2
+    for reducer_id in ("r1", "r2"):
+        scripts.check(reducer_id)
+
+
+def test_acknowledging_twice_changes_nothing_the_second_time(
+    scripts: Scripts, channel: Channel, client: redis.Redis
+) -> None:
+    track_three(scripts)
+    ids = read_outbox(client, 4)
+    scripts.settle("acknowledge", {"r1": [F1]}, ids=ids[:1], now=ACKED_AT)
+    channel.published()
+    before = scripts.dump()
+    reply = scripts.settle("acknowledge", {"r1": [F1]}, ids=ids[:1], now=ACKED_AT + 5)
+    assert changes(reply) == []
+    assert scripts.dump() == before
+    assert channel.published() == []
+    scripts.check("r1")
+
+
+def test_acknowledge_ignores_fields_that_are_not_pending(
+    scripts: Scripts, channel: Channel
+) -> None:
+    scripts.track("e1", {"r1": 5})
+    channel.published()
+    reply = scripts.settle("acknowledge", {"r1": [field(BUCKET, "nope"), F1], "r2": [F1]})
+    assert changes(reply) == [{"k": state_key("r1"), "r": 2}]
+    assert scripts.state("r2") == {}
+    assert len(channel.published()) == 1
+    scripts.check("r1")
+
+
+def test_acknowledge_reply_modes(scripts: Scripts) -> None:
+    track_three(scripts)
+    [delta] = changes(scripts.settle("acknowledge", {"r1": [F1]}, known={"r1": 4}))
+    assert delta == {"k": state_key("r1"), "r": 5, "s": ["u", "3"], "d": []}
+    [full] = changes(scripts.settle("acknowledge", {"r1": [F2]}, known={"r1": 1}))
+    assert full["full"] == 1 and pairs(full["s"]) == scripts.state("r1")
+
+
+def test_acknowledge_without_entry_ids_touches_no_stream(scripts: Scripts) -> None:
+    scripts.track("e1", {"r1": 5})
+    scripts.client.delete(OUTBOX)
+    scripts.settle("acknowledge", {"r1": [F1]}, ids=[])
+    assert scripts.client.exists(OUTBOX) == 0
+
+
+def test_acknowledge_refreshes_the_ttls(scripts: Scripts, client: redis.Redis) -> None:
+    scripts.track("e1", {"r1": 5})
+    client.expire(state_key("r1"), 100)
+    client.expire(events_key("r1"), 100)
+    scripts.settle("acknowledge", {"r1": [F1]})
+    for key in (state_key("r1"), events_key("r1")):
+        assert client.ttl(key) > TTL - 5
+
+
+# -- confirm --------------------------------------------------------------------------------------
+
+
+def test_confirm_removes_events_and_rebuilds_the_bucket(
+    scripts: Scripts, channel: Channel, client: redis.Redis
+) -> None:
+    track_three(scripts)
+    ids = read_outbox(client, 4)
+    channel.published()
+    assert scripts.state("r1")[f"a:{BUCKET}"] == "3 16 2 9"
+    reply = scripts.settle("confirm", {"r1": [F2]}, ids=ids[1:2], known={"r1": 4})
+    # The maximum left: the bucket's max falls back to the largest remaining value.
+    [delta] = changes(reply)
+    assert delta == {
+        "k": state_key("r1"),
+        "r": 5,
+        "s": [f"a:{BUCKET}", "2 7 2 5", "n", "3", "u", "3"],
+        "d": [],
+    }
+    assert scripts.state("r1")[f"a:{BUCKET}"] == "2 7 2 5"
+    assert scripts.state("r1")[f"a:{BUCKET + B}"] == "1 4 4 4"
+    assert F2 not in scripts.events("r1")
+    assert [changes(m) for m in channel.published()] == [[delta]]
+    assert client.xlen(OUTBOX) == 3
+    assert pending_count(client) == 3
+    scripts.check("r1")
+
+
+def test_confirm_of_the_minimum(scripts: Scripts) -> None:
+    track_three(scripts)
+    scripts.settle("confirm", {"r1": [F3]})
+    assert scripts.state("r1")[f"a:{BUCKET}"] == "2 14 5 9"
+    scripts.check("r1")
+
+
+def test_confirm_deletes_the_aggregate_of_an_emptied_bucket(
+    scripts: Scripts, channel: Channel
+) -> None:
+    track_three(scripts)
+    channel.published()
+    [change] = changes(scripts.settle("confirm", {"r1": [LATER]}))
+    assert change == {"k": state_key("r1"), "r": 5}
+    assert f"a:{BUCKET + B}" not in scripts.state("r1")
+    [published] = [changes(m) for m in channel.published()]
+    assert published == [
+        {"k": state_key("r1"), "r": 5, "s": ["n", "3", "u", "3"], "d": [f"a:{BUCKET + B}"]}
+    ]
+    scripts.check("r1")
+
+
+def test_confirm_counts_acknowledged_and_unacknowledged_events_right(scripts: Scripts) -> None:
+    track_three(scripts)
+    scripts.settle("acknowledge", {"r1": [F1, F2]}, now=ACKED_AT)
+    assert (scripts.state("r1")["n"], scripts.state("r1")["u"]) == ("4", "2")
+    scripts.settle("confirm", {"r1": [F1, F3]})  # one acknowledged, one not
+    state = scripts.state("r1")
+    assert (state["n"], state["u"]) == ("2", "1")
+    assert state[f"a:{BUCKET}"] == "1 9 9 9"
+    scripts.check("r1")
+
+
+def test_confirming_twice_changes_nothing_the_second_time(
+    scripts: Scripts, channel: Channel, client: redis.Redis
+) -> None:
+    track_three(scripts)
+    ids = read_outbox(client, 4)
+    scripts.settle("confirm", {"r1": [F1, LATER], "r2": [F1]}, ids=[ids[0], ids[3]])
+    channel.published()
+    before = scripts.dump()
+    reply = scripts.settle("confirm", {"r1": [F1, LATER], "r2": [F1]}, ids=[ids[0], ids[3]])
+    assert changes(reply) == []
+    assert scripts.dump() == before
+    assert channel.published() == []
+    for reducer_id in ("r1", "r2"):
+        scripts.check(reducer_id)
+
+
+def test_confirm_of_every_event(scripts: Scripts) -> None:
+    track_three(scripts)
+    scripts.settle("confirm", {"r1": [F1, F2, F3, LATER], "r2": [F1, F2]})
+    for reducer_id, rev in (("r1", 5), ("r2", 3)):
+        assert scripts.state(reducer_id) == {"rev": str(rev), "n": "0", "u": "0"}
+        assert scripts.events(reducer_id) == {}
+        scripts.check(reducer_id)
+
+
+@pytest.mark.parametrize("script", ["acknowledge", "confirm"])
+def test_each_identity_bumps_its_revision_once_per_call(scripts: Scripts, script: str) -> None:
+    track_three(scripts)
+    revs = (scripts.rev("r1"), scripts.rev("r2"))
+    reply = scripts.settle(script, {"r1": [F1, F2, F3], "r2": [F1, F2]})
+    assert [c["r"] for c in changes(reply)] == [revs[0] + 1, revs[1] + 1]
+    assert (scripts.rev("r1"), scripts.rev("r2")) == (revs[0] + 1, revs[1] + 1)
+    for reducer_id in ("r1", "r2"):
+        scripts.check(reducer_id)
