@@ -31,8 +31,8 @@ async def test_a_recorded_run_replays_exactly(
             return (await a.balance(meter, external_customer_id="c1")).pending == 0
 
         await eventually(counted, what="the snapshot counting the events")
-    session = [json.loads(line) for line in (tmp_path / "session.jsonl").open()]
-    delivery = [json.loads(line) for line in (tmp_path / "delivery-0.jsonl").open()]
+    session = [json.loads(line) for line in (tmp_path / "session.jsonl").read_text().splitlines()]
+    delivery = [json.loads(x) for x in (tmp_path / "delivery-0.jsonl").read_text().splitlines()]
     kinds = {record.get("t") for record in session[1:]}
     assert {"input", "effects", "call"} <= kinds
     assert replay_session(session) == []

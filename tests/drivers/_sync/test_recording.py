@@ -29,8 +29,8 @@ def test_a_recorded_run_replays_exactly(
             return (a.balance(meter, external_customer_id="c1")).pending == 0
 
         eventually(counted, what="the snapshot counting the events")
-    session = [json.loads(line) for line in (tmp_path / "session.jsonl").open()]
-    delivery = [json.loads(line) for line in (tmp_path / "delivery-0.jsonl").open()]
+    session = [json.loads(line) for line in (tmp_path / "session.jsonl").read_text().splitlines()]
+    delivery = [json.loads(x) for x in (tmp_path / "delivery-0.jsonl").read_text().splitlines()]
     kinds = {record.get("t") for record in session[1:]}
     assert {"input", "effects", "call"} <= kinds
     assert replay_session(session) == []
