@@ -10,14 +10,13 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
 import redis.asyncio
 
-from outpost_emulator import Emulator
+from bench._emulator import EmulatorProcess
 from tests.support.redis_server import RedisServer
 
 CALLS_FILTER: dict[str, Any] = {
@@ -104,6 +103,8 @@ class Env:
         self.scale = scale
         self.redis = RedisServer()
         self._clients: list[redis.Redis] = []
+        self._emulator: EmulatorProcess | None = None
+        self._meter: str | None = None
 
     def __enter__(self) -> Env:
         self.redis.start()
@@ -112,6 +113,8 @@ class Env:
     def __exit__(self, *exc: object) -> None:
         for client in self._clients:
             client.close()
+        if self._emulator is not None:
+            self._emulator.close()
         self.redis.close()
 
     @property
@@ -138,18 +141,26 @@ class Env:
             admin.close()
         gc.collect()
 
-    @contextlib.contextmanager
-    def emulator(self, sync_delay: float = 1.0) -> Iterator[Emulator]:
-        """A local Polar on a free port in this process, its clock running from now."""
-        with Emulator.start(port=0, sync_delay=sync_delay) as emu:
-            yield emu
+    @property
+    def emulator(self) -> EmulatorProcess:
+        """The run's local Polar, in its own process, started on first use; its clock runs from
+        now. Benchmarks share it (and its one count meter, :attr:`meter`): each uses its own
+        customers, and leaves its clock running and its syncs on."""
+        if self._emulator is None:
+            self._emulator = EmulatorProcess(sync_delay=1.0)
+            self._meter = self._emulator.create_meter("calls", CALLS_FILTER, {"func": "count"})
+        return self._emulator
 
-    def count_meter(self, emu: Emulator, name: str = "calls") -> str:
-        meter: dict[str, Any] = emu.create_meter(name, CALLS_FILTER, {"func": "count"})
-        return str(meter["id"])
+    @property
+    def meter(self) -> str:
+        """The id of the emulator's count meter (events named ``api_call``)."""
+        if self._meter is None:
+            _ = self.emulator
+        assert self._meter is not None
+        return self._meter
 
 
-def configuration_of(emu: Emulator) -> dict[str, Any]:
+def configuration_of(emu: EmulatorProcess) -> dict[str, Any]:
     """The configuration payload Polar (here the emulator) sends, as the SDK caches it."""
     state: dict[str, Any] = emu.state()
     return {

@@ -6,10 +6,10 @@ import asyncio
 import gc
 import time
 
+from bench._emulator import EmulatorProcess
 from bench._env import Env
 from bench._stats import Figure, Side, Target, ns_to_us, round_ratio
 from outpost_async import AsyncOutpost
-from outpost_emulator import Emulator
 from outpost_sync import Outpost
 
 CUSTOMER = "bench-balance"
@@ -17,19 +17,19 @@ GET_KEY = "bench:get"
 GET_VALUE = b"x" * 64
 TARGET = Target(on="ratio", op=">=", value=100.0)
 SETUP = (
-    "Emulator on loopback (count meter, credits granted), one instance warmed by a first read. "
-    "The baseline GET runs on the very client (same pool, same parser) passed to the SDK as "
-    "redis=. Each call is timed alone with perf_counter_ns (timer cost included on both sides)."
+    "Emulator (own process) on loopback, count meter, credits granted; one instance warmed by a "
+    "first read. The baseline GET runs on the very client (same pool, same parser) passed to "
+    "the SDK as redis=. Each call is timed alone with perf_counter_ns (the timer's own cost is "
+    "included on both sides)."
 )
 
 
 def run(env: Env) -> list[Figure]:
     env.reset()
-    with env.emulator() as emu:
-        meter = env.count_meter(emu)
-        emu.grant_credits(meter, 1_000_000, external_customer_id=CUSTOMER)
-        sync = _sync(env, emu, meter)
-        asynchronous = asyncio.run(_async(env, emu, meter))
+    emu, meter = env.emulator, env.meter
+    emu.grant_credits(meter, 1_000_000, external_customer_id=CUSTOMER)
+    sync = _sync(env, emu, meter)
+    asynchronous = asyncio.run(_async(env, emu, meter))
     return [sync, asynchronous]
 
 
@@ -50,16 +50,14 @@ def _figure(
     )
 
 
-def _sync(env: Env, emu: Emulator, meter: str) -> Figure:
+def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
     client = env.client()
     client.set(GET_KEY, GET_VALUE)
     scale = env.scale
     gets: list[list[int]] = []
     reads: list[list[int]] = []
     misses = 0
-    with Outpost(
-        access_token=emu.token, server_url=emu.url, redis=client, clock=emu.clock, telemetry=False
-    ) as sdk:
+    with Outpost(access_token=emu.token, server_url=emu.url, redis=client, telemetry=False) as sdk:
         sdk.balance(meter, external_customer_id=CUSTOMER)
         pc = time.perf_counter_ns
         get = client.get
@@ -85,7 +83,7 @@ def _sync(env: Env, emu: Emulator, meter: str) -> Figure:
     return _figure("balance.sync", "sync", gets, reads, misses)
 
 
-async def _async(env: Env, emu: Emulator, meter: str) -> Figure:
+async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
     client = env.async_client()
     await client.set(GET_KEY, GET_VALUE)
     scale = env.scale
@@ -97,7 +95,6 @@ async def _async(env: Env, emu: Emulator, meter: str) -> Figure:
             access_token=emu.token,
             server_url=emu.url,
             redis=client,
-            clock=emu.clock,
             telemetry=False,
         ) as sdk:
             await sdk.balance(meter, external_customer_id=CUSTOMER)

@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench._emulator import EmulatorProcess
 from bench._env import Env
 from bench._stats import Figure, Side, Target, round_ratio
 from outpost_async import AsyncOutpost
-from outpost_emulator import Emulator
 from outpost_sync import Outpost
 
 CUSTOMER = "bench-lag"
@@ -40,11 +40,10 @@ GAP = "are spaced 0.5-1.5 ms apart"
 
 def run(env: Env) -> list[Figure]:
     env.reset()
-    with env.emulator() as emu:
-        meter = env.count_meter(emu)
-        emu.grant_credits(meter, 1_000_000_000, external_customer_id=CUSTOMER)
-        sync = _sync(env, emu, meter)
-        asynchronous = asyncio.run(_async(env, emu, meter))
+    emu, meter = env.emulator, env.meter
+    emu.grant_credits(meter, 1_000_000_000, external_customer_id=CUSTOMER)
+    sync = _sync(env, emu, meter)
+    asynchronous = asyncio.run(_async(env, emu, meter))
     return [sync, asynchronous]
 
 
@@ -117,7 +116,7 @@ class _Watch:
             self._seen.set()
 
 
-def _sync(env: Env, emu: Emulator, meter: str) -> Figure:
+def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
     scale = env.scale
     pc = time.perf_counter_ns
     bases: list[list[float]] = []
@@ -131,7 +130,6 @@ def _sync(env: Env, emu: Emulator, meter: str) -> Figure:
         access_token=emu.token,
         server_url=emu.url,
         redis_url=env.url,
-        clock=emu.clock,
         telemetry=False,
     )
     with Outpost(**options) as a, Outpost(**options) as b:
@@ -217,7 +215,7 @@ class _Receiver:
 # -- async -----------------------------------------------------------------------------------
 
 
-async def _async(env: Env, emu: Emulator, meter: str) -> Figure:
+async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
     scale = env.scale
     pc = time.perf_counter_ns
     bases: list[list[float]] = []
@@ -240,7 +238,6 @@ async def _async(env: Env, emu: Emulator, meter: str) -> Figure:
         access_token=emu.token,
         server_url=emu.url,
         redis_url=env.url,
-        clock=emu.clock,
         telemetry=False,
     )
     try:
