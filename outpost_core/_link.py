@@ -19,6 +19,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
 from wsproto.events import (
     AcceptConnection,
+    BytesMessage,
     CloseConnection,
     Ping,
     Pong,
@@ -184,6 +185,9 @@ class Link:
             if event.message_finished:
                 text, self._partial, self._partial_size = "".join(self._partial), [], 0
                 messages.append(_decode(text))
+        elif isinstance(event, BytesMessage):
+            if event.message_finished:  # the protocol has only text frames
+                messages.append(_Unreadable(f"binary frame of {len(event.data)} bytes"))
         elif isinstance(event, Ping):
             self._out += self._ws.send(event.response())
         elif isinstance(event, CloseConnection):

@@ -6,6 +6,7 @@ route and the Python API (`Emulator`) both call it, so they validate and behave 
 
 from __future__ import annotations
 
+import base64
 import logging
 import math
 from collections.abc import Callable
@@ -162,7 +163,7 @@ def op_faults(hub: Hub, body: JsonObject) -> JsonObject:
     _only(
         body,
         {"ingest_error", "ingest_hang", "ingest_lose_response", "drop_websockets", "syncs",
-         "snapshot_delay", "clear"},
+         "snapshot_delay", "clear", "send_frames"},
     )  # fmt: skip
     # Validate everything first, then apply: a bad request changes nothing.
     todo: list[Callable[[], None]] = []
@@ -197,6 +198,9 @@ def op_faults(hub: Hub, body: JsonObject) -> JsonObject:
         if mode not in ("close", "abort"):
             raise _fail('`drop_websockets` must be "close" (code 1012) or "abort"')
         todo.append(lambda: _drop(hub, mode))
+    if "send_frames" in body:
+        frames = _raw_frames(body["send_frames"])
+        todo.append(lambda: _send_frames(hub, frames))
     if "syncs" in body:
         if body["syncs"] not in ("pause", "resume"):
             raise _fail('`syncs` must be "pause" or "resume"')
@@ -229,6 +233,30 @@ def _syncs(hub: Hub, action: str) -> None:
     moved = hub.pipeline.resume(hub.now_us(), hub.active_reducers())
     if moved:
         hub.push_snapshots(moved)
+
+
+def _raw_frames(value: object) -> list[str | bytes]:
+    """`send_frames`: a list of {"text": "..."} or {"binary_base64": "..."}."""
+    if not isinstance(value, list):
+        raise _fail("`send_frames` must be a list")
+    frames: list[str | bytes] = []
+    for item in value:
+        if isinstance(item, dict) and isinstance(item.get("text"), str) and len(item) == 1:
+            frames.append(item["text"])
+        elif isinstance(item, dict) and isinstance(item.get("binary_base64"), str):
+            try:
+                frames.append(base64.b64decode(item["binary_base64"], validate=True))
+            except ValueError as exc:
+                raise _fail("`binary_base64` is not base64") from exc
+        else:
+            raise _fail('each frame is {"text": str} or {"binary_base64": str}')
+    return frames
+
+
+def _send_frames(hub: Hub, frames: list[str | bytes]) -> None:
+    for connection in hub.connections.all():
+        for frame in frames:
+            connection.send_raw(frame)
 
 
 def _drop(hub: Hub, mode: str) -> None:

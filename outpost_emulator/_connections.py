@@ -21,7 +21,14 @@ class CloseRequest:
     code: int
 
 
-Outgoing = str | CloseRequest
+@dataclass(frozen=True, slots=True)
+class RawFrame:
+    """A frame sent as it is (fault injection): text that need not be JSON, or binary."""
+
+    data: str | bytes
+
+
+Outgoing = str | CloseRequest | RawFrame
 _ids = itertools.count(1)
 
 
@@ -51,6 +58,9 @@ class Connection:
 
         handle = loop.call_later(delay_s, deliver)
         self._timers.add(handle)
+
+    def send_raw(self, data: str | bytes) -> None:
+        self.queue.put_nowait(RawFrame(data))
 
     def close(self, code: int) -> None:
         self.queue.put_nowait(CloseRequest(code))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import socket
 import threading
@@ -306,6 +307,14 @@ class Emulator:
     def fault_drop_websockets(self, mode: str = "close") -> JsonObject:
         """Close every WebSocket with code 1012, or `"abort"` the TCP connections."""
         return self._call(op_faults, {"drop_websockets": mode})
+
+    def fault_send_frames(self, frames: Iterable[str | bytes]) -> JsonObject:
+        """Send these frames, as they are, on every open WebSocket (text, or bytes as binary)."""
+        spec = [
+            {"binary_base64": base64.b64encode(f).decode()} if isinstance(f, bytes) else {"text": f}
+            for f in frames
+        ]
+        return self._call(op_faults, {"send_frames": spec})
 
     def fault_pause_syncs(self) -> JsonObject:
         return self._call(op_faults, {"syncs": "pause"})

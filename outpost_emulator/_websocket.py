@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket
 
-from outpost_emulator._connections import CloseRequest, Connection
+from outpost_emulator._connections import CloseRequest, Connection, RawFrame
 from outpost_emulator._frames import (
     Frame,
     FrameError,
@@ -79,7 +79,13 @@ async def _write(websocket: WebSocket, connection: Connection) -> None:
         if isinstance(item, CloseRequest):
             await websocket.close(code=item.code)
             return
-        await websocket.send_text(item)
+        if isinstance(item, RawFrame):
+            if isinstance(item.data, bytes):
+                await websocket.send_bytes(item.data)
+            else:
+                await websocket.send_text(item.data)
+        else:
+            await websocket.send_text(item)
         connection.frames_out += 1
 
 

@@ -197,3 +197,38 @@ def test_two_instances_converge_to_polars_customer_meters(
             return True
 
         eventually(converged, what="both instances matching Polar's customer meters")
+
+
+def test_malformed_and_unexpected_frames_are_counted_and_survived(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    with connect(redis_server, emulator) as a:
+        assert credited(a, meter, "c1") == 10
+        junk: list[str | bytes] = [
+            "not json",
+            "[1, 2]",
+            '{"type": 5}',
+            '{"type": "mystery", "payload": {}}',
+            '{"type": "snapshot", "payload": {"snapshot_id": "x"}}',
+            '{"type": "snapshot", "payload": {"snapshot_id": "x", "external_customer_id": "c1",'
+            ' "as_of": 1, "cold_until": 7, "reducers": {}, "credited": {}}}',
+            '{"type": "counted", "payload": {"request_id": "nobody", "event_ids": []}}',
+            '{"type": "error", "payload": {"code": "boom", "message": "from the test"}}',
+            b"\x00\x01 binary",
+        ]
+        emulator.fault_send_frames(junk)
+
+        def all_counted() -> bool:
+            return sum(a.rejections.values()) >= len(junk)
+
+        eventually(all_counted, what="every bad frame counted as a rejection")
+        assert a.connected
+        assert sum(a.rejections.values()) == len(junk)
+        emulator.grant_credits(meter, 5, external_customer_id="c1")
+
+        def still_working() -> bool:
+            return credited(a, meter, "c1") == 15
+
+        eventually(still_working, what="snapshots still applied after the junk")
