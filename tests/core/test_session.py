@@ -129,7 +129,7 @@ def delta(key: str, rev: int, *pairs: str, deleted: tuple[str, ...] = ()) -> dic
     return {"k": key, "r": rev, "s": list(pairs), "d": list(deleted)}
 
 
-# -- settings and plumbing ----------------------------------------------------------------------
+# -- settings and plumbing ------------------------------------------------------------------------
 
 
 def test_default_settings() -> None:
@@ -220,7 +220,7 @@ def test_remote_inputs_without_a_link() -> None:
     assert session.rejections == {}
 
 
-# -- configuration ------------------------------------------------------------------------------
+# -- configuration --------------------------------------------------------------------------------
 
 
 def test_configuration_from_polar_is_stored_in_the_cache() -> None:

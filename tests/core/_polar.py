@@ -1,0 +1,92 @@
+"""Polar's side of the WebSocket, in memory: wsproto's server connection, no socket."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    Pong,
+    RejectConnection,
+    RejectData,
+    Request,
+    TextMessage,
+)
+
+
+class FixedRandom:
+    """The injected generator: always the same draw, so backoffs are exact."""
+
+    def __init__(self, value: float = 0.5) -> None:
+        self.value = value
+        self.draws = 0
+
+    def random(self) -> float:
+        self.draws += 1
+        return self.value
+
+
+class Peer:
+    """One connection as Polar sees it: feed it the client's bytes, get its answers."""
+
+    def __init__(self) -> None:
+        self.ws = WSConnection(ConnectionType.SERVER)
+        self.requests: list[Request] = []
+        self.messages: list[Any] = []
+        self.pings: list[bytes] = []
+        self.pongs: list[bytes] = []
+        self.closes: list[int | None] = []
+
+    def feed(self, data: bytes) -> bytes:
+        """Take bytes from the client; return what Polar answers on its own (pongs, closes)."""
+        self.ws.receive_data(data)
+        out = b""
+        for event in self.ws.events():
+            if isinstance(event, Request):
+                self.requests.append(event)
+            elif isinstance(event, TextMessage):
+                self.messages.append(json.loads(event.data))
+            elif isinstance(event, Ping):
+                self.pings.append(bytes(event.payload))
+                out += self.ws.send(event.response())
+            elif isinstance(event, Pong):
+                self.pongs.append(bytes(event.payload))
+            elif isinstance(event, CloseConnection):
+                self.closes.append(event.code)
+        return out
+
+    def accept(self) -> bytes:
+        return self.ws.send(AcceptConnection())
+
+    def reject(self, status: int, body: bytes | None = None) -> bytes:
+        out = self.ws.send(RejectConnection(status_code=status, has_body=body is not None))
+        if body is not None:
+            out += self.ws.send(RejectData(data=body, body_finished=True))
+        return out
+
+    def send(self, message: Any) -> bytes:
+        return self.ws.send(TextMessage(data=json.dumps(message)))
+
+    def send_text(self, text: str, *, finished: bool = True) -> bytes:
+        return self.ws.send(TextMessage(data=text, message_finished=finished))
+
+    def send_bytes(self, data: bytes, *, finished: bool = True) -> bytes:
+        return self.ws.send(BytesMessage(data=data, message_finished=finished))
+
+    def ping(self, payload: bytes = b"polar") -> bytes:
+        return self.ws.send(Ping(payload=payload))
+
+    def pong(self, payload: bytes = b"") -> bytes:
+        return self.ws.send(Pong(payload=payload))
+
+    def close(self, code: int = 1000) -> bytes:
+        return self.ws.send(CloseConnection(code=code))
+
+    def take(self) -> list[Any]:
+        out, self.messages = self.messages, []
+        return out
