@@ -1,8 +1,146 @@
+"""Delivery throughput: events per second from the outbox to the emulator, against the
+emulator's raw ingest rate (the same events, posted bare in batches of the same size).
+
+Each round queues fresh events in the outbox (the track script, pipelined, as ``track()`` would
+write them: one identity update and one outbox entry each, over many customers), then times an
+instance with an access token from its start until ``flush()`` returns (every event posted,
+acknowledged and removed from the outbox).
+"""
+
 from __future__ import annotations
 
-from bench._env import Env
-from bench._stats import Figure
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import httpx
+import redis
+
+from bench._env import Env, configuration_of
+from bench._stats import Figure, Side
+from outpost_async import AsyncOutpost
+from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT, ConfigurationReceived, RunScript, Session
+from outpost_sync import Outpost
+
+CUSTOMERS = 100
+BATCH = 500  # the SDK's default batch_size
+SETUP = (
+    "Per round, {e} fresh events over {c} customers are queued in the outbox (the track script, "
+    "pipelined); an instance with a token then delivers them with its defaults (batch_size "
+    "{b}, one request in flight); time = from the call to flush() (the instance starts there) "
+    "until it returns. Baseline: the same kind of events posted bare with one httpx.Client "
+    "(keep-alive), {b} per request, one after the other. The emulator runs in its own process."
+)
+
+
+def _runs(configuration: dict[str, Any], tag: str, count: int) -> list[RunScript]:
+    session = Session()
+    session.handle(ConfigurationReceived(configuration, from_cache=True))
+    now = time.time_ns() // 1000
+    return [
+        session.track(
+            name="api_call",
+            external_customer_id=f"bench-dl-{tag}-{n % CUSTOMERS}",
+            timestamp_us=now,
+            now_us=now,
+            event_id=uuid.uuid4().hex,
+        )
+        for n in range(count)
+    ]
+
+
+def _queue(client: redis.Redis, runs: list[RunScript]) -> None:
+    sha = SCRIPT_SHA1["track"]
+    for start in range(0, len(runs), 1000):
+        pipe = client.pipeline(transaction=False)
+        for run in runs[start : start + 1000]:
+            pipe.evalsha(sha, len(run.keys), *run.keys, *run.args)
+        pipe.execute()
+
+
+def _raw(env: Env, http: httpx.Client, runs: list[RunScript]) -> float:
+    """Events per second of bare ingest requests."""
+    items = [str(run.args[3]).encode() for run in runs]
+    bodies = [
+        b'{"events":[' + b",".join(items[i : i + BATCH]) + b"]}"
+        for i in range(0, len(items), BATCH)
+    ]
+    start = time.perf_counter()
+    for body in bodies:
+        response = http.post("/v1/events/ingest", content=body)
+        if response.status_code != 200:
+            raise RuntimeError(f"raw ingest answered {response.status_code}: {response.text}")
+    return len(runs) / (time.perf_counter() - start)
+
+
+def _options(env: Env) -> dict[str, Any]:
+    emu = env.emulator
+    return dict(access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False)
+
+
+def _sync(env: Env, count: int) -> float:
+    sdk = Outpost(**_options(env))
+    try:
+        start = time.perf_counter()
+        if not sdk.flush(300):
+            raise RuntimeError("the outbox was not delivered within 300 s")
+        return count / (time.perf_counter() - start)
+    finally:
+        sdk.close()
+
+
+async def _async(env: Env, count: int) -> float:
+    sdk = AsyncOutpost(**_options(env))
+    try:
+        start = time.perf_counter()
+        if not await sdk.flush(300):
+            raise RuntimeError("the outbox was not delivered within 300 s")
+        return count / (time.perf_counter() - start)
+    finally:
+        await sdk.close()
 
 
 def run(env: Env) -> list[Figure]:
-    raise NotImplementedError
+    env.reset()
+    scale = env.scale
+    emu = env.emulator
+    configuration = configuration_of(emu)
+    client = env.client()
+    client.script_load(SCRIPT_TEXT["track"])
+    events = scale.delivery_events
+    raw: list[float] = []
+    sync: list[float] = []
+    asynchronous: list[float] = []
+    with httpx.Client(
+        base_url=emu.url,
+        headers={
+            "Authorization": f"Bearer {emu.token}",
+            "User-Agent": "outpost-bench",
+            "Content-Type": "application/json",
+        },
+        timeout=httpx.Timeout(30.0, connect=5.0),
+    ) as http:
+        for r in range(scale.delivery_rounds):
+            raw.append(_raw(env, http, _runs(configuration, f"raw{r}", events)))
+            _queue(client, _runs(configuration, f"sync{r}", events))
+            sync.append(_sync(env, events))
+            _queue(client, _runs(configuration, f"async{r}", events))
+            asynchronous.append(asyncio.run(_async(env, events)))
+    setup = SETUP.format(e=events, c=CUSTOMERS, b=BATCH)
+    extra = {"events_per_round": events, "customers": CUSTOMERS, "batch_size": BATCH}
+    return [
+        Figure(
+            key=f"delivery.{driver}",
+            title=f"delivery outbox → emulator, {driver}",
+            unit="events/s",
+            subject=Side(f"delivery {driver}", rates, higher_is_better=True),
+            baseline=Side("raw ingest (httpx, sequential)", raw, higher_is_better=True),
+            ratios=[s / b for s, b in zip(rates, raw, strict=True)],
+            ratio_meaning="delivery events/s / raw ingest events/s per round (higher is better); "
+            "p50/p99 over rounds, p99 = the rate 99 % of rounds beat",
+            setup=setup,
+            extra=extra,
+        )
+        for driver, rates in (("sync", sync), ("async", asynchronous))
+    ]
