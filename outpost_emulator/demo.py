@@ -34,7 +34,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -300,15 +300,26 @@ class _Collect(logging.Handler):
 
 
 @contextlib.contextmanager
-def _collected_logs() -> Iterator[_Collect]:
+def _collected_logs(path: str | None) -> Iterator[_Collect]:
+    """Warnings go to the view; with `path`, everything from DEBUG up goes to that file too."""
     handler = _Collect()
     root = logging.getLogger()
-    saved = root.handlers[:]
+    saved, level = root.handlers[:], root.level
     root.handlers = [handler]
+    file_handler = None
+    if path:
+        file_handler = logging.FileHandler(path, encoding="utf-8")
+        file_handler.setFormatter(
+            logging.Formatter("%(asctime)s %(threadName)s %(levelname)s %(name)s: %(message)s")
+        )
+        root.addHandler(file_handler)
+        root.setLevel(logging.DEBUG)
     try:
         yield handler
     finally:
-        root.handlers = saved
+        root.handlers, root.level = saved, level
+        if file_handler is not None:
+            file_handler.close()
 
 
 # -- the view ---------------------------------------------------------------------------------
@@ -324,6 +335,10 @@ def _number(value: float | None) -> str:
 
 def _clock_text(t_us: int) -> str:
     return from_us(t_us).strftime("%H:%M:%S")
+
+
+def _minutes(t_us: int) -> str:
+    return from_us(t_us).strftime("%H:%M")
 
 
 class View:
@@ -342,6 +357,8 @@ class View:
     def frame(self, lines: Sequence[str], *, force: bool = False) -> None:
         if self.live:
             self._erase()
+            width = shutil.get_terminal_size().columns - 1  # a wrapped line would break the redraw
+            lines = [line if len(line) <= width else line[: width - 1] + "…" for line in lines]
             self.out.write("\n".join(lines) + "\n")
             self._lines = len(lines)
             self.out.flush()
@@ -581,22 +598,21 @@ class Demo:
         for start in self.buckets:
             end = start + BUCKET_US
             if now < start:
-                status = "not started"
+                key, status = "future", ""
             elif now < end:
-                status = "open: events count in Polar's current bucket"
+                key, status = "open", "Polar holds its events in its current bucket"
             elif pipeline["synced_until"] < end:
-                status = "closed: Polar syncs it 10 s after its end"
+                key, status = "closed", f"Polar syncs it {SYNC_DELAY:g} s after its end"
             elif pipeline["sealed_until"] < end:
-                sealed = _clock_text(end + SEAL_AFTER_US)
-                status = f"synced: snapshots pushed, cold_until moved past it; seals at {sealed}"
+                sealed = _minutes(end + SEAL_AFTER_US)
+                key, status = "synced", f"snapshots pushed; seals at {sealed}"
             else:
-                status = "sealed: billed as it stands"
-            key = status.split(":")[0]
+                key, status = "sealed", "billed as it stands"
+            name = f"bucket {_minutes(start)}-{_minutes(end)}"
             if not self.shown.get((start, key)) and key in ("closed", "synced", "sealed"):
                 self.shown[(start, key)] = True
-                if not self.view.live:
-                    self._note(f"bucket {_clock_text(start)}-{_clock_text(end)} {key}")
-            lines.append(f"  bucket {_clock_text(start)}-{_clock_text(end)}  {status}")
+                self._note(f"{name} {key}" + (f" ({status})" if key != "synced" else ""))
+            lines.append(f"  {name}  {key:<7} {status}")
         return lines
 
     def _draw(
@@ -615,37 +631,37 @@ class Demo:
         with s.lock:
             tracked, refused, errors = sum(s.tracked), sum(s.refused), len(s.errors)
         lines = [
-            f"Polar's clock {_clock_text(self.clock.now_us())} ({speed:g}x)   phase: "
-            f"{self._phase_text()}",
+            f"Polar's clock {_clock_text(self.clock.now_us())} ({speed:g}x)  {self._phase_text()}",
             *buckets,
             "",
-            f"  {'customer':<22}{'instance A':>12}{'instance B':>12}{'Polar':>10}"
-            f"{'pending':>9}{'undeliv.':>9}{'snapshots':>10}",
+            f"  {'':<21}{'balance on':>11}{'balance on':>11}{'Polar':>9}",
+            f"  {'customer':<21}{'instance A':>11}{'instance B':>11}{'balance':>9}"
+            f"{'pending':>8}{'undeliv.':>9}{'snaps.':>7}",
         ]
         for customer, row in zip(self.customers, rows, strict=True):
             a, b = row.balances
             lines.append(
-                f"  {customer.external_id:<22}{_number(a):>12}{_number(b):>12}"
-                f"{_number(row.polar):>10}{_number(row.pending):>9}{_number(row.undelivered):>9}"
-                f"{row.snapshots:>10}"
+                f"  {customer.external_id:<21}{_number(a):>11}{_number(b):>11}"
+                f"{_number(row.polar):>9}{_number(row.pending):>8}{_number(row.undelivered):>9}"
+                f"{row.snapshots:>7}"
             )
         lines.append("")
         lines.append(
-            f"  requests: {tracked:,} served and tracked (A {s.tracked[0]:,}, B {s.tracked[1]:,}), "
-            f"{refused:,} refused for an exhausted balance (402)"
+            f"  requests: {tracked:,} tracked (A {s.tracked[0]:,}, B {s.tracked[1]:,}), "
+            f"{refused:,} refused with 402 (balance <= 0)"
             + (f", {errors} errors" if errors else "")
         )
         if logs.count:
-            lines.append(f"  log ({logs.count} warnings): {logs.records[-1][:90]}")
+            lines.append(f"  log ({logs.count} warnings): {logs.records[-1]}")
         self.view.frame(lines, force=force)
         return rows
 
     def _phase_text(self) -> str:
         return {
-            "tracking": "both instances serve requests: balance(), then track() or 402",
-            "settling": "tracking stopped; events delivered; waiting for the last bucket's sync",
-            "sealing": "waiting for billing to seal the buckets (11 min after their end)",
-            "verdict": "checking that everyone agrees",
+            "tracking": "A and B serve: balance(), then track() or 402",
+            "settling": "tracking stopped; the last bucket closes, syncs",
+            "sealing": "billing seals each bucket 11 min after its end",
+            "verdict": "does everyone agree?",
         }.get(self.phase, self.phase)
 
     # -- the verdict ------------------------------------------------------------------------
@@ -721,6 +737,9 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--fast", action="store_true", help="run the clock 3x faster (~8 s)")
     parser.add_argument(
+        "--log", metavar="FILE", help="write the SDK's and the emulator's logs (DEBUG) to FILE"
+    )
+    parser.add_argument(
         "--plain",
         action="store_true",
         help="print periodic plain lines instead of redrawing a table (the default when "
@@ -745,7 +764,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if live:
             sys.stdout.write("\x1b[?25l")  # hide the cursor while redrawing
-        with _collected_logs() as logs:
+        with _collected_logs(options.log) as logs:
             status = Demo(options, choice).run(logs)
         print(f"(the demo took {time.monotonic() - started:.1f} s)")
         return status

@@ -1,0 +1,70 @@
+"""The one scenario every example app must pass, whatever its framework's test client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from outpost_core import Balance
+from outpost_emulator import Emulator
+
+# (path, headers) -> (status, JSON body)
+Get = Callable[[str, dict[str, str]], tuple[int, Any]]
+# customer -> the app's own Outpost balance (warm read, no request to Polar)
+ReadBalance = Callable[[str], Balance]
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll `check` until it holds, up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout} s")
+        time.sleep(0.005)
+
+
+def serves_until_the_credits_run_out(
+    get: Get, emulator: Emulator, meter_id: str, read_balance: ReadBalance
+) -> None:
+    emulator.grant_credits(meter_id, 3, external_customer_id="alice")
+
+    status, body = get("/generate", {})
+    assert status == 400 and "X-Customer-Id" in body["error"]
+
+    # Each request tracks one event; the balance drops at once, without waiting for Polar.
+    assert get("/generate", {"X-Customer-Id": "alice"}) == (
+        200,
+        {"customer": "alice", "result": "generated", "balance": 2},
+    )
+    status, body = get("/generate?customer=alice", {})  # the query parameter works too
+    assert (status, body["balance"]) == (200, 1)
+    status, body = get("/generate", {"X-Customer-Id": "alice"})
+    assert (status, body["balance"]) == (200, 0)
+
+    status, body = get("/generate", {"X-Customer-Id": "alice"})
+    assert status == 402
+    assert body["error"].startswith("usage limit reached")
+    assert (body["balance"], body["credited"], body["consumed"]) == (0, 3, 3)
+
+    # A customer without credits is refused from the first request.
+    status, body = get("/generate", {"X-Customer-Id": "bob"})
+    assert (status, body["balance"], body["credited"]) == (402, 0, 0)
+
+    # Polar counts exactly the served requests (refused ones tracked nothing).
+    wait_for(
+        lambda: (
+            emulator.customer_meter(meter_id, external_customer_id="alice")["consumed_units"] == 3
+        ),
+        "Polar receiving the three events",
+    )
+
+    # Buying credits reaches the app through Polar's snapshot push: it serves again.
+    emulator.grant_credits(meter_id, 2, external_customer_id="alice")
+    wait_for(lambda: read_balance("alice").credited == 5, "the credit grant reaching the app")
+    status, body = get("/generate", {"X-Customer-Id": "alice"})
+    assert (status, body["balance"]) == (200, 1)
+    wait_for(
+        lambda: emulator.customer_meter(meter_id, external_customer_id="alice")["balance"] == 1,
+        "Polar agreeing on the balance",
+    )

@@ -1,0 +1,63 @@
+"""examples/django_app with Django's test client, against the emulator and a real redis-server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import django  # type: ignore[import-untyped]
+import pytest
+from django.conf import settings  # type: ignore[import-untyped]
+from django.test import Client  # type: ignore[import-untyped]
+
+from outpost_core import Balance
+from outpost_emulator import Emulator
+from tests.examples._scenario import serves_until_the_credits_run_out
+from tests.examples.conftest import fresh_import
+
+
+def _configure_django() -> None:
+    """The example's settings, with its URLconf named from the repository root."""
+    if settings.configured:
+        return
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="outpost-tests",
+        ALLOWED_HOSTS=["testserver"],
+        ROOT_URLCONF="examples.django_app.outpost_site.urls",
+        INSTALLED_APPS=[],
+        MIDDLEWARE=["django.middleware.common.CommonMiddleware"],
+        DATABASES={},
+        USE_TZ=True,
+    )
+    django.setup()
+
+
+@pytest.fixture
+def metering(app_env: str) -> Iterator[ModuleType]:
+    _configure_django()
+    module = fresh_import("examples.django_app.outpost_site.metering")
+    yield module
+    module.outpost.close()
+
+
+def test_serves_until_the_credits_run_out(
+    metering: ModuleType, emulator: Emulator, app_env: str
+) -> None:
+    client = Client()
+
+    def get(path: str, headers: dict[str, str]) -> tuple[int, Any]:
+        response = client.get(path, headers=headers)
+        return response.status_code, response.json()
+
+    def read_balance(customer: str) -> Balance:
+        balance: Balance = metering.outpost.balance(app_env, external_customer_id=customer)
+        return balance
+
+    serves_until_the_credits_run_out(get, emulator, app_env, read_balance)
+
+
+def test_other_methods_are_refused(metering: ModuleType) -> None:
+    response = Client().post("/generate", headers={"X-Customer-Id": "alice"})
+    assert response.status_code == 405

@@ -1,0 +1,43 @@
+"""examples/flask_app with Flask's test client, against the emulator and a real redis-server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from outpost_core import Balance
+from outpost_emulator import Emulator
+from tests.examples._scenario import serves_until_the_credits_run_out
+from tests.examples.conftest import fresh_import
+
+
+@pytest.fixture
+def flask_module(app_env: str) -> Iterator[ModuleType]:
+    module = fresh_import("examples.flask_app.app")
+    yield module
+    module.outpost.close()
+
+
+def test_serves_until_the_credits_run_out(
+    flask_module: ModuleType, emulator: Emulator, app_env: str
+) -> None:
+    client = flask_module.app.test_client()
+
+    def get(path: str, headers: dict[str, str]) -> tuple[int, Any]:
+        response = client.get(path, headers=headers)
+        return response.status_code, response.get_json()
+
+    def read_balance(customer: str) -> Balance:
+        balance: Balance = flask_module.outpost.balance(app_env, external_customer_id=customer)
+        return balance
+
+    serves_until_the_credits_run_out(get, emulator, app_env, read_balance)
+
+
+def test_refuses_to_start_without_a_meter(app_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OUTPOST_METER_ID")
+    with pytest.raises(RuntimeError, match="OUTPOST_METER_ID"):
+        fresh_import("examples.flask_app.app")
