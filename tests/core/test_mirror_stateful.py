@@ -155,6 +155,6 @@ class MirrorFollowsTheHash(RuleBasedStateMachine):
 
 
 MirrorFollowsTheHash.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=40, deadline=None
+    max_examples=100, stateful_step_count=30, deadline=None
 )
 test_mirror_follows_the_hash = MirrorFollowsTheHash.TestCase

@@ -1,0 +1,646 @@
+"""The session with its WebSocket to Polar (``_remote``, ``_session``): snapshot flows end to end,
+against an in-memory Polar peer. No socket, no Redis: effects are answered by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from outpost_core import (
+    Aggregate,
+    ConfigurationReceived,
+    Customer,
+    IdentityLoaded,
+    LoadIdentity,
+    RunScript,
+    ScriptReplied,
+    Session,
+    Settings,
+    StoreConfiguration,
+    Tick,
+    UsageError,
+)
+from outpost_core import _keys as keys
+from outpost_core._effects import CloseConnection, Effect, ListPending, OpenConnection, SendBytes
+from outpost_core._inputs import (
+    BytesReceived,
+    ConnectionFailed,
+    ConnectionOpened,
+    ListFailed,
+    PendingListed,
+    ScriptFailed,
+)
+from outpost_core._link import Link, LinkSettings, LinkState, Target
+from outpost_core._observations import LinkChanged, SnapshotApplied
+from outpost_core._remote import REQUEST_TIMEOUT
+from outpost_core._snapshots import Step
+from tests.core._payloads import COUNT, STANDARD, TOKENS, UNIQUE, configuration, reducer
+from tests.core._polar import FixedRandom, Peer
+
+TARGET = Target(host="polar.test", port=443, tls=True)
+C1 = Customer("external", "c1")
+COLD = 1_796_223_600_000_000
+HOT = COLD + 300_000_000
+WALL = COLD + 400_000_000
+
+
+def state(reducer_id: str, customer: Customer = C1) -> str:
+    return keys.state_key(customer, reducer_id)
+
+
+def events(reducer_id: str, customer: Customer = C1) -> str:
+    return keys.events_key(state(reducer_id, customer))
+
+
+class Polar:
+    """A session with a link, the Polar peer at the other end, and the effects in between."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        link_settings: LinkSettings | None = None,
+        payload: Any = STANDARD,
+    ) -> None:
+        self.link = Link(TARGET, "tok", FixedRandom(), link_settings)
+        self.session = Session(settings, link=self.link)
+        self.peer = Peer()
+        self.now = 1.0
+        self.pending: list[Effect] = []
+        if payload is not None:
+            self.session.handle(ConfigurationReceived(payload, from_cache=True))
+
+    # -- moving bytes -------------------------------------------------------------------------
+
+    def effects(self) -> list[Effect]:
+        """The session's effects; the bytes for Polar go to the peer, the rest is returned."""
+        out = []
+        for effect in self.session.effects():
+            if isinstance(effect, SendBytes):
+                assert self.peer.feed(effect.data) == b""
+            else:
+                out.append(effect)
+        return out
+
+    def connect(self) -> None:
+        self.session.handle(Tick(self.now, WALL))
+        assert self.effects() == [OpenConnection(host="polar.test", port=443, tls=True)]
+        self.session.handle(ConnectionOpened(self.now))
+        assert self.effects() == []
+        assert len(self.peer.requests) == 1
+        self.session.handle(BytesReceived(self.now, self.peer.accept()))
+        assert self.session.connected
+        assert self.effects() == []
+        assert self.peer.take()[0] == {"type": "configuration"}
+        assert self.session.observations() == [LinkChanged("open", None, 1)]
+
+    def send(self, message: Any) -> list[Effect]:
+        self.session.handle(BytesReceived(self.now, self.peer.send(message)))
+        return self.effects()
+
+    def take(self) -> list[Any]:
+        """What the session sent Polar, once its effects ran (and asked for nothing else)."""
+        assert self.effects() == []
+        return self.peer.take()
+
+    def tick(self, now: float) -> list[Effect]:
+        self.now = now
+        self.session.handle(Tick(now, WALL))
+        return self.effects()
+
+    # -- a customer's snapshot ----------------------------------------------------------------
+
+    def follow(self, meter: str = COUNT, fields: dict[str, str] | None = None) -> str:
+        """First read: a load and a snapshot request; the load answers. Returns the request id."""
+        assert self.session.read(meter, "c1") is None
+        reducer_id = self.session.configuration.meter_reducers[meter]  # type: ignore[union-attr]
+        assert self.effects() == [LoadIdentity(key=state(reducer_id))]
+        [request] = self.peer.take()
+        assert request["type"] == "snapshot"
+        assert request["payload"]["external_customer_id"] == "c1"
+        self.session.handle(IdentityLoaded(state(reducer_id), fields or {"rev": "0"}))
+        assert self.effects() == []
+        return str(request["payload"]["request_id"])
+
+    def snapshot(self, request_id: str | None = None, **overrides: Any) -> list[Effect]:
+        message = {
+            "request_id": request_id,
+            "snapshot_id": "snap-1",
+            "external_customer_id": "c1",
+            "as_of": WALL - 1,
+            "cold_until": HOT,
+            "reducers": {
+                "r-count": {"count": 3, "sum": 3, "min": 1, "max": 1},
+                "r-tokens": {"count": 0, "sum": 0, "min": None, "max": None},
+            },
+            "credited": {COUNT: 10, TOKENS: 0},
+        }
+        message.update(overrides)
+        return self.send({"type": "snapshot", "payload": message})
+
+
+def listing(effects: list[Effect]) -> ListPending:
+    [effect] = effects
+    assert isinstance(effect, ListPending)
+    return effect
+
+
+def applying(effects: list[Effect]) -> RunScript:
+    [effect] = effects
+    assert isinstance(effect, RunScript) and effect.script == "apply_snapshot"
+    assert effect.tag is not None
+    return effect
+
+
+def apply_reply(rev: int = 1, **fields: str) -> str:
+    flat = [x for pair in fields.items() for x in pair]
+    return json.dumps({"c": [{"k": state("r-count"), "r": rev, "s": flat, "d": {}}]})
+
+
+SNAPSHOT_FIELDS = {"cu": str(HOT), "sa": str(WALL - 1), "sid": "snap-1", "p": "3 3 1 1"}
+
+
+# -- plumbing -------------------------------------------------------------------------------------
+
+
+def test_a_session_with_a_link() -> None:
+    polar = Polar()
+    session = polar.session
+    assert session.remote is not None and session.remote.link is polar.link
+    assert not session.connected
+    assert session.next_deadline() == 0.0  # the link wants a connection at once
+    polar.connect()
+    assert session.connected
+    assert session.next_deadline() == polar.now + LinkSettings().ping_interval
+
+
+def test_the_earliest_deadline_wins() -> None:
+    polar = Polar(Settings(reload_retry=1.0))
+    polar.connect()
+    polar.session.read(COUNT, "c1")
+    polar.session.handle(LoadFailedInput(state("r-count")))
+    assert polar.session.next_deadline() == polar.now + 1.0  # the retry comes before the ping
+
+
+def LoadFailedInput(key: str) -> Any:  # noqa: N802 - reads as the input it builds
+    from outpost_core import LoadFailed
+
+    return LoadFailed(key)
+
+
+def test_close_connection_effects_and_connection_failures() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.session.handle(ConnectionFailed(polar.now, "reset by peer"))
+    assert polar.session.effects() == []
+    assert not polar.session.connected
+    assert polar.link.last_error == "reset by peer"
+
+
+def test_polar_configures_the_session_and_the_cache_is_updated() -> None:
+    polar = Polar(payload=None)
+    polar.connect()
+    effects = polar.send({"type": "configuration", "payload": STANDARD})
+    assert effects == [
+        StoreConfiguration(
+            key=keys.CONFIGURATION_KEY,
+            text=json.dumps(STANDARD, separators=(",", ":"), ensure_ascii=False),
+        )
+    ]
+    assert polar.session.configuration is not None
+
+
+def test_host_methods() -> None:
+    polar = Polar()
+    session = polar.session
+    assert session.known_rev(state("r-count")) == -1
+    polar.connect()
+    polar.follow(fields={"rev": "7"})
+    assert session.known_rev(state("r-count")) == 7
+    session.reject("frame", "x")
+    assert session.rejections == {"frame": 1}
+    assert session.pending_limit_us == Settings().pending_limit_us
+    session.observe(LinkChanged("closed", "x", 1))
+    assert session.observations() == [LinkChanged("closed", "x", 1)]
+    assert session.observations() == []
+
+
+def test_consumed_per_meter() -> None:
+    polar = Polar(payload=configuration(reducer("r-count", [COUNT, "m-other"]), *[
+        r for r in STANDARD["reducers"] if r["id"] != "r-count"
+    ]))  # fmt: skip
+    session = polar.session
+    assert session.consumed(C1, "r-count") == {}  # not followed
+    polar.connect()
+    assert session.read(COUNT, "c1") is None
+    assert session.consumed(C1, "r-count") == {}  # not loaded
+    session.handle(IdentityLoaded(state("r-count"), {"rev": "1", "p": "2 2 1 1", "a:0": "1 1 1 1"}))
+    assert session.consumed(C1, "r-count") == {COUNT: 3.0, "m-other": 3.0}
+    assert session.consumed(C1, "r-nope") == {}
+    # A followed identity whose reducer became unbucketed, or left the configuration.
+    changed = dict(STANDARD, reducers=[reducer("r-count", [COUNT], func="unique", prop="u")])
+    session.handle(ConfigurationReceived(changed))
+    assert session.consumed(C1, "r-count") == {}
+    session.handle(ConfigurationReceived(configuration(reducer("x", ["m"]))))
+    assert session.consumed(C1, "r-count") == {}
+    assert Session().consumed(C1, "r-count") == {}  # no configuration at all
+
+
+def test_link_inputs_need_a_link_only_when_they_are_link_inputs() -> None:
+    with pytest.raises(UsageError, match="ConnectionOpened but this session has no link"):
+        Session().handle(ConnectionOpened(0.0))
+
+
+# -- the snapshot flow ----------------------------------------------------------------------------
+
+
+def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
+    polar = Polar()
+    polar.connect()
+    # Redis already holds a snapshot (another instance applied it): not enough on its own.
+    request_id = polar.follow(fields={"rev": "4", **SNAPSHOT_FIELDS})
+    assert polar.session.read(COUNT, "c1") is None
+    assert polar.session.not_ready_reason(COUNT, "c1", None) == (
+        "no snapshot from Polar for external:c1 yet (WebSocket open)"
+    )
+    listed = listing(polar.snapshot(request_id))
+    assert listed.keys == (events("r-count"), events("r-tokens"))
+    flow = polar.session.remote.flows[C1]  # type: ignore[union-attr]
+    assert (flow.request_id, flow.step) == (None, Step.LISTING)
+    polar.session.handle(
+        PendingListed(
+            listed.tag,
+            {
+                events("r-count"): [
+                    f"{COLD}:e1".encode(),
+                    f"{COLD}:e2",
+                    f"{HOT}:e3".encode(),  # hot: the snapshot cannot count it
+                    b"junk",
+                    f"{COLD}:".encode(),
+                    f"-5:e9".encode(),
+                ],
+                events("r-tokens"): [f"{COLD}:e1".encode()],
+            },
+        )
+    )
+    assert polar.effects() == []
+    [question] = polar.take()
+    assert question["type"] == "counted"
+    assert question["payload"]["snapshot_id"] == "snap-1"
+    assert question["payload"]["event_ids"] == ["e1", "e2"]
+    assert flow.step is Step.ASKING
+    answer = {"request_id": question["payload"]["request_id"], "snapshot_id": "snap-1"}
+    run = applying(
+        polar.send({"type": "counted", "payload": dict(answer, event_ids=["e1", "zz", 5])})
+    )
+    assert run.keys == (state("r-count"), events("r-count"), state("r-tokens"), events("r-tokens"))
+    assert run.args == (
+        keys.channel(C1.shard),
+        str(WALL),
+        str(Settings().pending_limit_us),
+        str(HOT),
+        str(WALL - 1),
+        "snap-1",
+        "2",
+        COUNT,
+        "10",
+        TOKENS,
+        "0",
+        "4",  # the copy of r-count is loaded at revision 4
+        "3 3 1 1",
+        "1",
+        f"{COLD}:e1",
+        "-1",  # r-tokens is not followed
+        "0 0 - -",
+        "1",
+        f"{COLD}:e1",
+    )
+    polar.session.handle(ScriptReplied(apply_reply(5, **SNAPSHOT_FIELDS), tag=run.tag))
+    assert flow.applied and flow.step is Step.IDLE
+    balance = polar.session.read(COUNT, "c1")
+    assert balance is not None and (balance.consumed, balance.revision) == (3.0, 5)
+    [observation] = polar.session.observations()
+    assert observation == SnapshotApplied(
+        customer="external:c1",
+        snapshot_id="snap-1",
+        cold_until=HOT,
+        counted=1,
+        meter_ids=(COUNT,),
+        local_consumed=(3.0,),
+        polar_consumed=(3.0,),
+    )
+    assert polar.session.remote.snapshots_applied == 1  # type: ignore[union-attr]
+    assert polar.session.remote.snapshots_received == 1  # type: ignore[union-attr]
+
+
+def test_a_snapshot_without_pending_events_applies_at_once() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listed = listing(polar.snapshot(None))
+    polar.session.handle(PendingListed(listed.tag, {events("r-count"): [], events("r-tokens"): []}))
+    run = applying(polar.effects())
+    assert run.args[11:] == ("0", "3 3 1 1", "0", "-1", "0 0 - -", "0")
+    assert polar.take() == []
+    polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
+    [observation] = polar.session.observations()
+    assert isinstance(observation, SnapshotApplied)
+    assert observation.meter_ids == (COUNT,)
+    assert observation.local_consumed == (0.0,)  # an empty copy read nothing before it
+    assert observation.polar_consumed == (3.0,)
+
+
+def test_a_copy_loaded_during_the_apply_has_no_consumption_before_it() -> None:
+    polar = Polar()
+    polar.connect()
+    assert polar.session.read(COUNT, "c1") is None
+    assert polar.effects() == [LoadIdentity(key=state("r-count"))]  # not answered yet
+    listed = listing(polar.snapshot(None))
+    polar.session.handle(PendingListed(listed.tag, {}))
+    run = applying(polar.effects())
+    assert run.args[11] == "-1"
+    polar.session.handle(IdentityLoaded(state("r-count"), {"rev": "1", **SNAPSHOT_FIELDS}))
+    polar.session.handle(
+        ScriptReplied(json.dumps({"c": [{"k": state("r-count"), "r": 1}]}), tag=run.tag)
+    )
+    [observation] = polar.session.observations()
+    assert isinstance(observation, SnapshotApplied)
+    assert math.isnan(observation.local_consumed[0])
+    assert observation.polar_consumed == (3.0,)
+    balance = polar.session.read(COUNT, "c1")
+    assert balance is not None and balance.consumed == 3.0
+
+
+def test_many_pending_events_are_asked_in_chunks() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listed = listing(polar.snapshot(None))
+    names = [f"{COLD}:e{i:05d}" for i in range(10_001)]
+    polar.session.handle(PendingListed(listed.tag, {events("r-count"): names}))
+    questions = polar.take()
+    assert [len(q["payload"]["event_ids"]) for q in questions] == [10_000, 1]
+    first, second = (q["payload"]["request_id"] for q in questions)
+    assert polar.send({"type": "counted", "payload": {"request_id": second, "event_ids": []}}) == []
+    run = applying(
+        polar.send({"type": "counted", "payload": {"request_id": first, "event_ids": ["e00007"]}})
+    )
+    assert run.args[11:15] == ("-1", "3 3 1 1", "1", f"{COLD}:e00007") or run.args[11] == "0"
+
+
+def test_a_snapshot_arriving_during_another_waits_and_the_newest_follows() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    first = listing(polar.snapshot(None))
+    assert polar.snapshot(None, snapshot_id="snap-2", as_of=WALL) == []
+    assert polar.snapshot(None, snapshot_id="snap-0", as_of=WALL - 5) == []
+    polar.session.handle(PendingListed(first.tag, {}))
+    run = applying(polar.effects())
+    assert run.args[5] == "snap-1"
+    polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
+    second = listing(polar.effects())
+    polar.session.handle(PendingListed(second.tag, {}))
+    assert applying(polar.effects()).args[5] == "snap-2"
+
+
+def test_an_unasked_for_snapshot_is_applied_but_never_asked_again() -> None:
+    polar = Polar()
+    polar.connect()
+    listed = listing(polar.snapshot(None, external_customer_id="c2"))
+    polar.session.handle(PendingListed(listed.tag, {}))
+    run = applying(polar.effects())
+    assert run.keys[0] == state("r-count", Customer("external", "c2"))
+    flow = polar.session.remote.flows[Customer("external", "c2")]  # type: ignore[union-attr]
+    assert flow.applied
+    assert polar.tick(polar.now + 2 * REQUEST_TIMEOUT) == []
+    assert polar.take() == []
+
+
+def test_an_unanswered_request_is_sent_again() -> None:
+    polar = Polar()
+    polar.connect()
+    first = polar.follow()
+    assert polar.tick(polar.now + REQUEST_TIMEOUT) == []
+    assert polar.take() == []
+    assert polar.tick(polar.now + 0.01) == []
+    [again] = polar.take()
+    assert again["payload"]["request_id"] != first
+
+
+def test_a_stale_answer_to_a_request_does_not_clear_the_newer_one() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    polar.tick(polar.now + REQUEST_TIMEOUT + 1)
+    [again] = polar.take()
+    listing(polar.snapshot("s-stale"))
+    flow = polar.session.remote.flows[C1]  # type: ignore[union-attr]
+    assert flow.request_id == again["payload"]["request_id"]
+
+
+def test_reconnecting_asks_again_for_every_followed_customer() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listing(polar.snapshot(None))
+    polar.session.handle(BytesReceived(polar.now, b""))  # Polar hung up mid-flow
+    assert polar.effects() == [CloseConnection()]
+    flow = polar.session.remote.flows[C1]  # type: ignore[union-attr]
+    assert (flow.step, flow.current) == (Step.IDLE, None)
+    [closed] = polar.session.observations()
+    assert closed == LinkChanged("closed", "Polar closed the connection", 1)
+    assert "WebSocket disconnected: Polar closed the connection" in (
+        polar.session.not_ready_reason(COUNT, "c1", None)
+    )
+    # Reconnect once the backoff passed.
+    polar.peer = Peer()
+    polar.now = polar.link.retry_at
+    polar.session.handle(Tick(polar.now, WALL))
+    assert polar.effects() == [OpenConnection(host="polar.test", port=443, tls=True)]
+    polar.session.handle(ConnectionOpened(polar.now))
+    polar.effects()
+    polar.session.handle(BytesReceived(polar.now, polar.peer.accept()))
+    assert polar.effects() == []
+    assert [m["type"] for m in polar.take()] == ["configuration", "snapshot"]
+    assert polar.session.observations() == [LinkChanged("open", None, 2)]
+
+
+def test_a_dead_connection_found_by_tick_is_closed() -> None:
+    polar = Polar(link_settings=LinkSettings(dead_after=40.0, ping_interval=100.0))
+    polar.connect()
+    assert polar.tick(polar.now + 41.0) == [CloseConnection()]
+    assert polar.session.observations() == [
+        LinkChanged("closed", "no frame from Polar for 40 s", 1)
+    ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG _remote.Remote._after_link: CloseConnection is emitted only when the link was "
+    "open (or a flow step is outstanding); a connection dropped during the handshake (upgrade "
+    "timeout) is never closed, and the drivers, which only leave a connection on "
+    "CloseConnection or EOF, keep waiting on it instead of reconnecting",
+)
+def test_a_handshake_that_times_out_closes_the_connection() -> None:
+    polar = Polar(link_settings=LinkSettings(connect_timeout=5.0))
+    polar.session.handle(Tick(polar.now, WALL))
+    polar.effects()
+    polar.session.handle(ConnectionOpened(polar.now))
+    polar.effects()
+    assert polar.tick(polar.now + 6.0) == [CloseConnection()]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG _remote.Remote.failed: a connection that breaks while open (ConnectionFailed) "
+    "records no LinkChanged('closed') observation, unlike one Polar closes or that goes quiet, "
+    "so telemetry misses those disconnections",
+)
+def test_a_broken_open_connection_is_observed() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.session.handle(ConnectionFailed(polar.now, "reset"))
+    assert polar.session.observations() == [LinkChanged("closed", "reset", 1)]
+
+
+def test_a_drop_during_a_flow_step_closes_the_connection_even_before_open() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listed = listing(polar.snapshot(None))
+    polar.session.handle(ConnectionFailed(polar.now, "reset"))
+    assert polar.effects() == []
+    polar.session.handle(PendingListed(listed.tag, {}))  # too late: abandoned
+    assert polar.effects() == []
+
+
+# -- what goes wrong ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("frame", "kind"),
+    [
+        ("not json", "frame"),
+        ("[1]", "frame"),
+        ('{"payload": {}}', "frame"),
+        ('{"type": 3}', "frame"),
+        ('{"type": "news"}', "frame"),
+        ('{"type": "snapshot", "payload": {}}', "snapshot"),
+        ('{"type": "counted", "payload": []}', "counted"),
+        ('{"type": "counted", "payload": {"request_id": "q404"}}', "counted"),
+        ('{"type": "error"}', "error"),
+        ('{"type": "error", "payload": {"code": "invalid_frame", "message": "?"}}', "error"),
+        ('{"type": "configuration", "payload": null}', "configuration"),
+    ],
+)
+def test_bad_frames_are_counted_and_survived(frame: str, kind: str) -> None:
+    polar = Polar()
+    polar.connect()
+    polar.session.handle(BytesReceived(polar.now, polar.peer.send_text(frame)))
+    assert polar.effects() == []
+    assert polar.session.rejections == {kind: 1}
+    assert polar.session.connected
+
+
+def asking(polar: Polar) -> str:
+    """Follow c1, take a snapshot to the counted question; return the question's id."""
+    polar.connect()
+    polar.follow()
+    listed = listing(polar.snapshot(None))
+    polar.session.handle(PendingListed(listed.tag, {events("r-count"): [f"{COLD}:e1"]}))
+    [question] = polar.take()
+    return str(question["payload"]["request_id"])
+
+
+def test_an_expired_snapshot_is_asked_for_again() -> None:
+    polar = Polar()
+    question = asking(polar)
+    error = {"request_id": question, "code": "snapshot_expired", "message": "too old"}
+    assert polar.send({"type": "error", "payload": error}) == []
+    assert polar.session.rejections == {}
+    [request] = polar.take()
+    assert request["type"] == "snapshot"
+    # The answer to the abandoned question is now an answer to no question.
+    polar.send({"type": "counted", "payload": {"request_id": question, "event_ids": []}})
+    assert polar.session.rejections == {"counted": 1}
+
+
+def test_another_error_about_a_question_is_counted_and_asked_again() -> None:
+    polar = Polar()
+    question = asking(polar)
+    error = {"request_id": question, "code": "too_many_ids", "message": "no"}
+    assert polar.send({"type": "error", "payload": error}) == []
+    assert polar.session.rejections == {"error": 1}
+    assert [m["type"] for m in polar.take()] == ["snapshot"]
+
+
+def test_an_answer_without_a_list_of_ids_restarts_the_flow() -> None:
+    polar = Polar()
+    question = asking(polar)
+    polar.send({"type": "counted", "payload": {"request_id": question, "event_ids": "e1"}})
+    assert polar.session.rejections == {"counted": 1}
+    assert [m["type"] for m in polar.take()] == ["snapshot"]
+
+
+def test_a_failed_listing_restarts_the_flow() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listed = listing(polar.snapshot(None))
+    polar.session.handle(ListFailed(listed.tag))
+    assert polar.effects() == []
+    assert [m["type"] for m in polar.take()] == ["snapshot"]
+    polar.session.handle(ListFailed(listed.tag))  # once is enough
+    polar.session.handle(PendingListed(listed.tag, {}))
+    assert polar.effects() == [] and polar.take() == []
+
+
+def test_a_failed_apply_restarts_the_flow() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listed = listing(polar.snapshot(None))
+    polar.session.handle(PendingListed(listed.tag, {}))
+    run = applying(polar.effects())
+    assert run.tag is not None
+    polar.session.handle(ScriptFailed(run.tag))
+    assert [m["type"] for m in polar.take()] == ["snapshot"]
+    flow = polar.session.remote.flows[C1]  # type: ignore[union-attr]
+    assert not flow.applied
+    polar.session.handle(ScriptFailed(run.tag))
+    polar.session.handle(ScriptReplied(apply_reply(), tag=run.tag))  # too late
+    assert not flow.applied
+
+
+def test_the_link_closing_for_good_mid_listing_restarts_quietly() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listed = listing(polar.snapshot(None))
+    polar.link.close()
+    polar.session.handle(PendingListed(listed.tag, {events("r-count"): [f"{COLD}:e1"]}))
+    flow = polar.session.remote.flows[C1]  # type: ignore[union-attr]
+    assert (flow.step, flow.request_id) == (Step.IDLE, None)
+
+
+def test_an_unsupported_meter_is_refused_before_following() -> None:
+    from outpost_core import UnsupportedMeter
+
+    polar = Polar()
+    polar.connect()
+    with pytest.raises(UnsupportedMeter):
+        polar.session.read(UNIQUE, "c1")
+    assert polar.session.remote.flows == {}  # type: ignore[union-attr]
+
+
+def test_a_disconnected_session_explains_why_it_is_not_ready() -> None:
+    polar = Polar()
+    polar.session.read(COUNT, "c1")
+    polar.session.handle(IdentityLoaded(state("r-count"), {"rev": "1"}))
+    assert polar.session.not_ready_reason(COUNT, "c1", None) == (
+        "no snapshot from Polar for external:c1 yet (WebSocket disconnected)"
+    )
+    assert polar.link.state is LinkState.DISCONNECTED
