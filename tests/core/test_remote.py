@@ -35,8 +35,8 @@ from outpost_core._inputs import (
 )
 from outpost_core._link import Link, LinkSettings, LinkState, Target
 from outpost_core._observations import LinkChanged, SnapshotApplied
-from outpost_core._remote import REQUEST_TIMEOUT
-from outpost_core._snapshots import Step
+from outpost_core._remote import REQUEST_TIMEOUT, Remote
+from outpost_core._snapshots import CustomerFlow, Step
 from tests.core._payloads import COUNT, STANDARD, TOKENS, UNIQUE, configuration, reducer
 from tests.core._polar import FixedRandom, Peer
 
@@ -76,7 +76,7 @@ class Polar:
 
     def effects(self) -> list[Effect]:
         """The session's effects; the bytes for Polar go to the peer, the rest is returned."""
-        out = []
+        out: list[Effect] = []
         for effect in self.session.effects():
             if isinstance(effect, SendBytes):
                 assert self.peer.feed(effect.data) == b""
@@ -115,7 +115,7 @@ class Polar:
     def follow(self, meter: str = COUNT, fields: dict[str, str] | None = None) -> str:
         """First read: a load and a snapshot request; the load answers. Returns the request id."""
         assert self.session.read(meter, "c1") is None
-        reducer_id = self.session.configuration.meter_reducers[meter]  # type: ignore[union-attr]
+        reducer_id = self.session.configuration.meter_reducers[meter]
         assert self.effects() == [LoadIdentity(key=state(reducer_id))]
         [request] = self.peer.take()
         assert request["type"] == "snapshot"
@@ -139,6 +139,16 @@ class Polar:
         }
         message.update(overrides)
         return self.send({"type": "snapshot", "payload": message})
+
+
+def remote(polar: Polar) -> Remote:
+    assert polar.session.remote is not None
+    return polar.session.remote
+
+
+def step(flow: CustomerFlow) -> Step:
+    """The flow's step, read through a call so that mypy does not narrow it between steps."""
+    return flow.step
 
 
 def listing(effects: list[Effect]) -> ListPending:
@@ -261,8 +271,8 @@ def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
     )
     listed = listing(polar.snapshot(request_id))
     assert listed.keys == (events("r-count"), events("r-tokens"))
-    flow = polar.session.remote.flows[C1]  # type: ignore[union-attr]
-    assert (flow.request_id, flow.step) == (None, Step.LISTING)
+    flow = remote(polar).flows[C1]
+    assert (flow.request_id, step(flow)) == (None, Step.LISTING)
     polar.session.handle(
         PendingListed(
             listed.tag,
@@ -284,7 +294,7 @@ def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
     assert question["type"] == "counted"
     assert question["payload"]["snapshot_id"] == "snap-1"
     assert question["payload"]["event_ids"] == ["e1", "e2"]
-    assert flow.step is Step.ASKING
+    assert step(flow) is Step.ASKING
     answer = {"request_id": question["payload"]["request_id"], "snapshot_id": "snap-1"}
     run = applying(
         polar.send({"type": "counted", "payload": dict(answer, event_ids=["e1", "zz", 5])})
@@ -312,7 +322,7 @@ def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
         f"{COLD}:e1",
     )
     polar.session.handle(ScriptReplied(apply_reply(5, **SNAPSHOT_FIELDS), tag=run.tag))
-    assert flow.applied and flow.step is Step.IDLE
+    assert flow.applied and step(flow) is Step.IDLE
     balance = polar.session.read(COUNT, "c1")
     assert balance is not None and (balance.consumed, balance.revision) == (3.0, 5)
     [observation] = polar.session.observations()
@@ -325,8 +335,8 @@ def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
         local_consumed=(3.0,),
         polar_consumed=(3.0,),
     )
-    assert polar.session.remote.snapshots_applied == 1  # type: ignore[union-attr]
-    assert polar.session.remote.snapshots_received == 1  # type: ignore[union-attr]
+    assert remote(polar).snapshots_applied == 1
+    assert remote(polar).snapshots_received == 1
 
 
 def test_a_snapshot_without_pending_events_applies_at_once() -> None:
@@ -407,7 +417,7 @@ def test_an_unasked_for_snapshot_is_applied_but_never_asked_again() -> None:
     polar.session.handle(PendingListed(listed.tag, {}))
     run = applying(polar.effects())
     assert run.keys[0] == state("r-count", Customer("external", "c2"))
-    flow = polar.session.remote.flows[Customer("external", "c2")]  # type: ignore[union-attr]
+    flow = remote(polar).flows[Customer("external", "c2")]
     assert flow.applied
     assert polar.tick(polar.now + 2 * REQUEST_TIMEOUT) == []
     assert polar.take() == []
@@ -431,7 +441,7 @@ def test_a_stale_answer_to_a_request_does_not_clear_the_newer_one() -> None:
     polar.tick(polar.now + REQUEST_TIMEOUT + 1)
     [again] = polar.take()
     listing(polar.snapshot("s-stale"))
-    flow = polar.session.remote.flows[C1]  # type: ignore[union-attr]
+    flow = remote(polar).flows[C1]
     assert flow.request_id == again["payload"]["request_id"]
 
 
@@ -442,8 +452,8 @@ def test_reconnecting_asks_again_for_every_followed_customer() -> None:
     listing(polar.snapshot(None))
     polar.session.handle(BytesReceived(polar.now, b""))  # Polar hung up mid-flow
     assert polar.effects() == [CloseConnection()]
-    flow = polar.session.remote.flows[C1]  # type: ignore[union-attr]
-    assert (flow.step, flow.current) == (Step.IDLE, None)
+    flow = remote(polar).flows[C1]
+    assert (step(flow), flow.current) == (Step.IDLE, None)
     [closed] = polar.session.observations()
     assert closed == LinkChanged("closed", "Polar closed the connection", 1)
     assert "WebSocket disconnected: Polar closed the connection" in (
@@ -602,7 +612,7 @@ def test_a_failed_apply_restarts_the_flow() -> None:
     assert run.tag is not None
     polar.session.handle(ScriptFailed(run.tag))
     assert [m["type"] for m in polar.take()] == ["snapshot"]
-    flow = polar.session.remote.flows[C1]  # type: ignore[union-attr]
+    flow = remote(polar).flows[C1]
     assert not flow.applied
     polar.session.handle(ScriptFailed(run.tag))
     polar.session.handle(ScriptReplied(apply_reply(), tag=run.tag))  # too late
@@ -616,8 +626,8 @@ def test_the_link_closing_for_good_mid_listing_restarts_quietly() -> None:
     listed = listing(polar.snapshot(None))
     polar.link.close()
     polar.session.handle(PendingListed(listed.tag, {events("r-count"): [f"{COLD}:e1"]}))
-    flow = polar.session.remote.flows[C1]  # type: ignore[union-attr]
-    assert (flow.step, flow.request_id) == (Step.IDLE, None)
+    flow = remote(polar).flows[C1]
+    assert (step(flow), flow.request_id) == (Step.IDLE, None)
 
 
 def test_an_unsupported_meter_is_refused_before_following() -> None:
@@ -627,7 +637,7 @@ def test_an_unsupported_meter_is_refused_before_following() -> None:
     polar.connect()
     with pytest.raises(UnsupportedMeter):
         polar.session.read(UNIQUE, "c1")
-    assert polar.session.remote.flows == {}  # type: ignore[union-attr]
+    assert remote(polar).flows == {}
 
 
 def test_a_disconnected_session_explains_why_it_is_not_ready() -> None:

@@ -119,7 +119,12 @@ def test_customer_in() -> None:
     assert customer_in({"customer_id": "u", "external_customer_id": None}) == Customer(
         "customer", "u"
     )
-    for bad in ({}, {"external_customer_id": "x", "customer_id": "u"}, {"customer_id": 1}):
+    bads: list[dict[object, object]] = [
+        {},
+        {"external_customer_id": "x", "customer_id": "u"},
+        {"customer_id": 1},
+    ]
+    for bad in bads:
         with pytest.raises(Malformed):
             customer_in(bad)
 
@@ -135,6 +140,10 @@ def test_newer_than_orders_by_cold_until_then_as_of() -> None:
     assert not snapshot(COLD, 10).newer_than(base)
     assert not snapshot(COLD, 9).newer_than(base)
     assert not snapshot(COLD - 300_000_000, 99).newer_than(base)
+
+
+def progress(flow: CustomerFlow) -> tuple[Step, Snapshot | None, Snapshot | None]:
+    return flow.step, flow.current, flow.waiting
 
 
 def test_flow_starts_the_first_snapshot_and_keeps_the_newest_waiting() -> None:
@@ -154,7 +163,7 @@ def test_flow_starts_the_first_snapshot_and_keeps_the_newest_waiting() -> None:
     flow.questions.add("q1")
     flow.counted.add("e")
     assert flow.finish() is newest
-    assert (flow.step, flow.current, flow.waiting) == (Step.IDLE, newest, None)
+    assert progress(flow) == (Step.IDLE, newest, None)
     assert (flow.candidates, flow.questions, flow.counted) == ({}, set(), set())
     assert flow.finish() is None
 
