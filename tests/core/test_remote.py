@@ -115,6 +115,7 @@ class Polar:
     def follow(self, meter: str = COUNT, fields: dict[str, str] | None = None) -> str:
         """First read: a load and a snapshot request; the load answers. Returns the request id."""
         assert self.session.read(meter, "c1") is None
+        assert self.session.configuration is not None
         reducer_id = self.session.configuration.meter_reducers[meter]
         assert self.effects() == [LoadIdentity(key=state(reducer_id))]
         [request] = self.peer.take()
