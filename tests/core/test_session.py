@@ -186,6 +186,7 @@ def test_a_fresh_session() -> None:
     assert session.remote is None
     assert not session.connected
     assert session.rejections == {}
+    assert session.observations() == []
     assert session.log is logging.getLogger("outpost")
 
 
@@ -344,6 +345,7 @@ def test_track_layout_for_an_identity_nobody_follows() -> None:
     matching = ["r-count", "r-tokens", "r-largest", "r-smallest", "r-average"]
     assert run.script == "track"
     assert run.tag is None
+    assert run.meter_ids == ("m-count", "m-tokens", "m-largest", "m-smallest", "m-average")
     expected_keys = [keys.outbox_key(shard)]
     for reducer_id in matching:
         expected_keys += [state(reducer_id), keys.events_key(state(reducer_id))]
@@ -373,6 +375,7 @@ def test_track_json_is_compact_and_keeps_unicode() -> None:
 def test_track_of_an_event_no_reducer_counts_still_queues_it() -> None:
     run = track(configured(), name="other_call", metadata={"tokens": "many"})
     assert run.keys == (keys.outbox_key(C1.shard),)
+    assert run.meter_ids == ()
     assert run.args[4] == "[]"
     assert len(run.args) == 5
 
