@@ -15,3 +15,4 @@ INSTALLED_APPS: list[str] = []
 MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
 DATABASES: dict[str, dict[str, str]] = {}
 USE_TZ = True
+TIME_ZONE = "UTC"
