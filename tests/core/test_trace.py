@@ -1,0 +1,416 @@
+"""Conformance traces (``_trace``): encoding, recording a session and a delivery loop, replaying."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from outpost_core import (
+    Aggregate,
+    Balance,
+    ConfigurationReceived,
+    Customer,
+    IdentityLoaded,
+    InvalidEvent,
+    RunScript,
+    ScriptReplied,
+    Session,
+    Settings,
+    Tick,
+)
+from outpost_core import _keys as keys
+from outpost_core._delivery import (
+    BatchAnswered,
+    Delivery,
+    DeliverySettings,
+    Done,
+    OutboxRead,
+    PostBatch,
+    ReadOutbox,
+    RefreshClaim,
+    Settled,
+)
+from outpost_core._effects import ListPending, SendBytes
+from outpost_core._inputs import BytesReceived, ConnectionOpened, PendingListed
+from outpost_core._link import Link, Target
+from outpost_core._trace import (
+    FORMAT,
+    VERSION,
+    Mismatch,
+    Record,
+    RecordingDelivery,
+    RecordingSession,
+    decode,
+    encode,
+    header,
+    replay_delivery,
+    replay_session,
+)
+from tests.core._payloads import COUNT, STANDARD
+from tests.core._polar import Peer
+
+C1 = Customer("external", "c1")
+COLD = 1_796_223_600_000_000
+WALL = COLD + 400_000_000
+TOKEN = "polar_oat_very_secret"
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        3,
+        2.5,
+        "text",
+        [1, "a", None],
+        {"a": 1, "b": [2, {"c": 3}]},
+        b"\x00\xffbytes",
+        datetime(2026, 12, 2, 15, 0, 0, 123456, tzinfo=UTC),
+        {1: "int keys", 2: b"x"},
+        {(1, 2): "tuple keys"},
+        Tick(1.5, 7),
+        ScriptReplied(b'{"c":{}}', tag=3),
+        IdentityLoaded("k", {b"rev": b"1"}),
+        RunScript(script="track", keys=("a", "b"), args=("1",), tag=None, meter_ids=("m",)),
+        ListPending(tag=1, keys=("k1", "k2")),
+        Aggregate.of([1.0, 2.0]),
+        DeliverySettings(batch_size=3),
+        BatchAnswered(200, b"{}", None),
+        RefreshClaim((("s", "1-0"), ("s", "1-1"))),
+    ],
+)
+def test_encode_decode_round_trip(value: Any) -> None:
+    encoded = encode(value)
+    json.dumps(encoded, allow_nan=False)  # plain JSON, language-neutral
+    assert decode(json.loads(json.dumps(encoded))) == value
+
+
+def test_outbox_reads_come_back_with_tuples() -> None:
+    value = OutboxRead([("s", "1-0", {b"e": b"{}"})])
+    decoded = decode(json.loads(json.dumps(encode(value))))
+    assert isinstance(decoded, OutboxRead)
+    assert decoded.entries == (("s", "1-0", {b"e": b"{}"}),)
+
+
+CUSTOMER_TAG_BUG = (
+    "BUG _trace.encode: a field named 'kind' overwrites the class tag, and Customer has one "
+    "(external/customer), so a Customer (alone or inside a recorded Balance) is written as "
+    "{'kind': 'external', 'id': ...} and decodes as a plain dict, against the trace format"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=CUSTOMER_TAG_BUG)
+def test_customers_round_trip() -> None:
+    value = Customer("customer", "u")
+    assert decode(json.loads(json.dumps(encode(value)))) == value
+
+
+def test_tuples_become_lists_except_in_tuple_fields() -> None:
+    assert decode(encode((1, 2))) == [1, 2]
+    assert decode(encode(RunScript(script="s", keys=("a",), args=()))).keys == ("a",)
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf])
+def test_non_finite_floats(value: float) -> None:
+    assert encode(value) == {"$float": repr(value)}
+    assert decode(encode(value)) == value
+
+
+def test_nan_round_trips() -> None:
+    assert math.isnan(decode(encode(math.nan)))
+
+
+@pytest.mark.xfail(strict=True, reason=CUSTOMER_TAG_BUG)
+def test_balances_round_trip() -> None:
+    balance = Balance(
+        meter_id="m",
+        customer=C1,
+        aggregation="sum",
+        balance=1.0,
+        credited=3.0,
+        consumed=2.0,
+        polar=Aggregate(),
+        local=Aggregate.of([2.0]),
+        pending=1,
+        undelivered=1,
+        cold_until=datetime(2026, 12, 2, tzinfo=UTC),
+        snapshot_as_of=None,
+        revision=4,
+    )
+    encoded = encode(balance)
+    assert encoded["kind"] == "Balance"
+    assert decode(json.loads(json.dumps(encoded))) == balance
+
+
+def test_unknown_kinds_stay_mappings() -> None:
+    assert decode({"kind": "NoSuchClass", "x": {"$bytes": "00"}}) == {
+        "kind": "NoSuchClass",
+        "x": b"\x00",
+    }
+    assert decode({"kind": 3}) == {"kind": 3}
+
+
+def test_client_bytes_are_recorded_decoded_and_redacted() -> None:
+    link = Link(Target.of("https://polar.test"), TOKEN, random.Random(1))
+    link.wants_connection(0.0)
+    link.opened(0.0)
+    request = link.data_to_send()
+    handshake = encode(SendBytes(request))
+    assert handshake["kind"] == "SendBytes"
+    assert handshake["handshake"]["request"] == "GET /v1/outpost/ HTTP/1.1"
+    headers = dict(handshake["handshake"]["headers"])
+    assert headers["authorization"] == "<redacted>"
+    assert headers["host"] == "polar.test"
+    assert "sec-websocket-key" not in headers
+    assert "frames" not in handshake
+    assert TOKEN not in json.dumps(handshake)
+    peer = Peer()
+    peer.feed(request)
+    link.receive(peer.accept(), 0.0)
+    # Frames from the client are masked with random keys: they are recorded unmasked.
+    link.send({"type": "configuration"})
+    link.tick(20.0)  # a ping
+    link.close()
+    frames = encode(SendBytes(link.data_to_send()))
+    assert frames == {
+        "kind": "SendBytes",
+        "frames": [
+            ["TEXT", '{"type":"configuration"}'],
+            ["PING", b"outpost".hex()],
+            ["CLOSE", [1000, ""]],
+        ],
+    }
+
+
+def test_a_handshake_with_frames_in_the_same_write() -> None:
+    link = Link(Target.of("http://127.0.0.1:8000"), TOKEN, random.Random(1))
+    link.wants_connection(0.0)
+    link.opened(0.0)
+    request = link.data_to_send()
+    masked = _client_text_frame(b'{"type":"configuration"}')
+    encoded = encode(SendBytes(request + masked))
+    assert dict(encoded["handshake"]["headers"])["host"] == "127.0.0.1:8000"
+    assert encoded["frames"] == [["TEXT", '{"type":"configuration"}']]
+
+
+def _client_text_frame(payload: bytes) -> bytes:
+    mask = b"\x01\x02\x03\x04"
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return bytes([0x81, 0x80 | len(payload)]) + mask + masked
+
+
+# -- recording and replaying a session ------------------------------------------------------------
+
+
+def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
+    records: list[Record] = [
+        header("session", Settings(), seed, {"server_url": "https://polar.test"})
+    ]
+    link = Link(Target.of("https://polar.test"), TOKEN, random.Random(seed))
+    recording = RecordingSession(Session(Settings(), link=link), records.append)
+    peer = Peer()
+
+    def to_polar() -> list[Any]:
+        out = []
+        for effect in recording.effects():
+            if isinstance(effect, SendBytes):
+                peer.feed(effect.data)
+            else:
+                out.append(effect)
+        return out
+
+    recording.handle(ConfigurationReceived(STANDARD, from_cache=True))
+    assert to_polar() == []
+    recording.handle(Tick(1.0, WALL))
+    to_polar()
+    recording.handle(ConnectionOpened(1.0))
+    to_polar()
+    recording.handle(BytesReceived(1.0, peer.accept()))
+    to_polar()
+    assert recording.read(COUNT, "c1") is None
+    to_polar()
+    state = keys.state_key(C1, "r-count")
+    recording.handle(IdentityLoaded(state, {"rev": "0"}))
+    snapshot = {
+        "request_id": None,
+        "snapshot_id": "snap-1",
+        "external_customer_id": "c1",
+        "as_of": WALL - 1,
+        "cold_until": COLD,
+        "reducers": {"r-count": {"count": 1, "sum": 1, "min": 1, "max": 1}},
+        "credited": {COUNT: 5},
+    }
+    recording.handle(BytesReceived(2.0, peer.send({"type": "snapshot", "payload": snapshot})))
+    [listing] = to_polar()
+    recording.handle(PendingListed(listing.tag, {keys.events_key(state): []}))
+    [apply] = to_polar()
+    change = {"k": state, "r": 1, "s": ["cu", str(COLD), "sa", str(WALL - 1), "p", "1 1 1 1"]}
+    recording.handle(ScriptReplied(json.dumps({"c": [change]}), tag=apply.tag))
+    balance = recording.read(COUNT, "c1")
+    assert balance is not None and balance.consumed == 1.0
+    run = recording.track(
+        name="api_call",
+        external_customer_id="c1",
+        timestamp_us=WALL,
+        now_us=WALL,
+        event_id="e1",
+    )
+    assert run.script == "track"
+    with pytest.raises(InvalidEvent):
+        recording.track(name="", external_customer_id="c1", timestamp_us=0, now_us=0, event_id="e")
+    return records, recording
+
+
+def test_a_recording_session_is_the_session() -> None:
+    records, recording = record_session()
+    assert recording.connected  # other attributes pass through
+    kinds = [r.get("t") for r in records[1:]]
+    assert kinds.count("input") == 8
+    assert kinds.count("call") == 4
+    assert "effects" in kinds
+    assert TOKEN not in json.dumps(records)
+    assert records[0] == {
+        "format": FORMAT,
+        "version": VERSION,
+        "machine": "session",
+        "settings": encode(Settings()),
+        "seed": 7,
+        "server_url": "https://polar.test",
+    }
+    [error] = [r for r in records if r.get("error")]
+    assert error["method"] == "track" and error["error"][0] == "InvalidEvent"
+
+
+def test_a_recorded_session_replays_without_mismatch() -> None:
+    records, _ = record_session()
+    assert replay_session(json.loads(json.dumps(records))) == []
+
+
+def test_a_session_without_a_link_replays() -> None:
+    records: list[Record] = [header("session", Settings(), 0, {})]
+    recording = RecordingSession(Session(), records.append)
+    recording.handle(ConfigurationReceived(STANDARD))
+    recording.effects()
+    recording.effects()  # an empty drain is not recorded
+    assert recording.read(COUNT, "c1") is None
+    recording.effects()
+    assert [r["t"] for r in records[1:]] == ["input", "effects", "call", "effects"]
+    assert replay_session(records) == []
+
+
+def test_a_replay_reports_where_the_core_answers_differently() -> None:
+    records, _ = record_session()
+    altered = json.loads(json.dumps(records))
+    effects_at = next(i for i, r in enumerate(altered) if r.get("t") == "effects")
+    altered[effects_at]["effects"] = []
+    call_at = max(i for i, r in enumerate(altered) if r.get("method") == "read")
+    altered[call_at]["result"] = None
+    mismatches = replay_session(altered)
+    assert [(m.line, m.what) for m in mismatches] == [
+        (effects_at + 1, "effects"),
+        (call_at + 1, "read"),
+    ]
+    assert mismatches[1].expected == {"result": None}
+    assert isinstance(mismatches[0], Mismatch)
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        ({"format": "other", "version": VERSION, "machine": "session"}, "not an outpost-trace"),
+        ({"format": FORMAT, "version": 99, "machine": "session"}, "not an outpost-trace"),
+        ({"format": FORMAT, "version": VERSION, "machine": "delivery"}, "a delivery trace"),
+    ],
+)
+def test_replay_checks_the_header(head: Record, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        replay_session([head])
+
+
+def test_a_101_without_an_accept_header_replays_unchanged() -> None:
+    records, _ = record_session()
+    altered = json.loads(json.dumps(records))
+    for record in altered:
+        if record.get("t") == "input" and record["input"]["kind"] == "BytesReceived":
+            data = bytes.fromhex(record["input"]["data"]["$bytes"])
+            if data.startswith(b"HTTP/1.1 101"):
+                stripped = b"\r\n".join(
+                    line
+                    for line in data.split(b"\r\n")
+                    if not line.lower().startswith(b"sec-websocket-accept")
+                )
+                record["input"]["data"]["$bytes"] = stripped.hex()
+    # Without its accept header the upgrade fails: the replay sees the link drop.
+    assert replay_session(altered) != []
+
+
+# -- recording and replaying a delivery loop ------------------------------------------------------
+
+
+def record_delivery(seed: int = 11) -> list[Record]:
+    settings = DeliverySettings(batch_size=2)
+    records: list[Record] = [header("delivery", settings, seed, {"started_at": 0.0})]
+    delivery = RecordingDelivery(Delivery(settings, random.Random(seed), 0.0), records.append)
+    stream = keys.ALL_OUTBOXES[0]
+    entry = {
+        b"e": b'{"name":"x","external_customer_id":"c1","external_id":"a"}',
+        b"f": b"0:a",
+        b"k": b"[]",
+    }
+    now = 0.0
+    delivery.poll(now)
+    delivery.handle(Done(), now, WALL)
+    assert isinstance(delivery.poll(now), ReadOutbox)
+    delivery.handle(OutboxRead([(stream, "1-0", entry)]), now, WALL)
+    delivery.flushing = True  # forwarded to the delivery
+    assert delivery.flushing
+    assert isinstance(delivery.poll(now), PostBatch)
+    delivery.handle(BatchAnswered(503), now, WALL)  # a backoff with jitter from the generator
+    sleep = delivery.poll(now)
+    delivery.handle(Done(), now, WALL)
+    now = sleep.until
+    assert isinstance(delivery.poll(now), RefreshClaim)
+    delivery.handle(Done(), now, WALL)
+    assert isinstance(delivery.poll(now), PostBatch)
+    delivery.handle(BatchAnswered(200), now, WALL)
+    delivery.poll(now)
+    delivery.handle(Settled(), now, WALL)
+    assert delivery.idle
+    return records
+
+
+def test_a_recorded_delivery_replays_without_mismatch() -> None:
+    records = record_delivery()
+    assert [r["t"] for r in records[1:4]] == ["poll", "outcome", "poll"]
+    assert replay_delivery(json.loads(json.dumps(records))) == []
+
+
+def test_a_delivery_replay_with_another_seed_differs() -> None:
+    records = json.loads(json.dumps(record_delivery(seed=11)))
+    records[0]["seed"] = 12
+    mismatches = replay_delivery(records)
+    first = mismatches[0]
+    assert first.what == "action"
+    assert first.expected["kind"] == first.actual["kind"] == "Sleep"
+    assert first.expected["until"] != first.actual["until"]
+
+
+def test_a_delivery_replay_checks_its_header() -> None:
+    with pytest.raises(ValueError, match="a session trace, not a delivery trace"):
+        replay_delivery([{"format": FORMAT, "version": VERSION, "machine": "session"}])
+
+
+def test_replays_skip_records_they_do_not_know() -> None:
+    session = [header("session", Settings(), 0, {}), {"t": "note", "text": "later version"}]
+    assert replay_session(session) == []
+    delivery = [header("delivery", DeliverySettings(), 0, {}), {"t": "note"}]
+    assert replay_delivery(delivery) == []
