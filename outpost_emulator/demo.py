@@ -358,7 +358,7 @@ class View:
         if self.live:
             self._erase()
             width = shutil.get_terminal_size().columns - 1  # a wrapped line would break the redraw
-            lines = [line if len(line) <= width else line[: width - 1] + "…" for line in lines]
+            lines = [line[:width] for line in lines]
             self.out.write("\n".join(lines) + "\n")
             self._lines = len(lines)
             self.out.flush()
@@ -598,7 +598,7 @@ class Demo:
         for start in self.buckets:
             end = start + BUCKET_US
             if now < start:
-                key, status = "future", ""
+                key, status = "later", ""
             elif now < end:
                 key, status = "open", "Polar holds its events in its current bucket"
             elif pipeline["synced_until"] < end:
