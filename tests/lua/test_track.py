@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+import random
+import struct
 from typing import cast
 
 import pytest
@@ -16,6 +19,7 @@ from outpost_core import (
     ScriptReplied,
     Session,
 )
+from outpost_core._aggregate import format_number
 from tests.lua._scripts import (
     BUCKET,
     CHANNEL,
@@ -234,3 +238,18 @@ def test_a_retry_after_the_configuration_changed_does_not_count_twice(scripts: S
     scripts.check("r1")
     assert scripts.events("r2") == {field(BUCKET, "e1"): f"5 {BUCKET + 1}"}
     scripts.check("r2")
+
+
+def test_lua_writes_numbers_that_read_back_exactly(scripts: Scripts) -> None:
+    """The scripts' number format (lib.lua fmt) and the core's agree on every finite double."""
+    rng = random.Random(20261202)
+    values = [-0.0, 0.1 + 0.2, 1 / 3, 1e-7, 5e-324, 1.7976931348623157e308, -1.5e300, 1e22]
+    values += [2.0**53, 2.0**53 + 2, 2.0**63, 123456789.123, 9007199254740993.0]
+    while len(values) < 400:
+        value = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+        if math.isfinite(value):
+            values.append(value)
+    for i, value in enumerate(values):
+        scripts.track(f"v{i}", {f"r{i}": format_number(value)})
+        stored = scripts.state(f"r{i}")[f"a:{BUCKET}"]
+        assert Aggregate.decode(stored) == Aggregate.of([value]), (value, stored)
