@@ -112,3 +112,9 @@ def test_payload_without_a_list_of_reducers_is_refused(payload: object) -> None:
 def test_empty_list_of_reducers_is_a_configuration() -> None:
     parsed = parse_configuration({"reducers": []})
     assert parsed == Configuration(reducers={}, meter_reducers={})
+
+
+def test_organization_id() -> None:
+    assert parse_configuration(STANDARD).organization_id == "org"
+    assert parse_configuration({"reducers": []}).organization_id is None
+    assert parse_configuration({"reducers": [], "organization_id": 7}).organization_id is None
