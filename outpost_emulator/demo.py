@@ -49,6 +49,12 @@ from outpost_sync import Outpost
 LOCAL_REDIS = ("127.0.0.1", 6379)
 LOCAL_DB = 15
 SYNC_DELAY = 10.0  # virtual seconds after a bucket ends before Polar syncs it (as the default)
+SYNC_US = round(SYNC_DELAY * SECOND_US)
+STEP_NOTES = {
+    "closed": f"Polar syncs it {SYNC_DELAY:g} s later",
+    "synced": "Polar pushes a snapshot per customer; what it counted stops being pending",
+    "sealed": "billing takes it as it stands",
+}
 INSTALL_REDIS = """\
 outpost demo needs Redis 7 or newer, and found none:
   - REDIS_URL is not set,
@@ -564,8 +570,8 @@ class Demo:
                     "snapshot, both instances see it"
                 )
 
-    def _note(self, text: str) -> None:
-        self.view.say(f"  {_clock_text(self.clock.now_us())}  {text}")
+    def _note(self, text: str, at: int | None = None) -> None:
+        self.view.say(f"  {_clock_text(self.clock.now_us() if at is None else at)}  {text}")
 
     # -- drawing ----------------------------------------------------------------------------
 
@@ -609,9 +615,14 @@ class Demo:
             else:
                 key, status = "sealed", "billed as it stands"
             name = f"bucket {_minutes(start)}-{_minutes(end)}"
-            if not self.shown.get((start, key)) and key in ("closed", "synced", "sealed"):
-                self.shown[(start, key)] = True
-                self._note(f"{name} {key}" + (f" ({status})" if key != "synced" else ""))
+            # Note each step once, in order, at the time it happened: a redraw may come after
+            # several steps at a high clock speed.
+            steps = {"closed": end, "synced": end + SYNC_US, "sealed": end + SEAL_AFTER_US}
+            reached = list(steps)[: list(steps).index(key) + 1] if key in steps else []
+            for step in reached:
+                if not self.shown.get((start, step)):
+                    self.shown[(start, step)] = True
+                    self._note(f"{name} {step}: {STEP_NOTES[step]}", at=steps[step])
             lines.append(f"  {name}  {key:<7} {status}")
         return lines
 
