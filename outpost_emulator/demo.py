@@ -469,7 +469,13 @@ class Demo:
         self, emulator: Emulator, meter_id: str, instances: list[Outpost], logs: _Collect
     ) -> int:
         t = self.timeline
-        self._first_reads(meter_id, instances)
+        try:
+            self._first_reads(meter_id, instances)
+        except OutpostError as exc:
+            self.view.say(f"The instances could not read the balances: {type(exc).__name__}: {exc}")
+            self._show_logs(logs)
+            self.view.say("VERDICT: DISAGREEMENT (the demo could not start)")
+            return 1
         self.view.say(
             "  Both instances read every customer's balance (each first read waits for "
             "Polar's snapshot).\n"
@@ -692,10 +698,7 @@ class Demo:
         s = self.stats
         if s.errors:
             self.view.say(f"  {len(s.errors)} calls raised; first: {s.errors[0]}")
-        if logs.count:
-            self.view.say(f"  {logs.count} warnings were logged; the last ones:")
-            for record in list(logs.records)[-5:]:
-                self.view.say(f"    {record}")
+        self._show_logs(logs)
         total = sum(s.tracked)
         if problems:
             self.view.say("VERDICT: DISAGREEMENT")
@@ -707,6 +710,12 @@ class Demo:
             f"all {len(self.customers)} customers ({total:,} events tracked, 0 pending)."
         )
         return 0
+
+    def _show_logs(self, logs: _Collect) -> None:
+        if logs.count:
+            self.view.say(f"  {logs.count} warnings were logged; the last ones:")
+            for record in list(logs.records)[-5:]:
+                self.view.say(f"    {record}")
 
     def _disagreements(self, rows: list[Row]) -> list[str]:
         problems = []
