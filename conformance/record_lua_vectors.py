@@ -1,0 +1,857 @@
+"""Record the Lua vectors: run every case below against a real redis-server, write the results.
+
+    python -m conformance.record_lua_vectors           # rewrite conformance/lua/*.jsonl
+    python -m conformance.record_lua_vectors --check   # exit 1 if a file would change
+
+Each case names the Redis state before, KEYS and ARGV; the recorder adds what the script does
+(reply, state after, published messages) by running it, so re-recording after a script change is
+this command, never a hand edit. The cases follow the header comment of each script in ``lua/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT, Customer
+from outpost_core import _keys as keys
+from tests.support.redis_server import running
+
+from .lua_vectors import SCHEMA, execute, subscribe
+
+ROOT = Path(__file__).resolve().parent
+OUT = ROOT / "lua"
+SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot")
+
+BUCKET = 300_000_000
+HOUR = 3_600_000_000
+B0 = 1_764_680_400_000_000  # 2025-12-02T13:00:00Z, a bucket start
+B1, B2, B3 = B0 + BUCKET, B0 + 2 * BUCKET, B0 + 3 * BUCKET
+NOW = B3 + 123_456  # the caller's clock in the settle and snapshot cases
+GROUP = "outpost"
+
+Case = dict[str, Any]
+
+
+class Ident:
+    """One identity (customer × reducer): its two hashes, its shard's channel and outbox."""
+
+    def __init__(self, customer: str, reducer: str) -> None:
+        self.customer = Customer("external", customer)
+        self.st = keys.state_key(self.customer, reducer)
+        self.ev = keys.events_key(self.st)
+        self.channel = keys.channel(self.customer.shard)
+        self.outbox = keys.outbox_key(self.customer.shard)
+
+
+COUNT = Ident("c1", "r-count")
+TOKENS = Ident("c1", "r-tokens")
+LARGEST = Ident("c1", "r-largest")
+ODD = Ident("acme:{eu} 1", "r-count")  # an external id that needs percent-encoding
+
+
+def f(bucket: int, event_id: str) -> str:
+    """An events-hash field."""
+    return f"{bucket}:{event_id}"
+
+
+def item(customer: Customer, event_id: str, timestamp: str, tokens: int | None = None) -> str:
+    """The outbox field ``e``: the event as an item of Polar's ingestion body."""
+    metadata = {} if tokens is None else {"tokens": tokens}
+    body = {
+        "name": "api_call",
+        **customer.wire(),
+        "external_id": event_id,
+        "timestamp": timestamp,
+        "metadata": metadata,
+    }
+    return json.dumps(body, separators=(",", ":"))
+
+
+def states(*idents: Ident) -> str:
+    return json.dumps([i.st for i in idents], separators=(",", ":"))
+
+
+def snapshot_state(rev: int, cu: int, sa: int, p: str = "0 0 - -", **more: str) -> dict[str, str]:
+    state = {
+        "rev": str(rev),
+        "cu": str(cu),
+        "sa": str(sa),
+        "sid": "s-1",
+        "p": p,
+        "n": "0",
+        "u": "0",
+    }
+    state.update(more)
+    return state
+
+
+def outbox(ident: Ident, entries: dict[str, dict[str, str]], pending: list[str]) -> dict[str, Any]:
+    """A stream with its group; ``pending`` (the first entries) were read by consumer w1."""
+    return {
+        ident.outbox: {
+            "entries": [{"id": i, "fields": fields} for i, fields in entries.items()],
+            "groups": {GROUP: {"pending": {"w1": pending} if pending else {}}},
+        }
+    }
+
+
+def entry(ident: Ident, event_id: str, bucket: int, *targets: Ident) -> dict[str, str]:
+    return {
+        "e": item(ident.customer, event_id, "2025-12-02T13:00:00.000000Z"),
+        "f": f(bucket, event_id),
+        "k": states(*(targets or (ident,))),
+    }
+
+
+# -- track ----------------------------------------------------------------------------------------
+
+
+def track_argv(
+    ident: Ident, event_id: str, bucket: int, targets: list[tuple[Ident, str, str]]
+) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of track.lua; ``targets`` are (identity, known revision, value)."""
+    k = [ident.outbox]
+    argv = [
+        ident.channel,
+        f(bucket, event_id),
+        str(bucket),
+        item(ident.customer, event_id, "2025-12-02T13:00:01.000000Z"),
+        states(*(t[0] for t in targets)),
+    ]
+    for target, known, value in targets:
+        k += [target.st, target.ev]
+        argv += [known, value]
+    return k, argv
+
+
+def track_cases() -> Iterator[Case]:
+    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "-1", "1")])
+    yield case(
+        "first_event_of_a_new_identity",
+        "No state yet: the identity is created at revision 1 with the event pending and "
+        "undelivered, the event is queued in the outbox (created), the reply carries only the "
+        "revision (the caller does not follow the identity) and the delta is published.",
+        {},
+        k,
+        a,
+    )
+    k, a = track_argv(ODD, "e1", B0, [(ODD, "-1", "1")])
+    yield case(
+        "customer_id_needing_encoding",
+        "An external id with a colon, braces and a space: percent-encoded in the keys, hash tag "
+        "of its shard; the outbox item keeps the raw id.",
+        {},
+        k,
+        a,
+    )
+    before = {
+        "hashes": {
+            COUNT.st: snapshot_state(3, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
+            COUNT.ev: {f(B0, "e0"): "1"},
+        }
+    }
+    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "3", "1")])
+    yield case(
+        "known_revision_gets_the_delta",
+        "The caller holds revision 3, the previous one: the reply is the delta (a:, n, u).",
+        before,
+        k,
+        a,
+    )
+    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "1", "1")])
+    yield case(
+        "older_revision_gets_the_whole_state",
+        "The caller holds revision 1 (it missed one): the reply is the whole state hash "
+        "(full: 1); the published message is still the delta.",
+        before,
+        k,
+        a,
+    )
+    before = {
+        "hashes": {
+            COUNT.st: snapshot_state(7, B0, B0 + 5),
+            TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B1}": "1 4 4 4"}),
+            TOKENS.ev: {f(B1, "e0"): f"4 {B1 + 9}"},
+        }
+    }
+    k, a = track_argv(
+        COUNT, "e1", B1, [(COUNT, "7", "1"), (TOKENS, "2", "12"), (LARGEST, "-1", "12")]
+    )
+    yield case(
+        "one_event_three_identities",
+        "An event counting in three reducers of one customer: one script updates the three "
+        "identities (one of them new), replies per identity according to its known revision, "
+        "publishes one message with the three deltas and queues the event once.",
+        before,
+        k,
+        a,
+    )
+    before = {
+        "hashes": {
+            COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
+            COUNT.ev: {f(B0, "e1"): "1"},
+        },
+        "streams": outbox(COUNT, {"5-0": entry(COUNT, "e1", B0)}, []),
+    }
+    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "4", "1")])
+    yield case(
+        "duplicate_track_changes_nothing",
+        'The event is already pending in the first identity (a retried track): {"dup":1}, '
+        "no write, no revision, no message, no outbox entry.",
+        before,
+        k,
+        a,
+    )
+    before = {
+        "hashes": {
+            COUNT.st: snapshot_state(4, B0, B0 + 5),
+            TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 3 3 3"}),
+            TOKENS.ev: {f(B0, "e1"): "3"},
+        },
+    }
+    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "-1", "1"), (TOKENS, "-1", "3")])
+    yield case(
+        "duplicate_check_looks_at_the_first_identity_only",
+        "The event is pending in the second identity but not in the first: it is tracked "
+        "again in both (the second counts it twice until a snapshot or confirm rebuilds it).",
+        before,
+        k,
+        a,
+    )
+    before = {
+        "hashes": {
+            TOKENS.st: snapshot_state(5, B0, B0 + 5, n="2", u="2", **{f"a:{B1}": "2 7 3 4"}),
+            TOKENS.ev: {f(B1, "e1"): "3", f(B1, "e2"): "4"},
+        }
+    }
+    k, a = track_argv(TOKENS, "e3", B1, [(TOKENS, "5", "-1.5")])
+    yield case(
+        "bucket_aggregate_count_sum_min_max",
+        "A third event in a bucket: count and sum grow, a lower value becomes the min.",
+        before,
+        k,
+        a,
+    )
+    before = {
+        "hashes": {
+            TOKENS.st: snapshot_state(5, B2, B2 + 5, n="0", u="0"),
+        }
+    }
+    k, a = track_argv(TOKENS, "e1", B0, [(TOKENS, "5", "2")])
+    yield case(
+        "event_into_a_cold_bucket_counts_whole",
+        "The event's bucket is before cold_until (a late event): it is added to that bucket's "
+        "local aggregate and stays pending like any other.",
+        before,
+        k,
+        a,
+    )
+    before = {
+        "hashes": {
+            TOKENS.st: snapshot_state(1, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 0.1 0.1 0.1"}),
+            TOKENS.ev: {f(B0, "e1"): "0.1"},
+        }
+    }
+    k, a = track_argv(TOKENS, "e2", B0, [(TOKENS, "1", "0.2")])
+    yield case(
+        "number_formatting_shortest_exact",
+        "0.1 + 0.2 is written 0.30000000000000004: the shortest text that reads back exactly.",
+        before,
+        k,
+        a,
+    )
+    k, a = track_argv(TOKENS, "e2", B0, [(TOKENS, "-1", "1.2345678901234568e+16")])
+    yield case(
+        "number_formatting_large_values",
+        "The raw value text is stored as given in the events hash; the aggregate is written by "
+        "lib.lua's fmt: an integral value below 2^53 with %d, others with the first of %.15g, "
+        "%.16g, %.17g that reads back exactly (here 12345678901234568, without an exponent).",
+        {"hashes": {TOKENS.st: snapshot_state(1, B0, B0 + 5)}},
+        k,
+        a,
+    )
+    before = {"streams": outbox(COUNT, {"1-0": entry(COUNT, "e0", B0)}, ["1-0"])}
+    k, a = track_argv(COUNT, "e1", B0, [])
+    yield case(
+        "no_identity_only_queues_the_event",
+        "An event no reducer counts: nothing to reduce, the event is still queued for Polar; "
+        "the existing entry and its group are untouched.",
+        before,
+        k,
+        a,
+    )
+
+
+# -- acknowledge and confirm ----------------------------------------------------------------------
+
+
+def settle_argv(
+    ident: Ident, entry_ids: list[str], targets: list[tuple[Ident, str, list[str]]]
+) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of acknowledge.lua / confirm.lua; targets are (identity, known, fields)."""
+    k = [ident.outbox]
+    argv = [ident.channel, GROUP, str(NOW), str(len(entry_ids)), *entry_ids]
+    for target, known, fields in targets:
+        k += [target.st, target.ev]
+        argv += [known, str(len(fields)), *fields]
+    return k, argv
+
+
+def acknowledge_cases() -> Iterator[Case]:
+    one = {
+        "hashes": {
+            COUNT.st: snapshot_state(2, B0, B0 + 5, n="1", u="1", **{f"a:{B1}": "1 1 1 1"}),
+            COUNT.ev: {f(B1, "e1"): "1"},
+        },
+        "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B1)}, ["1-0"]),
+    }
+    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "-1", [f(B1, "e1")])])
+    yield case(
+        "acknowledges_one_event",
+        "The event is marked acknowledged (value and acknowledgement time), stays pending and "
+        "in its bucket's aggregate; u drops; the outbox entry is acknowledged and deleted.",
+        one,
+        k,
+        a,
+    )
+    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "2", [f(B1, "e1")])])
+    yield case(
+        "acknowledges_one_event_known_revision",
+        "The same with the caller holding the previous revision: the reply is the delta.",
+        one,
+        k,
+        a,
+    )
+    twice = {
+        "hashes": {
+            COUNT.st: snapshot_state(3, B0, B0 + 5, n="1", u="0", **{f"a:{B1}": "1 1 1 1"}),
+            COUNT.ev: {f(B1, "e1"): f"1 {NOW - 10}"},
+        },
+        "streams": outbox(COUNT, {}, []),
+    }
+    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "3", [f(B1, "e1")])])
+    yield case(
+        "acknowledging_twice_changes_nothing",
+        "Already acknowledged: no write, no revision, no message; acknowledging and deleting "
+        "an outbox entry that is gone is harmless.",
+        twice,
+        k,
+        a,
+    )
+    gone = {
+        "hashes": {COUNT.st: snapshot_state(3, B2, B2 + 5)},
+        "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B1)}, ["1-0"]),
+    }
+    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "3", [f(B1, "e1")])])
+    yield case(
+        "event_no_longer_pending",
+        "A snapshot already counted the event (or it was confirmed): nothing changes in the "
+        "hashes; the outbox entry is still acknowledged and deleted.",
+        gone,
+        k,
+        a,
+    )
+    cold = {
+        "hashes": {
+            COUNT.st: snapshot_state(6, B2, B2 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
+            COUNT.ev: {f(B0, "e1"): "1"},
+        },
+        "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B0)}, ["1-0"]),
+    }
+    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "6", [f(B0, "e1")])])
+    yield case(
+        "cold_bucket_event_stays_pending",
+        "The event's bucket is before cold_until: acknowledged, it stays pending until a "
+        "snapshot counts it (or its one-hour limit passes), exactly like a hot one.",
+        cold,
+        k,
+        a,
+    )
+    several = {
+        "hashes": {
+            COUNT.st: snapshot_state(
+                4, B0, B0 + 5, n="3", u="2", **{f"a:{B0}": "2 2 1 1", f"a:{B1}": "1 1 1 1"}
+            ),
+            COUNT.ev: {f(B0, "e1"): "1", f(B0, "e2"): f"1 {NOW - 50}", f(B1, "e3"): "1"},
+            TOKENS.st: snapshot_state(
+                9, B0, B0 + 5, n="2", u="2", **{f"a:{B0}": "1 5 5 5", f"a:{B1}": "1 2 2 2"}
+            ),
+            TOKENS.ev: {f(B0, "e1"): "5", f(B1, "e3"): "2"},
+        },
+        "streams": outbox(
+            COUNT,
+            {
+                "1-0": entry(COUNT, "e1", B0, COUNT, TOKENS),
+                "2-0": entry(COUNT, "e2", B0),
+                "3-0": entry(COUNT, "e3", B1, COUNT, TOKENS),
+            },
+            ["1-0", "2-0", "3-0"],
+        ),
+    }
+    k, a = settle_argv(
+        COUNT,
+        ["1-0", "2-0", "3-0"],
+        [
+            (COUNT, "4", [f(B0, "e1"), f(B0, "e2"), f(B1, "e3")]),
+            (TOKENS, "2", [f(B0, "e1"), f(B1, "e3")]),
+        ],
+    )
+    yield case(
+        "several_identities_and_events",
+        "Three entries, two identities; one event was already acknowledged (not counted "
+        "twice in u). The first identity's caller holds the previous revision (delta), the "
+        "second's an older one (whole state).",
+        several,
+        k,
+        a,
+    )
+    k, a = settle_argv(COUNT, [], [(COUNT, "-1", [f(B1, "e1")])])
+    yield case(
+        "no_outbox_entries",
+        "m = 0: only the hashes change; the stream is not touched.",
+        one,
+        k,
+        a,
+    )
+
+
+def confirm_cases() -> Iterator[Case]:
+    two = {
+        "hashes": {
+            TOKENS.st: snapshot_state(2, B0, B0 + 5, n="2", u="2", **{f"a:{B1}": "2 8 3 5"}),
+            TOKENS.ev: {f(B1, "e1"): "3", f(B1, "e2"): "5"},
+        },
+        "streams": outbox(
+            TOKENS, {"1-0": entry(TOKENS, "e1", B1), "2-0": entry(TOKENS, "e2", B1)}, ["1-0"]
+        ),
+    }
+    k, a = settle_argv(TOKENS, ["1-0"], [(TOKENS, "-1", [f(B1, "e1")])])
+    yield case(
+        "drops_one_event",
+        "The event leaves the events hash and its bucket's aggregate at once (rebuilt from "
+        "the events that remain: count, sum, min and max); n and u are recounted; the outbox "
+        "entry is acknowledged and deleted, the other entry stays.",
+        two,
+        k,
+        a,
+    )
+    k, a = settle_argv(TOKENS, ["1-0", "2-0"], [(TOKENS, "2", [f(B1, "e1"), f(B1, "e2")])])
+    yield case(
+        "last_events_of_a_bucket_delete_its_aggregate",
+        "No event left in the bucket: its a: field is deleted (listed in d).",
+        two,
+        k,
+        a,
+    )
+    three = {
+        "hashes": {
+            TOKENS.st: snapshot_state(2, B0, B0 + 5, n="3", u="3", **{f"a:{B1}": "3 9 1 5"}),
+            TOKENS.ev: {f(B1, "e1"): "1", f(B1, "e2"): "3", f(B1, "e3"): "5"},
+        },
+    }
+    k, a = settle_argv(TOKENS, [], [(TOKENS, "2", [f(B1, "e1"), f(B1, "e3")])])
+    yield case(
+        "rebuilds_min_and_max",
+        "Dropping the smallest and the largest event: min and max come from the events left.",
+        three,
+        k,
+        a,
+    )
+    cold = {
+        "hashes": {
+            COUNT.st: snapshot_state(
+                5, B2, B2 + 5, n="2", u="0", **{f"a:{B0}": "1 1 1 1", f"a:{B2}": "1 1 1 1"}
+            ),
+            COUNT.ev: {f(B0, "e1"): f"1 {NOW - HOUR}", f(B2, "e2"): f"1 {NOW - 5}"},
+        },
+    }
+    k, a = settle_argv(COUNT, [], [(COUNT, "5", [f(B0, "e1"), f(B2, "e2")])])
+    yield case(
+        "acknowledged_events_hot_and_cold",
+        "Confirm removes events whatever their state: acknowledged, in a cold bucket or a hot one.",
+        cold,
+        k,
+        a,
+    )
+    gone = {
+        "hashes": {COUNT.st: snapshot_state(5, B2, B2 + 5)},
+    }
+    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "5", [f(B0, "e1")])])
+    yield case(
+        "confirming_twice_changes_nothing",
+        "The event is gone already: no write, no revision, no message.",
+        gone,
+        k,
+        a,
+    )
+    malformed = {
+        "streams": outbox(COUNT, {"1-0": {"junk": "1"}, "2-0": {"e": "{"}}, ["1-0", "2-0"]),
+    }
+    k, a = settle_argv(COUNT, ["1-0", "2-0"], [])
+    yield case(
+        "entries_without_identities",
+        "Unreadable outbox entries are settled with confirm and no identity: they are "
+        "acknowledged and deleted, nothing else.",
+        malformed,
+        k,
+        a,
+    )
+    several = {
+        "hashes": {
+            COUNT.st: snapshot_state(
+                4, B1, B1 + 5, n="3", u="3", **{f"a:{B0}": "1 1 1 1", f"a:{B1}": "2 2 1 1"}
+            ),
+            COUNT.ev: {f(B0, "e1"): "1", f(B1, "e2"): "1", f(B1, "e3"): "1"},
+            LARGEST.st: snapshot_state(
+                8, B1, B1 + 5, n="2", u="2", **{f"a:{B0}": "1 7 7 7", f"a:{B1}": "1 9 9 9"}
+            ),
+            LARGEST.ev: {f(B0, "e1"): "7", f(B1, "e2"): "9"},
+        },
+    }
+    k, a = settle_argv(
+        COUNT,
+        [],
+        [
+            (COUNT, "4", [f(B0, "e1"), f(B1, "e2")]),
+            (LARGEST, "-1", [f(B0, "e1"), f(B1, "e2")]),
+        ],
+    )
+    yield case(
+        "several_identities_and_buckets",
+        "Two identities, two buckets each: every bucket touched is rebuilt, emptied ones are "
+        "deleted; one caller holds the previous revision, the other does not follow.",
+        several,
+        k,
+        a,
+    )
+
+
+# -- apply_snapshot -------------------------------------------------------------------------------
+
+
+def apply_argv(
+    cold: int,
+    as_of: int,
+    credits: list[tuple[str, str]],
+    targets: list[tuple[Ident, str, str, list[str]]],
+    sid: str = "s-2",
+    now: int = NOW,
+) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of apply_snapshot.lua; targets are (identity, known, Polar's aggregate,
+    counted fields)."""
+    k: list[str] = []
+    argv = [COUNT.channel, str(now), str(HOUR), str(cold), str(as_of), sid, str(len(credits))]
+    for meter, units in credits:
+        argv += [meter, units]
+    for target, known, polar, counted in targets:
+        k += [target.st, target.ev]
+        argv += [known, polar, str(len(counted)), *counted]
+    return k, argv
+
+
+def apply_snapshot_cases() -> Iterator[Case]:
+    k, a = apply_argv(B2, B2 + 77, [("m-count", "100")], [(COUNT, "-1", "0 0 - -", [])])
+    yield case(
+        "first_snapshot_of_a_new_identity",
+        "No state yet: cold_until, as_of, the snapshot id, Polar's aggregate and the credits "
+        "are written, n and u are 0, revision 1.",
+        {},
+        k,
+        a,
+    )
+    mixed = {
+        "hashes": {
+            COUNT.st: snapshot_state(
+                3,
+                B0,
+                B0 + 5,
+                p="2 2 1 1",
+                n="4",
+                u="2",
+                **{f"a:{B0}": "2 2 1 1", f"a:{B1}": "1 1 1 1", f"a:{B3}": "1 1 1 1"},
+                **{"c:m-count": "100"},
+            ),
+            COUNT.ev: {
+                f(B0, "e1"): f"1 {NOW - 600_000_000}",
+                f(B0, "e2"): "1",
+                f(B1, "e3"): f"1 {NOW - 60_000_000}",
+                f(B3, "e4"): "1",
+            },
+        }
+    }
+    k, a = apply_argv(
+        B2,
+        NOW - 1000,
+        [("m-count", "100")],
+        [(COUNT, "3", "4 4 1 1", [f(B0, "e1"), f(B1, "e3")])],
+    )
+    yield case(
+        "counted_events_leave_the_others_stay",
+        "cold_until moves from B0 to B2. The snapshot counts e1 and e3: they leave pending and "
+        "their buckets' aggregates. e2 (undelivered, B0) is not counted and stays; e4 is in a "
+        "hot bucket and is not touched. Polar's aggregate and cold_until are replaced.",
+        mixed,
+        k,
+        a,
+    )
+    k, a = apply_argv(B2, NOW - 1000, [("m-count", "100")], [(COUNT, "1", "4 4 1 1", [])])
+    yield case(
+        "nothing_counted_whole_state_reply",
+        "The snapshot counts none of the pending events: they all stay; the caller holds an "
+        "older revision and gets the whole state.",
+        mixed,
+        k,
+        a,
+    )
+    applied = {
+        "hashes": {
+            COUNT.st: snapshot_state(
+                5, B2, NOW - 1000, p="4 4 1 1", n="1", u="1", **{f"a:{B3}": "1 1 1 1"}
+            )
+            | {"c:m-count": "100"},
+            COUNT.ev: {f(B3, "e4"): "1"},
+        }
+    }
+    k, a = apply_argv(B1, NOW, [("m-count", "50")], [(COUNT, "5", "9 9 1 1", [])])
+    yield case(
+        "stale_lower_cold_until_changes_nothing",
+        "cold_until below the applied one: nothing is written, no revision, no message.",
+        applied,
+        k,
+        a,
+    )
+    k, a = apply_argv(B2, NOW - 2000, [("m-count", "50")], [(COUNT, "5", "9 9 1 1", [])])
+    yield case(
+        "stale_same_cold_until_older_as_of_changes_nothing",
+        "Same cold_until, older as_of: nothing changes.",
+        applied,
+        k,
+        a,
+    )
+    k, a = apply_argv(
+        B2, NOW - 1000, [("m-count", "100")], [(COUNT, "5", "4 4 1 1", [])], sid="s-1"
+    )
+    yield case(
+        "reapplying_the_same_snapshot_changes_nothing",
+        "Same cold_until and as_of (the same snapshot, delivered twice): nothing changes.",
+        applied,
+        k,
+        a,
+    )
+    k, a = apply_argv(B2, NOW - 10, [("m-count", "150")], [(COUNT, "5", "5 5 1 1", [])])
+    yield case(
+        "same_cold_until_newer_as_of_applies",
+        "Same cold_until, later as_of (a credit grant, a late event): applied.",
+        applied,
+        k,
+        a,
+    )
+    expiring = {
+        "hashes": {
+            COUNT.st: snapshot_state(
+                2,
+                B0,
+                B0 + 5,
+                n="5",
+                u="1",
+                **{f"a:{B0}": "3 3 1 1", f"a:{B1}": "1 1 1 1", f"a:{B3}": "1 1 1 1"},
+            ),
+            COUNT.ev: {
+                f(B0, "e1"): f"1 {NOW - HOUR - 1}",
+                f(B0, "e2"): f"1 {NOW - HOUR}",
+                f(B0, "e3"): "1",
+                f(B1, "e4"): f"1 {NOW - 2 * HOUR}",
+                f(B3, "e5"): f"1 {NOW - 2 * HOUR}",
+            },
+        }
+    }
+    k, a = apply_argv(B2, NOW - 1000, [], [(COUNT, "2", "0 0 - -", [])])
+    yield case(
+        "acknowledged_events_expire_after_the_pending_limit",
+        "In buckets before the new cold_until, acknowledged events no snapshot counted leave "
+        "once acknowledged more than ARGV[3] (1 h) ago: e1 (1 h + 1 µs) and e4 (2 h) go, e2 "
+        "(exactly 1 h) stays; e3 (never acknowledged) stays; e5 (hot bucket) stays.",
+        expiring,
+        k,
+        a,
+    )
+    tricky = {
+        "hashes": {
+            COUNT.st: snapshot_state(2, B1, B1 + 5, n="1", u="0", **{f"a:{B1}": "1 1 1 1"}),
+            COUNT.ev: {f(B1, "e1"): f"1 {NOW - 30_000_000}"},
+        }
+    }
+    k, a = apply_argv(B2, NOW - 60_000_000, [], [(COUNT, "2", "0 0 - -", [])])
+    yield case(
+        "acknowledged_while_hot_made_cold_without_count",
+        "decisions.md D5: e1 was acknowledged while its bucket B1 was hot; a snapshot computed "
+        "before that acknowledgement makes B1 cold without counting it. e1 stays pending and "
+        "keeps counting.",
+        tricky,
+        k,
+        a,
+    )
+    credits = {
+        "hashes": {
+            COUNT.st: snapshot_state(2, B0, B0 + 5) | {"c:m-count": "100", "c:m-old": "5"},
+        }
+    }
+    k, a = apply_argv(
+        B1, B1 + 7, [("m-count", "120.5"), ("m-new", "0")], [(COUNT, "2", "0 0 - -", [])]
+    )
+    yield case(
+        "credits_are_replaced",
+        "Every meter of the snapshot is written; a meter the snapshot no longer lists loses "
+        "its c: field (listed in d).",
+        credits,
+        k,
+        a,
+    )
+    k, a = apply_argv(B1, B1 + 7, [], [(COUNT, "2", "0 0 - -", [])])
+    yield case(
+        "no_credits",
+        "m = 0: every c: field is deleted.",
+        credits,
+        k,
+        a,
+    )
+    hot_counted = {
+        "hashes": {
+            COUNT.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B2}": "1 1 1 1"}),
+            COUNT.ev: {f(B2, "e1"): f"1 {NOW - 5}"},
+        }
+    }
+    k, a = apply_argv(B2, NOW - 1, [], [(COUNT, "2", "0 0 - -", [f(B2, "e1")])])
+    yield case(
+        "counted_field_at_or_after_cold_until_is_ignored",
+        "A counted field whose bucket is not before cold_until is left alone (Polar's totals "
+        "do not include it).",
+        hot_counted,
+        k,
+        a,
+    )
+    several = {
+        "hashes": {
+            TOKENS.st: snapshot_state(4, B0, B0 + 5, n="2", u="0", **{f"a:{B0}": "2 10 3 7"}),
+            TOKENS.ev: {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): f"7 {NOW - 9}"},
+            LARGEST.st: snapshot_state(6, B0, B0 + 5, n="2", u="1", **{f"a:{B0}": "2 10 3 7"}),
+            LARGEST.ev: {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): "7"},
+        }
+    }
+    k, a = apply_argv(
+        B1,
+        NOW - 100,
+        [("m-tokens", "1000"), ("m-largest", "0")],
+        [
+            (TOKENS, "4", "1 7 7 7", [f(B0, "e2")]),
+            (LARGEST, "3", "1 7 7 7", [f(B0, "e2")]),
+            (COUNT, "-1", "1 1 1 1", []),
+        ],
+    )
+    yield case(
+        "several_identities",
+        "One snapshot, three reducers of the customer: e2 is counted in both identities that "
+        "hold it; min and max of B0 come from e1 alone; the third identity is new. Replies: "
+        "delta, whole state, revision only.",
+        several,
+        k,
+        a,
+    )
+    first_with_events = {
+        "hashes": {
+            COUNT.st: {"rev": "2", "n": "2", "u": "2", f"a:{B0}": "1 1 1 1", f"a:{B2}": "1 1 1 1"},
+            COUNT.ev: {f(B0, "e1"): "1", f(B2, "e2"): "1"},
+        }
+    }
+    k, a = apply_argv(B1, NOW - 100, [], [(COUNT, "2", "1 1 1 1", [f(B0, "e1")])])
+    yield case(
+        "first_snapshot_after_events_were_tracked",
+        "Events were tracked before any snapshot (no cu yet): the first snapshot applies "
+        "whatever its cold_until, counting e1; e2 is hot.",
+        first_with_events,
+        k,
+        a,
+    )
+
+
+# -- recording ------------------------------------------------------------------------------------
+
+
+def case(name: str, description: str, before: dict[str, Any], k: list[str], a: list[str]) -> Case:
+    return {"name": name, "description": description, "before": before, "keys": k, "argv": a}
+
+
+CASES: dict[str, Callable[[], Iterator[Case]]] = {
+    "track": track_cases,
+    "acknowledge": acknowledge_cases,
+    "confirm": confirm_cases,
+    "apply_snapshot": apply_snapshot_cases,
+}
+
+
+def header(script: str) -> dict[str, Any]:
+    return {"schema": SCHEMA, "script": script, "sha1": SCRIPT_SHA1[script]}
+
+
+def record() -> dict[str, str]:
+    """Run every case; return file name → the JSON Lines text."""
+    files: dict[str, str] = {}
+    with running() as server:
+        client = server.client()
+        pubsub = subscribe(client)
+        try:
+            for script in SCRIPTS:
+                lines = [header(script)]
+                names: set[str] = set()
+                for spec in CASES[script]():
+                    if spec["name"] in names:
+                        raise ValueError(f"{script}: two cases named {spec['name']}")
+                    names.add(spec["name"])
+                    result = execute(
+                        client,
+                        pubsub,
+                        SCRIPT_TEXT[script],
+                        spec["before"],
+                        spec["keys"],
+                        spec["argv"],
+                    )
+                    lines.append({**spec, **result})
+                text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+                files[f"{script}.jsonl"] = text
+        finally:
+            pubsub.close()
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail if a file would change")
+    args = parser.parse_args(argv)
+    files = record()
+    stale = []
+    for name, text in files.items():
+        path = OUT / name
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current == text:
+            continue
+        stale.append(name)
+        if not args.check:
+            OUT.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    if args.check and stale:
+        sys.stdout.write(
+            f"stale: {', '.join(stale)}: run python -m conformance.record_lua_vectors\n"
+        )
+        return 1
+    for name in stale if not args.check else []:
+        sys.stdout.write(f"wrote conformance/lua/{name}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

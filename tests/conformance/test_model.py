@@ -1,0 +1,765 @@
+"""The whole of Outpost against a reference model of Polar (decisions.md D5), as a hypothesis
+state machine.
+
+What runs for real: two ``outpost_core.Session`` instances driven the way the drivers drive them
+(effects run one by one, replies and published messages handed back): instance A has the
+WebSocket link (wsproto on both ends, Polar's end answered by the model in ``_polar.py``) and
+applies the snapshots; instance B has no link and only follows Redis. A real
+``outpost_core._delivery.Delivery`` decides batches, retries, splits and settlements. Every write
+is one of the real Lua scripts (``lua/``) on a real redis-server; pub/sub messages come from
+SSUBSCRIBE on the shard channels.
+
+What the test decides (the rules): tracking events (count; ``tokens``, a non-negative number or
+missing, for sum, max, min and avg; timestamps now or in the past; retried tracks); each delivery
+attempt's fate (accepted, a 422 that names the bad events or not, a lost response after Polar
+stored the batch, a timeout before it did, a refused connection, a 503), with the settlement
+(acknowledge or confirm) run at once or held and run later; time passing, with Polar syncing
+its closed buckets on time or late (a late sync moves ``cold_until``); Polar computing a
+snapshot at one moment, kept aside and pushed later, any number of times, in any order (a
+snapshot older than ten minutes gets ``snapshot_expired`` when its ``counted`` question comes,
+and the core asks for a fresh one); credit grants; pub/sub messages delivered late, twice or out
+of order, and lost with a re-subscription; the WebSocket dropping and reconnecting.
+
+Invariants, after every step:
+
+* **Redis is self-consistent**: each ``a:<bucket>`` is the aggregate of the events of that bucket
+  in the events hash; ``n`` and ``u`` count them and the unacknowledged ones.
+* **Never above Polar** (design document, Goals): for every customer and reducer, the local
+  aggregate (Polar's totals before ``cold_until`` combined with every ``a:`` bucket) is at least
+  Polar's *eventual* aggregate of the events it stored (every one of them will be counted once
+  its bucket syncs), for **count**, **sum** (values are non-negative) and **max**. So the local
+  balance of a count, sum or max meter is never higher than the balance Polar will bill.
+* **Copies follow Redis**: once an instance has been handed every message published so far, its
+  ``read()`` (and the warm ``cached_balance()``, when set) equals what Redis says.
+
+At quiescence (the ``quiesce`` rule, and at the end of every example): every held settlement
+run, everything delivered, time past every bucket and the one-hour pending limit, Polar synced,
+and one final snapshot per customer computed and applied. Then the local aggregates **equal**
+Polar's (count, sum, min and max), nothing is pending, both instances read Polar's consumption
+and credits for every meter (count, sum, max, min and avg), and every tracked event was either
+stored by Polar or reported to ``on_dropped``.
+
+What min and avg can and cannot promise: the local aggregate covers a *superset* of the events
+Polar will count (events Polar has not stored yet, events it never will: a batch whose fate is
+unknown stays counted for up to an hour). A superset can only raise count, sum of non-negative
+values, and max, so those are bounds. **min** over a superset can be *lower* than Polar's min (a
+consumption, hence a balance, on either side of Polar's), and **avg** has no monotonicity at all
+(one more event moves it either way). Both are therefore only tested for convergence at
+quiescence, where the two sets are equal.
+
+The model's assumptions (what Polar must do for the bound to hold): Polar syncs every closed
+bucket within 45 minutes (the design's one-hour pending limit drops an acknowledged event that no
+snapshot counted an hour after its acknowledgement; a sync later than that is a Polar failure
+mode), and a snapshot is applied within ten minutes of ``as_of`` (enforced by
+``snapshot_expired``). Polar never answers 422 for an event it stored.
+
+Run more examples (a few minutes)::
+
+    OUTPOST_MODEL_EXAMPLES=5000 pytest tests/conformance/test_model.py
+
+``OUTPOST_MODEL_STEPS`` sets the steps per example (default 30).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from outpost_core import (
+    ALL_CHANNELS,
+    BUCKET_US,
+    SCRIPT_TEXT,
+    Aggregate,
+    Balance,
+    ChangePublished,
+    ConfigurationReceived,
+    IdentityLoaded,
+    LoadIdentity,
+    RunScript,
+    ScriptReplied,
+    Session,
+    Settings,
+    StoreConfiguration,
+    SubscriberRestarted,
+    Tick,
+    floor_bucket,
+)
+from outpost_core import _keys as keys
+from outpost_core._delivery import (
+    GROUP,
+    Action,
+    BatchAnswered,
+    BatchFailed,
+    ClaimStale,
+    Delivery,
+    DeliverySettings,
+    Done,
+    OutboxRead,
+    Outcome,
+    PostBatch,
+    ReadOutbox,
+    RefreshClaim,
+    ReportDropped,
+    Reported,
+    Settled,
+    SettleScript,
+    Sleep,
+)
+from outpost_core._effects import (
+    CloseConnection,
+    Effect,
+    ListPending,
+    OpenConnection,
+    SendBytes,
+)
+from outpost_core._inputs import (
+    BytesReceived,
+    ConnectionFailed,
+    ConnectionOpened,
+    Input,
+    PendingListed,
+)
+from outpost_core._link import Link, LinkSettings, LinkState, Target
+from tests.conformance._polar import (
+    MINUTE_US,
+    Event,
+    Polar,
+    PolarSocket,
+    Reducer,
+    wire,
+)
+from tests.support.redis_server import RedisServer
+
+EXAMPLES = int(os.environ.get("OUTPOST_MODEL_EXAMPLES", "60"))
+STEPS = int(os.environ.get("OUTPOST_MODEL_STEPS", "30"))
+
+T0 = 1_764_680_400_000_000 + 17_000_000  # 17 s into a bucket
+CUSTOMERS = ("c1", "c:2 {x}")
+REDUCERS = (
+    Reducer("r-count", "m-count", "count"),
+    Reducer("r-sum", "m-sum", "sum"),
+    Reducer("r-max", "m-max", "max"),
+    Reducer("r-min", "m-min", "min"),
+    Reducer("r-avg", "m-avg", "avg"),
+)
+CONFIGURATION = {
+    "organization_id": "org",
+    "meters": [],
+    "reducers": [
+        {
+            "id": r.id,
+            "filter": {"conjunction": "and", "clauses": []},
+            "aggregation": {"func": r.func}
+            if r.func == "count"
+            else {"func": r.func, "property": "tokens"},
+            "meter_ids": [r.meter_id],
+        }
+        for r in REDUCERS
+    ],
+}
+IDENTITIES = [
+    (customer, reducer, keys.state_key(keys.Customer("external", customer), reducer.id))
+    for customer in CUSTOMERS
+    for reducer in REDUCERS
+]
+SENTINEL = "outpost:model:sentinel"
+CONSUMER = "model"
+OUTCOMES = ("accept", "accept_no_locs", "lost", "unsent", "refused", "unavailable")
+"""What one delivery attempt meets: Polar answers (200, or 422 with the bad events' locations),
+Polar answers 422 without usable locations (the batch is bisected), Polar stores the batch but
+the response is lost (maybe sent), the request dies before Polar stores it (maybe sent), the
+connection is refused (not sent), Polar answers 503."""
+
+
+class World:
+    """What outlives one example: the Redis connections and the scripts to run."""
+
+    def __init__(self, server: RedisServer, scripts: Mapping[str, str]) -> None:
+        self.client = server.client()
+        self.scripts = {name: self.client.register_script(text) for name, text in scripts.items()}
+        self.pubsub = self.client.pubsub()  # type: ignore[no-untyped-call]
+        self.pubsub.ssubscribe(*ALL_CHANNELS, SENTINEL)
+
+    def messages(self) -> list[bytes]:
+        """Every message published on the shard channels and not read yet, in order."""
+        self.client.spublish(SENTINEL, "end")
+        out: list[bytes] = []
+        while True:
+            data = self.next_message()
+            if data is None:
+                return out
+            out.append(data)
+
+    def next_message(self) -> bytes | None:
+        """The next message of a shard channel (``None``: the sentinel)."""
+        while True:
+            message = self.pubsub.get_message(timeout=5.0)
+            if message is None:
+                raise AssertionError("a published message never arrived")
+            if message["type"] != "smessage":
+                continue
+            if message["channel"] == SENTINEL.encode():
+                return None
+            data: bytes = message["data"]
+            return data
+
+    def run(
+        self, name: str, keys_: tuple[str, ...], args: tuple[str, ...]
+    ) -> tuple[Any, bytes | None]:
+        """Run a script; return its reply and the message it published (each script that
+        changes something publishes exactly one, before its reply)."""
+        reply = self.scripts[name](keys=keys_, args=args)
+        changes = json.loads(reply).get("c")
+        if not changes:  # {"dup": 1}, or {"c": {}} (cjson's empty list): nothing written
+            return reply, None
+        data = self.next_message()
+        assert data is not None, f"{name} changed {len(changes)} identities but published nothing"
+        return reply, data
+
+    def close(self) -> None:
+        self.pubsub.close()
+
+
+class Instance:
+    """One SDK instance: a core session, and a driver loop that runs its effects at once."""
+
+    def __init__(self, name: str, machine: OutpostModel, link: Link | None) -> None:
+        self.name = name
+        self.machine = machine
+        self.session = Session(Settings(), link=link)
+        self.socket: PolarSocket | None = None
+        self.inbound = bytearray()
+        self.queue: list[bytes] = []
+        """Messages published and not yet handed to this instance."""
+
+    def handle(self, event: Input) -> None:
+        self.session.handle(event)
+        self.drive()
+
+    def drive(self) -> None:
+        """Run effects, and what their outcomes cause, until the core asks for nothing more."""
+        for _ in range(10_000):
+            effects = self.session.effects()
+            if not effects and not self.inbound:
+                return
+            for effect in effects:
+                self.run(effect)
+            if self.inbound:
+                data, self.inbound = bytes(self.inbound), bytearray()
+                self.session.handle(BytesReceived(self.machine.mono, data))
+        raise AssertionError(f"{self.name}: the core never stopped asking")
+
+    def run(self, effect: Effect) -> None:
+        client = self.machine.world.client
+        if isinstance(effect, LoadIdentity):
+            self.session.handle(IdentityLoaded(effect.key, client.hgetall(effect.key)))
+        elif isinstance(effect, StoreConfiguration):
+            client.set(effect.key, effect.text)
+        elif isinstance(effect, RunScript):
+            reply = self.machine.script(effect.script, effect.keys, effect.args)
+            self.session.handle(ScriptReplied(reply, effect.tag))
+        elif isinstance(effect, ListPending):
+            fields = {key: list(client.hkeys(key)) for key in effect.keys}
+            self.session.handle(PendingListed(effect.tag, fields))
+        elif isinstance(effect, OpenConnection):
+            self.socket = PolarSocket(self.machine.answer)
+            self.session.handle(ConnectionOpened(self.machine.mono))
+        elif isinstance(effect, SendBytes):
+            if self.socket is not None:
+                self.inbound += self.socket.receive(effect.data)
+        elif isinstance(effect, CloseConnection):
+            self.socket = None
+            self.inbound.clear()
+        else:  # pragma: no cover - every effect is handled above
+            raise AssertionError(f"unknown effect {effect!r}")
+
+    def read(self, meter_id: str, customer: str) -> Balance:
+        for _ in range(100):
+            balance = self.session.read(meter_id, external_customer_id=customer)
+            if balance is not None:
+                return balance
+            self.drive()
+        raise AssertionError(f"{self.name} cannot read {meter_id} of {customer}")
+
+    def deliver(self, index: int, keep: bool) -> None:
+        data = self.queue[index] if keep else self.queue.pop(index)
+        self.handle(ChangePublished(data))
+
+
+def local_aggregate(state: Mapping[bytes, bytes]) -> Aggregate:
+    total = Aggregate()
+    for name, text in state.items():
+        if name.startswith(b"a:") or name == b"p":
+            agg = Aggregate.decode(text.decode())
+            assert agg is not None, f"unreadable {name!r}={text!r}"
+            total = total.merge(agg)
+    return total
+
+
+class OutpostModel(RuleBasedStateMachine):
+    world: World  # set on the class by the test (hypothesis builds the machine with no arguments)
+    check_representation = True
+    """Check that ``a:`` buckets are the aggregates of the events hash (the scripts' own books;
+    a mutant with other books turns it off and is judged on the semantic invariants alone)."""
+    drops = True
+    """Whether events can be dropped (confirmed): bad events, refused connections, 503s."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = self.world.client
+        self.client.flushall()
+        pipe = self.client.pipeline(transaction=False)
+        for stream in keys.ALL_OUTBOXES:
+            pipe.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        pipe.execute()
+        self.world.messages()  # forget what an earlier (failed) example published
+        self.polar = Polar(T0, REDUCERS, CUSTOMERS)
+        self.mono_offset = 0.0
+        self.tracked: dict[str, Event] = {}
+        self.dropped: set[str] = set()
+        self.kept: list[Mapping[str, Any]] = []
+        self.held: list[SettleScript] = []
+        link = Link(
+            Target.of("http://polar.test"),
+            "polar_oat_model",
+            random.Random(0),
+            LinkSettings(ping_interval=1e12, dead_after=1e12, connect_timeout=1e12),
+        )
+        self.a = Instance("A", self, link)
+        self.b = Instance("B", self, None)
+        self.delivery = Delivery(
+            DeliverySettings(
+                batch_size=3,
+                linger=0.0,
+                max_attempts=3,
+                backoff_base=0.01,
+                claim_interval=1e12,
+                claim_idle=1e9,
+                read_block=0.0,
+            ),
+            random.Random(0),
+            now=0.0,
+        )
+        self.delivery.flushing = True
+        self.delivery_clock = 0.0
+        self.waiting: Action | None = None
+        self.b.handle(ConfigurationReceived(CONFIGURATION, from_cache=True))
+        self.tick()
+        assert self.a.session.connected, "the WebSocket did not open"
+        assert self.a.session.configuration is not None
+        for customer in CUSTOMERS:
+            for reducer in REDUCERS:
+                self.a.read(reducer.meter_id, customer)
+                self.b.read(reducer.meter_id, customer)
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    @property
+    def mono(self) -> float:
+        return (self.polar.now - T0) / 1e6 + self.mono_offset
+
+    def tick(self) -> None:
+        self.a.handle(Tick(self.mono, self.polar.now))
+        self.b.handle(Tick(self.mono, self.polar.now))
+
+    def script(self, name: str, keys_: tuple[str, ...], args: tuple[str, ...]) -> Any:
+        """Run a script; what it publishes waits in each instance's queue (the rules deliver)."""
+        reply, published = self.world.run(name, keys_, args)
+        if published is not None:
+            self.a.queue.append(published)
+            self.b.queue.append(published)
+        return reply
+
+    def answer(self, message: Any) -> list[Any]:
+        """Polar's answers to one client message."""
+        kind, payload = message.get("type"), message.get("payload") or {}
+        if kind == "configuration":
+            return [{"type": "configuration", "payload": CONFIGURATION}]
+        if kind == "snapshot":
+            customer = payload["external_customer_id"]
+            snapshot = self.polar.snapshot(customer, payload["request_id"])
+            return [{"type": "snapshot", "payload": snapshot}]
+        if kind == "counted":
+            ids = self.polar.counted(payload["snapshot_id"], payload["event_ids"])
+            if ids is None:
+                error = {"request_id": payload["request_id"], "code": "snapshot_expired"}
+                return [{"type": "error", "payload": {**error, "message": "expired"}}]
+            reply = {"request_id": payload["request_id"], "snapshot_id": payload["snapshot_id"]}
+            return [{"type": "counted", "payload": {**reply, "event_ids": ids}}]
+        return []
+
+    # -- delivery, driven as the drivers drive it ---------------------------------------------
+
+    def next_action(self) -> Action:
+        action, self.waiting = self.waiting, None
+        if action is None:
+            self.delivery_clock += 1000.0  # past any backoff: the rules decide what happens
+            action = self.delivery.poll(self.delivery_clock)
+        return action
+
+    def report(self, outcome: Outcome) -> None:
+        self.delivery.handle(outcome, self.delivery_clock, self.polar.now)
+
+    def settle(self, action: SettleScript) -> None:
+        if action.script == "confirm":
+            confirmed = settled_events(action)
+            stored = confirmed & set(self.polar.stored)
+            assert not stored, f"confirm drops events Polar stored: {sorted(stored)}"
+        reply = self.script(action.script, action.keys, action.args)
+        self.a.handle(ScriptReplied(reply))
+
+    def pump(self, hold: bool, stop_at_post: bool) -> PostBatch | None:
+        """Run delivery actions: settlements (held when ``hold``) and reports always; reads
+        when ``stop_at_post``, until a batch is ready to post. Returns that batch."""
+        while True:
+            action = self.next_action()
+            if isinstance(action, SettleScript):
+                if hold:
+                    self.held.append(action)
+                else:
+                    self.settle(action)
+                self.report(Settled())
+            elif isinstance(action, ReportDropped):
+                self.dropped.update(e["external_id"] for e in action.events)
+                self.report(Reported())
+            elif not stop_at_post:
+                self.waiting = action
+                return None
+            elif isinstance(action, PostBatch):
+                return action
+            elif isinstance(action, ReadOutbox):
+                reply: Any = self.client.xreadgroup(
+                    GROUP, CONSUMER, dict.fromkeys(keys.ALL_OUTBOXES, ">"), count=action.count
+                )
+                entries = [
+                    (stream.decode(), entry_id.decode(), fields)
+                    for stream, listing in reply or []
+                    for entry_id, fields in listing
+                ]
+                self.report(OutboxRead(entries))
+                if not entries and self.delivery.idle:
+                    return None
+            elif isinstance(action, ClaimStale):
+                self.report(OutboxRead([]))  # one consumer: nothing to claim
+            elif isinstance(action, RefreshClaim | Sleep):
+                self.report(Done())
+            else:  # pragma: no cover
+                raise AssertionError(f"unknown delivery action {action!r}")
+
+    def post(self, batch: PostBatch, outcome: str) -> Outcome:
+        """What Polar makes of one attempt: store (or not), and what the SDK hears."""
+        items = json.loads(batch.body)["events"]
+        events = [self.tracked[item["external_id"]] for item in items]
+        bad = [i for i, event in enumerate(events) if event.bad]
+        if outcome in ("accept", "accept_no_locs") and bad:
+            if outcome == "accept_no_locs":
+                return BatchAnswered(422, b'{"detail": "invalid request"}')
+            detail = [
+                {"loc": ["body", "events", i, "customer_id"], "msg": "x", "type": "value_error"}
+                for i in bad
+            ]
+            return BatchAnswered(422, json.dumps({"detail": detail}).encode())
+        if outcome in ("accept", "accept_no_locs", "lost"):
+            if not bad:
+                for event in events:
+                    self.polar.store(event)
+            if outcome == "lost":
+                return BatchFailed("read timeout", maybe_sent=True)
+            return BatchAnswered(200, b"{}")
+        if outcome == "unsent":
+            return BatchFailed("write timeout", maybe_sent=True)
+        if outcome == "refused":
+            return BatchFailed("connection refused", maybe_sent=False)
+        return BatchAnswered(503)
+
+    def deliver_everything(self) -> None:
+        for _ in range(1000):
+            batch = self.pump(hold=False, stop_at_post=True)
+            if batch is None:
+                return
+            self.report(self.post(batch, "accept"))
+        raise AssertionError("delivery never ended")
+
+    def push(self, snapshot: Mapping[str, Any]) -> None:
+        assert self.a.socket is not None
+        message = {"type": "snapshot", "payload": {**snapshot, "request_id": None}}
+        self.a.session.handle(BytesReceived(self.mono, self.a.socket.send(message)))
+        self.a.drive()
+
+    # -- rules: the merchant ------------------------------------------------------------------
+
+    @rule(
+        customer=st.sampled_from(CUSTOMERS),
+        tokens=st.none() | st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5, 7.0, 10.0]),
+        lag=st.sampled_from([0, 3 * MINUTE_US, 7 * MINUTE_US, 40 * MINUTE_US]),
+        bad=st.sampled_from([False, False, False, True]),
+        again=st.sampled_from([None, None, None, None, 0, 1]),
+    )
+    def track(
+        self, customer: str, tokens: float | None, lag: int, bad: bool, again: int | None
+    ) -> None:
+        """Track a new event; or (``again``) call track() again for one already tracked, with
+        the same id (a retry after an error): the last one, or the one before."""
+        if again is not None and self.tracked:
+            events = list(self.tracked.values())
+            event = events[max(0, len(events) - 1 - again)]
+        else:
+            bad = bad and self.drops
+            moment = self.polar.now - lag
+            event = Event(f"e{len(self.tracked) + 1}", customer, moment, tokens, bad)
+            self.tracked[event.event_id] = event
+        metadata = {} if event.tokens is None else {"tokens": event.tokens}
+        run = self.a.session.track(
+            name="api_call",
+            external_customer_id=event.customer,
+            metadata=metadata,
+            timestamp_us=event.timestamp_us,
+            now_us=self.polar.now,
+            event_id=event.event_id,
+        )
+        self.a.handle(ScriptReplied(self.script(run.script, run.keys, run.args)))
+
+    # -- rules: delivery ----------------------------------------------------------------------
+
+    @rule(outcome=st.sampled_from(OUTCOMES), hold=st.booleans())
+    def deliver(self, outcome: str, hold: bool) -> None:
+        """One delivery attempt; its settlement runs now, or is held (a slow instance)."""
+        if not self.drops and outcome in ("refused", "unavailable"):
+            outcome = "unsent"  # fails as often, but may have reached Polar: never confirmed
+        batch = self.pump(hold, stop_at_post=True)
+        if batch is not None:
+            self.report(self.post(batch, outcome))
+            self.pump(hold, stop_at_post=False)
+
+    @precondition(lambda self: self.held)
+    @rule(index=st.integers(0, 100))
+    def run_held_settlement(self, index: int) -> None:
+        self.settle(self.held.pop(index % len(self.held)))
+
+    # -- rules: Polar and time ----------------------------------------------------------------
+
+    @rule(
+        minutes=st.sampled_from([0, 1, 3, 6, 12, 30, 70]),
+        sync=st.sampled_from(["on_time", "late", "one_more"]),
+    )
+    def advance(self, minutes: int, sync: str) -> None:
+        """Time passes. Polar syncs the closed buckets on time, or late (none, or one more
+        bucket; every bucket closed for 45 minutes is synced whatever happens)."""
+        self.polar.now += minutes * MINUTE_US
+        if sync == "on_time":
+            self.polar.sync(floor_bucket(self.polar.now))
+        elif sync == "one_more":
+            self.polar.sync(self.polar.synced_until + BUCKET_US)
+        self.polar.sync(floor_bucket(self.polar.now - 45 * MINUTE_US))
+        self.tick()
+
+    @rule(customer=st.sampled_from(CUSTOMERS), grant=st.sampled_from([0.0, 0.0, 5.0, -30.0]))
+    def compute_snapshot(self, customer: str, grant: float) -> None:
+        """Polar computes a snapshot now (after a credit grant, maybe); the test pushes it
+        later, or never."""
+        credits = self.polar.credits[customer]
+        credits["m-count"] = max(0.0, credits["m-count"] + grant)
+        self.kept.append(self.polar.snapshot(customer, None))
+
+    @precondition(lambda self: self.kept and self.a.socket is not None)
+    @rule(index=st.integers(0, 100))
+    def push_snapshot(self, index: int) -> None:
+        """Push a kept snapshot: the newest or an older one, for the first time or again."""
+        self.push(self.kept[-1 - index % len(self.kept)])
+
+    # -- rules: Redis pub/sub and the WebSocket -----------------------------------------------
+
+    @rule(
+        to_a=st.booleans(),
+        how=st.sampled_from(["all", "next", "skip_one", "twice", "lost", "reconnect"]),
+    )
+    def connections(self, to_a: bool, how: str) -> None:
+        """Hand published messages over to an instance: all of them in order; the next one;
+        the one after it (out of order); the next one, kept to come again (a duplicate); or
+        none: the subscription broke, they are lost, and it comes back (copies reload). Or the
+        WebSocket drops and reconnects (the link asks for every customer's snapshot again)."""
+        instance = self.a if to_a else self.b
+        if how == "reconnect":
+            self.a.handle(ConnectionFailed(self.mono, "connection reset"))
+            self.a.socket = None
+            self.mono_offset += 120.0
+            self.tick()
+            assert self.a.session.connected
+        elif how == "lost":
+            instance.queue.clear()
+            instance.handle(SubscriberRestarted())
+        elif how == "all":
+            while instance.queue:
+                instance.deliver(0, keep=False)
+        elif instance.queue:
+            index = 1 if how == "skip_one" and len(instance.queue) > 1 else 0
+            instance.deliver(index, keep=how == "twice")
+
+    def quiesce(self) -> None:
+        """Everything settles; local and Polar must then agree exactly."""
+        for action in self.held:
+            self.settle(action)
+        self.held.clear()
+        self.pump(hold=False, stop_at_post=False)
+        self.deliver_everything()
+        self.polar.now += 2 * 60 * MINUTE_US  # past every bucket and the pending limit
+        self.polar.sync(floor_bucket(self.polar.now))
+        self.tick()
+        for customer in CUSTOMERS:
+            self.push(self.polar.snapshot(customer, None))
+        for instance in (self.a, self.b):
+            while instance.queue:
+                instance.deliver(0, False)
+        for (customer, reducer), (_, state, events) in self.fetch().items():
+            polar = self.polar.eventual(customer, reducer)
+            local = local_aggregate(state)
+            assert wire(local) == wire(polar), f"{customer} {reducer.id} did not converge"
+            assert not events and state[b"n"] == b"0" and state[b"u"] == b"0", state
+            want = polar.quantity(reducer.func)
+            credited = self.polar.credits[customer][reducer.meter_id]
+            for instance in (self.a, self.b):
+                balance = instance.read(reducer.meter_id, customer)
+                assert balance.consumed == want, (instance.name, reducer.func, balance)
+                assert balance.credited == credited, (instance.name, balance)
+                assert balance.balance == credited - want
+        pipe = self.client.pipeline(transaction=False)
+        for stream in keys.ALL_OUTBOXES:
+            pipe.xlen(stream)
+        assert not any(pipe.execute()), "the outbox still holds events"
+        lost = set(self.tracked) - set(self.polar.stored) - self.dropped
+        assert not lost, f"neither delivered nor reported dropped: {sorted(lost)}"
+
+    def teardown(self) -> None:
+        if sys.exc_info()[0] is None:  # a failing step is reported as it is, not quiesced
+            self.quiesce()
+
+    # -- invariants ---------------------------------------------------------------------------
+
+    def fetch(
+        self,
+    ) -> dict[tuple[str, Reducer], tuple[str, dict[bytes, bytes], dict[bytes, bytes]]]:
+        """Every identity's state and events hashes, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for _, _, st_key in IDENTITIES:
+            pipe.hgetall(st_key)
+            pipe.hgetall(keys.events_key(st_key))
+        replies = pipe.execute()
+        return {
+            (customer, reducer): (st_key, replies[2 * i], replies[2 * i + 1])
+            for i, (customer, reducer, st_key) in enumerate(IDENTITIES)
+        }
+
+    @invariant()
+    def redis_consistent_never_below_polar_and_copies_follow(self) -> None:
+        hashes = self.fetch()
+        for (customer, reducer), (st_key, state, events) in hashes.items():
+            if self.check_representation:
+                check_consistent(st_key, state, events)
+            local = local_aggregate(state)
+            polar = self.polar.eventual(customer, reducer)
+            where = f"{customer} {reducer.id}: local {wire(local)}, Polar will count {wire(polar)}"
+            assert local.count >= polar.count, where
+            assert local.sum >= polar.sum, where
+            if polar.max is not None:
+                assert local.max is not None and local.max >= polar.max, where
+        for instance in (self.a, self.b):
+            if instance.queue:
+                continue  # not caught up: its copies may lag, by design
+            for (customer, reducer), (_, state, _) in hashes.items():
+                cached = instance.session.cached_balance(reducer.meter_id, customer, None)
+                balance = instance.read(reducer.meter_id, customer)
+                where = f"{instance.name} {customer} {reducer.id}"
+                local = local_aggregate(state)
+                assert balance.revision == int(state[b"rev"]), where
+                assert balance.consumed == local.quantity(reducer.func), where
+                assert balance.pending == int(state[b"n"]), where
+                assert balance.undelivered == int(state[b"u"]), where
+                credited = float(state.get(f"c:{reducer.meter_id}".encode(), b"0"))
+                assert balance.credited == credited, where
+                if cached is not None:
+                    assert cached == balance, f"{where}: the warm path is stale"
+
+
+def settled_events(action: SettleScript) -> set[str]:
+    """The event ids an acknowledge/confirm call names (its events-hash fields)."""
+    args = list(action.args)
+    pos = 4 + int(args[3])
+    out: set[str] = set()
+    for _ in range((len(action.keys) - 1) // 2):
+        count = int(args[pos + 1])
+        out.update(field.split(":", 1)[1] for field in args[pos + 2 : pos + 2 + count])
+        pos += 2 + count
+    return out
+
+
+def check_consistent(key: str, state: Mapping[bytes, bytes], events: Mapping[bytes, bytes]) -> None:
+    """``a:`` buckets are the aggregates of the events hash; ``n`` and ``u`` count it."""
+    buckets: dict[str, Aggregate] = {}
+    undelivered = 0
+    for field, value in events.items():
+        bucket = field.decode().split(":", 1)[0]
+        parts = value.decode().split(" ")
+        buckets[bucket] = buckets.get(bucket, Aggregate()).add(float(parts[0]))
+        undelivered += len(parts) == 1
+    stored = {
+        name.decode()[2:]: Aggregate.decode(text.decode())
+        for name, text in state.items()
+        if name.startswith(b"a:")
+    }
+    assert stored == buckets, f"{key}: a: fields {stored} but events give {buckets}"
+    assert int(state.get(b"n", b"0")) == len(events), f"{key}: n"
+    assert int(state.get(b"u", b"0")) == undelivered, f"{key}: u"
+
+
+@contextlib.contextmanager
+def machine_for(
+    server: RedisServer, scripts: Mapping[str, str], **attributes: object
+) -> Iterator[type[OutpostModel]]:
+    """The machine class bound to a Redis and a set of scripts (name → composed text)."""
+    world = World(server, scripts)
+    try:
+        yield type("OutpostModel", (OutpostModel,), {"world": world, **attributes})
+    finally:
+        world.close()
+
+
+@pytest.fixture
+def model(redis_server: RedisServer) -> Iterator[type[OutpostModel]]:
+    with machine_for(redis_server, SCRIPT_TEXT) as machine:
+        yield machine
+
+
+def test_outpost_against_a_model_of_polar(model: type[OutpostModel]) -> None:
+    run_state_machine_as_test(
+        model,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
+
+
+def test_link_is_open_in_the_model(model: type[OutpostModel]) -> None:
+    """The machine's setup: instance A's WebSocket opens and every copy is readable."""
+    machine = model()
+    assert machine.a.session.remote is not None
+    assert machine.a.session.remote.link.state is LinkState.OPEN
+    machine.teardown()
