@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             figures += produced
             print(f" {time.monotonic() - t0:.1f} s", flush=True)
     elapsed = time.monotonic() - started
+    if hasattr(os, "getloadavg"):
+        info["load_average_at_end"] = list(os.getloadavg())
 
     print()
     print(table(figures))

@@ -1,11 +1,14 @@
 """The lag from ``track()`` returning on one instance to a read on another seeing it (D10: p99
-within 2 ms on loopback), sync and async, against a bare redis-py ``SPUBLISH`` reaching a
-subscriber on another connection (the floor of any cross-instance propagation).
+within 2 ms on loopback), sync and async, against what an application without Outpost gets: a
+write with redis-py in one process seen by another process polling Redis with ``GET``.
 
-A sample: note the other instance's ``consumed``, arm a poller that reads its warm ``balance()``
-until that moves, ``track()`` one event on the first instance and note when it returned. The lag is
-the poller's first sight minus that moment; it can be negative, when the other instance applied the
-change before the tracking call got its reply back.
+The two instances live in two processes, as two instances of an application would: the tracking
+one in a child process (``bench._tracker``), the reading one here. A sample: note the reader's
+``consumed``, arm a poller that reads its warm ``balance()`` until that moves, have the child
+``track()`` one event and report the moment its call returned (``perf_counter_ns``:
+CLOCK_MONOTONIC, common to both processes). The lag is the poller's first sight minus that moment.
+The baseline samples are taken the same way: the child ``INCR``s a key, a poller here ``GET``s
+it until it moves (each look is then a round trip to Redis, where the SDK's is a memory read).
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ import asyncio
 import contextlib
 import gc
 import random
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from bench._emulator import EmulatorProcess
@@ -25,17 +31,18 @@ from bench._stats import Figure, Side, Target, round_ratio
 from outpost_async import AsyncOutpost
 from outpost_sync import Outpost
 
+ROOT = Path(__file__).resolve().parents[1]
 CUSTOMER = "bench-lag"
-CHANNEL = "bench:lag"
+COUNTER = "bench:lag:counter"
 TIMEOUT_S = 2.0
 TARGET = Target(on="p99", op="<=", value=2000.0)
 SETUP = (
-    "Two instances in this process, each with its own Redis client, both connected to the "
-    "emulator (so deliveries and acknowledgements run as in production), both warm. The other "
-    "instance's balance() is polled from a {poller} that yields between reads; the baseline is "
-    "SPUBLISH from one connection seen by {receiver} on another. Samples {gap}."
+    "Two instances, each in its own process with its own Redis client, both connected to the "
+    "emulator (deliveries and acknowledgements run as in production), both warm; the tracking "
+    "one in a child process. The reader's balance() is polled by a {poller} that yields between "
+    "reads (time.sleep(0) / asyncio.sleep(0)). Baseline: the child INCRs a key with redis-py and "
+    "the same kind of poller here GETs it until it moves. Samples are 0.5-1.5 ms apart."
 )
-GAP = "are spaced 0.5-1.5 ms apart"
 
 
 def run(env: Env) -> list[Figure]:
@@ -52,12 +59,12 @@ def _figure(
 ) -> Figure:
     return Figure(
         key=f"lag.{driver}",
-        title=f"track() on one instance → balance() on another, {driver}",
+        title=f"track() in one process → balance() in another, {driver}",
         unit="µs",
         subject=Side(f"cross-instance lag {driver}", [x for r in subjects for x in r]),
-        baseline=Side(f"SPUBLISH → subscriber {driver}", [x for r in bases for x in r]),
+        baseline=Side(f"INCR → GET poll {driver}", [x for r in bases for x in r]),
         ratios=[round_ratio(s, b) for s, b in zip(subjects, bases, strict=True)],
-        ratio_meaning="lag p50 / SPUBLISH p50 per round",
+        ratio_meaning="lag p50 / INCR→GET-poll lag p50 per round",
         setup=how,
         target=TARGET,
         extra={"timeouts": timeouts, "timeout_s": TIMEOUT_S},
@@ -68,7 +75,57 @@ def _gap() -> float:
     return random.uniform(0.0005, 0.0015)
 
 
+def _arguments(driver: str, env: Env, emu: EmulatorProcess, meter: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "bench._tracker",
+        driver,
+        env.url,
+        emu.url,
+        emu.token,
+        meter,
+        CUSTOMER,
+        COUNTER,
+    ]
+
+
+def _lag_us(returned: int, seen: int | None) -> tuple[float, bool]:
+    """The lag, and whether it timed out (then counted as the timeout)."""
+    if seen is None:
+        return TIMEOUT_S * 1e6, True
+    return (seen - returned) / 1000.0, False
+
+
 # -- sync ------------------------------------------------------------------------------------
+
+
+class _Child:
+    def __init__(self, arguments: list[str]) -> None:
+        self._process = subprocess.Popen(
+            arguments, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._in, self._out = self._process.stdin, self._process.stdout
+        if self._out.readline().strip() != "ready":
+            self.close()
+            raise RuntimeError("the tracking process did not start")
+
+    def ask(self, command: str) -> int:
+        self._in.write(command + "\n")
+        self._in.flush()
+        return int(self._out.readline())
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._in.write("q\n")
+            self._in.close()
+        try:
+            self._process.wait(15)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(5)
+        self._out.close()
 
 
 class _Watch:
@@ -118,98 +175,52 @@ class _Watch:
 
 def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
     scale = env.scale
-    pc = time.perf_counter_ns
     bases: list[list[float]] = []
     subjects: list[list[float]] = []
     timeouts = 0
-    publisher = env.client()
-    pubsub = env.client().pubsub()  # type: ignore[no-untyped-call]
-    pubsub.ssubscribe(CHANNEL)
-    received = _Receiver(pubsub)
-    options: dict[str, Any] = dict(
-        access_token=emu.token,
-        server_url=emu.url,
-        redis_url=env.url,
-        telemetry=False,
-    )
-    with Outpost(**options) as a, Outpost(**options) as b:
-        a.balance(meter, external_customer_id=CUSTOMER)
-        b.balance(meter, external_customer_id=CUSTOMER)
+    counter = env.client()
+    counter.set(COUNTER, 0)
+    written = _Watch(lambda: counter.get(COUNTER))
+    child = _Child(_arguments("sync", env, emu, meter))
+    try:
+        with Outpost(
+            access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
+        ) as reader:
+            reader.balance(meter, external_customer_id=CUSTOMER)
 
-        def consumed() -> float:
-            return b.balance(meter, external_customer_id=CUSTOMER).consumed
+            def consumed() -> float:
+                return reader.balance(meter, external_customer_id=CUSTOMER).consumed
 
-        watch = _Watch(consumed)
-        try:
-            for _ in range(scale.lag_rounds):
-                gc.collect()
-                out: list[float] = []
-                for n in range(scale.lag_samples):
-                    received.arm()
-                    publisher.spublish(CHANNEL, str(n))
-                    returned = pc()
-                    seen = received.wait()
-                    if seen is None:
-                        timeouts += 1
-                        seen = returned + int(TIMEOUT_S * 1e9)
-                    out.append((seen - returned) / 1000.0)
-                    time.sleep(_gap())
-                bases.append(out)
-                gc.collect()
-                out = []
-                for _ in range(scale.lag_samples):
-                    watch.arm(consumed())
-                    a.track("api_call", external_customer_id=CUSTOMER)
-                    returned = pc()
-                    seen = watch.wait()
-                    if seen is None:
-                        timeouts += 1
-                        seen = returned + int(TIMEOUT_S * 1e9)
-                    out.append((seen - returned) / 1000.0)
-                    time.sleep(_gap())
-                subjects.append(out)
-        finally:
-            watch.close()
-            received.close()
-            pubsub.close()
-    how = SETUP.format(
-        poller="thread",
-        receiver="a thread blocked in pubsub.get_message",
-        gap=GAP,
-    )
+            watch = _Watch(consumed)
+            try:
+                for _ in range(scale.lag_rounds):
+                    gc.collect()
+                    out: list[float] = []
+                    for _ in range(scale.lag_samples):
+                        written.arm(counter.get(COUNTER))
+                        returned = child.ask("i")
+                        lag, late = _lag_us(returned, written.wait())
+                        timeouts += late
+                        out.append(lag)
+                        time.sleep(_gap())
+                    bases.append(out)
+                    gc.collect()
+                    out = []
+                    for _ in range(scale.lag_samples):
+                        watch.arm(consumed())
+                        returned = child.ask("t")
+                        lag, late = _lag_us(returned, watch.wait())
+                        timeouts += late
+                        out.append(lag)
+                        time.sleep(_gap())
+                    subjects.append(out)
+            finally:
+                watch.close()
+    finally:
+        child.close()
+        written.close()
+    how = SETUP.format(poller="thread")
     return _figure("sync", bases, subjects, timeouts, how)
-
-
-class _Receiver:
-    """A thread blocked on a subscription; notes when each message arrives."""
-
-    def __init__(self, pubsub: Any) -> None:
-        self._pubsub = pubsub
-        self.seen_at: int | None = None
-        self._seen = threading.Event()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="bench-lag-receiver", daemon=True)
-        self._thread.start()
-
-    def arm(self) -> None:
-        self.seen_at = None
-        self._seen.clear()
-
-    def wait(self) -> int | None:
-        self._seen.wait(TIMEOUT_S)
-        return self.seen_at
-
-    def close(self) -> None:
-        self._closed = True
-        self._thread.join(5)
-
-    def _loop(self) -> None:
-        pc = time.perf_counter_ns
-        while not self._closed:
-            message = self._pubsub.get_message(timeout=0.1)
-            if message is not None and message.get("type") in ("smessage", b"smessage"):
-                self.seen_at = pc()
-                self._seen.set()
 
 
 # -- async -----------------------------------------------------------------------------------
@@ -221,81 +232,66 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
     bases: list[list[float]] = []
     subjects: list[list[float]] = []
     timeouts = 0
-    publisher = env.async_client()
-    listener = env.async_client()
-    pubsub = listener.pubsub()
-    await pubsub.ssubscribe(CHANNEL)
-    arrivals: asyncio.Queue[int] = asyncio.Queue()
-
-    async def receive() -> None:
-        while True:
-            message = await pubsub.get_message(timeout=0.1)
-            if message is not None and message.get("type") in ("smessage", b"smessage"):
-                arrivals.put_nowait(pc())
-
-    receiver = asyncio.get_running_loop().create_task(receive())
-    options: dict[str, Any] = dict(
-        access_token=emu.token,
-        server_url=emu.url,
-        redis_url=env.url,
-        telemetry=False,
+    counter = env.async_client()
+    await counter.set(COUNTER, 0)
+    arguments = _arguments("async", env, emu, meter)
+    child = await asyncio.create_subprocess_exec(
+        *arguments, cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
     )
+    assert child.stdin is not None and child.stdout is not None
+    child_in, child_out = child.stdin, child.stdout
+
+    async def ask(command: str) -> int:
+        child_in.write(command.encode() + b"\n")
+        await child_in.drain()
+        return int(await child_out.readline())
+
     try:
-        async with AsyncOutpost(**options) as a, AsyncOutpost(**options) as b:
-            await a.balance(meter, external_customer_id=CUSTOMER)
-            await b.balance(meter, external_customer_id=CUSTOMER)
+        if (await child_out.readline()).strip() != b"ready":
+            raise RuntimeError("the tracking process did not start")
+        async with AsyncOutpost(
+            access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
+        ) as reader:
+            await reader.balance(meter, external_customer_id=CUSTOMER)
 
             async def consumed() -> float:
-                return (await b.balance(meter, external_customer_id=CUSTOMER)).consumed
+                return (await reader.balance(meter, external_customer_id=CUSTOMER)).consumed
 
-            async def moved(before: float) -> int | None:
+            async def count() -> Any:
+                return await counter.get(COUNTER)
+
+            async def moved(read: Callable[[], Awaitable[Any]], before: Any) -> int | None:
                 deadline = pc() + int(TIMEOUT_S * 1e9)
-                while await consumed() == before:
+                while await read() == before:
                     if pc() > deadline:
                         return None
                     await asyncio.sleep(0)
                 return pc()
 
+            async def sample(read: Callable[[], Awaitable[Any]], command: str) -> float:
+                nonlocal timeouts
+                poll = asyncio.get_running_loop().create_task(moved(read, await read()))
+                await asyncio.sleep(0)  # the poller starts reading
+                returned = await ask(command)
+                lag, late = _lag_us(returned, await poll)
+                timeouts += late
+                await asyncio.sleep(_gap())
+                return lag
+
             for _ in range(scale.lag_rounds):
                 gc.collect()
-                out: list[float] = []
-                for n in range(scale.lag_samples):
-                    await publisher.spublish(CHANNEL, str(n))
-                    returned = pc()
-                    try:
-                        seen: int | None = await asyncio.wait_for(arrivals.get(), TIMEOUT_S)
-                    except TimeoutError:
-                        seen = None
-                    if seen is None:
-                        timeouts += 1
-                        seen = returned + int(TIMEOUT_S * 1e9)
-                    out.append((seen - returned) / 1000.0)
-                    await asyncio.sleep(_gap())
-                bases.append(out)
+                bases.append([await sample(count, "i") for _ in range(scale.lag_samples)])
                 gc.collect()
-                out = []
-                for _ in range(scale.lag_samples):
-                    poll = asyncio.get_running_loop().create_task(moved(await consumed()))
-                    await asyncio.sleep(0)  # the poller starts reading
-                    await a.track("api_call", external_customer_id=CUSTOMER)
-                    returned = pc()
-                    seen = await poll
-                    if seen is None:
-                        timeouts += 1
-                        seen = returned + int(TIMEOUT_S * 1e9)
-                    out.append((seen - returned) / 1000.0)
-                    await asyncio.sleep(_gap())
-                subjects.append(out)
+                subjects.append([await sample(consumed, "t") for _ in range(scale.lag_samples)])
     finally:
-        receiver.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await receiver
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
-        await listener.aclose()
-        await publisher.aclose()
-    how = SETUP.format(
-        poller="task (in the same event loop as both instances)",
-        receiver="a task awaiting pubsub.get_message",
-        gap=GAP,
-    )
+        with contextlib.suppress(OSError):
+            child_in.write(b"q\n")
+            child_in.close()
+        try:
+            await asyncio.wait_for(child.wait(), 15)
+        except TimeoutError:
+            child.kill()
+            await child.wait()
+        await counter.aclose()
+    how = SETUP.format(poller="task in the reader's event loop")
     return _figure("async", bases, subjects, timeouts, how)
