@@ -35,8 +35,5 @@ for i = 1, (#KEYS - 1) / 2 do
     record(reply, publish, st, rev, known, { "u", tostring(undelivered) }, {})
   end
 end
-if m > 0 then
-  redis.call("XACK", KEYS[1], ARGV[2], unpack(ARGV, 5, 4 + m))
-  redis.call("XDEL", KEYS[1], unpack(ARGV, 5, 4 + m))
-end
+settle_entries(KEYS[1], ARGV[2], 5, 4 + m)
 return finish(ARGV[1], reply, publish)

@@ -89,6 +89,16 @@ local function rebuild(st, ev, buckets, set, del)
   set[#set + 1] = tostring(u)
 end
 
+-- XACK and XDEL the outbox entries ARGV[first..last], in slices: unpack() of thousands of
+-- arguments overflows Lua's stack.
+local function settle_entries(stream, group, first, last)
+  for from = first, last, 500 do
+    local to = math.min(from + 499, last)
+    redis.call("XACK", stream, group, unpack(ARGV, from, to))
+    redis.call("XDEL", stream, unpack(ARGV, from, to))
+  end
+end
+
 local function touch(st, ev)
   redis.call("EXPIRE", st, TTL)
   redis.call("EXPIRE", ev, TTL)

@@ -8,6 +8,7 @@ max written ``-`` when the set is empty; the Lua scripts read and write the same
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 
 import attrs
@@ -15,11 +16,28 @@ import attrs
 _EXACT_INT = 2**53
 
 
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?", re.ASCII)
+
+
 def format_number(value: float) -> str:
-    """The shortest text that parses back to ``value``; integral values print without a point."""
+    """Exactly as the scripts' ``fmt`` writes it: integral values below 2**53 without a point,
+    others in the shortest of ``%.15g``, ``%.16g``, ``%.17g`` that reads back exactly."""
+    value = float(value)
     if value.is_integer() and abs(value) < _EXACT_INT:
         return str(int(value))
-    return repr(value)
+    for digits in (15, 16):
+        text = format(value, f".{digits}g")
+        if float(text) == value:
+            return text
+    return format(value, ".17g")
+
+
+def parse_number(text: str) -> float | None:
+    """A number as the scripts write it (``tonumber`` reads it the same); ``None`` otherwise."""
+    if not _NUMBER.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 @attrs.frozen(slots=True)
@@ -81,18 +99,15 @@ class Aggregate:
     def decode(cls, text: str) -> Aggregate | None:
         """Parse the Redis form; ``None`` when the text is not one (a peer wrote garbage)."""
         parts = text.split(" ")
-        if len(parts) != 4:
+        if len(parts) != 4 or not parts[0].isascii() or not parts[0].isdigit():
             return None
-        try:
-            count = int(parts[0])
-            total = float(parts[1])
-            lo = None if parts[2] == "-" else float(parts[2])
-            hi = None if parts[3] == "-" else float(parts[3])
-        except ValueError:
+        count, total = int(parts[0]), parse_number(parts[1])
+        if total is None:
             return None
-        if count < 0 or (lo is None) != (count == 0) or (hi is None) != (count == 0):
-            return None
-        if not all(math.isfinite(x) for x in (total, lo or 0.0, hi or 0.0)):
+        if count == 0:
+            return EMPTY if parts[2:] == ["-", "-"] and total == 0 else None
+        lo, hi = parse_number(parts[2]), parse_number(parts[3])
+        if lo is None or hi is None or lo > hi:
             return None
         return cls(count=count, sum=total, min=lo, max=hi)
 

@@ -54,9 +54,6 @@ class Configuration:
         return None if reducer_id is None else self.reducers.get(reducer_id)
 
 
-EMPTY_CONFIGURATION = Configuration(reducers={}, meter_reducers={})
-
-
 def parse_configuration(payload: object) -> Configuration:
     """Parse the ``configuration`` payload; a malformed reducer is left out, not fatal."""
     if not isinstance(payload, Mapping) or not isinstance(payload.get("reducers"), list):

@@ -188,6 +188,16 @@ class Done:
 
 Outcome = OutboxRead | BatchAnswered | BatchFailed | Settled | Reported | Done
 
+_ANSWERS: dict[type, type | tuple[type, ...]] = {
+    ReadOutbox: OutboxRead,
+    ClaimStale: (OutboxRead, Done),
+    RefreshClaim: Done,
+    PostBatch: (BatchAnswered, BatchFailed),
+    SettleScript: Settled,
+    ReportDropped: Reported,
+    Sleep: Done,
+}
+
 
 @attrs.define
 class _Batch:
@@ -255,17 +265,17 @@ class Delivery:
             )
         return ReadOutbox(count=s.batch_size, block=0 if self.flushing else s.read_block)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing read and not yet settled."""
+        return not (self._buffer or self._batches or self._work)
+
     def _start_batch(self) -> PostBatch | RefreshClaim:
         entries = self._buffer[: self.settings.batch_size]
         self._buffer = self._buffer[self.settings.batch_size :]
         self._buffer_since = None if not self._buffer else self._buffer_since
         self._batches.append(_Batch(entries=entries, refreshed=True))
         return PostBatch(body=_body(entries), size=len(entries))
-
-    @property
-    def idle(self) -> bool:
-        """Nothing read and unsettled: a flush may end once the outbox is empty too."""
-        return not (self._buffer or self._batches or self._work)
 
     # -- outcomes -----------------------------------------------------------------------------
 
@@ -276,27 +286,33 @@ class Delivery:
         self._wall_us = wall_us
         if expected is None:
             raise UsageError(f"{type(outcome).__name__} reported with no action outstanding")
+        if not isinstance(outcome, _ANSWERS[expected]):
+            self._awaiting = expected
+            raise UsageError(
+                f"{type(outcome).__name__} is not a delivery outcome that answers "
+                f"{expected.__name__}"
+            )
         if isinstance(outcome, OutboxRead):
             self._read(outcome, now)
         elif isinstance(outcome, BatchAnswered):
             self._answered(outcome, now)
         elif isinstance(outcome, BatchFailed):
             self._failed(outcome, now)
-        elif not isinstance(outcome, Settled | Reported | Done):
-            raise UsageError(f"not a delivery outcome: {outcome!r}")
 
     def _read(self, outcome: OutboxRead, now: float) -> None:
         malformed: list[tuple[str, str]] = []
         for stream, entry_id, fields in outcome.entries:
             entry = _entry(stream, entry_id, fields)
             if entry is None:
-                malformed.append((stream, entry_id))
+                stream_s, id_s = _text(stream), _text(entry_id)
+                if stream_s in _SHARD_OF_STREAM and id_s is not None:
+                    malformed.append((stream_s, id_s))  # removed, so it is not read again
+                self.rejected_entries += 1
                 continue
             if not self._buffer:
                 self._buffer_since = now
             self._buffer.append(entry)
         if malformed:
-            self.rejected_entries += len(malformed)
             for stream, ids in _by_stream(malformed).items():
                 self._work.append(_settle("confirm", stream, ids, [], self._wall_us))
 
@@ -458,7 +474,7 @@ def retry_after(header: str | None, wall_us: int) -> float | None:
     if header is None:
         return None
     text = header.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return float(text)
     try:
         moment = email.utils.parsedate_to_datetime(text)

@@ -22,7 +22,7 @@ from .errors import InvalidEvent
 MAX_NAME = 128
 MAX_STRING_VALUE = 500
 MAX_EVENT_ID = 256
-_UUID = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$", re.I)
+_UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
 _INT_RANGE = 2**63
 
 
@@ -57,9 +57,15 @@ def customer_of(external_customer_id: object, customer_id: object) -> Customer:
     if external_customer_id is not None:
         return Customer("external", _text(external_customer_id, "external_customer_id"))
     text = _text(customer_id, "customer_id")
-    if not _UUID.match(text):
+    if not _UUID.fullmatch(text):
         raise InvalidEvent(f"customer_id must be a Polar customer UUID, got {text!r}")
-    return Customer("customer", text.lower())
+    return Customer("customer", canonical_uuid(text))
+
+
+def canonical_uuid(text: str) -> str:
+    """One spelling per customer: lower case, dashed 8-4-4-4-12."""
+    h = text.replace("-", "").lower()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def build_event(
@@ -118,7 +124,7 @@ def _scalar(value: object, where: str) -> str | int | float | bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
-        if not -_INT_RANGE < value < _INT_RANGE:
+        if not -_INT_RANGE <= value < _INT_RANGE:
             raise InvalidEvent(f"{where} is out of the 64-bit range")
         return value
     if isinstance(value, float):

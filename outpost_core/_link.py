@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 
 import attrs
 from wsproto import ConnectionType, WSConnection
-from wsproto.connection import ConnectionState
 from wsproto.events import (
     AcceptConnection,
     BytesMessage,
@@ -24,7 +23,6 @@ from wsproto.events import (
     Ping,
     Pong,
     RejectConnection,
-    RejectData,
     Request,
     TextMessage,
 )
@@ -154,9 +152,12 @@ class Link:
             return []
         messages: list[object] = []
         try:
-            self._ws.receive_data(data)
-            for event in self._ws.events():
+            ws = self._ws
+            ws.receive_data(data)
+            for event in ws.events():
                 self._event(event, now, messages)
+                if self._ws is not ws:
+                    break  # the link dropped: the rest belongs to a dead connection
         except (RemoteProtocolError, LocalProtocolError) as exc:
             self.peer_errors += 1
             self._drop(now, f"WebSocket protocol error: {exc}")
@@ -173,8 +174,6 @@ class Link:
         elif isinstance(event, RejectConnection):
             self.refused = f"Polar refused the WebSocket with HTTP {event.status_code}"
             self._drop(now, self.refused, refused=event.status_code in (401, 403))
-        elif isinstance(event, RejectData):
-            pass  # the body of a refusal: the status already says it
         elif isinstance(event, TextMessage):
             self._partial.append(event.data)
             self._partial_size += len(event.data)
@@ -191,8 +190,7 @@ class Link:
         elif isinstance(event, Ping):
             self._out += self._ws.send(event.response())
         elif isinstance(event, CloseConnection):
-            if self._ws.state is not ConnectionState.CLOSED:
-                self._out += self._ws.send(event.response())
+            self._out += self._ws.send(event.response())
             self._drop(now, f"Polar closed the WebSocket ({event.code})")
         elif not isinstance(event, Pong):  # pragma: no cover - wsproto has no other events
             self.peer_errors += 1
@@ -233,7 +231,8 @@ class Link:
         self.last_error = reason
         self._ws = None
         self._partial, self._partial_size = [], 0
-        self._out.clear()
+        out = bytes(self._out) if self.state is LinkState.OPEN else b""
+        self._out = bytearray(out)  # a close frame answering Polar's still goes out
         self.state = LinkState.DISCONNECTED
         self._failures += 1
         s = self.settings

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from ._aggregate import EMPTY, Aggregate
+from ._aggregate import EMPTY, Aggregate, parse_number
 from ._changes import Change
 from ._keys import Customer
 
@@ -41,7 +41,17 @@ class IdentityState:
 
 
 class Mirror:
-    __slots__ = ("_state", "customer", "fields", "held", "key", "loaded", "reducer_id", "rev")
+    __slots__ = (
+        "_state",
+        "customer",
+        "fields",
+        "held",
+        "key",
+        "loaded",
+        "read_keys",
+        "reducer_id",
+        "rev",
+    )
 
     def __init__(self, key: str, customer: Customer, reducer_id: str) -> None:
         self.key = key
@@ -52,11 +62,17 @@ class Mirror:
         self.loaded = False
         self.held: list[Change] = []
         self._state: IdentityState | None = None
+        self.read_keys: set[tuple[str, str | None, str | None]] = set()
+        """The warm-path keys whose cached balance this copy answers (callers' spellings)."""
 
     def offer(self, change: Change) -> Offer:
         if change.set is None:
-            # The script sent no content (the caller did not follow this identity when it ran);
-            # the published delta brings it.
+            # The script sent no content: the caller did not follow this identity (or it was
+            # loading) when the script ran. A newer revision than the copy's means the copy is
+            # behind something this instance wrote: reload rather than serve it without it.
+            if self.loaded and change.rev > self.rev:
+                self.unload()
+                return Offer.GAP
             return Offer.IGNORED
         if not self.loaded:
             self.held.append(change)
@@ -108,12 +124,11 @@ class Mirror:
 
 
 def _int(text: str | None) -> int | None:
-    if text is None:
+    """A decimal integer as the scripts write it (no signs other than '-', no '_', ASCII)."""
+    if text is None or not text.isascii():
         return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    digits = text[1:] if text.startswith("-") else text
+    return int(text) if digits.isdigit() else None
 
 
 def _derive(rev: int, fields: Mapping[str, str]) -> IdentityState:
@@ -129,10 +144,11 @@ def _derive(rev: int, fields: Mapping[str, str]) -> IdentityState:
             else:
                 local = local.merge(agg)
         elif name.startswith("c:"):
-            try:
-                credits[name[2:]] = float(text)
-            except ValueError:
+            units = parse_number(text)
+            if units is None:
                 problems.append(f"{name}={text!r}")
+            else:
+                credits[name[2:]] = units
     if "p" in fields:
         parsed = Aggregate.decode(fields["p"])
         if parsed is None:
@@ -140,7 +156,7 @@ def _derive(rev: int, fields: Mapping[str, str]) -> IdentityState:
         else:
             polar = parsed
     counters: dict[str, int] = {}
-    for name in ("cu", "sa", "n", "u"):
+    for name in ("rev", "cu", "sa", "n", "u"):
         value = _int(fields.get(name))
         if name in fields and value is None:
             problems.append(f"{name}={fields[name]!r}")

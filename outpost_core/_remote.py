@@ -56,9 +56,9 @@ class Remote:
 
     def tick(self, now: float) -> None:
         self.now = now
-        was_open = self.link.state is LinkState.OPEN
+        before = self.link.state
         self.link.tick(now)
-        self._after_link(now, was_open)
+        self._after_link(before)
         if self.link.wants_connection(now):
             t = self.link.target
             self._host.emit(OpenConnection(host=t.host, port=t.port, tls=t.tls))
@@ -78,28 +78,34 @@ class Remote:
         self._flush()
 
     def failed(self, now: float, reason: str) -> None:
+        was_open = self.link.state is LinkState.OPEN
         self.link.failed(now, reason)
         self._abandon()
+        if was_open:
+            self._host.observe(LinkChanged("closed", reason, self.link.connections))
 
     def received(self, data: bytes, now: float) -> None:
         self.now = now
-        was_open = self.link.state is LinkState.OPEN
+        before, connections = self.link.state, self.link.connections
         messages = self.link.receive(data, now)
-        if not was_open and self.link.state is LinkState.OPEN:
+        if self.link.connections > connections:  # the upgrade was accepted in these bytes
             self._on_open()
+            before = LinkState.OPEN
         for message in messages:
             self._message(message)
-        self._after_link(now, was_open or self.link.state is LinkState.OPEN)
+        self._after_link(before)
 
-    def _after_link(self, now: float, was_open: bool) -> None:
+    def _after_link(self, before: LinkState) -> None:
+        """After the link ran: send what it queued; when it dropped its connection, have the
+        driver close the socket and forget what was in flight on it."""
         self._flush()
-        if self.link.state is LinkState.DISCONNECTED and (was_open or self._tags):
+        dropped = self.link.state is LinkState.DISCONNECTED
+        if dropped and before in (LinkState.HANDSHAKING, LinkState.OPEN):
             self._host.emit(CloseConnection())
             self._abandon()
-            if was_open:
-                self._host.observe(
-                    LinkChanged("closed", self.link.last_error, self.link.connections)
-                )
+            if before is LinkState.OPEN:
+                reason = self.link.last_error
+                self._host.observe(LinkChanged("closed", reason, self.link.connections))
 
     def _flush(self) -> None:
         data = self.link.data_to_send()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import math
 from collections.abc import Mapping
 
 import attrs
@@ -74,10 +75,12 @@ class Settings:
     """Seconds before a failed load is tried again."""
 
     def __attrs_post_init__(self) -> None:
-        if self.snapshot_timeout < 0:
-            raise UsageError("snapshot_timeout must not be negative")
-        if self.pending_limit_us <= 0 or self.reload_retry <= 0:
-            raise UsageError("pending_limit_us and reload_retry must be positive")
+        if not (math.isfinite(self.snapshot_timeout) and self.snapshot_timeout >= 0):
+            raise UsageError("snapshot_timeout must be a finite number of seconds, not negative")
+        if not (math.isfinite(self.reload_retry) and self.reload_retry > 0):
+            raise UsageError("reload_retry must be a positive, finite number of seconds")
+        if self.pending_limit_us <= 0:
+            raise UsageError("pending_limit_us must be positive")
 
 
 ReadKey = tuple[str, str | None, str | None]
@@ -98,6 +101,7 @@ class Session:
         self.log = logger or logging.getLogger("outpost")
         self.configuration: Configuration | None = None
         self._configuration_text: str | None = None
+        self._configuration_from_polar = False
         self._mirrors: dict[str, Mirror] = {}
         self._balances: dict[ReadKey, Balance] = {}
         self._effects: list[Effect] = []
@@ -142,6 +146,7 @@ class Session:
         elif isinstance(event, SubscriberRestarted):
             for mirror in self._mirrors.values():
                 mirror.unload()
+                self._invalidate(mirror)
                 self._load(mirror)
         elif isinstance(event, ConfigurationReceived):
             self._configure(event.payload, event.from_cache)
@@ -219,10 +224,11 @@ class Session:
             self._reject("configuration", problem)
         if text == self._configuration_text:
             return
-        if from_cache and self.configuration is not None:
-            return  # what Polar sent beats what an older instance cached
+        if from_cache and self._configuration_from_polar:
+            return  # what Polar sent this instance beats what any instance cached
         self.configuration = configuration
         self._configuration_text = text
+        self._configuration_from_polar = not from_cache
         self._balances.clear()
         if not from_cache:
             self._effects.append(StoreConfiguration(key=_keys.CONFIGURATION_KEY, text=text))
@@ -312,7 +318,9 @@ class Session:
         if self.remote is not None and not self.remote.follow(customer).applied:
             return None
         balance = compute_balance(meter_id, customer, reducer.aggregation.func, mirror.state)
-        self._balances[(meter_id, external_customer_id, customer_id)] = balance
+        key = (meter_id, external_customer_id, customer_id)
+        self._balances[key] = balance
+        mirror.read_keys.add(key)
         return balance
 
     def not_ready_reason(
@@ -359,6 +367,7 @@ class Session:
 
     @property
     def followed(self) -> list[Mirror]:
+        """The identities this instance keeps a copy of (for inspection)."""
         return list(self._mirrors.values())
 
     # -- keeping copies current ---------------------------------------------------------------
@@ -378,9 +387,10 @@ class Session:
             if mirror is None:
                 continue
             outcome = mirror.offer(change)
-            if outcome is Offer.APPLIED:
+            if outcome is not Offer.IGNORED:
+                # Applied, or waiting behind a load: either way the cached balance is stale.
                 self._invalidate(mirror)
-            elif outcome is Offer.GAP:
+            if outcome is Offer.GAP:
                 self._load(mirror)
 
     def _loaded(self, key: str, fields: Mapping[object, object]) -> None:
@@ -401,14 +411,9 @@ class Session:
         self._invalidate(mirror)
 
     def _invalidate(self, mirror: Mirror) -> None:
-        if self.configuration is None:  # pragma: no cover - a mirror implies a configuration
-            return
-        reducer = self.configuration.reducers.get(mirror.reducer_id)
-        meter_ids = reducer.meter_ids if reducer is not None else ()
-        ext = mirror.customer.id if mirror.customer.kind == "external" else None
-        cid = mirror.customer.id if mirror.customer.kind == "customer" else None
-        for meter_id in meter_ids:
-            self._balances.pop((meter_id, ext, cid), None)
+        for key in mirror.read_keys:
+            self._balances.pop(key, None)
+        mirror.read_keys.clear()
 
     def _tick(self, now: float, wall_us: int) -> None:
         self._now = now

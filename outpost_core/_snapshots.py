@@ -9,6 +9,7 @@ while another is in progress waits; a newer one replaces a waiting older one.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 
 import attrs
@@ -65,7 +66,7 @@ def parse_snapshot(payload: object) -> Snapshot:
         reducers[str(reducer_id)] = aggregate
     credited: dict[str, float] = {}
     for meter_id, units in raw_credited.items():
-        if isinstance(units, bool) or not isinstance(units, int | float) or units != units:
+        if isinstance(units, bool) or not isinstance(units, int | float) or not _finite(units):
             raise Malformed(f"credited[{meter_id!r}] is not a number")
         credited[str(meter_id)] = float(units)
     return Snapshot(
@@ -77,6 +78,13 @@ def parse_snapshot(payload: object) -> Snapshot:
         reducers=reducers,
         credited=credited,
     )
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def customer_in(payload: Mapping[object, object]) -> Customer:

@@ -10,10 +10,10 @@ the seed of its random generator); each following line is one of:
 * ``{"t": "poll", "now": s, "action": <value>}`` and
   ``{"t": "outcome", "now": s, "wall_us": µs, "outcome": <value>}`` for a delivery loop.
 
-Values are JSON with tagged objects: an attrs instance is ``{"kind": <class>, <field>: ...}``,
+Values are JSON with tagged objects: an attrs instance is ``{"$kind": <class>, <field>: ...}``,
 bytes are ``{"$bytes": <hex>}``, mappings with non-string keys ``{"$map": [[k, v], ...]}``,
 datetimes ``{"$datetime": <ISO>}``. Bytes the client writes to the WebSocket are recorded decoded
-(``{"kind": "SendBytes", "handshake": {...}}`` or ``"frames": [[opcode, payload], ...]``), because
+(``{"$kind": "SendBytes", "handshake": {...}}`` or ``"frames": [[opcode, payload], ...]``), because
 the WebSocket masks them with random keys; replays compare the decoded form. See
 ``conformance/README.md``.
 
@@ -25,10 +25,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-import random
+import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 from wsproto.frame_protocol import FrameProtocol
@@ -37,6 +37,7 @@ from . import _delivery, _effects, _inputs
 from ._aggregate import Aggregate
 from ._balance import Balance
 from ._keys import Customer
+from ._session import Settings
 from .errors import OutpostError
 
 FORMAT = "outpost-trace"
@@ -50,15 +51,17 @@ _CLASSES: dict[str, type] = {
     for cls in vars(module).values()
     if isinstance(cls, type) and attrs.has(cls)
 }
-_CLASSES.update({c.__name__: c for c in (Aggregate, Balance, Customer, _delivery.DeliverySettings)})
+_CLASSES.update(
+    {c.__name__: c for c in (Aggregate, Balance, Customer, Settings, _delivery.DeliverySettings)}
+)
 _WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 def encode(value: Any) -> Any:
     if isinstance(value, _effects.SendBytes):
-        return {"kind": "SendBytes", **_decode_client_bytes(value.data)}
+        return {"$kind": "SendBytes", **_decode_client_bytes(value.data)}
     if attrs.has(type(value)):
-        out: dict[str, Any] = {"kind": type(value).__name__}
+        out: dict[str, Any] = {"$kind": type(value).__name__}
         for field in attrs.fields(type(value)):
             out[field.name] = encode(getattr(value, field.name))
         return out
@@ -90,7 +93,7 @@ def decode(value: Any) -> Any:
         return float(value["$float"])
     if "$map" in value:
         return {_hashable(decode(k)): decode(v) for k, v in value["$map"]}
-    kind = value.get("kind")
+    kind = value.get("$kind")
     if isinstance(kind, str) and kind in _CLASSES:
         cls = _CLASSES[kind]
         fields = {f.name: f for f in attrs.fields(cls)}
@@ -234,18 +237,26 @@ class Mismatch:
     actual: Any
 
 
-def replay_session(records: Iterable[Record]) -> list[Mismatch]:
+class Random(Protocol):
+    def random(self) -> float: ...
+
+
+RandomFactory = Callable[[int], Random]
+"""Makes the generator of a machine from its trace's seed (``random.Random`` does)."""
+
+
+def replay_session(records: Iterable[Record], rng: RandomFactory) -> list[Mismatch]:
     """Feed a session trace through a fresh core; return where it answers differently."""
     from ._link import Link, Target
-    from ._session import Session, Settings
+    from ._session import Session
 
     lines = iter(records)
     head = next(lines)
     _check_header(head, "session")
-    settings = Settings(**{k: v for k, v in decode(head["settings"]).items() if k != "kind"})
+    settings = decode(head["settings"])
     link = None
     if head.get("server_url"):
-        link = Link(Target.of(head["server_url"]), "replay", random.Random(head["seed"]))
+        link = Link(Target.of(head["server_url"]), "replay", rng(head["seed"]))
     session = Session(settings, link=link)
     mismatches: list[Mismatch] = []
     nonce: bytes | None = None
@@ -260,7 +271,7 @@ def replay_session(records: Iterable[Record]) -> list[Mismatch]:
             effects = session.effects()
             for effect in effects:
                 if isinstance(effect, _effects.SendBytes) and effect.data.startswith(b"GET "):
-                    nonce = _nonce_of(effect.data)
+                    nonce = _nonce_of(effect.data) or nonce
             if encode(effects) != record["effects"]:
                 mismatches.append(Mismatch(number, "effects", record["effects"], encode(effects)))
         elif kind == "call":
@@ -276,14 +287,14 @@ def replay_session(records: Iterable[Record]) -> list[Mismatch]:
     return mismatches
 
 
-def replay_delivery(records: Iterable[Record]) -> list[Mismatch]:
+def replay_delivery(records: Iterable[Record], rng: RandomFactory) -> list[Mismatch]:
     """Feed a delivery trace through a fresh ``Delivery``; return where it acts differently."""
     lines = iter(records)
     head = next(lines)
     _check_header(head, "delivery")
     settings = decode(head["settings"])
     first = head.get("started_at", 0.0)
-    delivery = _delivery.Delivery(settings, random.Random(head["seed"]), first)
+    delivery = _delivery.Delivery(settings, rng(head["seed"]), first)
     mismatches: list[Mismatch] = []
     for number, record in enumerate(lines, start=2):
         if record["t"] == "poll":
@@ -291,6 +302,7 @@ def replay_delivery(records: Iterable[Record]) -> list[Mismatch]:
             action = encode(delivery.poll(record["now"]))
             if action != record["action"]:
                 mismatches.append(Mismatch(number, "action", record["action"], action))
+                break  # the recorded outcomes answer the recorded actions, not these
         elif record["t"] == "outcome":
             delivery.handle(decode(record["outcome"]), record["now"], record["wall_us"])
     return mismatches
@@ -303,12 +315,12 @@ def _check_header(head: Record, machine: str) -> None:
         raise ValueError(f"a {head.get('machine')} trace, not a {machine} trace")
 
 
+_KEY_HEADER = re.compile(rb"(?im)^sec-websocket-key:[ \t]*([^\r\n]+?)[ \t]*\r?$")
+
+
 def _nonce_of(request: bytes) -> bytes | None:
-    for line in request.split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"sec-websocket-key":
-            return value.strip()
-    return None
+    match = _KEY_HEADER.search(request)
+    return match.group(1) if match else None
 
 
 def _reaccept(data: bytes, nonce: bytes) -> bytes:

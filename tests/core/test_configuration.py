@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from outpost_core import Configuration, Reducer, parse_configuration
-from outpost_core._configuration import EMPTY_CONFIGURATION
 from outpost_core._filters import Aggregation, EventView, Filter, InvalidDefinition
 from tests.core._payloads import (
     AVERAGE,
@@ -18,6 +17,8 @@ from tests.core._payloads import (
     configuration,
     reducer,
 )
+
+EMPTY_CONFIGURATION = Configuration(reducers={}, meter_reducers={})
 
 
 def test_parse_standard_configuration() -> None:

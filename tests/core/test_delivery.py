@@ -152,12 +152,6 @@ def test_one_question_at_a_time() -> None:
         delivery.handle("done", 0.0, WALL)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG _delivery.Delivery.handle: the awaited action type is stored but never compared "
-    "with the outcome, so a BatchAnswered reported for a ReadOutbox reaches _answered and fails "
-    "with IndexError instead of UsageError",
-)
 def test_an_outcome_for_another_action_is_a_usage_error() -> None:
     loop = Loop()
     assert isinstance(loop.poll(), ReadOutbox)
@@ -274,21 +268,16 @@ def test_malformed_entries_are_counted_and_removed(bad: tuple[Any, Any, Any]) ->
     assert isinstance(loop.poll(), ReadOutbox)
     loop.report(OutboxRead([bad, *entries("ok")]))
     assert loop.delivery.rejected_entries == 1
-    assert loop.poll() == SettleScript(
-        script="confirm",
-        keys=(STREAM,),
-        args=(keys.channel(3), GROUP, str(WALL), "1", bad[1]),
-    )
-    loop.report(Settled())
+    if isinstance(bad[1], str):  # an id Redis could have written: remove the entry
+        assert loop.poll() == SettleScript(
+            script="confirm",
+            keys=(STREAM,),
+            args=(keys.channel(3), GROUP, str(WALL), "1", bad[1]),
+        )
+        loop.report(Settled())
     assert loop.post(1.0) == PostBatch(body=body("ok"), size=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG _delivery.Delivery._read: a malformed entry is settled with its raw stream name; "
-    "_settle then looks it up in _SHARD_OF_STREAM and raises KeyError when the name is bytes (as "
-    "Redis answers) or not an outbox, instead of counting the entry as rejected",
-)
 @pytest.mark.parametrize("stream", [STREAM.encode(), "not-an-outbox"])
 def test_an_entry_of_an_unknown_or_undecoded_stream(stream: Any) -> None:
     loop = Loop()
@@ -490,12 +479,6 @@ def test_retry_after(header: str | None, expected: float | None) -> None:
     assert retry_after(header, WALL) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG _delivery.retry_after: str.isdigit() is true for digits float() refuses "
-    "(superscripts such as '²'), so such a Retry-After header raises ValueError out of the "
-    "driver's request path instead of being ignored",
-)
 def test_retry_after_with_a_superscript_digit_is_ignored() -> None:
     assert retry_after("²", WALL) is None
 

@@ -81,22 +81,11 @@ def test_customer_of_refuses(external: object, customer: object, message: str) -
         customer_of(external, customer)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG _event.customer_of: the UUID pattern ends in '$', which also matches before a "
-    "trailing newline, so 'uuid\\n' is accepted (and keyed) although Polar refuses it",
-)
 def test_customer_of_refuses_a_trailing_newline() -> None:
     with pytest.raises(InvalidEvent):
         customer_of(None, UUID + "\n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG _event.customer_of: a UUID without dashes (or with only some) is accepted but "
-    "only lowercased, not canonicalised, so one Polar customer gets several local identities "
-    "(events tracked with one spelling are missing from reads with the other)",
-)
 def test_customer_of_canonicalises_the_uuid() -> None:
     assert customer_of(None, UUID.replace("-", "")) == customer_of(None, UUID)
 
@@ -224,11 +213,6 @@ def test_metadata_refused(metadata: object, message: str) -> None:
         event(metadata)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG _event._scalar: the check is -2**63 < value, so -2**63, the smallest signed "
-    "64-bit integer, is refused as 'out of the 64-bit range'",
-)
 def test_smallest_64_bit_integer_is_accepted() -> None:
     assert event({"k": -(2**63)}).metadata == {"k": -(2**63)}
 

@@ -65,9 +65,15 @@ class MirrorFollowsTheHash(RuleBasedStateMachine):
     # -- delivery --------------------------------------------------------------------------------
 
     def _offer(self, change: Change) -> None:
+        was_loaded, rev = self.mirror.loaded, self.mirror.rev
         outcome = self.mirror.offer(change)
         if change.set is None:
-            assert outcome is Offer.IGNORED
+            # A bare reply newer than a loaded copy makes it reload; anything else is ignored.
+            if was_loaded and change.rev > rev:
+                assert outcome is Offer.GAP
+                self.loads.append(None)
+            else:
+                assert outcome is Offer.IGNORED
             return
         if change.full:
             self.covered = max(self.covered, change.rev)

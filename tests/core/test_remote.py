@@ -204,6 +204,15 @@ def test_close_connection_effects_and_connection_failures() -> None:
     assert polar.link.last_error == "reset by peer"
 
 
+def test_a_connection_that_never_opened_fails_quietly() -> None:
+    polar = Polar()
+    polar.session.handle(Tick(polar.now, 0))
+    assert [type(e) for e in polar.session.effects()] == [OpenConnection]
+    polar.session.handle(ConnectionFailed(polar.now, "connection refused"))
+    assert polar.session.observations() == []  # it was never open: nothing closed
+    assert polar.link.last_error == "connection refused"
+
+
 def test_polar_configures_the_session_and_the_cache_is_updated() -> None:
     polar = Polar(payload=None)
     polar.connect()
@@ -482,13 +491,6 @@ def test_a_dead_connection_found_by_tick_is_closed() -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG _remote.Remote._after_link: CloseConnection is emitted only when the link was "
-    "open (or a flow step is outstanding); a connection dropped during the handshake (upgrade "
-    "timeout) is never closed, and the drivers, which only leave a connection on "
-    "CloseConnection or EOF, keep waiting on it instead of reconnecting",
-)
 def test_a_handshake_that_times_out_closes_the_connection() -> None:
     polar = Polar(link_settings=LinkSettings(connect_timeout=5.0))
     polar.session.handle(Tick(polar.now, WALL))
@@ -498,12 +500,6 @@ def test_a_handshake_that_times_out_closes_the_connection() -> None:
     assert polar.tick(polar.now + 6.0) == [CloseConnection()]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG _remote.Remote.failed: a connection that breaks while open (ConnectionFailed) "
-    "records no LinkChanged('closed') observation, unlike one Polar closes or that goes quiet, "
-    "so telemetry misses those disconnections",
-)
 def test_a_broken_open_connection_is_observed() -> None:
     polar = Polar()
     polar.connect()

@@ -124,10 +124,5 @@ def test_iso_has_microseconds_and_z() -> None:
     assert datetime.fromisoformat(iso(BOUNDARY + 7)) == from_us(BOUNDARY + 7)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG _time.iso: strftime('%Y') does not pad years before 1000, so the timestamp sent "
-    "to Polar is not ISO-8601 ('5-01-01T…'); track() accepts an event Polar would refuse",
-)
 def test_iso_pads_years_before_1000() -> None:
     assert iso(to_us(datetime(5, 1, 1, tzinfo=UTC))) == "0005-01-01T00:00:00.000000Z"

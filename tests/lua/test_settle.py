@@ -241,13 +241,6 @@ def test_each_identity_bumps_its_revision_once_per_call(scripts: Scripts, script
         scripts.check(reducer_id)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG lua/acknowledge.lua:39-40 and lua/confirm.lua:30-31: XACK and XDEL take the ids "
-    "with unpack(ARGV, 5, 4 + m), and Redis's Lua refuses to unpack 8000 values or more ('too "
-    "many results to unpack'); DeliverySettings does not cap batch_size, so a batch that large "
-    "can never be settled and the driver retries the script forever",
-)
 @pytest.mark.parametrize("script", ["acknowledge", "confirm"])
 def test_settling_a_large_batch(scripts: Scripts, client: redis.Redis, script: str) -> None:
     client.xgroup_create(OUTBOX, GROUP, id="0", mkstream=True)

@@ -8,7 +8,6 @@ import random
 import struct
 from typing import cast
 
-import pytest
 import redis
 
 from outpost_core import (
@@ -223,13 +222,6 @@ def test_the_sessions_script_call_and_reply(scripts: Scripts, channel: Channel) 
     scripts.check("r1")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG lua/track.lua: the duplicate check looks only at the first identity's events "
-    "hash (KEYS[3]); an identity that already holds the field is written again: n and u are "
-    "incremented while HLEN is not, the value is added to a: a second time, and an acknowledged "
-    "event is reset to unacknowledged",
-)
 def test_a_retry_after_the_configuration_changed_does_not_count_twice(scripts: Scripts) -> None:
     """Driver retries reuse the event id; a meter created meanwhile puts a new reducer first."""
     scripts.track("e1", {"r2": 5})

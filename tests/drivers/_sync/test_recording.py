@@ -5,6 +5,7 @@ fresh core."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 from outpost_core._trace import replay_delivery, replay_session
@@ -33,7 +34,7 @@ def test_a_recorded_run_replays_exactly(
     delivery = [json.loads(x) for x in (tmp_path / "delivery-0.jsonl").read_text().splitlines()]
     kinds = {record.get("t") for record in session[1:]}
     assert {"input", "effects", "call"} <= kinds
-    assert replay_session(session) == []
-    assert replay_delivery(delivery) == []
+    assert replay_session(session, random.Random) == []
+    assert replay_delivery(delivery, random.Random) == []
     text = (tmp_path / "session.jsonl").read_text()
     assert emulator.token not in text  # the token is redacted from recorded handshakes
