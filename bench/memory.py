@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 
+from bench import _naive
 from bench._emulator import EmulatorProcess
 from bench._env import Env, configuration_of
 from bench._stats import Figure, Side
@@ -23,9 +24,9 @@ PROCESS_SETUP = (
     "Per round, {n} new customers, each with {e} events tracked and delivered by another "
     "instance; then one instance connected to the emulator reads each customer's balance once "
     "(its first read: load, snapshot request, apply). Bytes = growth of tracemalloc's traced "
-    "memory over the round (after gc) / customers; the emulator runs in another process. "
-    "Baseline: a dict of the same identities' raw HGETALL replies (what a naive cache would "
-    "hold), measured the same way."
+    "memory over the round (after gc; every thread's allocations) / customers; the emulator "
+    "runs in another process. Baseline: a dict of the same identities' raw HGETALL replies "
+    "(what a naive cache would hold), only the allocations made under bench/_naive.py."
 )
 REDIS_SETUP = (
     "One identity (one count meter), {e} events tracked with timestamps spread evenly over the "
@@ -61,9 +62,31 @@ def _traced() -> int:
     return tracemalloc.get_traced_memory()[0]
 
 
+_FRAMES = 30
+_NAIVE = [tracemalloc.Filter(True, _naive.__file__, all_frames=True)]
+
+
+def _raw_cache_bytes(client: redis.Redis, names: list[str]) -> int:
+    """What a dict of the identities' HGETALL replies holds: only the allocations made under
+    ``_naive.load`` count, so the instances' background threads add no noise."""
+    gc.collect()
+    before = tracemalloc.take_snapshot().filter_traces(_NAIVE)
+    cache = _naive.load(client, names)
+    after = tracemalloc.take_snapshot().filter_traces(_NAIVE)
+    size = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    del cache
+    return size
+
+
 def _options(env: Env) -> dict[str, Any]:
     emu = env.emulator
-    return dict(access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False)
+    return dict(
+        access_token=emu.token,
+        server_url=emu.url,
+        redis_url=env.url,
+        telemetry=False,
+        snapshot_timeout=30.0,  # tracemalloc slows every allocation: no NotReady for that
+    )
 
 
 def _process(env: Env) -> Figure:
@@ -76,7 +99,8 @@ def _process(env: Env) -> Figure:
     state_bytes: list[float] = []
     with Outpost(**_options(env)) as filler, Outpost(**_options(env)) as sdk:
         sdk.balance(meter, external_customer_id="bench-mem-warm-up")
-        tracemalloc.start()
+        tracemalloc.start(_FRAMES)
+        _raw_cache_bytes(client, ["bench-mem-warm-up"])  # one-time allocations of the client
         try:
             for r in range(scale.memory_rounds):
                 customers = [f"bench-mem-{r}-{n}" for n in range(scale.memory_customers)]
@@ -88,15 +112,12 @@ def _process(env: Env) -> Figure:
                 names = [keys.state_key(Customer("external", c), reducer) for c in customers]
 
                 before = _traced()
-                cache = {name: client.hgetall(name) for name in names}
-                baseline.append((_traced() - before) / len(customers))
-                del cache
-
-                before = _traced()
                 for customer in customers:
                     sdk.balance(meter, external_customer_id=customer)
                 time.sleep(0.2)  # pushes and acknowledgements in flight settle
                 subject.append((_traced() - before) / len(customers))
+                # The same identities, in the state the instance holds (snapshot applied).
+                baseline.append(_raw_cache_bytes(client, names) / len(customers))
                 state_bytes.append(_usage(client, *names) / len(customers))
         finally:
             tracemalloc.stop()
