@@ -12,6 +12,7 @@ from ._configuration import Configuration, Reducer, parse_configuration
 from ._effects import Effect, LoadIdentity, RunScript, StoreConfiguration
 from ._inputs import (
     ChangePublished,
+    Closing,
     ConfigurationReceived,
     IdentityLoaded,
     Input,
@@ -47,6 +48,7 @@ __all__ = [
     "Aggregate",
     "Balance",
     "ChangePublished",
+    "Closing",
     "Configuration",
     "ConfigurationReceived",
     "Customer",

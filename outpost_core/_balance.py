@@ -33,6 +33,8 @@ class Balance:
     """How many of those Polar has not acknowledged yet."""
     cold_until: datetime | None
     snapshot_as_of: datetime | None
+    snapshot_id: str | None
+    """The last snapshot applied to this customer's state, by any instance."""
     revision: int
 
 
@@ -54,5 +56,6 @@ def compute_balance(
         undelivered=state.undelivered,
         cold_until=None if state.cold_until is None else from_us(state.cold_until),
         snapshot_as_of=None if state.as_of is None else from_us(state.as_of),
+        snapshot_id=state.snapshot_id,
         revision=state.revision,
     )

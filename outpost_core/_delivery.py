@@ -24,9 +24,12 @@ one batch. Every batch ends in one of two ways, whatever the number of attempts:
 
 A failed attempt changes nothing in Redis. A 422 that names its bad events splits the batch: the
 named events are dropped and the rest go again at once. A 400, 413 or a 422 without usable
-locations bisects the batch until the bad event stands alone. 429 and 503 wait for Retry-After
-(429s do not use up attempts: the rate limit is a budget, not a failure). 401, 403 and 404 mean
-a configuration mistake that no retry within this process fixes, but that dropping would make
+locations bisects the batch until the bad event stands alone. Only a delivery Polar received and
+failed (a 5xx other than 502/503/504), or one that may have reached it (a timeout, a reset),
+uses an attempt. When Polar cannot take the batch at all (429, 502, 503, 504, or unreachable),
+the loop waits (Retry-After, else exponential backoff with jitter up to a minute) and tries again
+for as long as it takes: an outage delays events, it never drops them. 401, 403 and 404 mean a
+configuration mistake that no retry within this process fixes, but that dropping would make
 permanent: the loop stalls and retries slowly, logging an error each time.
 
 Entries another instance read and never settled (it died) are claimed once idle for
@@ -64,6 +67,8 @@ class DeliverySettings:
     stall_delay: float = 30.0
     claim_idle: float = 300.0
     claim_interval: float = 30.0
+    channel_namespace: str = ""
+    """Appended to the change channels, as ``Settings.channel_namespace``."""
     read_block: float = 0.5
     """Longest a read blocks: a flush waits at most this long to be noticed."""
 
@@ -199,13 +204,25 @@ _ANSWERS: dict[type, type | tuple[type, ...]] = {
 }
 
 
+UNAVAILABLE = (502, 503, 504)
+"""Polar (or its proxy) is down: wait, without using an attempt."""
+
+
 @attrs.define
 class _Batch:
     entries: list[OutboxEntry]
     attempts: int = 0
+    """Failed deliveries: Polar received the batch and answered an error, or may have."""
+    waits: int = 0
+    """Times Polar could not take it (rate limited, unavailable, unreachable)."""
     maybe_sent: bool = False
     not_before: float = 0.0
     refreshed: bool = False
+
+
+def _split(batch: _Batch, entries: list[OutboxEntry], now: float) -> _Batch:
+    """A part of a batch, sent at once, keeping the batch's history."""
+    return _Batch(entries, batch.attempts, batch.waits, batch.maybe_sent, not_before=now)
 
 
 class Delivery:
@@ -314,7 +331,7 @@ class Delivery:
             self._buffer.append(entry)
         if malformed:
             for stream, ids in _by_stream(malformed).items():
-                self._work.append(_settle("confirm", stream, ids, [], self._wall_us))
+                self._work.append(self._settle_script("confirm", stream, ids, []))
 
     def _answered(self, outcome: BatchAnswered, now: float) -> None:
         batch = self._batches[0]
@@ -330,7 +347,7 @@ class Delivery:
             rest = [e for i, e in enumerate(batch.entries) if i not in bad]
             self._drop(dropped, "rejected by Polar (422)", definitive=True)
             if rest:
-                self._batches.insert(0, _Batch(rest, batch.attempts, batch.maybe_sent, now))
+                self._batches.insert(0, _split(batch, rest, now))
         elif status in (400, 413, 422):
             self._batches.pop(0)
             if len(batch.entries) == 1:
@@ -338,20 +355,31 @@ class Delivery:
             else:
                 half = len(batch.entries) // 2
                 for part in (batch.entries[half:], batch.entries[:half]):
-                    self._batches.insert(0, _Batch(part, batch.attempts, batch.maybe_sent, now))
+                    self._batches.insert(0, _split(batch, part, now))
         elif status in (401, 403, 404):
             self.stalled = f"Polar answered {status}: check the access token and server URL"
             batch.not_before = now + self.settings.stall_delay
             batch.refreshed = False
         elif status == 429:
-            batch.not_before = now + max(outcome.retry_after or 0.0, self._backoff(1))
-            batch.refreshed = False
             self.rate_limited += 1
+            self._wait(batch, now, outcome.retry_after)
+        elif status in UNAVAILABLE:
+            self._wait(batch, now, outcome.retry_after)
         else:
             self._retry(batch, f"Polar answered {status}", now, outcome.retry_after, False)
 
     def _failed(self, outcome: BatchFailed, now: float) -> None:
-        self._retry(self._batches[0], outcome.reason, now, None, outcome.maybe_sent)
+        if outcome.maybe_sent:
+            self._retry(self._batches[0], outcome.reason, now, None, True)
+        else:
+            self._wait(self._batches[0], now, None)  # Polar unreachable: nothing was tried
+
+    def _wait(self, batch: _Batch, now: float, retry_after: float | None) -> None:
+        """Polar could not take the batch (rate limit, unavailable, unreachable): wait and try
+        again, as long as it takes. This uses no attempt: an outage never drops events."""
+        batch.waits += 1
+        batch.not_before = now + max(self._backoff(batch.waits), retry_after or 0.0)
+        batch.refreshed = False
 
     def _retry(
         self, batch: _Batch, reason: str, now: float, retry_after: float | None, maybe: bool
@@ -363,9 +391,15 @@ class Delivery:
             why = f"{reason}, after {batch.attempts} attempts"
             self._drop(batch.entries, why, definitive=not batch.maybe_sent)
             return
-        delay = self._backoff(batch.attempts)
+        delay = self._backoff(batch.attempts + batch.waits)
         batch.not_before = now + max(delay, retry_after or 0.0)
         batch.refreshed = False
+
+    def _settle_script(
+        self, script: str, stream: str, ids: list[str], entries: Sequence[OutboxEntry]
+    ) -> SettleScript:
+        namespace = self.settings.channel_namespace
+        return _settle_call(script, stream, ids, entries, self._wall_us, namespace)
 
     def _backoff(self, attempt: int) -> float:
         s = self.settings
@@ -383,11 +417,17 @@ class Delivery:
         for entry in entries:
             by_stream.setdefault(entry.stream, []).append(entry)
         for stream, group in by_stream.items():
-            self._work.append(_settle(script, stream, [e.id for e in group], group, self._wall_us))
+            ids = [e.id for e in group]
+            self._work.append(self._settle_script(script, stream, ids, group))
 
 
-def _settle(
-    script: str, stream: str, ids: list[str], entries: Sequence[OutboxEntry], wall_us: int
+def _settle_call(
+    script: str,
+    stream: str,
+    ids: list[str],
+    entries: Sequence[OutboxEntry],
+    wall_us: int,
+    namespace: str,
 ) -> SettleScript:
     """The ``acknowledge``/``confirm`` call for entries of one stream."""
     shard = _SHARD_OF_STREAM[stream]
@@ -396,7 +436,7 @@ def _settle(
         for state in entry.states:
             fields.setdefault(state, []).append(entry.field)
     keys = [stream]
-    args = [_keys.channel(shard), GROUP, str(wall_us), str(len(ids)), *ids]
+    args = [_keys.channel(shard, namespace), GROUP, str(wall_us), str(len(ids)), *ids]
     for state, names in fields.items():
         keys += (state, _keys.events_key(state))
         args += ("-1", str(len(names)), *names)

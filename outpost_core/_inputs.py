@@ -59,6 +59,11 @@ class LoadFailed:
 
 
 @attrs.frozen(slots=True)
+class Closing:
+    """The client is closing: say goodbye to Polar (a close frame) and stop reconnecting."""
+
+
+@attrs.frozen(slots=True)
 class Tick:
     """Time passed: ``now`` is monotonic seconds (deadlines at or before it fire), ``wall_us``
     the wall clock in microseconds since the epoch."""
@@ -114,6 +119,7 @@ Input = (
     | BytesReceived
     | ChangePublished
     | SubscriberRestarted
+    | Closing
     | IdentityLoaded
     | LoadFailed
     | Tick

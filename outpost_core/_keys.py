@@ -79,9 +79,22 @@ def events_key(state: str) -> str:
     return f"{state}:ev"
 
 
-def channel(shard: int) -> str:
-    """The sharded pub/sub channel every change of the shard's identities is published on."""
-    return f"{tag_of(shard)}changes"
+def channel(shard: int, namespace: str = "") -> str:
+    """The sharded pub/sub channel every change of the shard's identities is published on.
+
+    Pub/sub ignores Redis's numbered databases, so instances on database N > 0 of a server use
+    the namespace ``dbN``: deployments on different databases never hear each other's changes.
+    """
+    suffix = f":{namespace}" if namespace else ""
+    return f"{tag_of(shard)}changes{suffix}"
+
+
+def all_channels(namespace: str = "") -> tuple[str, ...]:
+    return tuple(channel(shard, namespace) for shard in range(SHARDS))
+
+
+def namespace_of_database(db: int) -> str:
+    return f"db{db}" if db else ""
 
 
 def outbox_key(shard: int) -> str:
@@ -89,5 +102,5 @@ def outbox_key(shard: int) -> str:
     return f"{tag_of(shard)}outbox"
 
 
-ALL_CHANNELS = tuple(channel(shard) for shard in range(SHARDS))
+ALL_CHANNELS = all_channels()
 ALL_OUTBOXES = tuple(outbox_key(shard) for shard in range(SHARDS))

@@ -37,6 +37,8 @@ class Host(Protocol):
     def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]: ...
     @property
     def pending_limit_us(self) -> int: ...
+    @property
+    def channel_namespace(self) -> str: ...
 
 
 class Remote:
@@ -70,6 +72,10 @@ class Remote:
                 and (flow.request_id is None or unanswered)
             ):
                 self._request(flow)
+        self._flush()
+
+    def close(self) -> None:
+        self.link.close()
         self._flush()
 
     def opened(self, now: float) -> None:
@@ -322,7 +328,7 @@ def _apply_script(
     customer = snapshot.customer
     keys: list[str] = []
     args = [
-        _keys.channel(customer.shard),
+        _keys.channel(customer.shard, host.channel_namespace),
         str(wall_us),
         str(host.pending_limit_us),
         str(snapshot.cold_until),

@@ -41,6 +41,7 @@ from ._filters import InvalidDefinition
 from ._inputs import (
     BytesReceived,
     ChangePublished,
+    Closing,
     ConfigurationReceived,
     ConnectionFailed,
     ConnectionOpened,
@@ -73,6 +74,8 @@ class Settings:
     """How long an acknowledged event no snapshot counts stays pending (design document: 1 h)."""
     reload_retry: float = 0.5
     """Seconds before a failed load is tried again."""
+    channel_namespace: str = ""
+    """Appended to the change channels (``dbN`` for Redis database N > 0)."""
 
     def __attrs_post_init__(self) -> None:
         if not (math.isfinite(self.snapshot_timeout) and self.snapshot_timeout >= 0):
@@ -150,6 +153,9 @@ class Session:
                 self._load(mirror)
         elif isinstance(event, ConfigurationReceived):
             self._configure(event.payload, event.from_cache)
+        elif isinstance(event, Closing):
+            if remote is not None:
+                remote.close()
         elif isinstance(event, Tick):
             self._tick(event.now, event.wall_us)
         else:
@@ -211,6 +217,10 @@ class Session:
     def pending_limit_us(self) -> int:
         return self.settings.pending_limit_us
 
+    @property
+    def channel_namespace(self) -> str:
+        return self.settings.channel_namespace
+
     # -- configuration ------------------------------------------------------------------------
 
     def _configure(self, payload: object, from_cache: bool) -> None:
@@ -223,6 +233,7 @@ class Session:
         for problem in configuration.problems:
             self._reject("configuration", problem)
         if text == self._configuration_text:
+            self._configuration_from_polar |= not from_cache  # Polar confirmed the cached one
             return
         if from_cache and self._configuration_from_polar:
             return  # what Polar sent this instance beats what any instance cached
@@ -280,7 +291,7 @@ class Session:
             values += (str(known), format_number(value))
             states.append(state)
         args = (
-            _keys.channel(shard),
+            _keys.channel(shard, self.settings.channel_namespace),
             f"{bucket}:{event_id}",
             str(bucket),
             _JSON.encode(event.ingest_item()),
@@ -326,8 +337,10 @@ class Session:
     def not_ready_reason(
         self, meter_id: str, external_customer_id: str | None, customer_id: str | None
     ) -> str:
-        """Why :meth:`read` returns ``None``, for the :class:`NotReady` message."""
-        reducer = self._reducer(meter_id)
+        """Why :meth:`read` returns ``None``, for the :class:`NotReady` message.
+
+        Raises :class:`UnknownMeter` when the meter is still missing from the configuration."""
+        reducer = self._reducer(meter_id, waiting=False)
         if reducer is None:
             return "no configuration from Polar yet"
         customer = customer_of(external_customer_id, customer_id)
@@ -342,11 +355,13 @@ class Session:
             status += f": {link.last_error}"
         return f"no snapshot from Polar for {customer} yet (WebSocket {status})"
 
-    def _reducer(self, meter_id: str) -> Reducer | None:
+    def _reducer(self, meter_id: str, *, waiting: bool = True) -> Reducer | None:
         if self.configuration is None:
             return None
         reducer = self.configuration.reducer_for(meter_id)
         if reducer is None:
+            if waiting and self.remote is not None and not self._configuration_from_polar:
+                return None  # the cached configuration may predate the meter: wait for Polar's
             raise UnknownMeter(f"meter {meter_id!r} is not in Polar's configuration")
         if not reducer.aggregation.bucketed():
             raise UnsupportedMeter(

@@ -26,11 +26,11 @@ from redis import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from outpost_core import (
-    ALL_CHANNELS,
     CONFIGURATION_KEY,
     SCRIPT_TEXT,
     Balance,
     ChangePublished,
+    Closing,
     ConfigurationReceived,
     Effect,
     IdentityLoaded,
@@ -49,6 +49,7 @@ from outpost_core import (
     Tick,
     UnknownMeter,
     UnsupportedMeter,
+    UsageError,
     _keys,
     semconv,
     to_us,
@@ -158,14 +159,25 @@ class Outpost:
         record_to: str | os.PathLike[str] | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
+        if max_in_flight < 1:
+            raise UsageError("max_in_flight must be at least 1")
         self._log = logger or logging.getLogger("outpost")
+        self._owns_redis = redis is None
+        if redis is None:
+            url = redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+            redis = _redis_from_url(url)
+        self._redis = redis
+        # Pub/sub ignores numbered databases: name the channels after ours.
+        database = redis.connection_pool.connection_kwargs.get("db", 0)
+        namespace = _keys.namespace_of_database(int(database or 0))
+        self._channels = _keys.all_channels(namespace)
         self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
         self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
         self._traces = Traces(record_to)
         link = None
         if self._access_token:
             link = Link(Target.of(self._server_url), self._access_token, self._traces.rng(0))
-        settings = Settings(snapshot_timeout=snapshot_timeout)
+        settings = Settings(snapshot_timeout=snapshot_timeout, channel_namespace=namespace)
         self._core = self._traces.session(
             Session(settings, self._log, link), settings, self._server_url if link else None
         )
@@ -179,6 +191,7 @@ class Outpost:
             claim_idle=claim_idle,
             claim_interval=min(30.0, claim_idle / 2),
             backoff_base=retry_base,
+            channel_namespace=namespace,
         )
         self._max_in_flight = max_in_flight
         self._on_dropped = on_dropped
@@ -194,11 +207,6 @@ class Outpost:
             logger=self._log,
         )
         self._clock = clock
-        self._owns_redis = redis is None
-        if redis is None:
-            url = redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
-            redis = _redis_from_url(url)
-        self._redis = redis
         self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
         self._lock = CoreLock()
         self._signal = Signal()
@@ -287,6 +295,7 @@ class Outpost:
         if self._started and self._deliveries:
             with contextlib.suppress(RedisError, OSError):
                 self.flush(timeout)
+        self._feed(Closing())  # a close frame to Polar while the socket is still open
         self._closed = True
         self._signal.fire()
         for worker in self._workers:
@@ -651,7 +660,7 @@ class Outpost:
         while not self._closed:
             pubsub = open_pubsub(self._redis)
             try:
-                pubsub.ssubscribe(*ALL_CHANNELS)
+                pubsub.ssubscribe(*self._channels)
                 while not self._closed:
                     message = pubsub.get_message(timeout=_POLL)
                     with self._lock:
@@ -812,7 +821,7 @@ class Outpost:
         kind = message.get("type")
         if kind in ("smessage", b"smessage"):
             self._core.handle(ChangePublished(message.get("data")))
-        elif kind in ("ssubscribe", b"ssubscribe") and message.get("data") == len(ALL_CHANNELS):
+        elif kind in ("ssubscribe", b"ssubscribe") and message.get("data") == len(self._channels):
             self._subscribed = True
             self._core.handle(SubscriberRestarted())
 

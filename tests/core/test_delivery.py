@@ -397,8 +397,8 @@ def test_rate_limits_wait_for_retry_after_and_use_no_attempt() -> None:
     assert loop.poll() == Sleep(8.0)
     loop.report(Done())
     loop.post(8.0)
-    loop.report(BatchAnswered(429))  # no Retry-After: the first backoff
-    assert loop.poll() == Sleep(8.0 + 0.5 * 0.75)
+    loop.report(BatchAnswered(429))  # no Retry-After: the backoff of a second wait
+    assert loop.poll() == Sleep(8.0 + 1.0 * 0.75)
     assert loop.delivery.rate_limited == 2
     assert loop.delivery.dropped == 0
 
@@ -409,7 +409,7 @@ def test_server_errors_retry_with_backoff_then_drop() -> None:
     loop.post(1.0)
     waits = []
     for _ in range(3):
-        loop.report(BatchAnswered(503))
+        loop.report(BatchAnswered(500))
         sleep = loop.poll()
         assert isinstance(sleep, Sleep)
         waits.append(sleep.until - loop.now)
@@ -441,19 +441,48 @@ def test_a_batch_that_may_have_reached_polar_is_acknowledged_when_dropped() -> N
     loop.post(1.0)
     loop.report(BatchFailed("read timeout", maybe_sent=True))
     loop.post(10.0)
-    loop.report(BatchFailed("connection refused", maybe_sent=False))
+    loop.report(BatchAnswered(500))
     assert loop.work(2) == [
-        ReportDropped(events=(item("a"),), reason="connection refused, after 2 attempts"),
+        ReportDropped(events=(item("a"),), reason="Polar answered 500, after 2 attempts"),
         settle("acknowledge", ["a"], ["a"]),
     ]
 
 
-def test_a_batch_that_never_left_is_confirmed_when_dropped() -> None:
+def test_a_batch_polar_answered_every_time_is_confirmed_when_dropped() -> None:
     loop = Loop(DeliverySettings(max_attempts=1))
     loop.read("a")
     loop.post(1.0)
-    loop.report(BatchFailed("connection refused", maybe_sent=False))
+    loop.report(BatchAnswered(500))
     assert [a.script for a in loop.work(2) if isinstance(a, SettleScript)] == ["confirm"]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        BatchAnswered(502),
+        BatchAnswered(503),
+        BatchAnswered(504),
+        BatchFailed("connection refused", maybe_sent=False),
+    ],
+)
+def test_an_outage_waits_as_long_as_it_takes_and_drops_nothing(
+    failure: BatchAnswered | BatchFailed,
+) -> None:
+    loop = Loop(DeliverySettings(max_attempts=1, backoff_base=1.0, backoff_cap=60.0), draw=1.0)
+    loop.read("a")
+    loop.post(1.0)
+    waits = []
+    for _ in range(12):
+        loop.report(failure)
+        sleep = loop.poll()
+        assert isinstance(sleep, Sleep)
+        waits.append(sleep.until - loop.now)
+        loop.report(Done())
+        loop.post(sleep.until)
+    assert waits[:4] == [1.0, 2.0, 4.0, 8.0] and waits[-1] == 60.0
+    assert loop.delivery.dropped == 0
+    loop.report(BatchAnswered(200))
+    assert [a.script for a in loop.work(1) if isinstance(a, SettleScript)] == ["acknowledge"]
 
 
 # -- Retry-After ----------------------------------------------------------------------------------

@@ -122,6 +122,15 @@ def test_state_key_layout() -> None:
     assert keys.tag_of(shard) == f"outpost:v1:{{{shard}}}:"
 
 
+def test_channels_of_numbered_databases_are_their_own() -> None:
+    assert keys.namespace_of_database(0) == ""
+    assert keys.namespace_of_database(5) == "db5"
+    assert keys.channel(3, "db5") == "outpost:v1:{3}:changes:db5"
+    assert keys.all_channels("db5")[3] == "outpost:v1:{3}:changes:db5"
+    assert keys.all_channels() == ALL_CHANNELS
+    assert set(keys.all_channels("db1")).isdisjoint(ALL_CHANNELS)
+
+
 def test_channel_and_outbox_naming() -> None:
     assert keys.channel(3) == "outpost:v1:{3}:changes"
     assert keys.outbox_key(3) == "outpost:v1:{3}:outbox"

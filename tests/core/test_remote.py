@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from outpost_core import (
+    Closing,
     ConfigurationReceived,
     Customer,
     IdentityLoaded,
@@ -21,6 +22,7 @@ from outpost_core import (
     Settings,
     StoreConfiguration,
     Tick,
+    UnknownMeter,
     UsageError,
 )
 from outpost_core import _keys as keys
@@ -645,3 +647,31 @@ def test_a_disconnected_session_explains_why_it_is_not_ready() -> None:
         "no snapshot from Polar for external:c1 yet (WebSocket disconnected)"
     )
     assert polar.link.state is LinkState.DISCONNECTED
+
+
+def test_a_meter_missing_from_the_cached_configuration_waits_for_polars() -> None:
+    polar = Polar()  # configured from the cache only
+    with pytest.raises(UnknownMeter):
+        polar.session.not_ready_reason("m-new", "c1", None)  # the deadline came: say so
+    assert polar.session.read("m-new", "c1") is None  # the cache may predate the meter
+    polar.connect()
+    polar.send({"type": "configuration", "payload": STANDARD})  # Polar's: still no m-new
+    with pytest.raises(UnknownMeter):
+        polar.session.read("m-new", "c1")
+
+
+def test_closing_says_goodbye_and_never_reconnects() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.session.handle(Closing())
+    polar.effects()
+    assert polar.peer.closes == [1000]
+    assert not polar.session.connected
+    polar.session.handle(Tick(polar.now + 3600, WALL))
+    assert polar.effects() == []  # no OpenConnection: closed for good
+
+
+def test_closing_a_session_without_a_link_does_nothing() -> None:
+    session = Session()
+    session.handle(Closing())
+    assert session.effects() == []

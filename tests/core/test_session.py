@@ -488,6 +488,7 @@ def test_balance_of_a_loaded_copy() -> None:
         undelivered=1,
         cold_until=from_us(BUCKET),
         snapshot_as_of=from_us(NOW - 1),
+        snapshot_id=fields.get("sid"),
         revision=7,
     )
     assert session.cached_balance(COUNT, "c1", None) is balance

@@ -143,6 +143,7 @@ def test_balances_round_trip() -> None:
         undelivered=1,
         cold_until=datetime(2026, 12, 2, tzinfo=UTC),
         snapshot_as_of=None,
+        snapshot_id="s-1",
         revision=4,
     )
     encoded = encode(balance)
