@@ -111,16 +111,26 @@ local function record(reply, publish, st, rev, known, set, del)
   publish[#publish + 1] = { k = st, r = rev, s = set, d = del }
   if known < 0 then
     reply[#reply + 1] = { k = st, r = rev }
+    reply.differs = true
   elseif known == rev - 1 then
-    reply[#reply + 1] = { k = st, r = rev, s = set, d = del }
+    reply[#reply + 1] = publish[#publish]
   else
     reply[#reply + 1] = { k = st, r = rev, s = redis.call("HGETALL", st), full = 1 }
+    reply.differs = true
   end
 end
 
+-- Publish the deltas and return the reply; both are the same text in the common case (the
+-- caller held every previous revision), so it is encoded once.
 local function finish(channel, reply, publish)
+  local message = nil
   if #publish > 0 then
-    redis.call("SPUBLISH", channel, cjson.encode({ c = publish }))
+    message = cjson.encode({ c = publish })
+    redis.call("SPUBLISH", channel, message)
   end
+  if message and not reply.differs then
+    return message
+  end
+  reply.differs = nil
   return cjson.encode({ c = reply })
 end

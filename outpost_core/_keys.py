@@ -12,6 +12,7 @@ so keys stay readable and no two ids share a key.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import Literal
 
@@ -39,7 +40,7 @@ class Customer:
 
     @property
     def shard(self) -> int:
-        return zlib.crc32(self.tag.encode("utf-8")) % SHARDS
+        return _shard(self.kind, self.id)
 
     def wire(self) -> dict[str, str]:
         """The identity field of Polar's API: ``external_customer_id`` or ``customer_id``."""
@@ -61,6 +62,11 @@ def encode_component(text: str) -> str:
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=65536)  # keys are built on every track(): cache the hot customers
+def _shard(kind: str, id: str) -> int:
+    return zlib.crc32(f"{kind}:{id}".encode()) % SHARDS
+
+
 def tag_of(shard: int) -> str:
     return f"{PREFIX}{{{shard}}}:"
 
@@ -69,6 +75,7 @@ def customer_prefix(customer: Customer) -> str:
     return f"{tag_of(customer.shard)}{customer.kind}:{encode_component(customer.id)}"
 
 
+@functools.lru_cache(maxsize=65536)
 def state_key(customer: Customer, reducer_id: str) -> str:
     """The hash of one identity: revision, Polar's totals, ``cold_until``, local aggregates."""
     return f"{customer_prefix(customer)}:{encode_component(reducer_id)}"

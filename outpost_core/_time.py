@@ -35,6 +35,5 @@ def from_us(t_us: int) -> datetime:
 
 def iso(t_us: int) -> str:
     """ISO-8601 with microseconds and ``Z``, the form sent to Polar's ingestion API."""
-    moment = from_us(t_us)
-    # strftime("%Y") does not pad years before 1000; ISO-8601 wants four digits.
-    return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S.%f}Z"
+    # isoformat pads the year to four digits (strftime("%Y") does not) and is fast C code.
+    return from_us(t_us).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
