@@ -42,19 +42,16 @@ from __future__ import annotations
 import email.utils
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 from . import _keys
+from ._random import Random
 from .errors import UsageError
 
 GROUP = "outpost"
 _SHARD_OF_STREAM = {stream: shard for shard, stream in enumerate(_keys.ALL_OUTBOXES)}
-
-
-class Random(Protocol):
-    def random(self) -> float: ...
 
 
 @attrs.frozen(kw_only=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
@@ -28,13 +28,10 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
+from ._random import Random
 from .errors import UsageError
 
 PATH = "/v1/outpost/"
-
-
-class Random(Protocol):
-    def random(self) -> float: ...
 
 
 class LinkState(enum.Enum):

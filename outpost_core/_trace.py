@@ -28,7 +28,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 from wsproto.frame_protocol import FrameProtocol
@@ -37,6 +37,7 @@ from . import _delivery, _effects, _inputs
 from ._aggregate import Aggregate
 from ._balance import Balance
 from ._keys import Customer
+from ._random import Random
 from ._session import Settings
 from .errors import OutpostError
 
@@ -235,10 +236,6 @@ class Mismatch:
     what: str
     expected: Any
     actual: Any
-
-
-class Random(Protocol):
-    def random(self) -> float: ...
 
 
 RandomFactory = Callable[[int], Random]
