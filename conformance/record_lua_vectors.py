@@ -209,16 +209,35 @@ def track_cases() -> Iterator[Case]:
     )
     before = {
         "hashes": {
-            COUNT.st: snapshot_state(4, B0, B0 + 5),
-            TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 3 3 3"}),
-            TOKENS.ev: {f(B0, "e1"): "3"},
+            COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
+            COUNT.ev: {f(B0, "e1"): "1"},
+            TOKENS.st: snapshot_state(2, B0, B0 + 5),
+        },
+        "streams": outbox(COUNT, {"5-0": entry(COUNT, "e1", B0)}, []),
+    }
+    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "4", "1"), (TOKENS, "2", "3")])
+    yield case(
+        "retry_writes_only_the_identities_new_to_the_event",
+        "A retried track after a reducer appeared: the first identity already holds the event "
+        "and is left alone; the second is written; the event is queued again (Polar "
+        "de-duplicates it by external_id).",
+        before,
+        k,
+        a,
+    )
+    before = {
+        "hashes": {
+            COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
+            COUNT.ev: {f(B0, "e1"): "1"},
+            TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B0}": "1 3 3 3"}),
+            TOKENS.ev: {f(B0, "e1"): f"3 {B0 + 9}"},
         },
     }
-    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "-1", "1"), (TOKENS, "-1", "3")])
+    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "4", "1"), (TOKENS, "2", "3")])
     yield case(
-        "duplicate_check_looks_at_the_first_identity_only",
-        "The event is pending in the second identity but not in the first: it is tracked "
-        "again in both (the second counts it twice until a snapshot or confirm rebuilds it).",
+        "duplicate_in_every_identity",
+        'Every identity holds the events field (acknowledged or not): {"dup":1}, nothing '
+        "written or queued.",
         before,
         k,
         a,
