@@ -62,7 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     # The SDK falls back on these; a benchmark says what it connects to.
     for name in ("POLAR_ACCESS_TOKEN", "POLAR_SERVER_URL", "REDIS_URL"):
         os.environ.pop(name, None)
-    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    # What the instances log (warnings: reconnections, retries) goes to a file beside the JSON.
+    log_path = args.json.with_suffix(".log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        level=logging.WARNING,
+        filename=log_path,
+        filemode="w",
+        format="%(asctime)s %(threadName)s %(name)s %(levelname)s: %(message)s",
+    )
 
     scale = SMOKE if args.smoke else FULL
     names = args.only or list(BENCHMARKS)
@@ -104,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         "errors": errors,
     }
     write_json(args.json, document)
-    print(f"\n{len(figures)} figures in {elapsed:.1f} s; JSON: {args.json}")
+    print(f"\n{len(figures)} figures in {elapsed:.1f} s; JSON: {args.json}; log: {log_path}")
     if errors:
         return 1
     if args.check and not args.smoke and any(f.met is False for f in figures):

@@ -26,7 +26,7 @@ PROCESS_SETUP = (
     "(its first read: load, snapshot request, apply). Bytes = growth of tracemalloc's traced "
     "memory over the round (after gc; every thread's allocations) / customers; the emulator "
     "runs in another process. Baseline: a dict of the same identities' raw HGETALL replies "
-    "(what a naive cache would hold), only the allocations made under bench/_naive.py."
+    "(what a naive cache would hold), object by object with sys.getsizeof."
 )
 REDIS_SETUP = (
     "One identity (one count meter), {e} events tracked with timestamps spread evenly over the "
@@ -62,22 +62,6 @@ def _traced() -> int:
     return tracemalloc.get_traced_memory()[0]
 
 
-_FRAMES = 30
-_NAIVE = [tracemalloc.Filter(True, _naive.__file__, all_frames=True)]
-
-
-def _raw_cache_bytes(client: redis.Redis, names: list[str]) -> int:
-    """What a dict of the identities' HGETALL replies holds: only the allocations made under
-    ``_naive.load`` count, so the instances' background threads add no noise."""
-    gc.collect()
-    before = tracemalloc.take_snapshot().filter_traces(_NAIVE)
-    cache = _naive.load(client, names)
-    after = tracemalloc.take_snapshot().filter_traces(_NAIVE)
-    size = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
-    del cache
-    return size
-
-
 def _options(env: Env) -> dict[str, Any]:
     emu = env.emulator
     return dict(
@@ -99,8 +83,7 @@ def _process(env: Env) -> Figure:
     state_bytes: list[float] = []
     with Outpost(**_options(env)) as filler, Outpost(**_options(env)) as sdk:
         sdk.balance(meter, external_customer_id="bench-mem-warm-up")
-        tracemalloc.start(_FRAMES)
-        _raw_cache_bytes(client, ["bench-mem-warm-up"])  # one-time allocations of the client
+        tracemalloc.start()
         try:
             for r in range(scale.memory_rounds):
                 customers = [f"bench-mem-{r}-{n}" for n in range(scale.memory_customers)]
@@ -117,7 +100,7 @@ def _process(env: Env) -> Figure:
                 time.sleep(0.2)  # pushes and acknowledgements in flight settle
                 subject.append((_traced() - before) / len(customers))
                 # The same identities, in the state the instance holds (snapshot applied).
-                baseline.append(_raw_cache_bytes(client, names) / len(customers))
+                baseline.append(_naive.size(_naive.load(client, names)) / len(customers))
                 state_bytes.append(_usage(client, *names) / len(customers))
         finally:
             tracemalloc.stop()
