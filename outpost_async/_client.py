@@ -582,11 +582,14 @@ class AsyncOutpost:
     async def _link_loop(self) -> None:
         """Keep the WebSocket to Polar open and move its bytes to and from the core."""
         while not self._closed:
-            version = self._signal.version
             await self._tick()
             want, self._want_open = self._want_open, None
             if want is None:
-                await self._signal.wait(version, self._until_deadline())
+                # Sleep until the core's next deadline; an OpenConnection handed over by another
+                # loop meanwhile changes the signal's version and wakes this one.
+                version = self._signal.version
+                if self._want_open is None:
+                    await self._signal.wait(version, self._until_deadline())
                 continue
             try:
                 stream = await open_stream(want.host, want.port, want.tls, timeout=10.0)
@@ -614,7 +617,8 @@ class AsyncOutpost:
         with self._lock:
             self._core.handle(event)
             effects = self._core.effects()
-        await self._run(effects)
+        if effects or not isinstance(event, Tick):  # a quiet tick changes nothing to wake for
+            await self._run(effects)
 
     async def _tick(self) -> None:
         await self._feed(Tick(time.monotonic(), self._now_us()))

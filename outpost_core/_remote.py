@@ -279,7 +279,7 @@ class Remote:
         tag = next(self._ids)
         self._tags[tag] = flow
         counted: dict[str, list[str]] = {}
-        for event_id in flow.counted:
+        for event_id in sorted(flow.counted):  # a set: sort, so the effect is deterministic
             for pair in flow.candidates[event_id]:
                 key, _, name = pair.partition("\n")
                 counted.setdefault(key, []).append(name)

@@ -583,11 +583,14 @@ class Outpost:
     def _link_loop(self) -> None:
         """Keep the WebSocket to Polar open and move its bytes to and from the core."""
         while not self._closed:
-            version = self._signal.version
             self._tick()
             want, self._want_open = self._want_open, None
             if want is None:
-                self._signal.wait(version, self._until_deadline())
+                # Sleep until the core's next deadline; an OpenConnection handed over by another
+                # loop meanwhile changes the signal's version and wakes this one.
+                version = self._signal.version
+                if self._want_open is None:
+                    self._signal.wait(version, self._until_deadline())
                 continue
             try:
                 stream = open_stream(want.host, want.port, want.tls, timeout=10.0)
@@ -615,7 +618,8 @@ class Outpost:
         with self._lock:
             self._core.handle(event)
             effects = self._core.effects()
-        self._run(effects)
+        if effects or not isinstance(event, Tick):  # a quiet tick changes nothing to wake for
+            self._run(effects)
 
     def _tick(self) -> None:
         self._feed(Tick(time.monotonic(), self._now_us()))
