@@ -42,8 +42,10 @@ from tests.support.redis_server import RedisServer
 ROOT = Path(__file__).resolve().parents[2]
 MUTANT = ROOT / "conformance" / "mutants" / "acknowledge_hot_forgets.lua"
 INVARIANT = "redis_consistent_never_below_polar_and_copies_follow"
-MAX_STEPS = 6
-"""The shrunk counterexample is at most this long (the known ones take 4 and 5 steps)."""
+MAX_STEPS = 8
+"""The shrunk counterexample is at most this long. The known ones take 4 and 5 steps; a program
+that no single deletion shortens can be a little longer, because which events share a batch
+(three per batch) decides whether a confirm comes before or after an acknowledgement."""
 SHRINK = os.environ.get("OUTPOST_MUTANT_SHRINK", "") not in ("", "0")
 
 D5_CASE = """
