@@ -42,10 +42,12 @@ for i = 1, #KEYS / 2 do
       end
     end
     local flat = redis.call("HGETALL", ev)
+    local expired = {}
     for j = 1, #flat, 2 do
       local _, acked = event_value(flat[j + 1])
       if acked and field_bucket(flat[j]) < cold and now - acked > keep then
         redis.call("HDEL", ev, flat[j])
+        expired[flat[j]] = true
       end
     end
     local set, del = { "cu", fmt(cold), "sa", fmt(as_of), "sid", sid, "p", polar }, {}
@@ -68,7 +70,7 @@ for i = 1, #KEYS / 2 do
       local b = field_bucket(flat[j])
       if b < cold then buckets[b] = true end
     end
-    rebuild(st, ev, buckets, set, del)
+    rebuild(st, ev, buckets, set, del, flat, expired)
     local rev = redis.call("HINCRBY", st, "rev", 1)
     touch(st, ev)
     record(reply, publish, st, rev, known, set, del)

@@ -58,17 +58,21 @@ local function event_value(text)
 end
 
 -- Rebuild the local aggregate of each bucket in `buckets` (a set of bucket starts) from the
--- events that remain, and the identity's counters, from one pass over the events hash.
-local function rebuild(st, ev, buckets, set, del)
-  local flat = redis.call("HGETALL", ev)
+-- events that remain, and the identity's counters, from one pass over the events hash. A caller
+-- that already read the hash passes it (`flat`) with the fields it removed since (`removed`).
+local function rebuild(st, ev, buckets, set, del, flat, removed)
+  flat = flat or redis.call("HGETALL", ev)
+  removed = removed or {}
   local aggs, n, u = {}, 0, 0
   for i = 1, #flat, 2 do
-    n = n + 1
-    local v, acked = event_value(flat[i + 1])
-    if not acked then u = u + 1 end
-    local b = field_bucket(flat[i])
-    if buckets[b] then
-      aggs[b] = agg_add(aggs[b] or { c = 0, s = 0 }, v)
+    if not removed[flat[i]] then -- a field the caller removed after reading the hash is gone
+      n = n + 1
+      local v, acked = event_value(flat[i + 1])
+      if not acked then u = u + 1 end
+      local b = field_bucket(flat[i])
+      if buckets[b] then
+        aggs[b] = agg_add(aggs[b] or { c = 0, s = 0 }, v)
+      end
     end
   end
   for b in pairs(buckets) do

@@ -32,7 +32,9 @@ for i = 1, n do
     local undelivered = (tonumber(old[3]) or 0) + 1
     local text = agg_encode(agg_add(agg_decode(old[4]), tonumber(raw)))
     redis.call("HSET", st, "rev", rev, "n", pending, "u", undelivered, f, text)
-    touch(st, ev)
+    if not old[4] then
+      touch(st, ev) -- once per identity and bucket: every other script refreshes the TTL too
+    end
     record(reply, publish, st, rev, known,
       { f, text, "n", tostring(pending), "u", tostring(undelivered) }, {})
   end

@@ -183,6 +183,7 @@ class AsyncOutpost:
         self._stream: Stream | None = None
         self._want_open: OpenConnection | None = None
         self._drop_stream = False
+        self._write_failure: str | None = None
         self._delivery_settings = DeliverySettings(
             batch_size=batch_size,
             linger=linger,
@@ -566,6 +567,7 @@ class AsyncOutpost:
             await stream.send(data)
         except OSError as exc:
             self._log.warning("outpost could not write to the WebSocket: %s", exc)
+            self._write_failure = f"could not write: {exc}"  # the link loop tells the core
             self._drop_stream = True
 
     async def _list_pending(self, effect: ListPending) -> None:
@@ -596,7 +598,7 @@ class AsyncOutpost:
             except (OSError, TimeoutError) as exc:
                 await self._feed(ConnectionFailed(time.monotonic(), f"cannot connect: {exc}"))
                 continue
-            self._stream, self._drop_stream = stream, False
+            self._stream, self._drop_stream, self._write_failure = stream, False, None
             try:
                 await self._feed(ConnectionOpened(time.monotonic()))
                 while not self._closed and not self._drop_stream:
@@ -607,6 +609,8 @@ class AsyncOutpost:
                         await self._feed(BytesReceived(time.monotonic(), data))
                         if not data:
                             break
+                if self._write_failure is not None:  # the core still thinks the link is up
+                    await self._feed(ConnectionFailed(time.monotonic(), self._write_failure))
             except (OSError, TimeoutError) as exc:
                 await self._feed(ConnectionFailed(time.monotonic(), f"connection lost: {exc}"))
             finally:
