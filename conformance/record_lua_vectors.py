@@ -3,6 +3,8 @@
     python -m conformance.record_lua_vectors           # rewrite conformance/lua/*.jsonl
     python -m conformance.record_lua_vectors --check   # exit 1 if a file would change
 
+It also sets the SHA1 table of ``conformance/README.md`` to the current scripts.
+
 Each case names the Redis state before, KEYS and ARGV; the recorder adds what the script does
 (reply, state after, published messages) by running it, so re-recording after a script change is
 this command, never a hand edit. The cases follow the header comment of each script in ``lua/``.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +27,8 @@ from tests.support.redis_server import running
 from .lua_vectors import SCHEMA, execute, subscribe
 
 ROOT = Path(__file__).resolve().parent
-OUT = ROOT / "lua"
+README = ROOT / "README.md"
+SHA1_ROW = re.compile(r"^\| `(\w+)` \| `[0-9a-f]{40}` \|$", re.MULTILINE)
 SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot")
 
 BUCKET = 300_000_000
@@ -847,20 +851,30 @@ def record() -> dict[str, str]:
     return files
 
 
+def readme_with_sha1s(text: str) -> str:
+    """README.md with its SHA1 table (``| `name` | `sha1` |`` rows) set to the current scripts."""
+
+    def row(match: re.Match[str]) -> str:
+        return f"| `{match[1]}` | `{SCRIPT_SHA1[match[1]]}` |"
+
+    return SHA1_ROW.sub(row, text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail if a file would change")
     args = parser.parse_args(argv)
-    files = record()
+    files = {f"lua/{name}": text for name, text in record().items()}
+    files["README.md"] = readme_with_sha1s(README.read_text(encoding="utf-8"))
     stale = []
     for name, text in files.items():
-        path = OUT / name
+        path = ROOT / name
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current == text:
             continue
         stale.append(name)
         if not args.check:
-            OUT.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
     if args.check and stale:
         sys.stdout.write(
@@ -868,7 +882,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     for name in stale if not args.check else []:
-        sys.stdout.write(f"wrote conformance/lua/{name}\n")
+        sys.stdout.write(f"wrote conformance/{name}\n")
     return 0
 
 
