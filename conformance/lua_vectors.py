@@ -10,7 +10,8 @@ the composed script with EVALSHA, and returns what came out in the same normal f
   list as ``{}``; both read as ``[]``), so the order in which Lua iterates a table never matters;
 * stream entry ids a script creates (``XADD *``) become ``<new:1>``, ``<new:2>``… in stream order;
   ids present before keep their value;
-* a key's time to live is ``"set"`` or ``"none"``, never a number of seconds.
+* a key's time to live is ``"set"`` or ``"none"``, never a number of seconds;
+* a revision drawn from Redis's clock (a new identity's first, 10^12 or more) is ``<fresh>``.
 
 Both the recorder and the replay test use this module; the TypeScript SDK implements the same few
 steps from the README.
@@ -133,17 +134,30 @@ def _list(value: Json) -> list[Json]:
     return value
 
 
+FRESH = 10**12
+"""Revisions from here up come from Redis's clock: a hash that did not exist starts there."""
+
+
+def fresh(revision: Json) -> Json:
+    """A clock-based revision (a new identity's first) reads ``<fresh>``; others as they are."""
+    try:
+        return "<fresh>" if int(revision) >= FRESH else revision
+    except (TypeError, ValueError):
+        return revision
+
+
 def normal_changes(obj: Json) -> Json:
     """A script's reply or message, in normal form (sorted ``s`` pairs and ``d`` names)."""
     if not isinstance(obj, dict) or "c" not in obj:
         return obj
     changes: list[Json] = []
     for change in _list(obj["c"]):
-        out: dict[str, Json] = {"k": change["k"], "r": change["r"]}
+        out: dict[str, Json] = {"k": change["k"], "r": fresh(change["r"])}
         if "s" in change:
             flat = _list(change["s"])
             out["s"] = sorted(
-                [name, value] for name, value in zip(flat[::2], flat[1::2], strict=True)
+                [name, fresh(value) if name == "rev" else value]
+                for name, value in zip(flat[::2], flat[1::2], strict=True)
             )
         if "d" in change:
             out["d"] = sorted(_list(change["d"]))
@@ -168,8 +182,10 @@ def dump(client: redis.Redis, before: Mapping[str, Json]) -> dict[str, Json]:
         kind = _text(client.type(key))
         ttl[key] = "set" if client.ttl(key) >= 0 else "none"
         if kind == "hash":
-            fields = client.hgetall(key)
-            hashes[key] = {_text(f): _text(v) for f, v in sorted(fields.items())}
+            fields = {_text(f): _text(v) for f, v in sorted(client.hgetall(key).items())}
+            if "rev" in fields:
+                fields["rev"] = fresh(fields["rev"])
+            hashes[key] = fields
         elif kind == "stream":
             streams[key] = _dump_stream(client, key, known)
         else:

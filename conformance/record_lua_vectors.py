@@ -137,9 +137,10 @@ def track_cases() -> Iterator[Case]:
     k, a = track_argv(COUNT, "e1", B0, [(COUNT, "-1", "1")])
     yield case(
         "first_event_of_a_new_identity",
-        "No state yet: the identity is created at revision 1 with the event pending and "
-        "undelivered, the event is queued in the outbox (created), the reply carries only the "
-        "revision (the caller does not follow the identity) and the delta is published.",
+        "No state yet: the identity is created at a fresh revision (Redis's clock) with the "
+        "event pending and undelivered, the event is queued in the outbox (created), the "
+        "reply carries only the revision (the caller does not follow the identity) and the "
+        "delta is published.",
         {},
         k,
         a,
@@ -582,7 +583,7 @@ def apply_snapshot_cases() -> Iterator[Case]:
     yield case(
         "first_snapshot_of_a_new_identity",
         "No state yet: cold_until, as_of, the snapshot id, Polar's aggregate and the credits "
-        "are written, n and u are 0, revision 1.",
+        "are written, n and u are 0, at a fresh revision (Redis's clock).",
         {},
         k,
         a,

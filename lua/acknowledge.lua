@@ -1,6 +1,7 @@
 -- acknowledge.lua: Polar stored these events. They stay pending (counted locally) until a
 -- snapshot counts them, so a snapshot computed before the acknowledgement and applied after it
--- still finds them; the acknowledgement time starts their one-hour limit once their bucket is cold.
+-- still finds them. The acknowledgement time is recorded: a snapshot that makes the event's bucket
+-- cold and still does not count it drops it once an hour has passed since that time.
 --
 -- KEYS[1]                the shard's outbox stream
 -- KEYS[2i], KEYS[2i+1]   state hash and events hash of identity i
@@ -30,7 +31,8 @@ for i = 1, (#KEYS - 1) / 2 do
   pos = pos + 2 + k
   if done > 0 then
     local undelivered = redis.call("HINCRBY", st, "u", -done)
-    local rev = redis.call("HINCRBY", st, "rev", 1)
+    local rev = next_rev(tonumber(redis.call("HGET", st, "rev")))
+    redis.call("HSET", st, "rev", fmt(rev))
     touch(st, ev)
     record(reply, publish, st, rev, known, { "u", tostring(undelivered) }, {})
   end

@@ -71,7 +71,8 @@ for i = 1, #KEYS / 2 do
       if b < cold then buckets[b] = true end
     end
     rebuild(st, ev, buckets, set, del, flat, expired)
-    local rev = redis.call("HINCRBY", st, "rev", 1)
+    local rev = next_rev(tonumber(old["rev"]))
+    redis.call("HSET", st, "rev", fmt(rev))
     touch(st, ev)
     record(reply, publish, st, rev, known, set, del)
   end

@@ -21,7 +21,8 @@ for i = 1, (#KEYS - 1) / 2 do
   if any then
     local set, del = {}, {}
     rebuild(st, ev, buckets, set, del)
-    local rev = redis.call("HINCRBY", st, "rev", 1)
+    local rev = next_rev(tonumber(redis.call("HGET", st, "rev")))
+    redis.call("HSET", st, "rev", fmt(rev))
     touch(st, ev)
     record(reply, publish, st, rev, known, set, del)
   end

@@ -22,6 +22,22 @@ local function fmt(x)
   return s
 end
 
+-- The next revision of an identity's state. A hash that does not exist yet (new, expired or
+-- wiped) starts from Redis's clock, in tenths of a millisecond since the epoch: its revisions are
+-- then higher than any an earlier incarnation of it reached, so copies that followed that one
+-- see a gap and reload instead of ignoring it. Fourteen digits: cjson and HSET write it exactly.
+local fresh_rev = nil
+local function next_rev(current)
+  if current then
+    return current + 1
+  end
+  if not fresh_rev then
+    local t = redis.call("TIME")
+    fresh_rev = tonumber(t[1]) * 10000 + math.floor(tonumber(t[2]) / 100)
+  end
+  return fresh_rev
+end
+
 local function agg_decode(text)
   if not text then
     return { c = 0, s = 0 }

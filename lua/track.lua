@@ -27,11 +27,11 @@ for i = 1, n do
     written = written + 1
     local f = "a:" .. bucket
     local old = redis.call("HMGET", st, "rev", "n", "u", f)
-    local rev = (tonumber(old[1]) or 0) + 1
+    local rev = next_rev(tonumber(old[1]))
     local pending = (tonumber(old[2]) or 0) + 1
     local undelivered = (tonumber(old[3]) or 0) + 1
     local text = agg_encode(agg_add(agg_decode(old[4]), tonumber(raw)))
-    redis.call("HSET", st, "rev", rev, "n", pending, "u", undelivered, f, text)
+    redis.call("HSET", st, "rev", fmt(rev), "n", pending, "u", undelivered, f, text)
     if not old[4] then
       touch(st, ev) -- once per identity and bucket: every other script refreshes the TTL too
     end

@@ -342,13 +342,15 @@ class Delivery:
             self._batches.pop(0)
             dropped = [e for i, e in enumerate(batch.entries) if i in bad]
             rest = [e for i, e in enumerate(batch.entries) if i not in bad]
-            self._drop(dropped, "rejected by Polar (422)", definitive=True)
+            # An earlier attempt that may have reached Polar keeps the drop uncertain.
+            self._drop(dropped, "rejected by Polar (422)", definitive=not batch.maybe_sent)
             if rest:
                 self._batches.insert(0, _split(batch, rest, now))
         elif status in (400, 413, 422):
             self._batches.pop(0)
             if len(batch.entries) == 1:
-                self._drop(batch.entries, f"rejected by Polar ({status})", definitive=True)
+                reason = f"rejected by Polar ({status})"
+                self._drop(batch.entries, reason, definitive=not batch.maybe_sent)
             else:
                 half = len(batch.entries) // 2
                 for part in (batch.entries[half:], batch.entries[:half]):

@@ -141,6 +141,15 @@ class Remote:
             self._flush()
         return flow
 
+    def lost(self, customer: Customer) -> None:
+        """The customer's state in Redis has no snapshot although this instance applied one (its
+        keys expired, or Redis was wiped): ask Polar for one again."""
+        flow = self.follow(customer)
+        if flow.applied and flow.step is Step.IDLE:
+            flow.applied = False
+            self._request(flow)
+            self._flush()
+
     def _request(self, flow: CustomerFlow) -> None:
         request_id = f"s{next(self._ids)}"
         payload = {"request_id": request_id, **flow.customer.wire()}

@@ -324,7 +324,11 @@ class Session:
         if reducer is None:
             return None
         mirror = self._follow(customer, reducer.id)
-        if not mirror.loaded or mirror.state.cold_until is None:
+        if not mirror.loaded:
+            return None
+        if mirror.state.cold_until is None:
+            if self.remote is not None:
+                self.remote.lost(customer)  # e.g. its keys expired: ask Polar again
             return None
         if self.remote is not None and not self.remote.follow(customer).applied:
             return None

@@ -14,18 +14,12 @@ conformance report).
 
 from __future__ import annotations
 
-import pytest
-
 from outpost_core import SCRIPT_TEXT
 from outpost_core import _keys as keys
 from tests.conformance.test_model import REDUCERS, machine_for
 from tests.support.redis_server import RedisServer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="revisions restart at 1 after an identity expires; copies ahead of it ignore it",
-)
 def test_a_copy_follows_an_identity_recreated_after_it_expired(
     redis_server: RedisServer,
 ) -> None:

@@ -522,3 +522,15 @@ def test_outbox_entry_shape() -> None:
         (ST1,),
     )
     assert math.isfinite(DeliverySettings().linger)
+
+
+def test_a_refusal_after_an_uncertain_attempt_keeps_the_event_counting() -> None:
+    # The first attempt may have reached Polar (it timed out); a later 422 for the same event
+    # cannot prove Polar does not hold it, so it is settled as acknowledged, not confirmed.
+    loop = Loop(DeliverySettings(max_attempts=5))
+    loop.read("a")
+    loop.post(1.0)
+    loop.report(BatchFailed("read timeout", maybe_sent=True))
+    loop.post(10.0)
+    loop.report(BatchAnswered(422, b'{"detail": [{"loc": ["body", "events", 0, "name"]}]}'))
+    assert [a.script for a in loop.work(2) if isinstance(a, SettleScript)] == ["acknowledge"]

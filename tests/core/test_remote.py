@@ -21,6 +21,7 @@ from outpost_core import (
     Session,
     Settings,
     StoreConfiguration,
+    SubscriberRestarted,
     Tick,
     UnknownMeter,
     UsageError,
@@ -675,3 +676,23 @@ def test_closing_a_session_without_a_link_does_nothing() -> None:
     session = Session()
     session.handle(Closing())
     assert session.effects() == []
+
+
+def test_a_state_that_lost_its_snapshot_asks_polar_again() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listed = listing(polar.snapshot(None))
+    polar.session.handle(PendingListed(listed.tag, {}))
+    run = applying(polar.effects())
+    polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
+    assert polar.session.read(COUNT, "c1") is not None
+    # The identity's keys expired (or Redis was wiped): a reload finds no snapshot any more.
+    polar.session.handle(SubscriberRestarted())
+    assert polar.effects() == [LoadIdentity(key=state("r-count"))]
+    polar.session.handle(IdentityLoaded(state("r-count"), {"rev": "17962332846298"}))
+    assert polar.session.read(COUNT, "c1") is None
+    [request] = polar.take()
+    assert request["type"] == "snapshot"
+    assert polar.session.read(COUNT, "c1") is None  # asked once, not on every read
+    assert polar.take() == []

@@ -49,15 +49,45 @@ def pairs(flat: Sequence[str]) -> dict[str, str]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
+FRESH = 10**12
+"""Revisions from here up are Redis-clock based: what a hash that did not exist starts from."""
+_bases: dict[str, int] = {}
+
+
+def reset_revisions() -> None:
+    _bases.clear()
+
+
+def relative(key: str, rev: int) -> int:
+    """A hash's revision counted from its first one (which reads as 1), as these tests state
+    them; revisions of hashes a test wrote itself, below ``FRESH``, are left as they are."""
+    if rev < FRESH:
+        return rev
+    return rev - _bases.setdefault(key, rev) + 1
+
+
+def absolute(key: str, rev: int) -> int:
+    """The inverse of :func:`relative`, for the revision a caller says it holds."""
+    return rev + _bases[key] - 1 if key in _bases and rev > 0 else rev
+
+
 def changes(reply: Any) -> list[dict[str, Any]]:
-    """The changes of a reply or message, with empty ``{}`` lists read as lists."""
+    """The changes of a reply or message, with empty ``{}`` lists read as lists and revisions
+    read as :func:`relative` ones."""
     obj = json.loads(reply)
     out = []
     for change in as_list(obj["c"]):
         change = dict(change)
+        change["r"] = relative(change["k"], change["r"])
         for name in ("s", "d"):
             if name in change:
                 change[name] = as_list(change[name])
+        if change.get("full") and "s" in change:
+            flat = list(change["s"])
+            for i in range(0, len(flat), 2):
+                if flat[i] == "rev":
+                    flat[i + 1] = str(relative(change["k"], int(flat[i + 1])))
+            change["s"] = flat
         out.append(change)
     return out
 
@@ -70,6 +100,11 @@ class Scripts:
     def run(self, name: str, keys_: Sequence[str], args: Sequence[Any]) -> str:
         reply = self._scripts[name](keys=list(keys_), args=list(args))
         assert isinstance(reply, bytes)
+        for key in keys_:  # note where each new hash's revisions start
+            if key != OUTBOX and not key.endswith(":ev"):
+                rev = self.client.hget(key, "rev")
+                if rev is not None:
+                    relative(key, int(rev))
         return reply.decode("utf-8")
 
     def track(
@@ -96,7 +131,7 @@ class Scripts:
             json.dumps(states),
         ]
         for reducer_id, value in values.items():
-            args += [known.get(reducer_id, -1), value]
+            args += [absolute(state_key(reducer_id), known.get(reducer_id, -1)), value]
         return self.run("track", keys_, args)
 
     def settle(
@@ -115,7 +150,7 @@ class Scripts:
         args: list[Any] = [CHANNEL, group, now, len(ids), *ids]
         for reducer_id, names in fields.items():
             keys_ += [state_key(reducer_id), events_key(reducer_id)]
-            args += [known.get(reducer_id, -1), len(names), *names]
+            args += [absolute(state_key(reducer_id), known.get(reducer_id, -1)), len(names), *names]
         return self.run(script, keys_, args)
 
     def apply_snapshot(
@@ -141,7 +176,8 @@ class Scripts:
         for reducer_id, aggregate in totals.items():
             names = counted.get(reducer_id, [])
             keys_ += [state_key(reducer_id), events_key(reducer_id)]
-            args += [known.get(reducer_id, -1), aggregate.encode(), len(names), *names]
+            known_rev = absolute(state_key(reducer_id), known.get(reducer_id, -1))
+            args += [known_rev, aggregate.encode(), len(names), *names]
         return self.run("apply_snapshot", keys_, args)
 
     # -- reading Redis ----------------------------------------------------------------------------
@@ -151,7 +187,11 @@ class Scripts:
         return {k.decode(): v.decode() for k, v in raw.items()}
 
     def state(self, reducer_id: str) -> dict[str, str]:
-        return self.hash(state_key(reducer_id))
+        key = state_key(reducer_id)
+        fields = self.hash(key)
+        if "rev" in fields:
+            fields["rev"] = str(relative(key, int(fields["rev"])))
+        return fields
 
     def events(self, reducer_id: str) -> dict[str, str]:
         return self.hash(events_key(reducer_id))

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.lua._scripts import CHANNEL, Channel, Scripts
+from tests.lua._scripts import CHANNEL, Channel, Scripts, reset_revisions
 from tests.support.redis_server import RedisServer, running
 
 
@@ -21,6 +21,7 @@ def lua_server() -> Iterator[RedisServer]:
 def client(lua_server: RedisServer) -> Iterator[redis.Redis]:
     client = redis.Redis(port=lua_server.port, socket_timeout=10)
     client.flushall()
+    reset_revisions()
     yield client
     client.close()
 

@@ -116,16 +116,35 @@ def test_multiple_identities(scripts: Scripts, channel: Channel, client: redis.R
     reply = scripts.track("e1", {"r1": 3, "r2": 4}, known={"r1": 0, "r2": 1})
     got = changes(reply)
     assert [(c["k"], c["r"]) for c in got] == [(state_key("r1"), 1), (state_key("r2"), 2)]
-    assert got[0]["s"] == [f"a:{BUCKET}", "1 3 3 3", "n", "1", "u", "1"]
+    # r1 did not exist: it starts from Redis's clock, not from the caller's revision 0, so the
+    # caller gets the whole new state; r2's caller held the previous revision: a delta.
+    assert got[0].get("full") == 1
+    assert pairs(got[0]["s"]) == {"rev": "1", f"a:{BUCKET}": "1 3 3 3", "n": "1", "u": "1"}
     assert got[1]["s"] == [f"a:{BUCKET}", "2 5 1 4", "n", "2", "u", "2"]
     [published] = channel.published()
-    assert changes(published) == got  # both callers held the previous revision: deltas
+    deltas = changes(published)
+    assert deltas[1] == got[1]
+    assert deltas[0]["s"] == [f"a:{BUCKET}", "1 3 3 3", "n", "1", "u", "1"]
     entries = outbox(client)
     assert len(entries) == 2
     assert json.loads(entries[1]["k"]) == [state_key("r1"), state_key("r2")]
     assert entries[1]["f"] == field(BUCKET, "e1")
     for reducer_id in ("r1", "r2"):
         scripts.check(reducer_id)
+
+
+def test_a_new_hash_starts_above_any_earlier_incarnation(
+    scripts: Scripts, client: redis.Redis
+) -> None:
+    scripts.track("e1", {"r1": 1})
+    first = int(client.hget(state_key("r1"), "rev") or 0)
+    seconds, micros = client.time()
+    assert abs(first - (seconds * 10_000 + micros // 100)) < 10_000 * 60  # Redis's clock
+    assert len(str(first)) == 14  # written exactly by cjson and HSET
+    client.delete(state_key("r1"), events_key("r1"))  # expired, or wiped
+    scripts.track("e2", {"r1": 1})
+    again = int(client.hget(state_key("r1"), "rev") or 0)
+    assert again > first  # a copy that followed the old one sees a gap and reloads
 
 
 def test_an_event_no_identity_counts_is_only_queued(
