@@ -8,6 +8,7 @@ input means lives in the core.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -210,6 +211,7 @@ class AsyncOutpost:
         self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
         self._lock = CoreLock()
         self._signal = Signal()
+        self._echoes = Echoes()
         self._workers: list[Worker] = []
         self._started = False
         self._closed = False
@@ -422,6 +424,7 @@ class AsyncOutpost:
             with self._lock:
                 run = self._core.track(**arguments)
         reply = await self._script(run)
+        self._echoes.expect(reply)
         with self._lock:
             self._core.handle(ScriptReplied(reply))
             effects = self._core.effects()
@@ -670,6 +673,8 @@ class AsyncOutpost:
                 await pubsub.ssubscribe(*self._channels)
                 while not self._closed:
                     message = await pubsub.get_message(timeout=_POLL)
+                    if message is not None and self._echoes.seen(message.get("data")):
+                        continue  # this instance's own change, already applied from the reply
                     with self._lock:
                         if message is not None:
                             self._take(message)
@@ -836,6 +841,35 @@ class AsyncOutpost:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
+
+
+class Echoes:
+    """The replies of this instance's own scripts, to recognise their echo on the channel.
+
+    A script publishes its change and replies with the very same text when the caller held the
+    previous revision of every identity; such a reply was applied in full, so its echo carries
+    nothing new and the subscriber skips it without parsing it or taking the core's lock.
+    Bounded: an echo that never comes (the subscription was down) is forgotten in time.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        # OrderedDict: each operation used here is one atomic call, safe across threads.
+        self._expected: collections.OrderedDict[bytes | str, None] = collections.OrderedDict()
+        self._size = size
+
+    def expect(self, reply: Any) -> None:
+        if isinstance(reply, bytes | str):
+            self._expected[reply] = None
+            if len(self._expected) > self._size:
+                with contextlib.suppress(KeyError):
+                    self._expected.popitem(last=False)
+
+    def seen(self, data: Any) -> bool:
+        try:
+            del self._expected[data]
+        except (KeyError, TypeError):
+            return False
+        return True
 
 
 def _text(value: Any) -> str:

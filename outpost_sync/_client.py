@@ -9,6 +9,7 @@ input means lives in the core.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -211,6 +212,7 @@ class Outpost:
         self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
         self._lock = CoreLock()
         self._signal = Signal()
+        self._echoes = Echoes()
         self._workers: list[Worker] = []
         self._started = False
         self._closed = False
@@ -423,6 +425,7 @@ class Outpost:
             with self._lock:
                 run = self._core.track(**arguments)
         reply = self._script(run)
+        self._echoes.expect(reply)
         with self._lock:
             self._core.handle(ScriptReplied(reply))
             effects = self._core.effects()
@@ -671,6 +674,8 @@ class Outpost:
                 pubsub.ssubscribe(*self._channels)
                 while not self._closed:
                     message = pubsub.get_message(timeout=_POLL)
+                    if message is not None and self._echoes.seen(message.get("data")):
+                        continue  # this instance's own change, already applied from the reply
                     with self._lock:
                         if message is not None:
                             self._take(message)
@@ -837,6 +842,35 @@ class Outpost:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
+
+
+class Echoes:
+    """The replies of this instance's own scripts, to recognise their echo on the channel.
+
+    A script publishes its change and replies with the very same text when the caller held the
+    previous revision of every identity; such a reply was applied in full, so its echo carries
+    nothing new and the subscriber skips it without parsing it or taking the core's lock.
+    Bounded: an echo that never comes (the subscription was down) is forgotten in time.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        # OrderedDict: each operation used here is one atomic call, safe across threads.
+        self._expected: collections.OrderedDict[bytes | str, None] = collections.OrderedDict()
+        self._size = size
+
+    def expect(self, reply: Any) -> None:
+        if isinstance(reply, bytes | str):
+            self._expected[reply] = None
+            if len(self._expected) > self._size:
+                with contextlib.suppress(KeyError):
+                    self._expected.popitem(last=False)
+
+    def seen(self, data: Any) -> bool:
+        try:
+            del self._expected[data]
+        except (KeyError, TypeError):
+            return False
+        return True
 
 
 def _text(value: Any) -> str:
