@@ -87,6 +87,7 @@ from outpost_core._delivery import (
     SettleScript,
     Sleep,
     retry_after,
+    with_known_revs,
 )
 from outpost_core._effects import CloseConnection, ListPending, OpenConnection, SendBytes
 from outpost_core._inputs import (
@@ -198,6 +199,7 @@ class AsyncOutpost:
         self._on_dropped = on_dropped
         self._deliveries: list[Delivery] = []
         self._flushing = 0
+        self._settling = 0  # settle scripts running: a flush waits for their replies too
         self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._http: httpx.AsyncClient | None = None
         self._telemetry = Telemetry(
@@ -280,7 +282,7 @@ class AsyncOutpost:
         try:
             while True:
                 version = self._signal.version
-                if await self._outbox_settled(marks):
+                if not self._settling and await self._outbox_settled(marks):
                     return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -740,9 +742,19 @@ class AsyncOutpost:
         if isinstance(action, PostBatch):
             return await self._post(action)
         if isinstance(action, SettleScript):
-            reply = await self._scripts[action.script](keys=action.keys, args=action.args)
+            # Told which revisions this instance holds, the script replies with what changed, so
+            # this instance's copies (and a flush() waiting on them) see it at once.
             with self._lock:
-                self._core.handle(ScriptReplied(reply))
+                action = with_known_revs(action, self._core.known_rev)
+            self._settling += 1
+            try:
+                reply = await self._scripts[action.script](keys=action.keys, args=action.args)
+                with self._lock:
+                    self._core.handle(ScriptReplied(reply))
+                    effects = self._core.effects()
+                await self._run(effects)
+            finally:
+                self._settling -= 1
             return Settled(reply)
         if isinstance(action, ReportDropped):
             if self._on_dropped is None:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import email.utils
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -440,6 +440,17 @@ def _settle_call(
         keys += (state, _keys.events_key(state))
         args += ("-1", str(len(names)), *names)
     return SettleScript(script=script, keys=tuple(keys), args=tuple(args))
+
+
+def with_known_revs(action: SettleScript, known: Callable[[str], int]) -> SettleScript:
+    """The same call, telling the script which revision this instance holds of each identity,
+    so that its reply updates this instance's copies at once (``known`` gives -1 for none)."""
+    args = list(action.args)
+    pos = 4 + int(args[3])
+    for state in action.keys[1::2]:
+        args[pos] = str(known(state))
+        pos += 2 + int(args[pos + 1])
+    return attrs.evolve(action, args=tuple(args))
 
 
 def _by_stream(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:

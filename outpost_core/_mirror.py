@@ -105,7 +105,10 @@ class Mirror:
         """Install a loaded hash, then the held changes; ``False`` when a gap remains."""
         rev = _int(fields.get("rev")) or 0
         held, self.held = sorted(self.held, key=lambda c: c.rev), []
-        if not self.loaded or rev >= self.rev:
+        # A load older than the copy is a read that crossed this instance's own newer writes:
+        # the copy is consistent up to its revision, so keep it (the held changes follow). Only a
+        # hash that is gone (expired, wiped: no revision at all) replaces a newer copy.
+        if rev >= self.rev or rev == 0:
             self.fields = dict(fields)
             self.rev = rev
             self._state = None

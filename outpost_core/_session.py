@@ -392,6 +392,7 @@ class Session:
     # -- keeping copies current ---------------------------------------------------------------
 
     def _load(self, mirror: Mirror) -> None:
+        self.log.debug("outpost loads %s (copy at revision %d)", mirror.key, mirror.rev)
         self._retry_at.pop(mirror.key, None)
         self._effects.append(LoadIdentity(key=mirror.key))
 
@@ -423,6 +424,7 @@ class Session:
                 self._reject("state", f"{key}: field that is not UTF-8 text")
                 continue
             text[name_s] = value_s
+        self.log.debug("outpost loaded %s at revision %s", key, text.get("rev"))
         if not mirror.loaded_with(text):
             self._load(mirror)
         for problem in mirror.state.problems:

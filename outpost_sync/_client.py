@@ -75,6 +75,7 @@ from outpost_core._delivery import (
     SettleScript,
     Sleep,
     retry_after,
+    with_known_revs,
 )
 from outpost_core._effects import CloseConnection, ListPending, OpenConnection, SendBytes
 from outpost_core._inputs import (
@@ -199,6 +200,7 @@ class Outpost:
         self._on_dropped = on_dropped
         self._deliveries: list[Delivery] = []
         self._flushing = 0
+        self._settling = 0  # settle scripts running: a flush waits for their replies too
         self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._http: httpx.Client | None = None
         self._telemetry = Telemetry(
@@ -281,7 +283,7 @@ class Outpost:
         try:
             while True:
                 version = self._signal.version
-                if self._outbox_settled(marks):
+                if not self._settling and self._outbox_settled(marks):
                     return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -741,9 +743,19 @@ class Outpost:
         if isinstance(action, PostBatch):
             return self._post(action)
         if isinstance(action, SettleScript):
-            reply = self._scripts[action.script](keys=action.keys, args=action.args)
+            # Told which revisions this instance holds, the script replies with what changed, so
+            # this instance's copies (and a flush() waiting on them) see it at once.
             with self._lock:
-                self._core.handle(ScriptReplied(reply))
+                action = with_known_revs(action, self._core.known_rev)
+            self._settling += 1
+            try:
+                reply = self._scripts[action.script](keys=action.keys, args=action.args)
+                with self._lock:
+                    self._core.handle(ScriptReplied(reply))
+                    effects = self._core.effects()
+                self._run(effects)
+            finally:
+                self._settling -= 1
             return Settled(reply)
         if isinstance(action, ReportDropped):
             if self._on_dropped is None:

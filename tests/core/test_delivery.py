@@ -534,3 +534,21 @@ def test_a_refusal_after_an_uncertain_attempt_keeps_the_event_counting() -> None
     loop.post(10.0)
     loop.report(BatchAnswered(422, b'{"detail": [{"loc": ["body", "events", 0, "name"]}]}'))
     assert [a.script for a in loop.work(2) if isinstance(a, SettleScript)] == ["acknowledge"]
+
+
+def test_settling_can_tell_the_script_which_revisions_are_held() -> None:
+    from outpost_core._delivery import with_known_revs
+
+    action = SettleScript(
+        script="acknowledge",
+        keys=(STREAM, "s1", "s1:ev", "s2", "s2:ev"),
+        args=("ch", GROUP, "7", "2", "1-a", "1-b", "-1", "2", "f1", "f2", "-1", "1", "f3"),
+    )
+    revs = {"s1": 12, "s2": -1}
+    told = with_known_revs(action, revs.__getitem__)
+    assert told.args == (
+        *("ch", GROUP, "7", "2", "1-a", "1-b"),
+        *("12", "2", "f1", "f2"),
+        *("-1", "1", "f3"),
+    )
+    assert (told.script, told.keys) == (action.script, action.keys)

@@ -159,12 +159,21 @@ def test_a_load_older_than_a_loaded_copy_is_not_installed() -> None:
     assert (m.rev, m.fields) == (9, {"rev": "9", "n": "9"})
 
 
-def test_an_unloaded_copy_takes_whatever_the_load_says() -> None:
-    # Redis may have lost the hash (a restart without persistence): revisions start again.
+def test_an_older_load_never_rolls_a_copy_back() -> None:
+    # The read crossed this instance's own newer write: the copy stays, the held change follows.
     m = loaded(50, n="50")
     m.unload()
+    m.offer(Change(key="s1", rev=51, set=(("n", "51"),)))
     assert m.loaded_with({"rev": "2", "n": "2"})
-    assert (m.rev, m.fields["n"], m.loaded) == (2, "2", True)
+    assert (m.rev, m.fields["n"], m.loaded) == (51, "51", True)
+
+
+def test_a_hash_that_is_gone_replaces_the_copy() -> None:
+    # Expired or wiped: no revision at all. (Written again, it starts from Redis's clock.)
+    m = loaded(50, n="50")
+    m.unload()
+    assert m.loaded_with({})
+    assert (m.rev, m.fields, m.loaded) == (0, {}, True)
 
 
 @pytest.mark.parametrize("fields", [{}, {"rev": "x"}, {"rev": ""}])
