@@ -72,6 +72,17 @@ async def sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
+def close_at_exit(client: Any) -> Callable[[], None] | None:
+    """Nothing: no event loop runs once the interpreter exits, so an async instance is closed by
+    ``async with`` or the application's shutdown hook (FastAPI's lifespan). Its queued events
+    are delivered by the next instance otherwise."""
+    return None
+
+
+def forget_at_exit(hook: Callable[[], None] | None) -> None:
+    return None
+
+
 def open_pubsub(client: Redis) -> Any:
     return client.pubsub()
 

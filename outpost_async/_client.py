@@ -31,7 +31,9 @@ from outpost_async._backend import (
     Stream,
     Worker,
     call_back,
+    close_at_exit,
     close_pubsub,
+    forget_at_exit,
     open_pubsub,
     open_stream,
     sleep,
@@ -217,6 +219,7 @@ class AsyncOutpost:
         self._workers: list[Worker] = []
         self._started = False
         self._closed = False
+        self._exit_hook: Callable[[], None] | None = None
         self._subscribed = False
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -241,6 +244,7 @@ class AsyncOutpost:
                 return
             self._started = True
         await self._read_cached_configuration()
+        self._exit_hook = close_at_exit(self)
         self._workers.append(Worker("outpost-subscriber", self._subscribe_forever))
         if self._access_token:
             self._workers.append(Worker("outpost-websocket", self._link_loop))
@@ -296,6 +300,7 @@ class AsyncOutpost:
         Safe to call twice."""
         if self._closed:
             return
+        forget_at_exit(self._exit_hook)
         if self._started and self._deliveries:
             with contextlib.suppress(RedisError, OSError):
                 await self.flush(timeout)

@@ -5,12 +5,14 @@ The twin of ``outpost_async/_backend.py``, with the same names.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import select
 import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +70,30 @@ class Worker:
 
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
+
+
+EXIT_TIMEOUT = 5.0
+"""How long an instance left open flushes when the interpreter exits."""
+
+
+def close_at_exit(client: Any) -> Callable[[], None] | None:
+    """Close ``client`` when the interpreter exits normally (a script's end, a worker's graceful
+    shutdown), so what it queued is delivered now rather than by the next instance. The hook
+    holds the client weakly; :func:`forget_at_exit` removes it once the client is closed."""
+    ref = weakref.ref(client)
+
+    def hook() -> None:
+        instance = ref()
+        if instance is not None:
+            instance.close(EXIT_TIMEOUT)
+
+    atexit.register(hook)
+    return hook
+
+
+def forget_at_exit(hook: Callable[[], None] | None) -> None:
+    if hook is not None:
+        atexit.unregister(hook)
 
 
 def open_pubsub(client: Redis) -> Any:

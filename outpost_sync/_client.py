@@ -93,7 +93,9 @@ from outpost_sync._backend import (
     Stream,
     Worker,
     call_back,
+    close_at_exit,
     close_pubsub,
+    forget_at_exit,
     open_pubsub,
     open_stream,
     sleep,
@@ -218,6 +220,7 @@ class Outpost:
         self._workers: list[Worker] = []
         self._started = False
         self._closed = False
+        self._exit_hook: Callable[[], None] | None = None
         self._subscribed = False
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -242,6 +245,7 @@ class Outpost:
                 return
             self._started = True
         self._read_cached_configuration()
+        self._exit_hook = close_at_exit(self)
         self._workers.append(Worker("outpost-subscriber", self._subscribe_forever))
         if self._access_token:
             self._workers.append(Worker("outpost-websocket", self._link_loop))
@@ -297,6 +301,7 @@ class Outpost:
         Safe to call twice."""
         if self._closed:
             return
+        forget_at_exit(self._exit_hook)
         if self._started and self._deliveries:
             with contextlib.suppress(RedisError, OSError):
                 self.flush(timeout)
