@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from outpost_emulator._auth import DEFAULT_TOKEN
+from outpost_emulator._defaults import DEFAULT_TOKEN
 from tests.support.redis_server import free_port
 
 

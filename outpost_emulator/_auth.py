@@ -6,9 +6,9 @@ from collections.abc import Iterable, Mapping
 
 from starlette.responses import JSONResponse
 
+from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._errors import detail_response
 
-DEFAULT_TOKEN = "polar_oat_local"
 DEFAULT_SCOPES = frozenset(
     {"events:read", "events:write", "meters:read", "meters:write", "customer_meters:read"}
 )

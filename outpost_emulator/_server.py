@@ -27,8 +27,9 @@ from outpost_emulator._admin import (
     op_telemetry,
     op_tokens,
 )
-from outpost_emulator._auth import DEFAULT_SCOPES, DEFAULT_TOKEN
+from outpost_emulator._auth import DEFAULT_SCOPES
 from outpost_emulator._clock import EmulatorClock
+from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._frames import MAX_FRAME_BYTES
 from outpost_emulator._model import JsonObject
 from outpost_emulator._state import Hub, TransportFinder

@@ -12,11 +12,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from outpost_emulator._auth import DEFAULT_SCOPES, DEFAULT_TOKEN, Tokens
+from outpost_emulator._auth import DEFAULT_SCOPES, Tokens
 from outpost_emulator._clock import EmulatorClock
 from outpost_emulator._connections import Connections
 from outpost_emulator._credits import Credits
 from outpost_emulator._customers import CustomerKey, Customers
+from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._faults import Faults
 from outpost_emulator._model import Identity, JsonObject, Meter, Reducer, StoredEvent
 from outpost_emulator._pipeline import Pipeline

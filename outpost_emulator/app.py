@@ -15,8 +15,9 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from outpost_emulator._admin import admin_endpoint
-from outpost_emulator._auth import DEFAULT_SCOPES, DEFAULT_TOKEN
+from outpost_emulator._auth import DEFAULT_SCOPES
 from outpost_emulator._clock import EmulatorClock
+from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._ingest import ingest_endpoint
 from outpost_emulator._meters import customer_meters_endpoint, meter_endpoint, meters_endpoint
 from outpost_emulator._state import Hub

@@ -9,13 +9,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import uvicorn
+from outpost_emulator._defaults import DEFAULT_TOKEN
 
-from outpost_emulator._auth import DEFAULT_TOKEN
-from outpost_emulator._clock import EmulatorClock
-from outpost_emulator._server import transport_finder, uvicorn_config
-from outpost_emulator._state import Hub
-from outpost_emulator.app import create_app
+EXTRA = ("starlette", "uvicorn")  # what the `emulator` extra installs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,12 +42,37 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    missing = _missing(EXTRA)
+    if missing:
+        print(
+            f"outpost {args.command}: {' and '.join(missing)} not installed; they come with the "
+            "emulator extra: pip install 'polar-outpost[emulator]'",
+            file=sys.stderr,
+        )
+        return 2
     if args.command == "demo":
         return _demo(list(args.args))
     return _emulator(args)
 
 
+def _missing(modules: tuple[str, ...]) -> list[str]:
+    missing: list[str] = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
 def _emulator(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from outpost_emulator._clock import EmulatorClock
+    from outpost_emulator._server import transport_finder, uvicorn_config
+    from outpost_emulator._state import Hub
+    from outpost_emulator.app import create_app
+
     if not args.speed >= 1:
         print("outpost emulator: --speed must be >= 1", file=sys.stderr)
         return 2
@@ -78,13 +99,7 @@ def _emulator(args: argparse.Namespace) -> int:
 
 
 def _demo(args: list[str]) -> int:
-    try:
-        module = importlib.import_module("outpost_emulator.demo")
-    except ModuleNotFoundError as exc:
-        if exc.name != "outpost_emulator.demo":
-            raise
-        print("outpost demo: the demo is not available in this build yet.", file=sys.stderr)
-        return 2
+    module = importlib.import_module("outpost_emulator.demo")
     demo_main: Callable[[list[str]], Any] = module.main
     result = demo_main(args)
     return result if isinstance(result, int) else 0

@@ -129,13 +129,21 @@ def test_create_app_is_plain_asgi() -> None:
     assert app.state.hub.tokens.scopes("t")
 
 
-def test_cli_demo_without_a_demo_module(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # `outpost demo` imports the demo lazily; a build without it answers 2 and says why.
-    monkeypatch.setitem(sys.modules, "outpost_emulator.demo", None)
-    assert main(["demo"]) == 2
-    assert "demo" in capsys.readouterr().err
+def test_cli_without_the_emulator_extra_says_what_to_install() -> None:
+    # A plain `pip install polar-outpost` has the `outpost` command but neither Starlette nor
+    # uvicorn: both commands answer 2 with the extra to install, not an import traceback.
+    hide = "import sys; sys.modules['starlette'] = None; sys.modules['uvicorn'] = None"
+    run = "from outpost_emulator.cli import main; raise SystemExit(main(sys.argv[1:]))"
+    for command in ("emulator", "demo"):
+        done = subprocess.run(
+            [sys.executable, "-c", f"{hide}; {run}", command],
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        assert f"outpost {command}: starlette and uvicorn not installed" in done.stderr
+        assert "pip install 'polar-outpost[emulator]'" in done.stderr
 
 
 def test_cli_help() -> None:
