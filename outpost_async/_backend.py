@@ -83,6 +83,12 @@ def forget_at_exit(hook: Callable[[], None] | None) -> None:
     return None
 
 
+def start_afresh_after_fork(client: Any) -> None:
+    """Nothing: an event loop does not survive a fork either; a forked worker builds its own
+    instance in its own loop (uvicorn and gunicorn's async workers do)."""
+    return None
+
+
 def open_pubsub(client: Redis) -> Any:
     return client.pubsub()
 

@@ -37,6 +37,7 @@ from outpost_async._backend import (
     open_pubsub,
     open_stream,
     sleep,
+    start_afresh_after_fork,
 )
 from outpost_async._telemetry import Telemetry
 from outpost_async._traces import Traces
@@ -164,6 +165,8 @@ class AsyncOutpost:
     ) -> None:
         if max_in_flight < 1:
             raise UsageError("max_in_flight must be at least 1")
+        # What a forked child starts afresh from (the parameters only: nothing else is bound yet).
+        self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self._log = logger or logging.getLogger("outpost")
         self._owns_redis = redis is None
         if redis is None:
@@ -245,6 +248,7 @@ class AsyncOutpost:
             self._started = True
         await self._read_cached_configuration()
         self._exit_hook = close_at_exit(self)
+        start_afresh_after_fork(self)
         self._workers.append(Worker("outpost-subscriber", self._subscribe_forever))
         if self._access_token:
             self._workers.append(Worker("outpost-websocket", self._link_loop))
@@ -316,6 +320,13 @@ class AsyncOutpost:
         if self._owns_redis:
             await self._redis.aclose()
         self._traces.close()
+
+    def _after_fork(self) -> None:
+        """In a forked child (gunicorn --preload, uWSGI): the parent's threads are gone and its
+        locks, sockets and copies are not this process's. Start afresh on the next call, as an
+        instance built here would."""
+        if self._started and not self._closed:
+            AsyncOutpost.__init__(self, **self._arguments)
 
     @property
     def delivery_stalled(self) -> str | None:

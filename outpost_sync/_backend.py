@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import select
 import socket
 import ssl
@@ -94,6 +95,20 @@ def close_at_exit(client: Any) -> Callable[[], None] | None:
 def forget_at_exit(hook: Callable[[], None] | None) -> None:
     if hook is not None:
         atexit.unregister(hook)
+
+
+def start_afresh_after_fork(client: Any) -> None:
+    """Have a forked child rebuild ``client`` (its ``_after_fork``): threads do not survive a
+    fork, so a child left with the parent's started instance would neither follow changes nor
+    deliver. Held weakly; a hook cannot be removed, and one for a closed client does nothing."""
+    ref = weakref.ref(client)
+
+    def hook() -> None:
+        instance = ref()
+        if instance is not None:
+            instance._after_fork()
+
+    os.register_at_fork(after_in_child=hook)
 
 
 def open_pubsub(client: Redis) -> Any:

@@ -99,6 +99,7 @@ from outpost_sync._backend import (
     open_pubsub,
     open_stream,
     sleep,
+    start_afresh_after_fork,
 )
 from outpost_sync._telemetry import Telemetry
 from outpost_sync._traces import Traces
@@ -165,6 +166,8 @@ class Outpost:
     ) -> None:
         if max_in_flight < 1:
             raise UsageError("max_in_flight must be at least 1")
+        # What a forked child starts afresh from (the parameters only: nothing else is bound yet).
+        self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self._log = logger or logging.getLogger("outpost")
         self._owns_redis = redis is None
         if redis is None:
@@ -246,6 +249,7 @@ class Outpost:
             self._started = True
         self._read_cached_configuration()
         self._exit_hook = close_at_exit(self)
+        start_afresh_after_fork(self)
         self._workers.append(Worker("outpost-subscriber", self._subscribe_forever))
         if self._access_token:
             self._workers.append(Worker("outpost-websocket", self._link_loop))
@@ -317,6 +321,13 @@ class Outpost:
         if self._owns_redis:
             self._redis.close()
         self._traces.close()
+
+    def _after_fork(self) -> None:
+        """In a forked child (gunicorn --preload, uWSGI): the parent's threads are gone and its
+        locks, sockets and copies are not this process's. Start afresh on the next call, as an
+        instance built here would."""
+        if self._started and not self._closed:
+            Outpost.__init__(self, **self._arguments)
 
     @property
     def delivery_stalled(self) -> str | None:
