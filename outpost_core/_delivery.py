@@ -26,11 +26,13 @@ A failed attempt changes nothing in Redis. A 422 that names its bad events split
 named events are dropped and the rest go again at once. A 400, 413 or a 422 without usable
 locations bisects the batch until the bad event stands alone. Only a delivery Polar received and
 failed (a 5xx other than 502/503/504), or one that may have reached it (a timeout, a reset),
-uses an attempt. When Polar cannot take the batch at all (429, 502, 503, 504, or unreachable),
-the loop waits (Retry-After, else exponential backoff with jitter up to a minute) and tries again
-for as long as it takes: an outage delays events, it never drops them. 401, 403 and 404 mean a
-configuration mistake that no retry within this process fixes, but that dropping would make
-permanent: the loop stalls and retries slowly, logging an error each time.
+uses an attempt. When Polar cannot take the batch at all (429, 502, 503, 504, 408, 425, or
+unreachable), or refuses only timestamps it finds in its future (its clock is behind ours), the
+loop waits (Retry-After up to ten minutes, else exponential backoff with jitter up to a minute)
+and tries again for as long as it takes: an outage delays events, it never drops them. Any other
+answer (401, 403, 404, a redirect, 405...) means a token or URL mistake that no retry within
+this process fixes, but that dropping would make permanent: the loop stalls and retries slowly,
+logging an error each time.
 
 Entries another instance read and never settled (it died) are claimed once idle for
 ``claim_idle`` seconds; a loop refreshes the claim on its own entries before each attempt so a
@@ -68,6 +70,9 @@ class DeliverySettings:
     """Appended to the change channels, as ``Settings.channel_namespace``."""
     read_block: float = 0.5
     """Longest a read blocks: a flush waits at most this long to be noticed."""
+    flush_block: float = 0.01
+    """How long a read blocks while flushing: short, but never zero (a read that returns at once
+    would spin while the last entries are held by another loop or instance)."""
 
     def __attrs_post_init__(self) -> None:
         if self.batch_size < 1 or self.max_attempts < 1:
@@ -201,6 +206,9 @@ _ANSWERS: dict[type, type | tuple[type, ...]] = {
 }
 
 
+RETRY_AFTER_CAP = 600.0
+"""Longest wait a Retry-After may ask for (an absurd one would park a batch for ever)."""
+
 UNAVAILABLE = (502, 503, 504)
 """Polar (or its proxy) is down: wait, without using an attempt."""
 
@@ -277,7 +285,9 @@ class Delivery:
             return ReadOutbox(
                 count=s.batch_size - len(self._buffer), block=min(due - now, s.read_block)
             )
-        return ReadOutbox(count=s.batch_size, block=0 if self.flushing else s.read_block)
+        return ReadOutbox(
+            count=s.batch_size, block=s.flush_block if self.flushing else s.read_block
+        )
 
     @property
     def idle(self) -> bool:
@@ -338,6 +348,10 @@ class Delivery:
             self.stalled = None
             self.delivered += len(batch.entries)
             self._settle(batch.entries, "acknowledge")
+        elif status == 422 and _only_early(outcome.body):
+            # Polar's clock is behind this machine's: the events become valid in a moment.
+            self.stalled = "Polar refused timestamps in its future: this machine's clock is ahead"
+            self._wait(batch, now, None)
         elif status == 422 and (bad := _bad_indexes(outcome.body, len(batch.entries))):
             self._batches.pop(0)
             dropped = [e for i, e in enumerate(batch.entries) if i in bad]
@@ -355,17 +369,18 @@ class Delivery:
                 half = len(batch.entries) // 2
                 for part in (batch.entries[half:], batch.entries[:half]):
                     self._batches.insert(0, _split(batch, part, now))
-        elif status in (401, 403, 404):
-            self.stalled = f"Polar answered {status}: check the access token and server URL"
-            batch.not_before = now + self.settings.stall_delay
-            batch.refreshed = False
         elif status == 429:
             self.rate_limited += 1
             self._wait(batch, now, outcome.retry_after)
-        elif status in UNAVAILABLE:
-            self._wait(batch, now, outcome.retry_after)
-        else:
+        elif status in UNAVAILABLE or status in (408, 425):
+            self._wait(batch, now, outcome.retry_after)  # 408, 425: it was not processed
+        elif 500 <= status < 600:
             self._retry(batch, f"Polar answered {status}", now, outcome.retry_after, False)
+        else:
+            # 401, 403, 404, a redirect, 405...: a token or URL mistake, not the events' fault.
+            self.stalled = f"Polar answered {status}: check the access token and server URL"
+            batch.not_before = now + self.settings.stall_delay
+            batch.refreshed = False
 
     def _failed(self, outcome: BatchFailed, now: float) -> None:
         if outcome.maybe_sent:
@@ -484,7 +499,7 @@ def _entry(stream: object, entry_id: object, fields: Mapping[Any, Any]) -> Outbo
     try:
         event = json.loads(item)
         state_list = json.loads(states)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
         return None
     if not isinstance(event, dict) or not isinstance(state_list, list):
         return None
@@ -495,13 +510,32 @@ def _entry(stream: object, entry_id: object, fields: Mapping[Any, Any]) -> Outbo
     )
 
 
-def _bad_indexes(body: bytes, size: int) -> set[int]:
-    """The events a 422 points at (``loc = ["body", "events", i, ...]``); empty if unclear."""
+def _details(body: bytes) -> list[Any]:
+    """The ``detail`` list of an error body; empty if there is none."""
     try:
         detail = json.loads(body).get("detail")
-    except (ValueError, AttributeError):
-        return set()
-    if not isinstance(detail, list) or not detail:
+    except (ValueError, RecursionError, AttributeError):
+        return []
+    return detail if isinstance(detail, list) else []
+
+
+def _only_early(body: bytes) -> bool:
+    """Whether every error of a 422 is a timestamp Polar finds in its future (its clock is
+    behind ours: retrying soon succeeds, dropping would lose billable events)."""
+    detail = _details(body)
+    return bool(detail) and all(
+        isinstance(item, dict)
+        and isinstance(item.get("loc"), list)
+        and item["loc"][-1:] == ["timestamp"]
+        and "must be in the past" in str(item.get("msg", ""))
+        for item in detail
+    )
+
+
+def _bad_indexes(body: bytes, size: int) -> set[int]:
+    """The events a 422 points at (``loc = ["body", "events", i, ...]``); empty if unclear."""
+    detail = _details(body)
+    if not detail:
         return set()
     bad: set[int] = set()
     for item in detail:
@@ -525,7 +559,7 @@ def retry_after(header: str | None, wall_us: int) -> float | None:
         return None
     text = header.strip()
     if text.isascii() and text.isdigit():
-        return float(text)
+        return min(float(text), RETRY_AFTER_CAP)
     try:
         moment = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):
@@ -533,4 +567,4 @@ def retry_after(header: str | None, wall_us: int) -> float | None:
     if moment.tzinfo is None:
         return None
     waited: float = moment.timestamp() - wall_us / 1e6
-    return max(0.0, waited)
+    return min(max(0.0, waited), RETRY_AFTER_CAP)

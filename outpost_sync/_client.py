@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpx
 from redis import Redis
@@ -107,6 +107,12 @@ from outpost_sync._traces import Traces
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
 _POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadlines again
+_T = TypeVar("_T")
+_NOTHING_DONE: dict[type, Outcome] = {
+    ReadOutbox: OutboxRead([]),
+    ClaimStale: OutboxRead([]),
+    SettleScript: Settled(None),
+}
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
 _USER_AGENT = "outpost-python/0.1.0"
 DroppedCallback = Callable[[list[dict[str, Any]], str], Any]
@@ -717,7 +723,7 @@ class Outpost:
 
     def _delivery_loop(self, delivery: Delivery) -> Callable[[], Any]:
         def loop() -> None:
-            self._create_groups()
+            self._retrying(self._create_groups, None)  # Redis may be down at start
             while not self._closed:
                 delivery.flushing = self._flushing > 0
                 action = delivery.poll(time.monotonic())
@@ -729,17 +735,26 @@ class Outpost:
         return loop
 
     def _act(self, action: Action) -> Outcome:
-        """Do one delivery action. Redis failures are retried here until they succeed (or the
-        instance closes): settling must not be skipped, and a read can simply wait."""
+        """Do one delivery action. Redis failures are retried until they succeed (or the instance
+        closes): settling must not be skipped, and a read can simply wait."""
+        return self._retrying(
+            lambda: self._act_once(action), _NOTHING_DONE.get(type(action), Done())
+        )
+
+    def _retrying(self, call: Callable[[], _T], closing: _T) -> _T:
+        """``call()`` until Redis answers; ``closing`` (nothing done, the work stays queued in
+        Redis) once the instance is closing."""
         backoff = 0.05
         while True:
             try:
-                return self._act_once(action)
+                return call()
             except (RedisError, OSError) as exc:
                 if self._closed:
-                    return OutboxRead([]) if isinstance(action, ReadOutbox) else Done()
+                    return closing
                 if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
-                    self._create_groups()  # Redis lost its data (restart without AOF)
+                    # Redis lost its data (restart without AOF); a failure here is retried too.
+                    with contextlib.suppress(RedisError, OSError):
+                        self._create_groups()
                 else:
                     self._log.warning("outpost delivery: Redis failed (%s); retrying", exc)
                 sleep(backoff)

@@ -192,10 +192,11 @@ def test_a_full_buffer_posts_at_once_and_keeps_the_rest() -> None:
     assert loop.poll(0.3) == PostBatch(body=body("c"), size=1)
 
 
-def test_flushing_posts_without_lingering_and_reads_without_blocking() -> None:
+def test_flushing_posts_without_lingering_and_reads_blocking_briefly() -> None:
     loop = Loop()
     loop.delivery.flushing = True
-    assert loop.poll() == ReadOutbox(count=500, block=0)
+    # Never 0 (no BLOCK at all): a read that returns at once would spin Redis during a flush.
+    assert loop.poll() == ReadOutbox(count=500, block=0.01)
     loop.report(OutboxRead(entries("a")))
     assert loop.poll() == PostBatch(body=body("a"), size=1)
 
@@ -261,6 +262,7 @@ def test_entries_of_several_streams_and_identities_settle_per_stream() -> None:
         (STREAM, "1-x", {b"e": b"{}", b"f": b"0:x", b"k": b"[1]"}),
         (STREAM, "1-x", {b"e": b"\xff", b"f": b"0:x", b"k": b"[]"}),
         (STREAM, "1-x", {1: b"{}", b"f": b"0:x", b"k": b"[]"}),
+        (STREAM, "1-x", {b"e": b"[" * 100_000, b"f": b"0:x", b"k": b"[]"}),  # RecursionError
     ],
 )
 def test_malformed_entries_are_counted_and_removed(bad: tuple[Any, Any, Any]) -> None:
@@ -336,6 +338,7 @@ def test_a_422_that_names_every_event_drops_the_batch() -> None:
         json.dumps({"detail": [{"loc": ["query", "events", 0]}]}).encode(),
         json.dumps({"detail": ["x"]}).encode(),
         json.dumps({"detail": [{"loc": "body"}]}).encode(),
+        b"[" * 100_000,  # nested past the parser's recursion limit
     ],
 )
 def test_a_422_without_usable_locations_bisects(answer: bytes) -> None:
@@ -370,7 +373,45 @@ def test_bisecting_down_to_the_bad_event(status: int) -> None:
     assert loop.post() == PostBatch(body=body("d"), size=1)
 
 
-@pytest.mark.parametrize("status", [401, 403, 404])
+def too_early(*indexes: int, msg: str = "Value error, Timestamp must be in the past.") -> bytes:
+    detail = [{"loc": ["body", "events", i, "timestamp"], "msg": msg} for i in indexes]
+    return json.dumps({"detail": detail}).encode()
+
+
+def test_timestamps_in_polars_future_wait_for_its_clock_and_drop_nothing() -> None:
+    # This machine's clock runs ahead of Polar's: the events are valid a moment later.
+    loop = Loop(DeliverySettings(max_attempts=1, backoff_base=1.0), draw=1.0)
+    loop.read("a", "b")
+    loop.post(1.0)
+    loop.report(BatchAnswered(422, too_early(0, 1)))
+    assert loop.delivery.stalled is not None and "clock is ahead" in loop.delivery.stalled
+    assert loop.poll() == Sleep(2.0)
+    loop.report(Done())
+    assert loop.post(2.0) == PostBatch(body=body("a", "b"), size=2)
+    loop.report(BatchAnswered(200))
+    assert loop.delivery.dropped == 0 and loop.delivery.stalled is None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        too_early(0, msg="Value error, something else"),  # not the clock: a real refusal
+        json.dumps(
+            {"detail": [{"loc": ["body", "events", 0, "name"], "msg": "must be in the past"}]}
+        ).encode(),
+        json.dumps({"detail": [{"loc": "timestamp", "msg": "must be in the past"}]}).encode(),
+    ],
+)
+def test_other_refusals_of_a_timestamp_drop_the_event(answer: bytes) -> None:
+    loop = Loop()
+    loop.read("a")
+    loop.post(1.0)
+    loop.report(BatchAnswered(422, answer))
+    assert isinstance(loop.poll(), ReportDropped)
+    assert loop.delivery.dropped == 1
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 301, 308, 405, 407, 409])
 def test_a_configuration_mistake_stalls_without_using_attempts(status: int) -> None:
     loop = Loop(DeliverySettings(max_attempts=1, stall_delay=30.0))
     loop.read("a")
@@ -462,6 +503,8 @@ def test_a_batch_polar_answered_every_time_is_confirmed_when_dropped() -> None:
         BatchAnswered(502),
         BatchAnswered(503),
         BatchAnswered(504),
+        BatchAnswered(408),  # the request did not arrive whole: nothing was processed
+        BatchAnswered(425),
         BatchFailed("connection refused", maybe_sent=False),
     ],
 )
@@ -502,6 +545,8 @@ def test_an_outage_waits_as_long_as_it_takes_and_drops_nothing(
         ("-5", None),
         ("1.5", None),
         ("", None),
+        ("9" * 400, 600.0),  # absurd waits are capped (this one would parse to infinity)
+        ("Fri, 31 Dec 9999 23:59:59 GMT", 600.0),
     ],
 )
 def test_retry_after(header: str | None, expected: float | None) -> None:

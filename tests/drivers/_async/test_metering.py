@@ -138,3 +138,19 @@ async def test_events_of_a_killed_instance_are_delivered_by_another(
         assert await survivor.flush(30)
     seen = counters(emulator)
     assert (seen["events"], seen["events_duplicate"]) == (1000, 0)
+
+
+@pytest.mark.anyio
+async def test_delivery_starts_once_redis_comes_up(emulator: Emulator) -> None:
+    count_meter(emulator)
+    server = RedisServer()  # a port, no server yet: the instance starts while Redis is down
+    try:
+        async with connect(server, emulator) as a:
+            server.start()
+            for _ in range(5):
+                await a.track("api_call", external_customer_id="c1")
+            assert await a.flush(20)
+        assert counters(emulator)["events"] == 5
+    finally:
+        server.close()
+
