@@ -28,7 +28,7 @@ locations bisects the batch until the bad event stands alone. Only a delivery Po
 failed (a 5xx other than 502/503/504), or one that may have reached it (a timeout, a reset),
 uses an attempt. When Polar cannot take the batch at all (429, 502, 503, 504, 408, 425, or
 unreachable), or refuses only timestamps it finds in its future (its clock is behind ours), the
-loop waits (Retry-After up to ten minutes, else exponential backoff with jitter up to a minute)
+loop waits (Retry-After up to two minutes, else exponential backoff with jitter up to a minute)
 and tries again for as long as it takes: an outage delays events, it never drops them. Any other
 answer (401, 403, 404, a redirect, 405...) means a token or URL mistake that no retry within
 this process fixes, but that dropping would make permanent: the loop stalls and retries slowly,
@@ -206,8 +206,9 @@ _ANSWERS: dict[type, type | tuple[type, ...]] = {
 }
 
 
-RETRY_AFTER_CAP = 600.0
-"""Longest wait a Retry-After may ask for (an absurd one would park a batch for ever)."""
+RETRY_AFTER_CAP = 120.0
+"""Longest wait a Retry-After may ask for: an absurd one would park a batch for ever, and a
+batch's entries must be claimed again (before each attempt) well within ``claim_idle``."""
 
 UNAVAILABLE = (502, 503, 504)
 """Polar (or its proxy) is down: wait, without using an attempt."""
@@ -269,8 +270,10 @@ class Delivery:
             if batch.not_before > now:
                 return Sleep(batch.not_before)
             if not batch.refreshed:
+                # Every entry this loop holds, not only this batch's: the others wait behind it,
+                # and an entry left idle past claim_idle would be claimed and posted again.
                 batch.refreshed = True
-                return RefreshClaim(tuple((e.stream, e.id) for e in batch.entries))
+                return RefreshClaim(tuple((e.stream, e.id) for e in self._held()))
             return PostBatch(body=_body(batch.entries), size=len(batch.entries))
         if now >= self._next_claim:
             self._next_claim = now + s.claim_interval
@@ -293,6 +296,9 @@ class Delivery:
     def idle(self) -> bool:
         """Nothing read and not yet settled."""
         return not (self._buffer or self._batches or self._work)
+
+    def _held(self) -> list[OutboxEntry]:
+        return [e for b in self._batches for e in b.entries] + self._buffer
 
     def _start_batch(self) -> PostBatch | RefreshClaim:
         entries = self._buffer[: self.settings.batch_size]
@@ -325,7 +331,10 @@ class Delivery:
 
     def _read(self, outcome: OutboxRead, now: float) -> None:
         malformed: list[tuple[str, str]] = []
+        held = {(e.stream, e.id) for e in self._held()}
         for stream, entry_id, fields in outcome.entries:
+            if (stream, entry_id) in held:
+                continue  # claimed back while this loop still holds it: it is here already
             entry = _entry(stream, entry_id, fields)
             if entry is None:
                 stream_s, id_s = _text(stream), _text(entry_id)
