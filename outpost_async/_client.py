@@ -354,7 +354,11 @@ class AsyncOutpost:
     @property
     def rejections(self) -> dict[str, int]:
         """How many inputs from peers were rejected, by kind (each was logged)."""
-        return dict(self._core.rejections)
+        counts = dict(self._core.rejections)
+        outbox = sum(d.rejected_entries for d in self._deliveries)
+        if outbox:
+            counts["outbox_entry"] = outbox
+        return counts
 
     # -- track --------------------------------------------------------------------------------
 
@@ -727,7 +731,13 @@ class AsyncOutpost:
                 delivery.flushing = self._flushing > 0
                 action = delivery.poll(time.monotonic())
                 outcome = await self._act(action)
+                rejected = delivery.rejected_entries
                 delivery.handle(outcome, time.monotonic(), self._now_us())
+                if delivery.rejected_entries > rejected:
+                    count = delivery.rejected_entries - rejected
+                    self._log.warning("outpost removed %d unreadable outbox entries", count)
+                if delivery.stalled and isinstance(outcome, BatchAnswered):
+                    self._log.error("outpost delivery is stalled: %s", delivery.stalled)
                 if isinstance(outcome, Settled):
                     self._signal.fire()
 

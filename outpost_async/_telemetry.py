@@ -271,8 +271,12 @@ def _relay_providers(
         OTLPMetricExporter(endpoint=f"{base}/metrics", headers=headers, timeout=10),
         export_interval_millis=interval * 1000,
     )
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
-    tracer_provider = TracerProvider(resource=resource)
+    # close() shuts them down after its last export; OpenTelemetry's own exit hooks would run
+    # first (registered later) and make that export, and the second shutdown, fail.
+    meter_provider = MeterProvider(
+        resource=resource, metric_readers=[reader], shutdown_on_exit=False
+    )
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     tracer_provider.add_span_processor(
         BatchSpanProcessor(
             OTLPSpanExporter(endpoint=f"{base}/traces", headers=headers, timeout=10),

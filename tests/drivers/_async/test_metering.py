@@ -3,13 +3,15 @@ drivers, against the emulator and real Redis."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 import pytest
 
+from outpost_core import _keys
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import connect, count_meter
+from tests.drivers._async._helpers import connect, count_meter, eventually
 from tests.support.redis_server import RedisServer
 from tests.support.track_and_hang import track_then_get_killed
 
@@ -154,3 +156,37 @@ async def test_delivery_starts_once_redis_comes_up(emulator: Emulator) -> None:
     finally:
         server.close()
 
+
+@pytest.mark.anyio
+async def test_an_unreadable_outbox_entry_is_removed_counted_and_logged(
+    redis_server: RedisServer, emulator: Emulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    count_meter(emulator)
+    outbox = _keys.ALL_OUTBOXES[3]
+    redis_server.client().xadd(outbox, {"e": "not json", "f": "0:x", "k": "[]"})
+    with caplog.at_level(logging.WARNING, logger="outpost"):
+        async with connect(redis_server, emulator) as a:
+            await a.track("api_call", external_customer_id="c1")
+            assert await a.flush(20)
+            assert a.rejections == {"outbox_entry": 1}
+    assert "removed 1 unreadable outbox entries" in caplog.text
+    assert redis_server.client().xlen(outbox) == 0
+    assert counters(emulator)["events"] == 1
+
+
+@pytest.mark.anyio
+async def test_a_stalled_delivery_is_logged_as_an_error(
+    redis_server: RedisServer, emulator: Emulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    count_meter(emulator)
+    emulator.fault_ingest_error(401, count=1)
+    with caplog.at_level(logging.ERROR, logger="outpost"):
+        async with connect(redis_server, emulator) as a:
+            await a.track("api_call", external_customer_id="c1")
+
+            async def stalled() -> bool:
+                return a.delivery_stalled is not None
+
+            await eventually(stalled, what="a stalled delivery")
+            await a.close(0.1)
+    assert "outpost delivery is stalled: Polar answered 401" in caplog.text

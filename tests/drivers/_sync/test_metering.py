@@ -4,11 +4,15 @@ drivers, against the emulator and real Redis."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
+import pytest
+
+from outpost_core import _keys
 from outpost_emulator import Emulator
-from tests.drivers._sync._helpers import connect, count_meter
+from tests.drivers._sync._helpers import connect, count_meter, eventually
 from tests.support.redis_server import RedisServer
 from tests.support.track_and_hang import track_then_get_killed
 
@@ -142,3 +146,36 @@ def test_delivery_starts_once_redis_comes_up(emulator: Emulator) -> None:
         assert counters(emulator)["events"] == 5
     finally:
         server.close()
+
+
+def test_an_unreadable_outbox_entry_is_removed_counted_and_logged(
+    redis_server: RedisServer, emulator: Emulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    count_meter(emulator)
+    outbox = _keys.ALL_OUTBOXES[3]
+    redis_server.client().xadd(outbox, {"e": "not json", "f": "0:x", "k": "[]"})
+    with caplog.at_level(logging.WARNING, logger="outpost"):
+        with connect(redis_server, emulator) as a:
+            a.track("api_call", external_customer_id="c1")
+            assert a.flush(20)
+            assert a.rejections == {"outbox_entry": 1}
+    assert "removed 1 unreadable outbox entries" in caplog.text
+    assert redis_server.client().xlen(outbox) == 0
+    assert counters(emulator)["events"] == 1
+
+
+def test_a_stalled_delivery_is_logged_as_an_error(
+    redis_server: RedisServer, emulator: Emulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    count_meter(emulator)
+    emulator.fault_ingest_error(401, count=1)
+    with caplog.at_level(logging.ERROR, logger="outpost"):
+        with connect(redis_server, emulator) as a:
+            a.track("api_call", external_customer_id="c1")
+
+            def stalled() -> bool:
+                return a.delivery_stalled is not None
+
+            eventually(stalled, what="a stalled delivery")
+            a.close(0.1)
+    assert "outpost delivery is stalled: Polar answered 401" in caplog.text
