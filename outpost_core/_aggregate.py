@@ -117,14 +117,14 @@ class Aggregate:
         if not isinstance(obj, dict):
             return None
         count, total, lo, hi = obj.get("count"), obj.get("sum"), obj.get("min"), obj.get("max")
-        if not _is_int(count) or not _is_number(total):
+        if not _is_int(count) or not is_number(total):
             return None
         assert isinstance(count, int) and isinstance(total, int | float)
         if count < 0:
             return None
         if count == 0:
             return EMPTY if lo is None and hi is None and total == 0 else None
-        if not _is_number(lo) or not _is_number(hi):
+        if not is_number(lo) or not is_number(hi):
             return None
         assert isinstance(lo, int | float) and isinstance(hi, int | float)
         if lo > hi:
@@ -139,7 +139,11 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
+    """A finite int or float (not a bool) that converts to a float."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    return math.isfinite(value)
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float (peer input: refuse, not raise)
+        return False

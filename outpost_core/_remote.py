@@ -212,9 +212,17 @@ class Remote:
         cold_until = flow.current.cold_until
         for key, names in fields.items():
             for raw in names:
-                name = raw.decode() if isinstance(raw, bytes) else str(raw)
+                try:
+                    name = raw.decode() if isinstance(raw, bytes) else str(raw)
+                except UnicodeDecodeError:
+                    self._host.reject("state", f"{key}: field that is not UTF-8 text: {raw!r}")
+                    continue
                 bucket, _, event_id = name.partition(":")
-                if bucket.isdigit() and int(bucket) < cold_until and event_id:
+                # ASCII digits only: isdigit() alone passes "²", which int() refuses.
+                if not (bucket.isascii() and bucket.isdigit()) or not event_id:
+                    self._host.reject("state", f"{key}: unreadable field {name!r}")
+                    continue
+                if int(bucket) < cold_until:
                     flow.candidates.setdefault(event_id, []).append(f"{key}\n{name}")
         if not flow.candidates:
             self._apply(flow)

@@ -65,6 +65,10 @@ from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, Usag
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
+MAX_VALUE = 1e300
+"""The largest magnitude track() accepts for a value a reducer counts: Lua sums a bucket's values
+in doubles, and a few values near 1e308 overflow to inf, which no reader accepts."""
+
 
 @attrs.frozen(kw_only=True)
 class Settings:
@@ -266,6 +270,9 @@ class Session:
         customer = customer_of(external_customer_id, customer_id)
         if timestamp_us > now_us:
             raise InvalidEvent("timestamp is in the future; Polar refuses such events")
+        if timestamp_us < 0:
+            # A negative bucket makes events-hash fields ("-3:id") the Lua scripts cannot parse.
+            raise InvalidEvent("timestamp is before 1970; outpost cannot bucket such events")
         event = build_event(
             event_id=event_id,
             name=name,
@@ -283,6 +290,11 @@ class Session:
         meter_ids: list[str] = []
         reducers = self.configuration.reducers
         for reducer_id, value in self.configuration.contributions(event.view()):
+            if abs(value) > MAX_VALUE:
+                raise InvalidEvent(
+                    f"{reducer_id} counts a value of {value!r}; outpost refuses values beyond "
+                    f"±{MAX_VALUE:g} (a bucket's sum of them would overflow)"
+                )
             meter_ids += reducers[reducer_id].meter_ids
             state = _keys.state_key(customer, reducer_id)
             mirror = self._mirrors.get(state)

@@ -9,12 +9,11 @@ while another is in progress waits; a newer one replaces a waiting older one.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping
 
 import attrs
 
-from ._aggregate import Aggregate
+from ._aggregate import Aggregate, is_number
 from ._keys import Customer
 from ._time import BUCKET_US
 
@@ -66,7 +65,7 @@ def parse_snapshot(payload: object) -> Snapshot:
         reducers[str(reducer_id)] = aggregate
     credited: dict[str, float] = {}
     for meter_id, units in raw_credited.items():
-        if isinstance(units, bool) or not isinstance(units, int | float) or not _finite(units):
+        if not is_number(units):
             raise Malformed(f"credited[{meter_id!r}] is not a number")
         credited[str(meter_id)] = float(units)
     return Snapshot(
@@ -78,13 +77,6 @@ def parse_snapshot(payload: object) -> Snapshot:
         reducers=reducers,
         credited=credited,
     )
-
-
-def _finite(value: float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer too large for a float
-        return False
 
 
 def customer_in(payload: Mapping[object, object]) -> Customer:

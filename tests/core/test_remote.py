@@ -549,6 +549,30 @@ def test_bad_frames_are_counted_and_survived(frame: str, kind: str) -> None:
     assert polar.session.connected
 
 
+@pytest.mark.parametrize(
+    "field", [b"\xff\xfe:e1", "\u00b2:e1", "\u00b2:e1".encode(), b"junk", b"-5:e9", f"{COLD}:"]
+)
+def test_unreadable_pending_fields_are_counted_and_skipped(field: bytes | str) -> None:
+    polar = Polar()
+    polar.connect()
+    listed = listing(polar.snapshot(polar.follow()))
+    fields = {events("r-count"): [field, f"{COLD}:e1"], events("r-tokens"): []}
+    polar.session.handle(PendingListed(listed.tag, fields))
+    assert polar.session.rejections == {"state": 1}
+    [question] = polar.take()
+    assert question["payload"]["event_ids"] == ["e1"]
+
+
+def test_a_snapshot_with_an_integer_beyond_floats_is_counted_and_survived() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    huge = {"count": 1, "sum": 10**400, "min": 1, "max": 1}
+    assert polar.snapshot(None, reducers={"r-count": huge}) == []
+    assert polar.session.rejections == {"snapshot": 1}
+    assert polar.session.connected
+
+
 def asking(polar: Polar) -> str:
     """Follow c1, take a snapshot to the counted question; return the question's id."""
     polar.connect()

@@ -395,6 +395,23 @@ def test_track_refuses_a_future_timestamp_but_not_now() -> None:
     assert track(session, timestamp_us=NOW).args[2] == str(BUCKET)
 
 
+def test_track_refuses_a_timestamp_before_1970() -> None:
+    session = configured()
+    with pytest.raises(InvalidEvent, match="before 1970"):
+        track(session, timestamp_us=-1_500_000)
+    assert track(session, timestamp_us=0).args[1:3] == ("0:e1", "0")
+
+
+def test_track_refuses_values_whose_bucket_sums_could_overflow() -> None:
+    session = configured()
+    for tokens in (1e301, -1e301):
+        with pytest.raises(InvalidEvent, match="r-tokens counts a value of"):
+            track(session, metadata={"tokens": tokens})
+    assert track(session, metadata={"tokens": -1e300}).args[7:9] == ("-1", "-1e+300")
+    # A value no reducer counts is not summed anywhere: left for Polar to judge.
+    assert track(session, metadata={"tokens": 1, "other": 1e308}).args[7:9] == ("-1", "1")
+
+
 def test_track_lowercases_customer_ids() -> None:
     run = track(configured(), external_customer_id=None, customer_id=UUID.upper())
     customer = Customer("customer", UUID)
