@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from outpost_sync import Outpost
+from tests.support.track_and_hang import track_events
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,19 +30,8 @@ def track_then_exit(redis_url: str, server_url: str, token: str, count: int) -> 
 
 
 def main() -> None:
-    redis_url, server_url, token, count = sys.argv[1:5]
     # An hour's linger: without the exit hook nothing would be posted before the process ends.
-    outpost = Outpost(
-        access_token=token,
-        server_url=server_url,
-        redis_url=redis_url,
-        linger=3600,
-        batch_size=100_000,
-        telemetry=False,
-    )
-    for n in range(int(count)):
-        outpost.track("api_call", external_customer_id=f"c{n % 7}")
-    sys.stdout.write(f"tracked {count}\n")
+    track_events(*sys.argv[1:5])
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ def track_then_get_killed(redis_url: str, server_url: str, token: str, count: in
     return int(line[1]) if len(line) == 2 and line[0] == "tracked" else 0
 
 
-def main() -> None:
-    redis_url, server_url, token, count = sys.argv[1:5]
+def track_events(redis_url: str, server_url: str, token: str, count: str) -> Outpost:
+    """An instance that posts nothing on its own for an hour (linger), having tracked ``count``
+    events; says so on stdout."""
     outpost = Outpost(
         access_token=token,
         server_url=server_url,
@@ -52,6 +53,11 @@ def main() -> None:
         outpost.track("api_call", external_customer_id=f"c{n % 7}")
     sys.stdout.write(f"tracked {count}\n")
     sys.stdout.flush()
+    return outpost
+
+
+def main() -> None:
+    track_events(*sys.argv[1:5])
     threading.Event().wait()
 
 
