@@ -145,7 +145,10 @@ class Remote:
         """The customer's state in Redis has no snapshot although this instance applied one (its
         keys expired, or Redis was wiped): ask Polar for one again."""
         flow = self.follow(customer)
-        if flow.applied and flow.step is Step.IDLE:
+        # At most one request per REQUEST_TIMEOUT: a Polar whose snapshots keep lacking one of
+        # the customer's reducers must not get a request for every read.
+        recent = flow.requested_at > 0 and self.now - flow.requested_at < REQUEST_TIMEOUT
+        if flow.applied and flow.step is Step.IDLE and not recent:
             flow.applied = False
             self._request(flow)
             self._flush()
