@@ -18,7 +18,8 @@ one batch. Every batch ends in one of two ways, whatever the number of attempts:
 * **dropped**: Polar refused an event for good (a 422 that points at it, or a batch of one that a
   400/413/422 refuses), or ``max_attempts`` failed. ``on_dropped`` hears of it, then the
   ``confirm`` script removes the events from pending everywhere. When an attempt may have reached
-  Polar (a timeout, a reset connection) Polar may hold the events after all: they are settled with
+  Polar (a timeout, a reset connection, a 5xx: Polar may fail after storing) Polar may hold the
+  events after all: they are settled with
   ``acknowledge`` instead, so they keep counting until a snapshot counts them or the pending limit
   passes, which keeps the local balance on the safe side.
 
@@ -384,7 +385,9 @@ class Delivery:
         elif status in UNAVAILABLE or status in (408, 425):
             self._wait(batch, now, outcome.retry_after)  # 408, 425: it was not processed
         elif 500 <= status < 600:
-            self._retry(batch, f"Polar answered {status}", now, outcome.retry_after, False)
+            # Polar may have stored the events before failing: if they end up dropped, they keep
+            # counting (acknowledged) rather than leave the local balance above Polar's.
+            self._retry(batch, f"Polar answered {status}", now, outcome.retry_after, True)
         else:
             # 401, 403, 404, a redirect, 405...: a token or URL mistake, not the events' fault.
             self.stalled = f"Polar answered {status}: check the access token and server URL"

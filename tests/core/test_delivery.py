@@ -481,7 +481,7 @@ def test_server_errors_retry_with_backoff_then_drop() -> None:
     loop.report(BatchAnswered(500))
     assert loop.work(2) == [
         ReportDropped(events=(item("a"),), reason="Polar answered 500, after 4 attempts"),
-        settle("confirm", ["a"], ["a"]),
+        settle("acknowledge", ["a"], ["a"]),  # Polar may have stored them before failing
     ]
 
 
@@ -510,12 +510,19 @@ def test_a_batch_that_may_have_reached_polar_is_acknowledged_when_dropped() -> N
     ]
 
 
-def test_a_batch_polar_answered_every_time_is_confirmed_when_dropped() -> None:
-    loop = Loop(DeliverySettings(max_attempts=1))
-    loop.read("a")
-    loop.post(1.0)
-    loop.report(BatchAnswered(500))
-    assert [a.script for a in loop.work(2) if isinstance(a, SettleScript)] == ["confirm"]
+def test_a_batch_refused_for_good_is_confirmed_and_a_failed_one_keeps_counting() -> None:
+    # A refusal (4xx about the events) means Polar stored nothing: the events stop counting. A
+    # 5xx may come after Polar stored them: they keep counting until a snapshot decides.
+    refused = Loop()
+    refused.read("a")
+    refused.post(1.0)
+    refused.report(BatchAnswered(400))
+    assert [a.script for a in refused.work(2) if isinstance(a, SettleScript)] == ["confirm"]
+    failed = Loop(DeliverySettings(max_attempts=1))
+    failed.read("a")
+    failed.post(1.0)
+    failed.report(BatchAnswered(500))
+    assert [a.script for a in failed.work(2) if isinstance(a, SettleScript)] == ["acknowledge"]
 
 
 @pytest.mark.parametrize(
