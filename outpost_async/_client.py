@@ -13,7 +13,9 @@ import contextlib
 import json
 import logging
 import os
+import random
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -21,8 +23,10 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
+import attrs
 import httpx
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from outpost_async._backend import (
@@ -45,22 +49,36 @@ from outpost_core import (
     CONFIGURATION_KEY,
     SCRIPT_TEXT,
     Balance,
+    BytesReceived,
     ChangePublished,
+    CloseConnection,
     Closing,
     ConfigurationReceived,
+    ConnectionFailed,
+    ConnectionOpened,
     Effect,
+    Fetch,
     IdentityLoaded,
     InvalidEvent,
+    ListFailed,
+    ListPending,
     LoadFailed,
     LoadIdentity,
     NotReady,
+    OpenConnection,
+    Outage,
     OutpostClosed,
+    PendingListed,
     RedisUnavailable,
+    Report,
     RunScript,
+    ScriptFailed,
     ScriptReplied,
+    SendBytes,
     Session,
     Settings,
     StoreConfiguration,
+    SubscriberLost,
     SubscriberRestarted,
     Tick,
     UnknownMeter,
@@ -91,15 +109,6 @@ from outpost_core._delivery import (
     Sleep,
     retry_after,
     with_known_revs,
-)
-from outpost_core._effects import CloseConnection, ListPending, OpenConnection, SendBytes
-from outpost_core._inputs import (
-    BytesReceived,
-    ConnectionFailed,
-    ConnectionOpened,
-    ListFailed,
-    PendingListed,
-    ScriptFailed,
 )
 from outpost_core._link import Link, Target
 
@@ -229,7 +238,9 @@ class AsyncOutpost:
         self._started = False
         self._closed = False
         self._exit_hook: Callable[[], None] | None = None
-        self._subscribed = False
+        # Each loop that talks to Redis reports an outage once, then once a minute, then its end.
+        self._state_outage = Outage("loading state")
+        self._subscriber_outage = Outage("the change subscription")
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -275,7 +286,8 @@ class AsyncOutpost:
                     started,
                 )
                 self._deliveries.append(delivery)
-                self._workers.append(Worker(f"outpost-delivery-{n}", self._delivery_loop(delivery)))
+                loop = self._delivery_loop(delivery, n)
+                self._workers.append(Worker(f"outpost-delivery-{n}", loop))
         else:
             self._log.warning(
                 "outpost has no access token: events stay queued in Redis until an instance "
@@ -348,8 +360,22 @@ class AsyncOutpost:
 
     @property
     def subscribed(self) -> bool:
-        """Whether the copies are following Redis's change channels right now."""
-        return self._subscribed
+        """Whether Redis confirmed the subscription to the change channels and it holds: only
+        then do warm reads answer from memory (otherwise they read Redis, ``source="redis"``)."""
+        return self._core.subscribed
+
+    @property
+    def status(self) -> Status:
+        """What this instance is connected to, and the last error of each connection."""
+        with self._lock:
+            link = self._core.link_status()
+        return Status(
+            websocket=link[0],
+            websocket_error=link[1],
+            subscribed=self._core.subscribed,
+            redis_error=self._state_outage.error or self._subscriber_outage.error,
+            delivery_stalled=self.delivery_stalled,
+        )
 
     @property
     def rejections(self) -> dict[str, int]:
@@ -475,8 +501,11 @@ class AsyncOutpost:
         while self._core.configuration is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                with self._lock:
+                    link = self._core.link_status()
                 raise NotReady(
-                    "no configuration from Polar yet: cannot tell which meters count the event"
+                    "no configuration from Polar yet: cannot tell which meters count the event "
+                    f"(WebSocket {link[0]}{': ' + link[1] if link[1] else ''})"
                 )
             version = self._signal.version
             await self._read_cached_configuration()
@@ -490,28 +519,38 @@ class AsyncOutpost:
         *,
         external_customer_id: str | None = None,
         customer_id: str | None = None,
+        fresh: bool = False,
     ) -> Balance:
         """The customer's balance of a meter, from memory once warm.
 
         The first read of a customer waits for its state (and Polar's snapshot) up to
-        ``snapshot_timeout``; later reads cost no network call.
+        ``snapshot_timeout``; later reads cost no network call while this instance follows
+        Redis's changes. When it does not (its subscription is down), a read costs one Redis
+        round trip instead, and ``Balance.source`` says ``"redis"``. ``fresh=True`` always
+        reads Redis: never behind what any instance tracked before the call.
 
         Raises:
-            NotReady: no snapshot within ``snapshot_timeout``.
+            NotReady: no snapshot within ``snapshot_timeout`` (the message says why).
             UnknownMeter / UnsupportedMeter: the meter cannot be read locally.
+            RedisUnavailable: the read had to go to Redis, and Redis did not answer.
         """
         if self._closed:
             raise OutpostClosed("this Outpost instance is closed")
         telemetry = self._telemetry
         started = time.perf_counter_ns() if telemetry.enabled else 0
-        cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
-        if cached is not None:
-            if telemetry.enabled:
-                telemetry.read(meter_id, external_customer_id, customer_id, started, semconv.WARM)
-            return cached
+        if not fresh:
+            cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
+            if cached is not None:
+                if telemetry.enabled:
+                    telemetry.read(
+                        meter_id, external_customer_id, customer_id, started, semconv.WARM
+                    )
+                return cached
         outcome = semconv.NOT_READY
         try:
-            found = await self._balance_when_ready(meter_id, external_customer_id, customer_id)
+            found = await self._balance_when_ready(
+                meter_id, external_customer_id, customer_id, fresh
+            )
             outcome = semconv.COLD
             return found
         except UnknownMeter:
@@ -525,21 +564,35 @@ class AsyncOutpost:
                 telemetry.read(meter_id, external_customer_id, customer_id, started, outcome)
 
     async def _balance_when_ready(
-        self, meter_id: str, external_customer_id: str | None, customer_id: str | None
+        self,
+        meter_id: str,
+        external_customer_id: str | None,
+        customer_id: str | None,
+        fresh: bool = False,
     ) -> Balance:
         await self._ensure_started()
         deadline = time.monotonic() + self._core.settings.snapshot_timeout
         while True:
             version = self._signal.version
-            with self._lock:
-                found = self._core.read(meter_id, external_customer_id, customer_id)
-                effects = self._core.effects()
-            if found is not None:
-                return found
-            if effects:
-                await self._run(effects)
-                continue
             remaining = deadline - time.monotonic()
+            with self._lock:
+                # At the deadline, a copy still waiting for the subscription reads Redis.
+                found = self._core.read(
+                    meter_id, external_customer_id, customer_id, fresh=fresh or remaining <= 0
+                )
+                effects = self._core.effects()
+            if effects:
+                # Run them whatever the read found: some may have been queued by another
+                # thread or task, and dropping them would leave their flow waiting for good.
+                await self._run(effects)
+            if isinstance(found, Fetch):
+                fetched = await self._fetch(found, meter_id, external_customer_id, customer_id)
+                if fetched is not None:
+                    return fetched
+            elif found is not None:
+                return found
+            elif effects:
+                continue
             if remaining <= 0:
                 with self._lock:
                     reason = self._core.not_ready_reason(
@@ -550,38 +603,45 @@ class AsyncOutpost:
                 await self._read_cached_configuration()
             await self._signal.wait(version, min(remaining, _SETTLE))
 
+    async def _fetch(
+        self,
+        fetch: Fetch,
+        meter_id: str,
+        external_customer_id: str | None,
+        customer_id: str | None,
+    ) -> Balance | None:
+        """A read that must not come from memory: one ``HGETALL``, computed by the core."""
+        try:
+            fields = await self._redis.hgetall(fetch.key)
+        except RedisConnectionError:
+            try:  # once more: a pooled connection may predate a Redis restart
+                fields = await self._redis.hgetall(fetch.key)
+            except RedisError as exc:
+                raise RedisUnavailable(f"Redis failed reading {fetch.key}: {exc}") from exc
+        except RedisError as exc:
+            raise RedisUnavailable(f"Redis failed reading {fetch.key}: {exc}") from exc
+        with self._lock:
+            found = self._core.read_fetched(meter_id, external_customer_id, customer_id, fields)
+            effects = self._core.effects()
+        if effects:
+            await self._run(effects)
+        return found
+
     # -- driving the core ---------------------------------------------------------------------
 
     async def _run(self, effects: list[Effect]) -> None:
         """Run effects, and those their outcomes cause, until the core asks for nothing more."""
         while effects:
-            for effect in effects:
-                if isinstance(effect, LoadIdentity):
-                    await self._load(effect)
-                elif isinstance(effect, StoreConfiguration):
-                    try:
-                        await self._redis.set(effect.key, effect.text)
-                    except RedisError as exc:
-                        self._log.warning("outpost could not cache the configuration: %s", exc)
-                elif isinstance(effect, RunScript):
-                    try:
-                        reply = await self._script(effect)
-                    except RedisUnavailable as exc:
-                        self._log.warning("outpost: %s", exc)
-                        if effect.tag is not None:
-                            with self._lock:
-                                self._core.handle(ScriptFailed(effect.tag))
-                        continue
+            for index, effect in enumerate(effects):
+                try:
+                    await self._run_one(effect)
+                except BaseException:
+                    # Cancelled (or failed) midway: what was not started goes back to the core,
+                    # for the next loop that drains it. The core's deadlines cover the one lost.
                     with self._lock:
-                        self._core.handle(ScriptReplied(reply, effect.tag))
-                elif isinstance(effect, SendBytes):
-                    await self._send(effect.data)
-                elif isinstance(effect, ListPending):
-                    await self._list_pending(effect)
-                elif isinstance(effect, OpenConnection):
-                    self._want_open = effect
-                elif isinstance(effect, CloseConnection):
-                    self._drop_stream = True
+                        for later in effects[index + 1 :]:
+                            self._core.emit(later)
+                    raise
             with self._lock:
                 effects = self._core.effects()
         with self._lock:
@@ -589,6 +649,48 @@ class AsyncOutpost:
         if seen:
             self._telemetry.observe(seen)
         self._signal.fire()
+
+    async def _run_one(self, effect: Effect) -> None:
+        if isinstance(effect, LoadIdentity):
+            await self._load(effect)
+        elif isinstance(effect, StoreConfiguration):
+            try:
+                await self._redis.set(effect.key, effect.text)
+            except RedisError as exc:
+                self._log.debug("outpost could not cache the configuration: %s", exc)
+        elif isinstance(effect, RunScript):
+            try:
+                reply = await self._script(effect)
+            except RedisUnavailable as exc:
+                self._redis_failed(self._state_outage, exc)
+                if effect.tag is not None:
+                    with self._lock:
+                        self._core.handle(ScriptFailed(effect.tag))
+                return
+            self._redis_answered(self._state_outage)
+            with self._lock:
+                self._core.handle(ScriptReplied(reply, effect.tag))
+        elif isinstance(effect, SendBytes):
+            await self._send(effect.data)
+        elif isinstance(effect, ListPending):
+            await self._list_pending(effect)
+        elif isinstance(effect, OpenConnection):
+            self._want_open = effect
+        elif isinstance(effect, CloseConnection):
+            self._drop_stream = True
+
+    def _redis_failed(self, outage: Outage, exc: BaseException) -> float:
+        """Count a Redis failure of one loop; log what the outage says; return the delay."""
+        with self._lock:
+            delay, report = outage.failed(time.monotonic(), str(exc), random.random())
+        _log_report(self._log, report)
+        return delay
+
+    def _redis_answered(self, outage: Outage) -> None:
+        if outage.down:
+            with self._lock:
+                report = outage.succeeded(time.monotonic())
+            _log_report(self._log, report)
 
     async def _send(self, data: bytes) -> None:
         stream = self._stream
@@ -605,10 +707,11 @@ class AsyncOutpost:
         try:
             fields = {key: list(await self._redis.hkeys(key)) for key in effect.keys}
         except RedisError as exc:
-            self._log.warning("outpost could not list pending events: %s", exc)
+            self._redis_failed(self._state_outage, exc)
             with self._lock:
                 self._core.handle(ListFailed(effect.tag))
             return
+        self._redis_answered(self._state_outage)
         with self._lock:
             self._core.handle(PendingListed(effect.tag, fields))
 
@@ -627,7 +730,8 @@ class AsyncOutpost:
             try:
                 stream = await open_stream(want.host, want.port, want.tls, timeout=10.0)
             except (OSError, TimeoutError) as exc:
-                await self._feed(ConnectionFailed(time.monotonic(), f"cannot connect: {exc}"))
+                reason = f"cannot connect to {want.host}:{want.port}: {_connect_error(exc)}"
+                await self._feed(ConnectionFailed(time.monotonic(), reason))
                 continue
             self._stream, self._drop_stream, self._write_failure = stream, False, None
             try:
@@ -668,18 +772,19 @@ class AsyncOutpost:
         try:
             fields = await self._redis.hgetall(effect.key)
         except RedisError as exc:
-            self._log.warning("outpost could not load %s: %s", effect.key, exc)
+            self._redis_failed(self._state_outage, exc)
             with self._lock:
-                self._core.handle(LoadFailed(effect.key))
+                self._core.handle(LoadFailed(effect.key, effect.load_id))
             return
+        self._redis_answered(self._state_outage)
         with self._lock:
-            self._core.handle(IdentityLoaded(effect.key, fields))
+            self._core.handle(IdentityLoaded(effect.key, fields, effect.load_id))
 
     async def _read_cached_configuration(self) -> None:
         try:
             text = await self._redis.get(CONFIGURATION_KEY)
         except RedisError as exc:
-            self._log.warning("outpost could not read the cached configuration: %s", exc)
+            self._redis_failed(self._state_outage, exc)
             return
         if text is None:
             return
@@ -694,7 +799,6 @@ class AsyncOutpost:
 
     async def _subscribe_forever(self) -> None:
         """Follow every shard's change channel; after any (re)subscription, reload the copies."""
-        backoff = 0.05
         while not self._closed:
             pubsub = open_pubsub(self._redis)
             try:
@@ -711,26 +815,26 @@ class AsyncOutpost:
                     if effects or message is not None:
                         await self._run(effects)
                     self._housekeeping()
-                    backoff = 0.05
             except (RedisError, OSError) as exc:
-                self._subscribed = False
+                with self._lock:
+                    self._core.handle(SubscriberLost())
                 if not self._closed:
-                    self._log.warning("outpost lost its Redis subscription: %s", exc)
-                    await sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
+                    await sleep(self._redis_failed(self._subscriber_outage, exc))
             finally:
                 with contextlib.suppress(RedisError, OSError):
                     await close_pubsub(pubsub)
 
     # -- delivery -----------------------------------------------------------------------------
 
-    def _delivery_loop(self, delivery: Delivery) -> Callable[[], Any]:
+    def _delivery_loop(self, delivery: Delivery, number: int) -> Callable[[], Any]:
+        outage = Outage(f"delivery {number}")
+
         async def loop() -> None:
-            await self._retrying(self._create_groups, None)  # Redis may be down at start
+            await self._retrying(outage, self._create_groups, None)  # Redis may be down at start
             while not self._closed:
                 delivery.flushing = self._flushing > 0
                 action = delivery.poll(time.monotonic())
-                outcome = await self._act(action)
+                outcome = await self._act(outage, action)
                 rejected = delivery.rejected_entries
                 delivery.handle(outcome, time.monotonic(), self._now_us())
                 if delivery.rejected_entries > rejected:
@@ -743,20 +847,19 @@ class AsyncOutpost:
 
         return loop
 
-    async def _act(self, action: Action) -> Outcome:
+    async def _act(self, outage: Outage, action: Action) -> Outcome:
         """Do one delivery action. Redis failures are retried until they succeed (or the instance
         closes): settling must not be skipped, and a read can simply wait."""
         return await self._retrying(
-            lambda: self._act_once(action), _NOTHING_DONE.get(type(action), Done())
+            outage, lambda: self._act_once(action), _NOTHING_DONE.get(type(action), Done())
         )
 
-    async def _retrying(self, call: Callable[[], Awaitable[_T]], closing: _T) -> _T:
-        """``call()`` until Redis answers; ``closing`` (nothing done, the work stays queued in
-        Redis) once the instance is closing."""
-        backoff = 0.05
+    async def _retrying(self, outage: Outage, call: Callable[[], Awaitable[_T]], closing: _T) -> _T:
+        """``call()`` until Redis answers, backing off; ``closing`` (nothing done, the work stays
+        queued in Redis) once the instance is closing."""
         while True:
             try:
-                return await call()
+                result = await call()
             except (RedisError, OSError) as exc:
                 if self._closed:
                     return closing
@@ -764,10 +867,12 @@ class AsyncOutpost:
                     # Redis lost its data (restart without AOF); a failure here is retried too.
                     with contextlib.suppress(RedisError, OSError):
                         await self._create_groups()
+                    await sleep(0.05)
                 else:
-                    self._log.warning("outpost delivery: Redis failed (%s); retrying", exc)
-                await sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                    await sleep(self._redis_failed(outage, exc))
+                continue
+            self._redis_answered(outage)
+            return result
 
     async def _act_once(self, action: Action) -> Outcome:
         if isinstance(action, ReadOutbox):
@@ -886,9 +991,17 @@ class AsyncOutpost:
         kind = message.get("type")
         if kind in ("smessage", b"smessage"):
             self._core.handle(ChangePublished(message.get("data")))
-        elif kind in ("ssubscribe", b"ssubscribe") and message.get("data") == len(self._channels):
-            self._subscribed = True
+        elif kind in ("ssubscribe", b"ssubscribe"):
+            count = message.get("data")
+            if count == 1 and self._core.subscribed:
+                # redis-py reconnected the subscription by itself: what was published while it
+                # was down is lost, so stop answering from memory until every channel is back.
+                self._core.handle(SubscriberLost())
+            if count != len(self._channels):
+                return
             self._core.handle(SubscriberRestarted())
+            if self._subscriber_outage.down:
+                _log_report(self._log, self._subscriber_outage.succeeded(time.monotonic()))
 
     def _now_us(self) -> int:
         if self._clock is None:
@@ -953,3 +1066,41 @@ def _group_ids(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[Any]]:
 
 def _redis_from_url(url: str) -> Redis:
     return Redis.from_url(url, health_check_interval=10)
+
+
+@attrs.frozen(slots=True)
+class Status:
+    """A look at an instance's connections (``AsyncOutpost.status``)."""
+
+    websocket: str
+    """The WebSocket to Polar: ``disconnected``, ``connecting``, ``handshaking``, ``open``,
+    ``closed``, or ``none`` without an access token."""
+    websocket_error: str | None
+    """Why it last failed or was refused (an HTTP status with Polar's detail, a connection
+    refused, a DNS or TLS error), or ``None``."""
+    subscribed: bool
+    """Whether the copies follow Redis's change channels (see ``subscribed``)."""
+    redis_error: str | None
+    """The error of a Redis outage in progress, or ``None`` while Redis answers."""
+    delivery_stalled: str | None
+    """Why delivery to Polar is stalled, or ``None``."""
+
+
+def _connect_error(exc: BaseException) -> str:
+    """What went wrong opening a connection, in the words an operator searches for."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (nothing listens there)"
+    if isinstance(exc, socket.gaierror):
+        return f"the name does not resolve ({exc.strerror or exc})"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS certificate not trusted ({exc.verify_message or exc})"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS failed ({exc})"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
+def _log_report(log: logging.Logger, report: Report | None) -> None:
+    if report is not None:
+        log.log(report.level, report.message)

@@ -36,6 +36,9 @@ class Balance:
     snapshot_id: str | None
     """The last snapshot applied to this customer's state, by any instance."""
     revision: int
+    source: str = "memory"
+    """Where the answer came from: ``"memory"`` (a copy following Redis, no network call) or
+    ``"redis"`` (one read of the hash: the copy was not following, or ``fresh=True``)."""
 
 
 def compute_balance(

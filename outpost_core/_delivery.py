@@ -50,6 +50,7 @@ from typing import Any
 import attrs
 
 from . import _keys
+from ._backoff import backoff
 from ._random import Random
 from .errors import UsageError
 
@@ -429,8 +430,7 @@ class Delivery:
 
     def _backoff(self, attempt: int) -> float:
         s = self.settings
-        ceiling: float = min(s.backoff_cap, s.backoff_base * 2.0 ** (attempt - 1))
-        return ceiling * (0.5 + 0.5 * self._rng.random())  # jitter spreads retry storms
+        return backoff(attempt, s.backoff_base, s.backoff_cap, self._rng.random())
 
     def _drop(self, entries: list[OutboxEntry], reason: str, *, definitive: bool) -> None:
         self.dropped += len(entries)

@@ -21,7 +21,18 @@ class RunScript:
 
 @attrs.frozen(slots=True)
 class LoadIdentity:
-    """``HGETALL key``; report :class:`IdentityLoaded` or :class:`LoadFailed`."""
+    """``HGETALL key``; report :class:`IdentityLoaded` or :class:`LoadFailed` with the same
+    ``load_id`` (a reply to an older load of the key is ignored: it may have read the hash
+    before changes the copy already has)."""
+
+    key: str
+    load_id: int
+
+
+@attrs.frozen(slots=True)
+class Fetch:
+    """What :meth:`Session.read` answers when the balance must come from Redis: ``HGETALL key``
+    now, then :meth:`Session.read_fetched` with the fields (not an effect: the caller runs it)."""
 
     key: str
 

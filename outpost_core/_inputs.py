@@ -40,22 +40,32 @@ class ChangePublished:
 
 @attrs.frozen(slots=True)
 class SubscriberRestarted:
-    """The pub/sub connection (re)subscribed: messages may have been missed while it was down."""
+    """Redis confirmed the subscription to every shard channel (the first time, or again after
+    a break): messages may have been missed before, so every copy reloads, and copies loaded from
+    now on follow Redis."""
+
+
+@attrs.frozen(slots=True)
+class SubscriberLost:
+    """The pub/sub connection broke: until :class:`SubscriberRestarted`, no copy is following
+    Redis, and reads go to Redis instead of memory."""
 
 
 @attrs.frozen(slots=True)
 class IdentityLoaded:
-    """``HGETALL key`` answered."""
+    """``HGETALL key`` answered the load ``load_id`` (from :class:`LoadIdentity`)."""
 
     key: str
     fields: Mapping[Any, Any]
+    load_id: int
 
 
 @attrs.frozen(slots=True)
 class LoadFailed:
-    """``HGETALL key`` failed; the core asks again later."""
+    """``HGETALL key`` failed for the load ``load_id``; the core asks again later."""
 
     key: str
+    load_id: int
 
 
 @attrs.frozen(slots=True)
@@ -119,6 +129,7 @@ Input = (
     | BytesReceived
     | ChangePublished
     | SubscriberRestarted
+    | SubscriberLost
     | Closing
     | IdentityLoaded
     | LoadFailed

@@ -112,6 +112,14 @@ class CustomerFlow:
     counted: set[str] = attrs.Factory(set)
     before: dict[str, dict[str, float]] = attrs.Factory(dict)
     """Per reducer, per meter: the consumption read before the snapshot in progress."""
+    since: float = 0.0
+    """When the current step began: a step that waits too long is given up."""
+    tag: int | None = None
+    """The Redis effect (list or apply) the current step waits for."""
+    retry_at: float | None = None
+    """When to ask for a snapshot again after the flow failed (``None``: not waiting to)."""
+    failures: int = 0
+    """Failures in a row (backoff); reset when a snapshot is applied."""
 
     def offer(self, snapshot: Snapshot) -> bool:
         """Take a snapshot; ``True`` when it should start now."""
@@ -127,6 +135,7 @@ class CustomerFlow:
         self.step = Step.IDLE
         self.current = self.waiting = None
         self.request_id = None
+        self.tag = self.retry_at = None
         self.candidates.clear()
         self.questions.clear()
         self.counted.clear()
@@ -134,6 +143,8 @@ class CustomerFlow:
     def finish(self) -> Snapshot | None:
         """The current snapshot is done; return the next one to start, if any."""
         self.step = Step.IDLE
+        self.tag = None
+        self.failures = 0
         self.candidates.clear()
         self.questions.clear()
         self.counted.clear()
