@@ -263,6 +263,8 @@ class AsyncOutpost:
             if self._started:
                 return
             self._started = True
+        # The core's clock starts now: deadlines set before a first tick would be in the past.
+        await self._tick()
         await self._read_cached_configuration()
         self._exit_hook = close_at_exit(self)
         start_afresh_after_fork(self)

@@ -264,6 +264,8 @@ class Outpost:
             if self._started:
                 return
             self._started = True
+        # The core's clock starts now: deadlines set before a first tick would be in the past.
+        self._tick()
         self._read_cached_configuration()
         self._exit_hook = close_at_exit(self)
         start_afresh_after_fork(self)
