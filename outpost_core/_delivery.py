@@ -35,9 +35,10 @@ answer (401, 403, 404, a redirect, 405...) means a token or URL mistake that no 
 this process fixes, but that dropping would make permanent: the loop stalls and retries slowly,
 logging an error each time.
 
-Entries another instance read and never settled (it died) are claimed once idle for
-``claim_idle`` seconds; a loop refreshes the claim on its own entries before each attempt so a
-slow retry is never mistaken for a dead instance.
+Entries held by an instance whose heartbeat expired (it died or closed) are taken over at once
+(``_liveness``). Entries of an instance that beats but does not move them are claimed once idle
+for ``claim_idle`` seconds; a loop refreshes the claim on its own entries before each attempt so a
+slow retry is never mistaken for a stuck instance.
 """
 
 from __future__ import annotations
@@ -49,7 +50,16 @@ from typing import Any
 
 import attrs
 
-from . import _keys
+from . import _keys, _liveness
+from ._liveness import (
+    Beat,
+    CheckHeartbeats,
+    ConsumersListed,
+    HeartbeatsChecked,
+    Reclaim,
+    Reclaimed,
+    SurveyConsumers,
+)
 from ._random import Random
 from .errors import UsageError
 
@@ -74,10 +84,16 @@ class DeliverySettings:
     flush_block: float = 0.01
     """How long a read blocks while flushing: short, but never zero (a read that returns at once
     would spin while the last entries are held by another loop or instance)."""
+    consumer: str = ""
+    """This instance's name in the outbox group; empty turns heartbeats and surveys off."""
+    heartbeat: float = 10.0
+    """Seconds an instance's heartbeat lives: one silent for that long is dead (``_liveness``)."""
 
     def __attrs_post_init__(self) -> None:
         if self.batch_size < 1 or self.max_attempts < 1:
             raise UsageError("batch_size and max_attempts must be at least 1")
+        if self.heartbeat <= 0:
+            raise UsageError("heartbeat must be positive")
         if min(self.linger, self.backoff_base, self.claim_idle, self.read_block) < 0:
             raise UsageError("delivery delays must not be negative")
 
@@ -153,7 +169,19 @@ class Sleep:
     until: float
 
 
-Action = ReadOutbox | ClaimStale | RefreshClaim | PostBatch | SettleScript | ReportDropped | Sleep
+Action = (
+    ReadOutbox
+    | ClaimStale
+    | RefreshClaim
+    | PostBatch
+    | SettleScript
+    | ReportDropped
+    | Sleep
+    | Beat
+    | SurveyConsumers
+    | CheckHeartbeats
+    | Reclaim
+)
 
 
 # -- outcomes ---------------------------------------------------------------------------------
@@ -194,7 +222,17 @@ class Done:
     """The previous action (claim refresh, claim) finished; nothing to report."""
 
 
-Outcome = OutboxRead | BatchAnswered | BatchFailed | Settled | Reported | Done
+Outcome = (
+    OutboxRead
+    | BatchAnswered
+    | BatchFailed
+    | Settled
+    | Reported
+    | Done
+    | ConsumersListed
+    | HeartbeatsChecked
+    | Reclaimed
+)
 
 _ANSWERS: dict[type, type | tuple[type, ...]] = {
     ReadOutbox: OutboxRead,
@@ -204,6 +242,10 @@ _ANSWERS: dict[type, type | tuple[type, ...]] = {
     SettleScript: Settled,
     ReportDropped: Reported,
     Sleep: Done,
+    Beat: Done,
+    SurveyConsumers: ConsumersListed,
+    CheckHeartbeats: HeartbeatsChecked,
+    Reclaim: Reclaimed,
 }
 
 
@@ -244,6 +286,14 @@ class Delivery:
         self._work: list[Action] = []  # settle scripts and reports of the batch that ended
         self._awaiting: type | None = None
         self._next_claim = now
+        self._live = bool(settings.consumer)
+        self._next_beat = now
+        self._next_survey = now
+        self._surveyed: dict[str, set[str]] = {}
+        self._checking: tuple[str, ...] = ()
+        self._reclaims: list[Action] = []
+        self.consumers_removed = 0
+        """Consumers of dead instances this loop removed from the outbox group."""
         self.flushing = False
         self.delivered = 0
         self.dropped = 0
@@ -266,6 +316,10 @@ class Delivery:
         s = self.settings
         if self._work:
             return self._work.pop(0)
+        if self._live:
+            liveness = self._liveness(now)
+            if liveness is not None:
+                return liveness
         if self._batches:
             batch = self._batches[0]
             if batch.not_before > now:
@@ -292,6 +346,20 @@ class Delivery:
         return ReadOutbox(
             count=s.batch_size, block=s.flush_block if self.flushing else s.read_block
         )
+
+    def _liveness(self, now: float) -> Action | None:
+        """Beat, then survey the group and take what dead instances hold: before any batch, so
+        neither waits behind a batch that waits for Polar."""
+        s = self.settings
+        if now >= self._next_beat:
+            self._next_beat = now + _liveness.interval(s.heartbeat)
+            return _liveness.beat(s.consumer, s.heartbeat)
+        if self._reclaims:
+            return self._reclaims.pop(0)
+        if now >= self._next_survey:
+            self._next_survey = now + _liveness.interval(s.heartbeat)
+            return SurveyConsumers()
+        return None
 
     @property
     def idle(self) -> bool:
@@ -329,6 +397,37 @@ class Delivery:
             self._answered(outcome, now)
         elif isinstance(outcome, BatchFailed):
             self._failed(outcome, now)
+        elif isinstance(outcome, ConsumersListed):
+            self._listed(outcome)
+        elif isinstance(outcome, HeartbeatsChecked):
+            self._checked(outcome)
+        elif isinstance(outcome, Reclaimed):
+            self._reclaimed(outcome, now)
+
+    def _listed(self, outcome: ConsumersListed) -> None:
+        self._surveyed, rejected = _liveness.consumers_of(outcome.listing, self.settings.consumer)
+        self.rejected_entries += rejected
+        check = _liveness.check(self._surveyed)
+        if check is not None:
+            self._checking, action = check
+            self._reclaims.append(action)
+
+    def _checked(self, outcome: HeartbeatsChecked) -> None:
+        s = self.settings
+        calls, rejected = _liveness.reclaims(
+            self._surveyed, self._checking, outcome.values, s.consumer, s.batch_size
+        )
+        self.rejected_entries += rejected
+        self._reclaims += calls
+
+    def _reclaimed(self, outcome: Reclaimed, now: float) -> None:
+        taken = _liveness.taken_entries(outcome)
+        if taken is None:
+            self.rejected_entries += 1
+            return
+        entries, removed = taken
+        self.consumers_removed += removed
+        self._read(OutboxRead(entries), now)
 
     def _read(self, outcome: OutboxRead, now: float) -> None:
         malformed: list[tuple[str, str]] = []

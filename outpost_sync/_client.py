@@ -87,6 +87,17 @@ from outpost_core._inputs import (
     ScriptFailed,
 )
 from outpost_core._link import Link, Target
+from outpost_core._liveness import (
+    Beat,
+    CheckHeartbeats,
+    ConsumersListed,
+    ForgetHeartbeat,
+    HeartbeatsChecked,
+    Reclaim,
+    Reclaimed,
+    SurveyConsumers,
+    hand_back,
+)
 from outpost_sync._backend import (
     CoreLock,
     Signal,
@@ -111,6 +122,7 @@ _T = TypeVar("_T")
 _NOTHING_DONE: dict[type, Outcome] = {
     ReadOutbox: OutboxRead([]),
     ClaimStale: OutboxRead([]),
+    SurveyConsumers: ConsumersListed([]),
     SettleScript: Settled(None),
 }
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
@@ -138,7 +150,11 @@ class Outpost:
         max_in_flight: ingestion requests this instance may have open at once.
         batch_size, linger: a batch goes when it holds ``batch_size`` events or its first event
             has waited ``linger`` seconds.
-        claim_idle: seconds after which another instance's unsettled events are taken over.
+        heartbeat: seconds an instance stays alive for the others without a sign of life from
+            its delivery loop (refreshed four times as often). Events held by an instance
+            silent for that long (killed, or closed) are taken over by another at once.
+        claim_idle: seconds after which the unsettled events of an instance that is alive but
+            does not move them are taken over.
         retry_base: seconds before the first retry of a failed delivery; each retry doubles it
             (up to a minute), with jitter.
         telemetry_url, telemetry_interval: where the relay is (default: ``server_url``) and how
@@ -163,6 +179,7 @@ class Outpost:
         max_in_flight: int = 1,
         batch_size: int = 500,
         linger: float = 0.2,
+        heartbeat: float = 10.0,
         claim_idle: float = 300.0,
         retry_base: float = 0.5,
         telemetry_url: str | None = None,
@@ -198,6 +215,7 @@ class Outpost:
         self._want_open: OpenConnection | None = None
         self._drop_stream = False
         self._write_failure: str | None = None
+        self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._delivery_settings = DeliverySettings(
             batch_size=batch_size,
             linger=linger,
@@ -206,13 +224,14 @@ class Outpost:
             claim_interval=min(30.0, claim_idle / 2),
             backoff_base=retry_base,
             channel_namespace=namespace,
+            consumer=self._consumer,
+            heartbeat=heartbeat,
         )
         self._max_in_flight = max_in_flight
         self._on_dropped = on_dropped
         self._deliveries: list[Delivery] = []
         self._flushing = 0
         self._settling = 0  # settle scripts running: a flush waits for their replies too
-        self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._http: httpx.Client | None = None
         self._telemetry = Telemetry(
             enabled=telemetry and os.environ.get("POLAR_OUTPOST_TELEMETRY", "1") != "0",
@@ -321,6 +340,8 @@ class Outpost:
         for worker in self._workers:
             worker.stop()
         self._workers.clear()
+        if self._deliveries:
+            self._hand_back()
         self._telemetry.shutdown(time.monotonic(), *self._sync_counts())
         if self._http is not None:
             self._http.close()
@@ -747,9 +768,13 @@ class Outpost:
     def _act(self, action: Action) -> Outcome:
         """Do one delivery action. Redis failures are retried until they succeed (or the instance
         closes): settling must not be skipped, and a read can simply wait."""
-        return self._retrying(
-            lambda: self._act_once(action), _NOTHING_DONE.get(type(action), Done())
-        )
+        if isinstance(action, CheckHeartbeats):
+            closing: Outcome = HeartbeatsChecked([b"1"] * len(action.keys))  # take nothing
+        elif isinstance(action, Reclaim):
+            closing = Reclaimed(action.stream, '{"e":[],"d":[]}')
+        else:
+            closing = _NOTHING_DONE.get(type(action), Done())
+        return self._retrying(lambda: self._act_once(action), closing)
 
     def _retrying(self, call: Callable[[], _T], closing: _T) -> _T:
         """``call()`` until Redis answers; ``closing`` (nothing done, the work stays queued in
@@ -770,7 +795,7 @@ class Outpost:
                 sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
 
-    def _act_once(self, action: Action) -> Outcome:
+    def _act_once(self, action: Action | ForgetHeartbeat) -> Outcome:
         if isinstance(action, ReadOutbox):
             block = int(action.block * 1000)
             reply = self._redis.xreadgroup(
@@ -824,6 +849,23 @@ class Outpost:
                 )
                 entries += [(stream, i, f) for i, f in _entries(reply[1]) if f is not None]
             return OutboxRead(entries)
+        if isinstance(action, Beat):
+            self._redis.set(action.key, b"1", px=action.ttl_ms)
+            return Done()
+        if isinstance(action, SurveyConsumers):
+            listing: list[tuple[str, Any]] = []
+            for stream in _keys.ALL_OUTBOXES:
+                listing.append((stream, self._redis.xinfo_consumers(stream, GROUP)))
+            return ConsumersListed(listing)
+        if isinstance(action, CheckHeartbeats):
+            return HeartbeatsChecked(self._redis.mget(action.keys))
+        if isinstance(action, Reclaim):
+            args = [GROUP, action.taker, str(action.count), *action.consumers]
+            reply = self._scripts["reclaim"](keys=(action.stream,), args=args)
+            return Reclaimed(action.stream, reply)
+        if isinstance(action, ForgetHeartbeat):
+            self._redis.delete(action.key)
+            return Done()
         if isinstance(action, Sleep):
             version = self._signal.version
             self._signal.wait(version, min(action.until - time.monotonic(), _POLL))
@@ -844,6 +886,19 @@ class Outpost:
             return BatchFailed(f"ingestion request failed: {exc!r}", maybe_sent=True)
         wait = retry_after(response.headers.get("Retry-After"), self._now_us())
         return BatchAnswered(response.status_code, response.content, wait)
+
+    def _hand_back(self) -> None:
+        """Once the loops stopped: this instance's heartbeat goes, so other instances take what
+        it still holds at their next survey, and it leaves the group where it holds nothing."""
+        try:
+            for action in hand_back(self._consumer):
+                self._act_once(action)
+        except (RedisError, OSError) as exc:
+            self._log.warning(
+                "outpost could not hand back its outbox entries (others take them once its "
+                "heartbeat expires): %s",
+                exc,
+            )
 
     def _create_groups(self) -> None:
         for stream in _keys.ALL_OUTBOXES:
