@@ -29,7 +29,7 @@ from .lua_vectors import SCHEMA, execute, subscribe
 ROOT = Path(__file__).resolve().parent
 README = ROOT / "README.md"
 SHA1_ROW = re.compile(r"^\| `(\w+)` \| `[0-9a-f]{40}` \|$", re.MULTILINE)
-SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot", "reclaim")
+SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot", "reclaim", "budget")
 
 BUCKET = 300_000_000
 HOUR = 3_600_000_000
@@ -868,6 +868,51 @@ def reclaim_cases() -> Iterator[Case]:
     )
 
 
+# -- budget ---------------------------------------------------------------------------------------
+
+SECOND = 1_000_000
+
+
+def budget_case(name: str, description: str, state: dict[str, str] | None, now: int) -> Case:
+    before = {"hashes": {keys.BUDGET_KEY: state}} if state else {}
+    return case(name, description, before, [keys.BUDGET_KEY], ["300", "20", str(now)])
+
+
+def budget_cases() -> Iterator[Case]:
+    yield budget_case(
+        "a_new_bucket_starts_full",
+        "No budget yet: it starts with its capacity (20), one request is taken (reply 0), the "
+        "hash expires once it would be full again.",
+        None,
+        NOW,
+    )
+    yield budget_case(
+        "the_bucket_fills_at_the_rate",
+        "Empty one second ago: 300 a minute is 5 a second, so 5 are there; one is taken.",
+        {"t": "0", "at": str(NOW - SECOND)},
+        NOW,
+    )
+    yield budget_case(
+        "fill_stops_at_capacity",
+        "An hour idle fills the bucket to its capacity, not beyond.",
+        {"t": "3", "at": str(NOW - 3600 * SECOND)},
+        NOW,
+    )
+    yield budget_case(
+        "an_empty_bucket_says_how_long_to_wait",
+        "Half a request left: nothing is taken, the reply is the µs until a whole one is there "
+        "(0.5 / 5 per second = 100 ms); the state is written back unchanged.",
+        {"t": "0.5", "at": str(NOW)},
+        NOW,
+    )
+    yield budget_case(
+        "a_clock_behind_fills_nothing",
+        "The caller's clock is behind the last fill: nothing is added, `at` stays.",
+        {"t": "1.25", "at": str(NOW + 5 * SECOND)},
+        NOW,
+    )
+
+
 # -- recording ------------------------------------------------------------------------------------
 
 
@@ -881,6 +926,7 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "confirm": confirm_cases,
     "apply_snapshot": apply_snapshot_cases,
     "reclaim": reclaim_cases,
+    "budget": budget_cases,
 }
 
 

@@ -11,7 +11,11 @@ one (or ``max_in_flight``) delivery loops; each loop owns a :class:`Delivery` an
     delivery.handle(outcome)        # what came of it
 
 A loop reads up to ``batch_size`` entries, lingers up to ``linger`` seconds for more, and posts
-one batch. Every batch ends in one of two ways, whatever the number of attempts:
+one batch. With a shared request budget (``requests_per_minute``, ``_budget``) it first takes a
+request from it; while it waits for one it keeps reading, so under load batches grow, up to
+``batch_bytes`` of body (under Polar's 10 MiB; without a budget a batch holds at most
+``batch_size`` events). An event too large for any batch is dropped. Every batch ends in one of
+two ways, whatever the number of attempts:
 
 * **delivered** (2xx): the ``acknowledge`` script marks its events acknowledged and removes the
   entries from the outbox;
@@ -50,7 +54,8 @@ from typing import Any
 
 import attrs
 
-from . import _keys, _liveness
+from . import _budget, _keys, _liveness
+from ._budget import BudgetAnswered, TakeRequest
 from ._liveness import (
     Beat,
     CheckHeartbeats,
@@ -88,12 +93,21 @@ class DeliverySettings:
     """This instance's name in the outbox group; empty turns heartbeats and surveys off."""
     heartbeat: float = 10.0
     """Seconds an instance's heartbeat lives: one silent for that long is dead (``_liveness``)."""
+    requests_per_minute: float = 0.0
+    """The ingestion requests every instance together may send a minute (``_budget``); 0: no
+    shared budget."""
+    batch_bytes: int = 8 * 1024 * 1024
+    """Most bytes of one request body: Polar refuses bodies over 10 MiB (413)."""
 
     def __attrs_post_init__(self) -> None:
         if self.batch_size < 1 or self.max_attempts < 1:
             raise UsageError("batch_size and max_attempts must be at least 1")
         if self.heartbeat <= 0:
             raise UsageError("heartbeat must be positive")
+        if self.requests_per_minute < 0:
+            raise UsageError("requests_per_minute must not be negative (0: no budget)")
+        if self.batch_bytes < 1024:
+            raise UsageError("batch_bytes must be at least 1024")
         if min(self.linger, self.backoff_base, self.claim_idle, self.read_block) < 0:
             raise UsageError("delivery delays must not be negative")
 
@@ -181,6 +195,7 @@ Action = (
     | SurveyConsumers
     | CheckHeartbeats
     | Reclaim
+    | TakeRequest
 )
 
 
@@ -232,6 +247,7 @@ Outcome = (
     | ConsumersListed
     | HeartbeatsChecked
     | Reclaimed
+    | BudgetAnswered
 )
 
 _ANSWERS: dict[type, type | tuple[type, ...]] = {
@@ -246,6 +262,7 @@ _ANSWERS: dict[type, type | tuple[type, ...]] = {
     SurveyConsumers: ConsumersListed,
     CheckHeartbeats: HeartbeatsChecked,
     Reclaim: Reclaimed,
+    TakeRequest: BudgetAnswered,
 }
 
 
@@ -281,6 +298,10 @@ class Delivery:
         self.settings = settings
         self._rng = rng
         self._buffer: list[OutboxEntry] = []
+        self._buffer_bytes = 0  # what the buffer adds to a body: each item and a comma
+        self._budgeted = settings.requests_per_minute > 0
+        self._granted = False  # a request taken from the budget, not spent yet
+        self._ask_budget_at = now
         self._buffer_since: float | None = None
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
         self._work: list[Action] = []  # settle scripts and reports of the batch that ended
@@ -329,17 +350,16 @@ class Delivery:
                 # and an entry left idle past claim_idle would be claimed and posted again.
                 batch.refreshed = True
                 return RefreshClaim(tuple((e.stream, e.id) for e in self._held()))
-            return PostBatch(body=_body(batch.entries), size=len(batch.entries))
+            return self._gate(now, reading=False) or self._post(batch.entries)
         if now >= self._next_claim:
             self._next_claim = now + s.claim_interval
             return ClaimStale(min_idle=s.claim_idle, count=s.batch_size)
-        if len(self._buffer) >= s.batch_size:
-            return self._start_batch()
         if self._buffer:
             assert self._buffer_since is not None
             due = self._buffer_since + s.linger
-            if now >= due or self.flushing:
-                return self._start_batch()
+            full = len(self._buffer) >= s.batch_size or self._buffer_bytes >= s.batch_bytes
+            if full or now >= due or self.flushing:
+                return self._gate(now, reading=True) or self._start_batch()
             return ReadOutbox(
                 count=s.batch_size - len(self._buffer), block=min(due - now, s.read_block)
             )
@@ -369,12 +389,39 @@ class Delivery:
     def _held(self) -> list[OutboxEntry]:
         return [e for b in self._batches for e in b.entries] + self._buffer
 
-    def _start_batch(self) -> PostBatch | RefreshClaim:
-        entries = self._buffer[: self.settings.batch_size]
-        self._buffer = self._buffer[self.settings.batch_size :]
+    def _gate(self, now: float, *, reading: bool) -> Action | None:
+        """``None`` when a request may go now; else take one from the budget, or wait for it
+        (reading more meanwhile, while the batch has room: it grows instead of waiting idle)."""
+        if not self._budgeted or self._granted:
+            return None
+        if now >= self._ask_budget_at:
+            return _budget.take(self.settings.requests_per_minute)
+        if reading and self._buffer_bytes < self.settings.batch_bytes:
+            block = min(self._ask_budget_at - now, self.settings.read_block)
+            return ReadOutbox(count=self.settings.batch_size, block=block)
+        return Sleep(self._ask_budget_at)
+
+    def _post(self, entries: list[OutboxEntry]) -> PostBatch:
+        self._granted = False
+        return PostBatch(body=_body(entries), size=len(entries))
+
+    def _start_batch(self) -> PostBatch:
+        """A batch of the oldest buffered entries, as many as ``batch_bytes`` of body holds (and
+        ``batch_size`` without a budget: requests are only scarce with one)."""
+        room = self.settings.batch_bytes - _BODY_OVERHEAD
+        most = len(self._buffer) if self._budgeted else self.settings.batch_size
+        taken = 0
+        for entry in self._buffer[:most]:
+            room -= len(entry.item) + 1
+            if room < 0 and taken:
+                break
+            taken += 1
+        entries = self._buffer[:taken]
+        self._buffer = self._buffer[taken:]
+        self._buffer_bytes -= sum(len(e.item) + 1 for e in entries)
         self._buffer_since = None if not self._buffer else self._buffer_since
         self._batches.append(_Batch(entries=entries, refreshed=True))
-        return PostBatch(body=_body(entries), size=len(entries))
+        return self._post(entries)
 
     # -- outcomes -----------------------------------------------------------------------------
 
@@ -403,6 +450,18 @@ class Delivery:
             self._checked(outcome)
         elif isinstance(outcome, Reclaimed):
             self._reclaimed(outcome, now)
+        elif isinstance(outcome, BudgetAnswered):
+            self._budget_answered(outcome, now)
+
+    def _budget_answered(self, outcome: BudgetAnswered, now: float) -> None:
+        wait = _budget.wait_of(outcome)
+        if wait is None:
+            self.rejected_entries += 1
+            self._granted = True
+        elif wait == 0:
+            self._granted = True
+        else:
+            self._ask_budget_at = now + wait
 
     def _listed(self, outcome: ConsumersListed) -> None:
         self._surveyed, rejected = _liveness.consumers_of(outcome.listing, self.settings.consumer)
@@ -431,6 +490,7 @@ class Delivery:
 
     def _read(self, outcome: OutboxRead, now: float) -> None:
         malformed: list[tuple[str, str]] = []
+        too_large: list[OutboxEntry] = []
         held = {(e.stream, e.id) for e in self._held()}
         for stream, entry_id, fields in outcome.entries:
             if (stream, entry_id) in held:
@@ -442,9 +502,17 @@ class Delivery:
                     malformed.append((stream_s, id_s))  # removed, so it is not read again
                 self.rejected_entries += 1
                 continue
+            if _BODY_OVERHEAD + len(entry.item) > self.settings.batch_bytes:
+                too_large.append(entry)  # no batch can carry it: Polar would refuse it (413)
+                continue
             if not self._buffer:
                 self._buffer_since = now
             self._buffer.append(entry)
+            self._buffer_bytes += len(entry.item) + 1
+        if too_large:
+            limit = self.settings.batch_bytes
+            self._drop(too_large, f"larger than an ingestion request may be ({limit} bytes)",
+                       definitive=True)  # fmt: skip
         if malformed:
             for stream, ids in _by_stream(malformed).items():
                 self._work.append(self._settle_script("confirm", stream, ids, []))
@@ -584,6 +652,9 @@ def _by_stream(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
     for stream, entry_id in pairs:
         out.setdefault(stream, []).append(entry_id)
     return out
+
+
+_BODY_OVERHEAD = len(b'{"events":[]}')
 
 
 def _body(entries: Sequence[OutboxEntry]) -> bytes:

@@ -55,6 +55,7 @@ from outpost_core import (
     semconv,
     to_us,
 )
+from outpost_core._budget import BudgetAnswered, TakeRequest
 from outpost_core._delivery import (
     GROUP,
     Action,
@@ -123,6 +124,7 @@ _NOTHING_DONE: dict[type, Outcome] = {
     ReadOutbox: OutboxRead([]),
     ClaimStale: OutboxRead([]),
     SurveyConsumers: ConsumersListed([]),
+    TakeRequest: BudgetAnswered(0),
     SettleScript: Settled(None),
 }
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
@@ -150,6 +152,12 @@ class Outpost:
         max_in_flight: ingestion requests this instance may have open at once.
         batch_size, linger: a batch goes when it holds ``batch_size`` events or its first event
             has waited ``linger`` seconds.
+        requests_per_minute: ingestion requests every instance sharing the Redis may send a
+            minute together (Polar admits 500 per organization, 100 in the sandbox; the rest
+            is left to the merchant's other API calls). A loop without one waits, and its batch
+            keeps filling. ``0`` turns the shared budget off.
+        batch_bytes: most bytes of one request body (Polar refuses more than 10 MiB); an event
+            larger than that alone is dropped and reported to ``on_dropped``.
         heartbeat: seconds an instance stays alive for the others without a sign of life from
             its delivery loop (refreshed four times as often). Events held by an instance
             silent for that long (killed, or closed) are taken over by another at once.
@@ -179,6 +187,8 @@ class Outpost:
         max_in_flight: int = 1,
         batch_size: int = 500,
         linger: float = 0.2,
+        requests_per_minute: float = 300.0,
+        batch_bytes: int = 8 * 1024 * 1024,
         heartbeat: float = 10.0,
         claim_idle: float = 300.0,
         retry_base: float = 0.5,
@@ -226,6 +236,8 @@ class Outpost:
             channel_namespace=namespace,
             consumer=self._consumer,
             heartbeat=heartbeat,
+            requests_per_minute=requests_per_minute,
+            batch_bytes=batch_bytes,
         )
         self._max_in_flight = max_in_flight
         self._on_dropped = on_dropped
@@ -757,7 +769,10 @@ class Outpost:
                 delivery.handle(outcome, time.monotonic(), self._now_us())
                 if delivery.rejected_entries > rejected:
                     count = delivery.rejected_entries - rejected
-                    self._log.warning("outpost removed %d unreadable outbox entries", count)
+                    self._log.warning(
+                        "outpost removed %d unreadable outbox entries (or rejected replies)",
+                        count,
+                    )
                 if delivery.stalled and isinstance(outcome, BatchAnswered):
                     self._log.error("outpost delivery is stalled: %s", delivery.stalled)
                 if isinstance(outcome, Settled):
@@ -863,6 +878,10 @@ class Outpost:
             args = [GROUP, action.taker, str(action.count), *action.consumers]
             reply = self._scripts["reclaim"](keys=(action.stream,), args=args)
             return Reclaimed(action.stream, reply)
+        if isinstance(action, TakeRequest):
+            args = [str(action.per_minute), str(action.capacity), ""]  # "": Redis's clock
+            reply = self._scripts["budget"](keys=(action.key,), args=args)
+            return BudgetAnswered(reply)
         if isinstance(action, ForgetHeartbeat):
             self._redis.delete(action.key)
             return Done()

@@ -87,7 +87,7 @@ async def test_short_lived_instances_leave_the_outbox_group(
 ) -> None:
     count_meter(emulator)
     for n in range(100):
-        async with connect(redis_server, emulator) as a:
+        async with connect(redis_server, emulator, requests_per_minute=0) as a:
             await a.track("api_call", external_customer_id=f"c{n}")
     assert counters(emulator)["events"] == 100
     assert consumers(redis_server) == set()
