@@ -22,7 +22,7 @@ from tests.support.redis_server import free_port
 
 
 class EmulatorProcess:
-    def __init__(self, sync_delay: float = 1.0) -> None:
+    def __init__(self, sync_delay: float = 1.0, rate_limit: int = 0) -> None:
         self.port = free_port()
         self.token = DEFAULT_TOKEN
         self._log = Path(tempfile.mkstemp(prefix="outpost-bench-emulator-", suffix=".log")[1])
@@ -37,6 +37,8 @@ class EmulatorProcess:
             str(sync_delay),
             "--log-level",
             "warning",
+            "--rate-limit",
+            str(rate_limit),
         ]
         with self._log.open("wb") as log:
             self._process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

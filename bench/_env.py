@@ -48,6 +48,8 @@ class Scale:
     snapshot_rounds: int
     snapshot_applies: int  # per round and number of pending events
     snapshot_pending: tuple[int, ...]
+    failover_rounds: int
+    failover_events: int  # tracked by the process that gets killed
 
 
 FULL = Scale(
@@ -69,6 +71,8 @@ FULL = Scale(
     snapshot_rounds=11,
     snapshot_applies=20,
     snapshot_pending=(1, 100, 10_000),
+    failover_rounds=3,
+    failover_events=500,
 )
 
 SMOKE = Scale(
@@ -90,6 +94,8 @@ SMOKE = Scale(
     snapshot_rounds=2,
     snapshot_applies=2,
     snapshot_pending=(1, 100, 10_000),
+    failover_rounds=1,
+    failover_events=20,
 )
 
 

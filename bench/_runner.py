@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import balance, delivery, lag, memory, snapshot, track
+from bench import balance, delivery, failover, lag, memory, snapshot, track
 from bench._env import FULL, SMOKE, Env, machine
 from bench._report import legend, table, write_json
 from bench._stats import Figure
@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, Callable[[Env], list[Figure]]] = {
     "memory": memory.run,
     "delivery": delivery.run,
     "snapshot": snapshot.run,
+    "failover": failover.run,
 }
 # Every figure a complete run produces (the smoke test checks them all).
 EXPECTED = (
@@ -46,6 +47,7 @@ EXPECTED = (
     "snapshot.apply.1",
     "snapshot.apply.100",
     "snapshot.apply.10000",
+    "failover",
 )
 
 

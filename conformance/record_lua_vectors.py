@@ -29,7 +29,7 @@ from .lua_vectors import SCHEMA, execute, subscribe
 ROOT = Path(__file__).resolve().parent
 README = ROOT / "README.md"
 SHA1_ROW = re.compile(r"^\| `(\w+)` \| `[0-9a-f]{40}` \|$", re.MULTILINE)
-SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot")
+SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot", "reclaim", "budget")
 
 BUCKET = 300_000_000
 HOUR = 3_600_000_000
@@ -803,6 +803,116 @@ def apply_snapshot_cases() -> Iterator[Case]:
     )
 
 
+# -- reclaim --------------------------------------------------------------------------------------
+
+
+def held(pending: dict[str, list[str]]) -> dict[str, Any]:
+    """Four entries of COUNT's outbox, read in order by the consumers of ``pending``."""
+    ids = ["1-0", "2-0", "3-0", "4-0"]
+    return {
+        "streams": {
+            COUNT.outbox: {
+                "entries": [{"id": i, "fields": entry(COUNT, f"e{i[0]}", B0)} for i in ids],
+                "groups": {GROUP: {"pending": pending}},
+            }
+        }
+    }
+
+
+def reclaim_argv(taker: str, count: int, *consumers: str) -> tuple[list[str], list[str]]:
+    return [COUNT.outbox], [GROUP, taker, str(count), *consumers]
+
+
+def reclaim_cases() -> Iterator[Case]:
+    k, a = reclaim_argv("w2", 100, "w1")
+    yield case(
+        "takes_what_a_dead_consumer_holds_and_removes_it",
+        "w1's heartbeat expired: w2 takes both entries it held (reply: their ids and fields) and "
+        "w1, now holding nothing, leaves the group (reply d).",
+        held({"w1": ["1-0", "2-0"]}),
+        k,
+        a,
+    )
+    k, a = reclaim_argv("w2", 1, "w1")
+    yield case(
+        "count_bounds_what_is_taken",
+        "At most ARGV[3] entries per consumer: w2 takes the oldest, w1 still holds one and stays.",
+        held({"w1": ["1-0", "2-0"]}),
+        k,
+        a,
+    )
+    k, a = reclaim_argv("w3", 100, "w1", "w2")
+    yield case(
+        "several_dead_consumers",
+        "Two dead consumers: w3 takes what each holds, in the order given, and both leave.",
+        held({"w1": ["1-0"], "w2": ["2-0", "3-0"]}),
+        k,
+        a,
+    )
+    k, a = reclaim_argv("", 0, "w1")
+    yield case(
+        "closing_consumer_holding_entries_stays",
+        "A closing instance (taker empty) holding entries takes nothing and stays in the group: "
+        "others take its entries once they find its heartbeat gone.",
+        held({"w1": ["1-0"]}),
+        k,
+        a,
+    )
+    k, a = reclaim_argv("", 0, "w9")
+    yield case(
+        "consumer_holding_nothing_is_removed",
+        "A consumer that holds nothing (or is unknown) is removed; nothing is taken.",
+        held({"w1": ["1-0"]}),
+        k,
+        a,
+    )
+
+
+# -- budget ---------------------------------------------------------------------------------------
+
+SECOND = 1_000_000
+
+
+def budget_case(name: str, description: str, state: dict[str, str] | None, now: int) -> Case:
+    before = {"hashes": {keys.BUDGET_KEY: state}} if state else {}
+    return case(name, description, before, [keys.BUDGET_KEY], ["300", "20", str(now)])
+
+
+def budget_cases() -> Iterator[Case]:
+    yield budget_case(
+        "a_new_bucket_starts_full",
+        "No budget yet: it starts with its capacity (20), one request is taken (reply 0), the "
+        "hash expires once it would be full again.",
+        None,
+        NOW,
+    )
+    yield budget_case(
+        "the_bucket_fills_at_the_rate",
+        "Empty one second ago: 300 a minute is 5 a second, so 5 are there; one is taken.",
+        {"t": "0", "at": str(NOW - SECOND)},
+        NOW,
+    )
+    yield budget_case(
+        "fill_stops_at_capacity",
+        "An hour idle fills the bucket to its capacity, not beyond.",
+        {"t": "3", "at": str(NOW - 3600 * SECOND)},
+        NOW,
+    )
+    yield budget_case(
+        "an_empty_bucket_says_how_long_to_wait",
+        "Half a request left: nothing is taken, the reply is the µs until a whole one is there "
+        "(0.5 / 5 per second = 100 ms); the state is written back unchanged.",
+        {"t": "0.5", "at": str(NOW)},
+        NOW,
+    )
+    yield budget_case(
+        "a_clock_behind_fills_nothing",
+        "The caller's clock is behind the last fill: nothing is added, `at` stays.",
+        {"t": "1.25", "at": str(NOW + 5 * SECOND)},
+        NOW,
+    )
+
+
 # -- recording ------------------------------------------------------------------------------------
 
 
@@ -815,6 +925,8 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "acknowledge": acknowledge_cases,
     "confirm": confirm_cases,
     "apply_snapshot": apply_snapshot_cases,
+    "reclaim": reclaim_cases,
+    "budget": budget_cases,
 }
 
 

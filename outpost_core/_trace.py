@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 from wsproto.frame_protocol import FrameProtocol
 
-from . import _delivery, _effects, _inputs
+from . import _budget, _delivery, _effects, _inputs, _liveness
 from ._aggregate import Aggregate
 from ._balance import Balance
 from ._keys import Customer
@@ -48,7 +48,7 @@ Sink = Callable[[Record], None]
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
-    for module in (_inputs, _effects, _delivery)
+    for module in (_inputs, _effects, _delivery, _liveness, _budget)
     for cls in vars(module).values()
     if isinstance(cls, type) and attrs.has(cls)
 }

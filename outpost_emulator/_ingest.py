@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from outpost_emulator._errors import Errors, detail_response, validation_response
 from outpost_emulator._http import NO_BODY, hub_of, read_json
+from outpost_emulator._limits import MAX_BODY_BYTES
 from outpost_emulator._model import Identity, StoredEvent
 from outpost_emulator._state import Hub
 from outpost_emulator._validation import EventInput, validate_ingest
@@ -67,6 +68,9 @@ async def ingest_endpoint(request: Request) -> Response:
 
     # Read the whole body first: a client that gives up during a hang still had its request
     # received, and it is processed all the same.
+    if len(await request.body()) > MAX_BODY_BYTES:
+        hub.counters["ingest_too_large"] += 1
+        return detail_response(413, "Request Entity Too Large", error="RequestEntityTooLarge")
     errors = Errors()
     body = await read_json(request, errors)
 

@@ -31,6 +31,7 @@ from outpost_emulator._auth import DEFAULT_SCOPES
 from outpost_emulator._clock import EmulatorClock
 from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._frames import MAX_FRAME_BYTES
+from outpost_emulator._limits import DEFAULT_REQUESTS_PER_MINUTE
 from outpost_emulator._model import JsonObject
 from outpost_emulator._state import Hub, TransportFinder
 from outpost_emulator.app import create_app
@@ -121,12 +122,15 @@ class Emulator:
         clock: EmulatorClock | None = None,
         sync_delay: float = 10.0,
         *,
+        rate_limit: int = DEFAULT_REQUESTS_PER_MINUTE,
         host: str = "127.0.0.1",
         scopes: Iterable[str] = DEFAULT_SCOPES,
         startup_timeout: float = 10.0,
     ) -> Emulator:
         """Start uvicorn on `host:port` (0: a free port) and return once it accepts."""
-        hub = Hub(clock=clock, token=token, scopes=scopes, sync_delay=sync_delay)
+        hub = Hub(
+            clock=clock, token=token, scopes=scopes, sync_delay=sync_delay, rate_limit=rate_limit
+        )
         config = uvicorn_config(
             create_app(hub=hub),
             host,

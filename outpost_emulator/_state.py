@@ -19,6 +19,7 @@ from outpost_emulator._credits import Credits
 from outpost_emulator._customers import CustomerKey, Customers
 from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._faults import Faults
+from outpost_emulator._limits import DEFAULT_REQUESTS_PER_MINUTE, RateLimit
 from outpost_emulator._model import Identity, JsonObject, Meter, Reducer, StoredEvent
 from outpost_emulator._pipeline import Pipeline
 from outpost_emulator._snapshots import Snapshots, build_snapshot
@@ -38,6 +39,7 @@ class Hub:
         token: str = DEFAULT_TOKEN,
         scopes: Iterable[str] = DEFAULT_SCOPES,
         sync_delay: float = 10.0,
+        rate_limit: int = DEFAULT_REQUESTS_PER_MINUTE,
     ) -> None:
         if not sync_delay >= 0:
             raise ValueError("sync_delay must be >= 0 seconds")
@@ -54,6 +56,7 @@ class Hub:
         self.credits = Credits()
         self.snapshots = Snapshots()
         self.faults = Faults()
+        self.rate_limit = RateLimit(rate_limit)
         self.connections = Connections()
         self.counters: Counter[str] = Counter()
         self.telemetry: list[JsonObject] = []

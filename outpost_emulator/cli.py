@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from outpost_emulator._defaults import DEFAULT_TOKEN
+from outpost_emulator._limits import DEFAULT_REQUESTS_PER_MINUTE
 
 EXTRA = ("starlette", "uvicorn")  # what the `emulator` extra installs
 
@@ -25,6 +26,12 @@ def _parser() -> argparse.ArgumentParser:
     emulator.add_argument("--token", default=DEFAULT_TOKEN, help="organization access token")
     emulator.add_argument(
         "--sync-delay", type=float, default=10.0, help="seconds after a bucket closes to sync it"
+    )
+    emulator.add_argument(
+        "--rate-limit",
+        type=int,
+        default=DEFAULT_REQUESTS_PER_MINUTE,
+        help="API requests a minute Polar admits before 429 (Polar: 500, sandbox 100; 0: none)",
     )
     emulator.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
@@ -80,7 +87,12 @@ def _emulator(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    hub = Hub(clock=EmulatorClock(speed=args.speed), token=args.token, sync_delay=args.sync_delay)
+    hub = Hub(
+        clock=EmulatorClock(speed=args.speed),
+        token=args.token,
+        sync_delay=args.sync_delay,
+        rate_limit=args.rate_limit,
+    )
     server = uvicorn.Server(
         uvicorn_config(create_app(hub=hub), args.host, args.port, log_config=None, log_level=level)
     )

@@ -73,6 +73,7 @@ from outpost_core import (
     semconv,
     to_us,
 )
+from outpost_core._budget import BudgetAnswered, TakeRequest
 from outpost_core._delivery import (
     GROUP,
     Action,
@@ -96,6 +97,17 @@ from outpost_core._delivery import (
     with_known_revs,
 )
 from outpost_core._link import Link, Target
+from outpost_core._liveness import (
+    Beat,
+    CheckHeartbeats,
+    ConsumersListed,
+    ForgetHeartbeat,
+    HeartbeatsChecked,
+    Reclaim,
+    Reclaimed,
+    SurveyConsumers,
+    hand_back,
+)
 from outpost_sync._backend import (
     CoreLock,
     Signal,
@@ -120,6 +132,8 @@ _T = TypeVar("_T")
 _NOTHING_DONE: dict[type, Outcome] = {
     ReadOutbox: OutboxRead([]),
     ClaimStale: OutboxRead([]),
+    SurveyConsumers: ConsumersListed([]),
+    TakeRequest: BudgetAnswered(0),
     SettleScript: Settled(None),
 }
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
@@ -147,7 +161,17 @@ class Outpost:
         max_in_flight: ingestion requests this instance may have open at once.
         batch_size, linger: a batch goes when it holds ``batch_size`` events or its first event
             has waited ``linger`` seconds.
-        claim_idle: seconds after which another instance's unsettled events are taken over.
+        requests_per_minute: ingestion requests every instance sharing the Redis may send a
+            minute together (Polar admits 500 per organization, 100 in the sandbox; the rest
+            is left to the merchant's other API calls). A loop without one waits, and its batch
+            keeps filling. ``0`` turns the shared budget off.
+        batch_bytes: most bytes of one request body (Polar refuses more than 10 MiB); an event
+            larger than that alone is dropped and reported to ``on_dropped``.
+        heartbeat: seconds an instance stays alive for the others without a sign of life from
+            its delivery loop (refreshed four times as often). Events held by an instance
+            silent for that long (killed, or closed) are taken over by another at once.
+        claim_idle: seconds after which the unsettled events of an instance that is alive but
+            does not move them are taken over.
         retry_base: seconds before the first retry of a failed delivery; each retry doubles it
             (up to a minute), with jitter.
         telemetry_url, telemetry_interval: where the relay is (default: ``server_url``) and how
@@ -172,6 +196,9 @@ class Outpost:
         max_in_flight: int = 1,
         batch_size: int = 500,
         linger: float = 0.2,
+        requests_per_minute: float = 300.0,
+        batch_bytes: int = 8 * 1024 * 1024,
+        heartbeat: float = 10.0,
         claim_idle: float = 300.0,
         retry_base: float = 0.5,
         telemetry_url: str | None = None,
@@ -207,6 +234,7 @@ class Outpost:
         self._want_open: OpenConnection | None = None
         self._drop_stream = False
         self._write_failure: str | None = None
+        self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._delivery_settings = DeliverySettings(
             batch_size=batch_size,
             linger=linger,
@@ -215,13 +243,16 @@ class Outpost:
             claim_interval=min(30.0, claim_idle / 2),
             backoff_base=retry_base,
             channel_namespace=namespace,
+            consumer=self._consumer,
+            heartbeat=heartbeat,
+            requests_per_minute=requests_per_minute,
+            batch_bytes=batch_bytes,
         )
         self._max_in_flight = max_in_flight
         self._on_dropped = on_dropped
         self._deliveries: list[Delivery] = []
         self._flushing = 0
         self._settling = 0  # settle scripts running: a flush waits for their replies too
-        self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._http: httpx.Client | None = None
         self._telemetry = Telemetry(
             enabled=telemetry and os.environ.get("POLAR_OUTPOST_TELEMETRY", "1") != "0",
@@ -335,6 +366,8 @@ class Outpost:
         for worker in self._workers:
             worker.stop()
         self._workers.clear()
+        if self._deliveries:
+            self._hand_back()
         self._telemetry.shutdown(time.monotonic(), *self._sync_counts())
         if self._http is not None:
             self._http.close()
@@ -840,7 +873,10 @@ class Outpost:
                 delivery.handle(outcome, time.monotonic(), self._now_us())
                 if delivery.rejected_entries > rejected:
                     count = delivery.rejected_entries - rejected
-                    self._log.warning("outpost removed %d unreadable outbox entries", count)
+                    self._log.warning(
+                        "outpost removed %d unreadable outbox entries (or rejected replies)",
+                        count,
+                    )
                 if delivery.stalled and isinstance(outcome, BatchAnswered):
                     self._log.error("outpost delivery is stalled: %s", delivery.stalled)
                 if isinstance(outcome, Settled):
@@ -851,9 +887,13 @@ class Outpost:
     def _act(self, outage: Outage, action: Action) -> Outcome:
         """Do one delivery action. Redis failures are retried until they succeed (or the instance
         closes): settling must not be skipped, and a read can simply wait."""
-        return self._retrying(
-            outage, lambda: self._act_once(action), _NOTHING_DONE.get(type(action), Done())
-        )
+        if isinstance(action, CheckHeartbeats):
+            closing: Outcome = HeartbeatsChecked([b"1"] * len(action.keys))  # take nothing
+        elif isinstance(action, Reclaim):
+            closing = Reclaimed(action.stream, '{"e":[],"d":[]}')
+        else:
+            closing = _NOTHING_DONE.get(type(action), Done())
+        return self._retrying(outage, lambda: self._act_once(action), closing)
 
     def _retrying(self, outage: Outage, call: Callable[[], _T], closing: _T) -> _T:
         """``call()`` until Redis answers, backing off; ``closing`` (nothing done, the work stays
@@ -875,7 +915,7 @@ class Outpost:
             self._redis_answered(outage)
             return result
 
-    def _act_once(self, action: Action) -> Outcome:
+    def _act_once(self, action: Action | ForgetHeartbeat) -> Outcome:
         if isinstance(action, ReadOutbox):
             block = int(action.block * 1000)
             reply = self._redis.xreadgroup(
@@ -929,6 +969,27 @@ class Outpost:
                 )
                 entries += [(stream, i, f) for i, f in _entries(reply[1]) if f is not None]
             return OutboxRead(entries)
+        if isinstance(action, Beat):
+            self._redis.set(action.key, b"1", px=action.ttl_ms)
+            return Done()
+        if isinstance(action, SurveyConsumers):
+            listing: list[tuple[str, Any]] = []
+            for stream in _keys.ALL_OUTBOXES:
+                listing.append((stream, self._redis.xinfo_consumers(stream, GROUP)))
+            return ConsumersListed(listing)
+        if isinstance(action, CheckHeartbeats):
+            return HeartbeatsChecked(self._redis.mget(action.keys))
+        if isinstance(action, Reclaim):
+            args = [GROUP, action.taker, str(action.count), *action.consumers]
+            reply = self._scripts["reclaim"](keys=(action.stream,), args=args)
+            return Reclaimed(action.stream, reply)
+        if isinstance(action, TakeRequest):
+            args = [str(action.per_minute), str(action.capacity), ""]  # "": Redis's clock
+            reply = self._scripts["budget"](keys=(action.key,), args=args)
+            return BudgetAnswered(reply)
+        if isinstance(action, ForgetHeartbeat):
+            self._redis.delete(action.key)
+            return Done()
         if isinstance(action, Sleep):
             version = self._signal.version
             self._signal.wait(version, min(action.until - time.monotonic(), _POLL))
@@ -949,6 +1010,19 @@ class Outpost:
             return BatchFailed(f"ingestion request failed: {exc!r}", maybe_sent=True)
         wait = retry_after(response.headers.get("Retry-After"), self._now_us())
         return BatchAnswered(response.status_code, response.content, wait)
+
+    def _hand_back(self) -> None:
+        """Once the loops stopped: this instance's heartbeat goes, so other instances take what
+        it still holds at their next survey, and it leaves the group where it holds nothing."""
+        try:
+            for action in hand_back(self._consumer):
+                self._act_once(action)
+        except (RedisError, OSError) as exc:
+            self._log.warning(
+                "outpost could not hand back its outbox entries (others take them once its "
+                "heartbeat expires): %s",
+                exc,
+            )
 
     def _create_groups(self) -> None:
         for stream in _keys.ALL_OUTBOXES:

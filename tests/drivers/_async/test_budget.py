@@ -1,0 +1,53 @@
+"""One request budget for every instance of an organization (D13), against the emulator's limit."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+
+from outpost_async import AsyncOutpost
+from outpost_emulator import Emulator
+from tests.drivers._async._concurrency import run_concurrently
+from tests.drivers._async._helpers import connect, count_meter
+from tests.drivers._async.test_metering import counters
+from tests.support.redis_server import RedisServer
+
+LIMIT = 60  # the emulator's requests a minute
+SHARE = 56  # the instances' budget: a full bucket (3) and a minute of refill stay under LIMIT
+
+
+@pytest.fixture
+def limited() -> Iterator[Emulator]:
+    with Emulator.start(port=0, sync_delay=1.0, rate_limit=LIMIT) as emu:
+        yield emu
+
+
+@pytest.mark.anyio
+async def test_busy_instances_share_one_budget_and_get_no_429(
+    redis_server: RedisServer, limited: Emulator
+) -> None:
+    count_meter(limited)
+    instances = [
+        connect(redis_server, limited, requests_per_minute=SHARE, batch_size=10) for _ in range(3)
+    ]
+    try:
+
+        def busy(outpost: AsyncOutpost) -> Callable[[], Awaitable[None]]:
+            async def track() -> None:
+                for i in range(300):
+                    await outpost.track("api_call", external_customer_id=f"c{i % 5}")
+
+            return track
+
+        await run_concurrently([busy(outpost) for outpost in instances])
+        for outpost in instances:
+            assert await outpost.flush(60)
+    finally:
+        for outpost in instances:
+            await outpost.close()
+    seen = counters(limited)
+    assert (seen["events"], seen["events_duplicate"]) == (900, 0)
+    # Without a shared budget, 900 events in batches of 10 are some 90 requests: 429s.
+    assert seen.get("http_rate_limited", 0) == 0
+    assert seen["http_ingest"] < LIMIT
