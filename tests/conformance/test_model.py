@@ -94,6 +94,7 @@ from outpost_core import (
     Balance,
     ChangePublished,
     ConfigurationReceived,
+    Fetch,
     IdentityLoaded,
     LoadIdentity,
     RunScript,
@@ -101,6 +102,7 @@ from outpost_core import (
     Session,
     Settings,
     StoreConfiguration,
+    SubscriberLost,
     SubscriberRestarted,
     Tick,
     floor_bucket,
@@ -262,6 +264,7 @@ class Instance:
         self.name = name
         self.machine = machine
         self.session = Session(Settings(), link=link)
+        self.session.handle(SubscriberRestarted())  # the subscriber confirms, as at a start
         self.socket: PolarSocket | None = None
         self.inbound = bytearray()
         self.queue: list[bytes] = []
@@ -282,13 +285,13 @@ class Instance:
             if not effects and not self.inbound:
                 return
             self.inputs += 1
-            loads = [e.key for e in effects if isinstance(e, LoadIdentity)]
+            loads = [e for e in effects if isinstance(e, LoadIdentity)]
             if loads:  # independent reads: one round trip (the drivers run them one by one)
                 pipe = self.machine.client.pipeline(transaction=False)
-                for key in loads:
-                    pipe.hgetall(key)
-                for key, fields in zip(loads, pipe.execute(), strict=True):
-                    self.session.handle(IdentityLoaded(key, fields))
+                for load in loads:
+                    pipe.hgetall(load.key)
+                for load, fields in zip(loads, pipe.execute(), strict=True):
+                    self.session.handle(IdentityLoaded(load.key, fields, load.load_id))
             for effect in effects:
                 if not isinstance(effect, LoadIdentity):
                     self.run(effect)
@@ -325,6 +328,9 @@ class Instance:
     def read(self, meter_id: str, customer: str) -> Balance:
         for _ in range(100):
             balance = self.session.read(meter_id, external_customer_id=customer)
+            if isinstance(balance, Fetch):  # the copy does not follow Redis: read the hash
+                fields = self.machine.client.hgetall(balance.key)
+                balance = self.session.read_fetched(meter_id, customer, None, fields)
             if balance is not None:
                 return balance
             self.drive()
@@ -643,6 +649,7 @@ class OutpostModel(RuleBasedStateMachine):
             self.tick()
             assert self.a.session.connected
         elif how == "lost":
+            instance.handle(SubscriberLost())
             instance.queue.clear()
             instance.handle(SubscriberRestarted())
         elif how == "all":
