@@ -84,7 +84,7 @@ class Remote:
             self._host.emit(OpenConnection(host=t.host, port=t.port, tls=t.tls))
         for flow in self.flows.values():
             if flow.step is not Step.IDLE:
-                if now - flow.since > STEP_TIMEOUT:
+                if now - flow.since >= STEP_TIMEOUT:
                     step = flow.step.value
                     self._host.reject("stuck_flow", f"{flow.customer}: no answer while {step}")
                     self._restart(flow)
@@ -94,7 +94,7 @@ class Remote:
                     flow.retry_at = None
                     self._request(flow)
                 continue
-            unanswered = flow.request_id is not None and now - flow.requested_at > REQUEST_TIMEOUT
+            unanswered = flow.request_id is not None and now - flow.requested_at >= REQUEST_TIMEOUT
             if not flow.applied and (flow.request_id is None or unanswered):
                 self._request(flow)
         self._flush()

@@ -408,7 +408,7 @@ class Session:
     ) -> Balance | None:
         """The balance from the hash a :class:`Fetch` read (``source="redis"``), or ``None`` when
         that hash holds no snapshot (it expired or was wiped: Polar is asked again). The copy
-        takes the hash too when it is newer."""
+        takes the hash too unless it is older."""
         customer = customer_of(external_customer_id, customer_id)
         reducer = self._reducer(meter_id, waiting=False)
         assert reducer is not None  # read() returned a Fetch, so the configuration is there
@@ -439,6 +439,10 @@ class Session:
         mirror = self._mirrors.get(_keys.state_key(customer, reducer.id))
         if mirror is None or not mirror.loaded:
             return f"the local state of {customer} could not be loaded from Redis"
+        has_snapshot = mirror.state.cold_until is not None
+        applied = self.remote is None or self.remote.follow(customer).applied
+        if has_snapshot and applied and not self.ever_subscribed:
+            return "Redis has not confirmed the subscription to the change channels yet"
         if self.remote is None:
             return f"no snapshot for {customer} in Redis yet (this instance has no access token)"
         link = self.remote.link
@@ -491,6 +495,10 @@ class Session:
         if mirror is None or load_id != mirror.load_id:
             return
         self._load_failures[key] += 1
+        self._load_failed_later(key)
+
+    def _load_failed_later(self, key: str) -> None:
+        """Ask for the load again after the backoff its failures in a row call for."""
         s = self.settings
         delay = backoff(self._load_failures[key], s.reload_retry, s.reload_cap, self._rng.random())
         self._retry_at[key] = self._now + delay
@@ -539,10 +547,17 @@ class Session:
         text = self._text_fields(key, fields)
         self.log.debug("outpost loaded %s at revision %s", key, text.get("rev"))
         self._retry_at.pop(key, None)
-        self._load_failures.pop(key, None)
         complete = mirror.loaded_with(text, load_id)
         if complete is False:
-            self._load(mirror)
+            # A gap the load did not close (a held change of an incarnation of the hash that is
+            # gone, say): load again at once the first time, then back off, not spin on Redis.
+            self._load_failures[key] += 1
+            if self._load_failures[key] == 1:
+                self._load(mirror)
+            else:
+                self._load_failed_later(key)
+        else:
+            self._load_failures.pop(key, None)
         for problem in mirror.state.problems:
             self._reject("state", f"{key}: unreadable field {problem}")
         self._invalidate(mirror)

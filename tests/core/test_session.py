@@ -1064,3 +1064,37 @@ def test_a_custom_logger_gets_the_warnings(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.WARNING, logger="tests.core.custom"):
         session.handle(ConfigurationReceived(None))
     assert [r.name for r in caplog.records] == ["tests.core.custom"]
+
+
+def test_a_gap_that_loads_keep_leaving_is_reloaded_with_backoff_not_at_once() -> None:
+    # A change held from an incarnation of the hash that is gone: each load reads the empty
+    # hash and the gap remains. The first reload is at once; the next ones back off.
+    session = configured(settings=Settings(reload_retry=1.0, reload_cap=8.0))
+    warm(session, fields=snapshot_fields(rev=3))
+    key = state("r-count")
+    session.handle(Tick(10.0))
+    session.handle(ChangePublished(reply(delta(key, 9, "n", "9"))))
+    first = load_asked(session, key)
+    session.handle(IdentityLoaded(key, {}, first))
+    second = load_asked(session, key)  # the first gap: at once
+    session.handle(IdentityLoaded(key, {}, second))
+    assert session.effects() == []  # the second: later
+    assert session.next_deadline() == 10.0 + 2 * 1.0 * 0.75  # no generator: the middle draw
+    session.handle(Tick(11.4))
+    assert session.effects() == []
+    session.handle(Tick(11.5))
+    third = load_asked(session, key)
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=9), third))
+    assert session.effects() == []
+    balance = session.read(COUNT, "c1")
+    assert isinstance(balance, Balance) and balance.revision == 9
+
+
+def test_not_ready_says_when_only_the_subscription_is_missing() -> None:
+    session = configured(subscribed=False)
+    assert session.read(COUNT, "c1") is None
+    key = state("r-count")
+    session.handle(IdentityLoaded(key, snapshot_fields(), load_asked(session, key)))
+    assert session.read(COUNT, "c1") is None  # a first read waits for the subscription
+    reason = session.not_ready_reason(COUNT, "c1", None)
+    assert reason == "Redis has not confirmed the subscription to the change channels yet"
