@@ -60,6 +60,7 @@ def uvicorn_config(app: Any, host: str, port: int, **extra: Any) -> uvicorn.Conf
         port=port,
         ws="wsproto",  # the same WebSocket stack the SDK's core uses
         lifespan="on",
+        date_header=False,  # the app dates answers with the emulator's clock (ClockDate)
         # Frames above 1 MiB must reach the app to be answered with an `error` frame.
         ws_max_size=8 * MAX_FRAME_BYTES,
         **extra,

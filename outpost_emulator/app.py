@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import logging
 from collections.abc import AsyncIterator, Iterable
 
@@ -12,7 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from outpost_emulator._admin import admin_endpoint
 from outpost_emulator._auth import DEFAULT_SCOPES
@@ -71,6 +72,30 @@ class DueWorkFirst:
         await self.app(scope, receive, send)
 
 
+class ClockDate:
+    """Every HTTP answer's ``Date`` header comes from the emulator's clock, as Polar's comes from
+    Polar's: a client that compares clocks with Polar (``outpost doctor``) sees the skew a moved
+    emulator clock makes."""
+
+    def __init__(self, app: ASGIApp, hub: Hub) -> None:
+        self.app = app
+        self.hub = hub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def dated(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                date = email.utils.format_datetime(self.hub.clock.now(), usegmt=True)
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"date"]
+                message = {**message, "headers": [*headers, (b"date", date.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, dated)
+
+
 async def _scheduler(hub: Hub) -> None:
     while True:
         await asyncio.sleep(TICK_INTERVAL_S)
@@ -125,5 +150,6 @@ def create_app(
     )
     app.state.hub = hub
     app.add_middleware(DueWorkFirst, hub=hub)
+    app.add_middleware(ClockDate, hub=hub)
     app.add_middleware(RateLimited, hub=hub)
     return app

@@ -10,8 +10,8 @@ import sys
 import pytest
 import redis
 
-from outpost_emulator import demo
-from outpost_emulator.cli import main as cli_main
+from outpost_sync.cli import demo
+from outpost_sync.cli import main as cli_main
 from tests.support.redis_server import REDIS_SERVER, RedisServer, free_port
 
 
@@ -22,7 +22,7 @@ def test_the_demo_ends_with_an_agreeing_verdict(redis_server: RedisServer) -> No
     env.pop("REDIS_URL", None)
     result = subprocess.run(
         [
-            *(sys.executable, "-m", "outpost_emulator.cli", "demo", "--fast", "--plain"),
+            *(sys.executable, "-m", "outpost_sync.cli", "demo", "--fast", "--plain"),
             *("--redis-url", redis_server.url),
         ],
         capture_output=True,
