@@ -6,12 +6,12 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from outpost_emulator import Emulator
+from tests.support.redis_server import RedisServer
+
 # No per-example deadline: on a loaded machine it is a timing assertion, and fails at random.
 settings.register_profile("outpost", deadline=None)
 settings.load_profile("outpost")
-
-from outpost_emulator import Emulator
-from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture
