@@ -1,8 +1,9 @@
 """Meter filters and aggregations with Polar's server-side Python semantics.
 
 Polar's real-time rollup matches events in Python (``Filter.matches``); its Postgres sync, billing
-and meter reads match in SQL, which differs in a few type-mixing cases. We follow the Python
-semantics, as decisions.md D7 says; ``docs/filters.md`` lists every difference with an example.
+and meter reads match in SQL, which differs in a few type-mixing cases. This module follows the
+Python semantics, as decisions.md D7 says; ``_sql_filters`` follows the SQL ones, and an event
+counts locally if either counts it (D12). docs/emulator.md lists every difference with an example.
 
 The rules, in order:
 - an empty ``and`` and an empty ``or`` both match;
@@ -48,8 +49,11 @@ class EventView:
 
     name: str
     timestamp_s: int
+    """Whole epoch seconds, truncated as Polar's Python does."""
     metadata: Mapping[str, Any]
     source: str = "user"
+    subsecond_us: int = 0
+    """Microseconds past ``timestamp_s``: Polar's SQL rounds to the nearest second instead."""
 
 
 @attrs.frozen(slots=True)
