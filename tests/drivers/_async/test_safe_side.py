@@ -71,9 +71,7 @@ async def test_the_local_balance_never_reads_above_polars_when_the_matchings_dis
         assert (await a.balance(meter, external_customer_id="c1")).balance == CREDITS
         now = emulator.clock.now()
         timestamp = None if fraction_us is None else at_fraction(now, fraction_us)
-        await a.track(
-            "api_call", external_customer_id="c1", metadata=metadata, timestamp=timestamp
-        )
+        await a.track("api_call", external_customer_id="c1", metadata=metadata, timestamp=timestamp)
         tracked_bucket = floor_bucket(to_us(timestamp or now))
         assert await a.flush(10)  # Polar holds the event: its customer meter counts it now
         polar, local = await polar_and_local(a, emulator, meter)
