@@ -8,7 +8,7 @@ counts locally if either counts it (D12). docs/emulator.md lists every differenc
 The rules, in order:
 - an empty ``and`` and an empty ``or`` both match;
 - ``name`` and ``source`` compare only with a string value, ``timestamp`` (whole epoch seconds)
-  only with an integer; another value type never matches;
+  only with an integer (a bool is one: ``timestamp gt true`` holds); another value never matches;
 - any other property is a dot path into the metadata; a missing or null value matches nothing,
   not even ``ne``;
 - comparisons are Python's operators (so ``True == 1`` holds and ``"3" == 3`` does not), and a
@@ -68,7 +68,7 @@ class Clause:
                 return False
             actual: Any = event.name if self.property == "name" else event.source
         elif self.property == "timestamp":
-            if isinstance(self.value, bool) or not isinstance(self.value, int):
+            if not isinstance(self.value, int):  # a bool passes, as in Polar: True is the int 1
                 return False
             actual = event.timestamp_s
         else:

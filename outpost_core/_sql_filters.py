@@ -52,14 +52,15 @@ def clause_matches(clause: Clause, event: EventView) -> bool:
             return False
         return _compare(op, event.name if clause.property == "name" else event.source, value)
     if clause.property == "timestamp":
-        # Polar lets a bool through (it is an int); Postgres then refuses bigint against boolean,
-        # the query fails and counts nothing: false.
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not isinstance(value, int):
             return False
         seconds = sql_epoch_seconds(event)
         if op in ("like", "not_like"):
-            return _compare(op, str(seconds), str(value))
-        return _compare(op, seconds, value)
+            # The column is cast to text; a bool value (Polar lets it through: it is an int) is
+            # 't' / 'f', so `not_like false` holds for every event.
+            return _compare(op, str(seconds), _text(value))
+        # Postgres refuses bigint against boolean: the query fails and counts nothing.
+        return not isinstance(value, bool) and _compare(op, seconds, value)
     actual = lookup(event.metadata, clause.property)
     if actual is None:
         return False  # a missing key or a JSON null: NULL

@@ -105,6 +105,7 @@ def single(prop: str, op: str, value: Any) -> Filter:
         ("timestamp", "not_like", T_S + 1, False),
         ("timestamp", "gt", True, False),  # Postgres refuses bigint > boolean
         ("timestamp", "like", True, False),
+        ("timestamp", "not_like", False, True),  # the text has no 'f'
     ],
 )
 def test_sql_clause(prop: str, op: str, value: Any, expected: bool) -> None:
