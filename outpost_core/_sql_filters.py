@@ -118,7 +118,8 @@ def _jsonb(value: Any) -> str:
         return str(value)
     if isinstance(value, float):
         # jsonb keeps a number as `numeric`, printed without an exponent and without a sign on
-        # zero: 1e20 is 100000000000000000000, -0.0 is 0.0.
+        # zero: 1e20 is 100000000000000000000, -0.0 is 0.0 (were the sign kept, a `like "-"`
+        # would still count through Python's "-0.0").
         text = repr(abs(value) if value == 0 else value)
         return format(Decimal(text), "f") if "e" in text else text
     if isinstance(value, Mapping):
