@@ -81,10 +81,9 @@ def safe_value(aggregation: Aggregation, event: EventView) -> float | None:
     keeps a sum and a max at or above Polar's, and an average too for the same events; a min can be
     made safe by no choice, since any pending event may lower it (docs/invariant.md).
     """
-    values = [
-        v for v in (aggregation.value_of(event), sql_value(aggregation, event)) if v is not None
-    ]
-    return max(values) if values else None
+    if aggregation.property == "timestamp":
+        return sql_value(aggregation, event)  # the rounded seconds: never below the truncated
+    return aggregation.value_of(event)  # the same in both (tests/conformance checks it)
 
 
 def parse_configuration(payload: object) -> Configuration:

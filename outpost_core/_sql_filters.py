@@ -12,7 +12,10 @@ The SQL rules:
 - a metadata value is read by its JSON type: a string compares as text with ``str(value)`` (a bool
   value as ``'t'``/``'f'``), a number as a float with an int or bool value (else false), a boolean
   only with a bool value; a missing key, a JSON null, an object or an array is SQL's NULL;
-- ``like`` / ``not_like`` look for the value's text in the ``->>`` text of the JSON value;
+- ``like`` / ``not_like`` look for the value's text in the ``->>`` text of the JSON value. Polar's
+  code has been seen both escaping the value (a literal substring, polar-side.md §6.3) and not
+  (``LIKE '%v%'``: ``%`` and ``_`` in the value are wildcards, a backslash escapes). The SDK cannot
+  tell which one runs, so a clause holds here if it holds under either reading;
 - a filter keeps a row only when it is TRUE. Filters combine clauses with ``and`` / ``or`` and never
   negate a group, so a NULL clause decides exactly like a false one: it is false here.
 
@@ -23,7 +26,9 @@ object as the SDK sent it.
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -37,11 +42,14 @@ def sql_matches(filter_: Filter, event: EventView) -> bool:
     """Whether Polar's SQL keeps the event: an empty ``and`` or ``or`` is TRUE."""
     if not filter_.clauses:
         return True
-    results = (
-        sql_matches(item, event) if isinstance(item, Filter) else clause_matches(item, event)
-        for item in filter_.clauses
-    )
-    return all(results) if filter_.conjunction == "and" else any(results)
+    wanted = filter_.conjunction == "or"  # the answer that decides the group at once
+    for item in filter_.clauses:
+        found = (
+            sql_matches(item, event) if isinstance(item, Filter) else clause_matches(item, event)
+        )
+        if found is wanted:
+            return wanted
+    return not wanted
 
 
 def clause_matches(clause: Clause, event: EventView) -> bool:
@@ -70,7 +78,7 @@ def clause_matches(clause: Clause, event: EventView) -> bool:
         return _compare(op, actual, _text(value))
     if isinstance(actual, bool):
         return isinstance(value, bool) and _compare(op, actual, value)
-    if isinstance(actual, int | float):
+    if isinstance(actual, (int, float)):  # a tuple: faster than a union on this path
         return not isinstance(value, str) and _compare(op, float(actual), float(value))
     return False  # an object or an array: the CASE has no branch, NULL
 
@@ -136,8 +144,37 @@ def _text(value: str | int | bool) -> str:
 
 
 def _compare(op: str, actual: Any, expected: Any) -> bool:
+    compare = OPERATORS.get(op)
+    if compare is not None:
+        return bool(compare(actual, expected))
     if op == "like":
-        return str(expected) in str(actual)
-    if op == "not_like":
-        return str(expected) not in str(actual)
-    return bool(OPERATORS[op](actual, expected))
+        return expected in actual or _unescaped_like(expected, actual)
+    return expected not in actual or not _unescaped_like(expected, actual)  # not_like
+
+
+def _unescaped_like(value: str, text: str) -> bool:
+    """``text LIKE '%' || value || '%'`` with Postgres's default escape character, ``\\``."""
+    if _LIKE_SPECIAL.search(value) is None:
+        return value in text
+    return _like_pattern(f"%{value}%").fullmatch(text) is not None
+
+
+_LIKE_SPECIAL = re.compile(r"[%_\\]")
+
+
+@functools.lru_cache(maxsize=256)
+def _like_pattern(pattern: str) -> re.Pattern[str]:
+    parts: list[str] = []
+    chars = iter(pattern)
+    for c in chars:
+        if c == "\\":
+            # The next character is literal. A value ending in a backslash thus escapes the closing
+            # "%": the text must end with the rest of the value and a literal "%".
+            parts.append(re.escape(next(chars, "")))
+        elif c == "%":
+            parts.append(".*")
+        elif c == "_":
+            parts.append(".")
+        else:
+            parts.append(re.escape(c))
+    return re.compile("".join(parts), re.DOTALL)

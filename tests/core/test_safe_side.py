@@ -91,11 +91,11 @@ def test_an_event_either_dialect_counts_is_counted(
         # Dot paths reach into nested metadata.
         (clause("_llm.total_tokens", "gte", 30), {"_llm": LLM}, True),
         (clause("_llm.vendor", "eq", "v"), {"_llm": LLM}, True),
-        # `like` is a literal substring: % and _ are no wildcards.
-        (clause("s", "like", "a%c"), {"s": "abc"}, False),
-        (clause("s", "like", "a_c"), {"s": "abc"}, False),
+        # `like` is a substring test.
         (clause("s", "like", "a%c"), {"s": "xa%cx"}, True),
+        (clause("s", "like", "b"), {"s": "abc"}, True),
         (clause("s", "not_like", "zz"), {"s": "abc"}, True),
+        (clause("s", "not_like", "b"), {"s": "abc"}, False),
         # A column needs a value of its type.
         (clause("name", "eq", 1), {}, False),
         (clause("source", "eq", True), {}, False),
@@ -117,6 +117,22 @@ def test_where_both_dialects_agree(
     filter_clause: dict[str, Any], metadata: dict[str, Any], expected: bool
 ) -> None:
     assert counted([filter_clause], view(metadata)) is expected
+
+
+@pytest.mark.parametrize(
+    ("filter_clause", "metadata"),
+    [
+        # Under Polar's unescaped `LIKE '%v%'` these hold; escaped (the emulator) they do not.
+        (clause("s", "like", "a%c"), {"s": "abbbc"}),
+        (clause("s", "like", "a_c"), {"s": "abc"}),
+        (clause("s", "not_like", "a%c"), {"s": "abc"}),  # escaped: "a%c" is not in "abc"
+        (clause("s", "not_like", "a\\b"), {"s": "a\\b"}),  # unescaped: "\\b" is "b", no "ab"
+    ],
+)
+def test_like_counts_under_either_reading_of_polars_escaping(
+    filter_clause: dict[str, Any], metadata: dict[str, Any]
+) -> None:
+    assert counted([filter_clause], view(metadata))
 
 
 @pytest.mark.parametrize("conjunction", ["and", "or"])

@@ -25,6 +25,8 @@ EVENT = EventView(
         "ratio": 0.5,
         "three": "3",
         "s": "abc",
+        "pct": "xa%cb%yc%",
+        "multiline": "a\nb",
         "t": "t",
         "flag": True,
         "off": False,
@@ -82,7 +84,22 @@ def single(prop: str, op: str, value: Any) -> Filter:
         ("n", "not_like", 2, False),
         ("off", "like", "fal", True),
         ("ratio", "like", "0.5", True),
-        ("s", "like", "a%c", False),
+        # like / not_like hold under either reading of Polar's escaping (literal, or LIKE '%v%').
+        ("s", "like", "a%c", True),  # unescaped: % is any run
+        ("s", "like", "a_c", True),  # unescaped: _ is one character
+        ("s", "like", "a__c", False),
+        ("s", "like", "a%d", False),
+        ("s", "not_like", "a%c", True),  # escaped: the text has no "a%c"
+        ("s", "not_like", "b", False),
+        ("pct", "like", "a%c", True),  # literal
+        ("pct", "not_like", "a%c", False),
+        ("pct", "like", "b\\%", True),  # unescaped: "\%" is a literal "%"
+        ("s", "like", "b\\%", False),
+        ("s", "like", "x\\", False),
+        ("pct", "like", "c\\", True),  # a trailing backslash escapes the closing "%": ends in "%"
+        ("pct", "like", "b\\", False),
+        ("multiline", "like", "a_b", True),  # "_" matches a newline too
+        ("multiline", "like", "a%b", True),
         ("list", "like", '[1, "a"]', True),
         # Missing, null, objects and arrays are NULL for every comparison.
         ("missing", "ne", "x", False),
