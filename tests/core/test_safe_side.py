@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from outpost_core import Customer, parse_configuration
+from outpost_core._configuration import safe_value
 from outpost_core._event import build_event
-from outpost_core._filters import EventView
+from outpost_core._filters import Aggregation, EventView
+from outpost_core._sql_filters import sql_value
 from tests.core._payloads import configuration, reducer
 
 SECOND_US = 1_000_000
@@ -208,3 +210,20 @@ def test_a_property_value_counts_only_as_a_json_number_in_both(
 def test_name_and_source_never_carry_a_value() -> None:
     assert contributions("max", "name", view()) == []
     assert contributions("sum", "source", view()) == []
+
+
+@pytest.mark.parametrize("func", ["count", "sum", "max", "min", "avg"])
+@pytest.mark.parametrize("prop", ["v", "timestamp", "name", "source", "_cost", "_cost.amount"])
+@pytest.mark.parametrize(
+    "metadata", [{}, {"v": 3}, {"v": 2.5}, {"v": "3"}, {"v": True}, {"_cost": COST}]
+)
+@pytest.mark.parametrize("fraction_us", [0, 499_999, 500_000])
+def test_the_value_is_the_larger_of_the_two_dialects(
+    func: str, prop: str, metadata: dict[str, Any], fraction_us: int
+) -> None:
+    event = view(metadata, fraction_us=fraction_us)
+    aggregation = Aggregation(func, None if func == "count" else prop)
+    both = [
+        v for v in (aggregation.value_of(event), sql_value(aggregation, event)) if v is not None
+    ]
+    assert safe_value(aggregation, event) == (max(both) if both else None)
