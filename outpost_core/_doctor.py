@@ -82,7 +82,8 @@ def clock_skew(local_us: int, date_header: str | None) -> Verdict:
             f"this machine is {-skew:.1f} s behind Polar: events land in buckets Polar may have "
             "synced already (counted, but each makes Polar push a snapshot)",
         )
-    return Verdict("clock", Status.OK, f"{skew:+.1f} s from Polar (limit: {AHEAD_LIMIT_S:g} s ahead)")
+    limit = f"limit: {AHEAD_LIMIT_S:g} s ahead"
+    return Verdict("clock", Status.OK, f"{skew:+.1f} s from Polar ({limit})")
 
 
 @attrs.frozen(slots=True)

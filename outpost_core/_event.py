@@ -34,8 +34,9 @@ class TrackedEvent:
     metadata: Mapping[str, Any]
 
     def view(self) -> EventView:
+        seconds, subsecond = divmod(self.timestamp_us, 1_000_000)
         return EventView(
-            name=self.name, timestamp_s=self.timestamp_us // 1_000_000, metadata=self.metadata
+            name=self.name, timestamp_s=seconds, metadata=self.metadata, subsecond_us=subsecond
         )
 
     def ingest_item(self) -> dict[str, Any]:

@@ -109,10 +109,10 @@ def test_no_metadata_is_empty_metadata() -> None:
 def test_view_is_what_filters_see() -> None:
     tracked = event({"tokens": 3})
     assert tracked.view() == EventView(
-        name="api_call", timestamp_s=1_796_223_600, metadata={"tokens": 3}
+        name="api_call", timestamp_s=1_796_223_600, metadata={"tokens": 3}, subsecond_us=123_456
     )
     before_epoch = event(timestamp_us=-1).view()
-    assert before_epoch.timestamp_s == -1  # floored, as Polar truncates whole seconds
+    assert (before_epoch.timestamp_s, before_epoch.subsecond_us) == (-1, 999_999)  # floored
 
 
 def test_ingest_item_shape() -> None:
