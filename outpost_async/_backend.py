@@ -62,7 +62,8 @@ class Worker:
     def __init__(self, name: str, target: Callable[[], Coroutine[Any, Any, None]]) -> None:
         self._task: asyncio.Task[None] = asyncio.get_running_loop().create_task(target(), name=name)
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float) -> None:
+        """Cancel the task; cancellation is prompt, so ``timeout`` is not needed here."""
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -128,8 +129,10 @@ class Stream:
             await self._writer.wait_closed()
 
 
-async def open_stream(host: str, port: int, tls: bool, timeout: float) -> Stream:
-    context = ssl.create_default_context() if tls else None  # the system's trust store
+async def open_stream(
+    host: str, port: int, context: ssl.SSLContext | None, timeout: float
+) -> Stream:
+    """Connect, and shake hands over TLS with ``context`` when it is given (``wss://``)."""
     reader, writer = await asyncio.wait_for(
         asyncio.open_connection(host, port, ssl=context), timeout
     )

@@ -33,7 +33,7 @@ loop waits (Retry-After up to two minutes, else exponential backoff with jitter 
 and tries again for as long as it takes: an outage delays events, it never drops them. Any other
 answer (401, 403, 404, a redirect, 405...) means a token or URL mistake that no retry within
 this process fixes, but that dropping would make permanent: the loop stalls and retries slowly,
-logging an error each time.
+logging an error each time. A TLS certificate of Polar's that does not verify stalls it too.
 
 Entries another instance read and never settled (it died) are claimed once idle for
 ``claim_idle`` seconds; a loop refreshes the claim on its own entries before each attempt so a
@@ -177,6 +177,9 @@ class BatchFailed:
     reason: str
     maybe_sent: bool
     """Whether Polar may have received the request (a timeout or reset after sending)."""
+    stalls: bool = False
+    """Nothing was sent, and no retry will change that until someone fixes the set-up (Polar's
+    TLS certificate does not verify): the loop stalls, as on a 401, and says why."""
 
 
 @attrs.frozen(slots=True)
@@ -395,7 +398,11 @@ class Delivery:
             batch.refreshed = False
 
     def _failed(self, outcome: BatchFailed, now: float) -> None:
-        if outcome.maybe_sent:
+        if outcome.stalls:
+            self.stalled = outcome.reason
+            self._batches[0].not_before = now + self.settings.stall_delay
+            self._batches[0].refreshed = False
+        elif outcome.maybe_sent:
             self._retry(self._batches[0], outcome.reason, now, None, True)
         else:
             self._wait(self._batches[0], now, None)  # Polar unreachable: nothing was tried

@@ -65,8 +65,10 @@ class Worker:
         self._thread = threading.Thread(target=target, name=name, daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        self._thread.join(timeout=10)
+    def stop(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds; a thread still inside a
+        request to a Polar that does not answer is left to end on its own (it is a daemon)."""
+        self._thread.join(timeout=max(timeout, 0.05))
 
 
 def sleep(seconds: float) -> None:
@@ -151,10 +153,14 @@ class Stream:
         self._sock.close()
 
 
-def open_stream(host: str, port: int, tls: bool, timeout: float) -> Stream:
+def open_stream(host: str, port: int, context: ssl.SSLContext | None, timeout: float) -> Stream:
+    """Connect, and shake hands over TLS with ``context`` when it is given (``wss://``)."""
     sock = socket.create_connection((host, port), timeout=timeout)
-    if tls:
-        context = ssl.create_default_context()  # the system's trust store
-        sock = context.wrap_socket(sock, server_hostname=host)
+    if context is not None:
+        try:
+            sock = context.wrap_socket(sock, server_hostname=host)
+        except BaseException:
+            sock.close()
+            raise
     sock.settimeout(None)
     return Stream(sock)
