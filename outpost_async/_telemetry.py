@@ -76,6 +76,7 @@ class Telemetry:
         self._instruments: list[_Instruments] = []
         self._providers: list[Any] = []
         self._exporters: list[Any] = []
+        self._quiet = False
         self._connection: list[Any] = []
         self._reconnection: list[Any] = []
         self._reported = (0, 0)
@@ -195,6 +196,13 @@ class Telemetry:
         except Exception:  # pragma: no cover - telemetry never breaks the caller
             self._log.exception("outpost telemetry failed")
 
+    def quiet(self) -> None:
+        """From now until the last export is done, OpenTelemetry's failures are held back: the
+        instance is closing (``shutdown`` reports them as one line)."""
+        if not self._quiet and any(p is not None for p in self._providers):
+            self._quiet = True
+            _QUIET.hold()
+
     def shutdown(self, now: float, received: int, applied: int, bound: float = LAST_EXPORT) -> None:
         """Record what is buffered, end the open spans, and export to the relay one last time
         within ``bound`` seconds. The relay is Polar: when it is down the application is often
@@ -204,6 +212,7 @@ class Telemetry:
             span.end()
         self._connection.clear()
         self._reconnection.clear()
+        self.quiet()
         providers = [p for p in self._providers if p is not None]
         self._providers = [None]  # nothing starts again after the close
         if providers:
@@ -296,8 +305,9 @@ _QUIET = _Quiet()
 
 def _shut_down_within(providers: list[Any], exporters: list[Any], bound: float) -> str | None:
     """Shut the providers down (their last export) on a thread of its own, waiting for it at
-    most ``bound`` seconds; then shut the exporters down, which ends their retries. OpenTelemetry
-    stays quiet until that thread is done. What went wrong, or ``None``."""
+    most ``bound`` seconds; then shut the exporters down, which ends their retries. The caller
+    holds OpenTelemetry quiet; that thread releases it when it is done. What went wrong, or
+    ``None``."""
     failures: list[str] = []
     heard: list[str | None] = []
 
@@ -312,14 +322,13 @@ def _shut_down_within(providers: list[Any], exporters: list[Any], bound: float) 
             heard.append(_QUIET.first)
             _QUIET.release()
 
-    _QUIET.hold()
     worker = threading.Thread(target=run, name="outpost-telemetry-close", daemon=True)
     worker.start()
     worker.join(bound)
     alive = worker.is_alive()
     first = heard[0] if heard else _QUIET.first
     if alive:
-        failures.insert(0, f"not done within {bound:g} s" + (f" ({first})" if first else ""))
+        failures.insert(0, f"not done within {bound:.2f} s" + (f" ({first})" if first else ""))
         for exporter in exporters:
             with contextlib.suppress(Exception):
                 exporter.shutdown()

@@ -66,9 +66,10 @@ class Worker:
         self._thread.start()
 
     def stop(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds; a thread still inside a
-        request to a Polar that does not answer is left to end on its own (it is a daemon)."""
-        self._thread.join(timeout=max(timeout, 0.05))
+        """Wait up to ``timeout`` seconds, but at least one poll of the ``closed`` flag (0.25 s)
+        and a little: a thread still inside a request to a Polar that does not answer is left to
+        end on its own (it is a daemon)."""
+        self._thread.join(timeout=max(timeout, 0.3))
 
 
 def sleep(seconds: float) -> None:

@@ -178,6 +178,7 @@ class Outpost:
     ) -> None:
         if max_in_flight < 1:
             raise UsageError("max_in_flight must be at least 1")
+        self._tls = tls_context(verify)  # a bundle that cannot be loaded raises here
         # What a forked child starts afresh from (the parameters only: nothing else is bound yet).
         self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self._log = logger or logging.getLogger("outpost")
@@ -192,7 +193,6 @@ class Outpost:
         self._channels = _keys.all_channels(namespace)
         self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
         self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
-        self._tls = tls_context(verify)
         self._traces = Traces(record_to)
         link = None
         if self._access_token:
@@ -322,10 +322,11 @@ class Outpost:
             return
         deadline = time.monotonic() + timeout
         forget_at_exit(self._exit_hook)
+        self._telemetry.quiet()  # an exporter failing from here on is one DEBUG line at the end
         if self._started and self._deliveries:
             # What comes after the flush (workers, the last telemetry export) keeps a reserve.
             with contextlib.suppress(RedisError, OSError):
-                self.flush(timeout - min(_CLOSE_RESERVE, timeout / 4))
+                self.flush(timeout - min(_CLOSE_RESERVE, timeout / 2))
         self._feed(Closing())  # a close frame to Polar while the socket is still open
         self._closed = True
         self._signal.fire()

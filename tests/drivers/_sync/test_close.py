@@ -1,0 +1,54 @@
+# GENERATED from tests/drivers/_async/test_close.py by scripts/unasync.py: do not edit.
+"""Shutdown is bounded (issue 20, part 4): with Polar, and so the telemetry relay, down, close()
+returns within its timeout, and the last telemetry export fails quietly (one DEBUG line). Both
+drivers. The bound is on a behaviour (an exporter retrying for 20 s at exit), with a generous
+margin, not a performance figure."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from outpost_core import _keys
+from outpost_emulator import Emulator
+from tests.conftest import Otel
+from tests.drivers._sync._helpers import connect, count_meter, eventually
+from tests.support.redis_server import RedisServer
+
+MARGIN = 0.5
+
+
+@pytest.mark.parametrize("timeout", [1.0, 2.0])
+def test_close_returns_within_its_timeout_when_polar_is_down(
+    redis_server: RedisServer,
+    emulator: Emulator,
+    otel: Otel,
+    caplog: pytest.LogCaptureFixture,
+    timeout: float,
+) -> None:
+    meter = count_meter(emulator)
+    a = connect(redis_server, emulator, telemetry=True, telemetry_interval=0.2)
+    a.balance(meter, external_customer_id="c1")
+
+    def exporting() -> bool:
+        return bool(emulator.telemetry()["metrics"])
+
+    eventually(exporting, what="the relay receiving an export")
+    emulator.stop()
+    for _ in range(3):  # undeliverable now: the flush in close() waits for them in vain
+        a.track("api_call", external_customer_id="c1")
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        started = time.monotonic()
+        a.close(timeout)
+        took = time.monotonic() - started
+    assert took < timeout + MARGIN, f"close({timeout}) took {took:.2f} s"
+    from_opentelemetry = [r for r in caplog.records if r.name.startswith("opentelemetry")]
+    assert from_opentelemetry == []
+    at_close = [r for r in caplog.records if "last export failed at close" in r.getMessage()]
+    assert len(at_close) == 1 and at_close[0].levelno == logging.DEBUG
+    assert not [r for r in caplog.records if r.exc_info]  # no stack trace anywhere
+    queued = sum(redis_server.client().xlen(stream) for stream in _keys.ALL_OUTBOXES)
+    assert queued == 3  # what Polar did not take stays in Redis for the next instance
