@@ -16,6 +16,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from outpost_async._proxy import ProxyError, proxy_for
+
 
 class CoreLock:
     """The core is only touched from the event loop's thread: no lock is needed."""
@@ -132,8 +134,30 @@ class Stream:
 async def open_stream(
     host: str, port: int, context: ssl.SSLContext | None, timeout: float
 ) -> Stream:
-    """Connect, and shake hands over TLS with ``context`` when it is given (``wss://``)."""
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(host, port, ssl=context), timeout
-    )
+    """Connect, through the proxy httpx would use (see ``_proxy``), and shake hands over TLS
+    with ``context`` when it is given (``wss://``)."""
+    reader, writer = await asyncio.wait_for(_connect(host, port, context), timeout)
     return Stream(reader, writer)
+
+
+async def _connect(
+    host: str, port: int, context: ssl.SSLContext | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    proxy = proxy_for(host, context is not None)
+    if proxy is None:
+        return await asyncio.open_connection(host, port, ssl=context)
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    try:
+        writer.write(proxy.connect_request(host, port))
+        await writer.drain()
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            raise ProxyError(f"the proxy {proxy.url} closed or overran its reply: {exc}") from exc
+        proxy.check_reply(head, host, port)
+        if context is not None:
+            await writer.start_tls(context, server_hostname=host)
+    except BaseException:
+        writer.close()
+        raise
+    return reader, writer

@@ -853,6 +853,9 @@ class AsyncOutpost:
                 content=action.body,
                 headers={"Content-Type": "application/json"},
             )
+        except httpx.ProxyError as exc:  # the proxy refused the tunnel: nothing reached Polar
+            reason = f"the proxy refused the tunnel to Polar: {exc}"
+            return BatchFailed(reason, maybe_sent=False, stalls=True)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             untrusted = describe(exc, self._http.base_url.host)
             if untrusted is not None:  # no retry fixes it: delivery stalls and says why

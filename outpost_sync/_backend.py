@@ -19,6 +19,8 @@ from typing import Any
 
 from redis import Redis
 
+from outpost_sync._proxy import MAX_REPLY, ProxyError, proxy_for
+
 
 class CoreLock:
     """Application threads and the subscriber thread share the core: one re-entrant lock."""
@@ -155,13 +157,31 @@ class Stream:
 
 
 def open_stream(host: str, port: int, context: ssl.SSLContext | None, timeout: float) -> Stream:
-    """Connect, and shake hands over TLS with ``context`` when it is given (``wss://``)."""
-    sock = socket.create_connection((host, port), timeout=timeout)
-    if context is not None:
-        try:
+    """Connect, through the proxy httpx would use (see ``_proxy``), and shake hands over TLS
+    with ``context`` when it is given (``wss://``)."""
+    proxy = proxy_for(host, context is not None)
+    address = (host, port) if proxy is None else (proxy.host, proxy.port)
+    sock = socket.create_connection(address, timeout=timeout)
+    try:
+        if proxy is not None:
+            sock.sendall(proxy.connect_request(host, port))
+            proxy.check_reply(_reply_head(sock, proxy.url), host, port)
+        if context is not None:
             sock = context.wrap_socket(sock, server_hostname=host)
-        except BaseException:
-            sock.close()
-            raise
+    except BaseException:
+        sock.close()
+        raise
     sock.settimeout(None)
     return Stream(sock)
+
+
+def _reply_head(sock: socket.socket, url: str) -> bytes:
+    """The proxy's reply up to its blank line. Nothing follows it until the client speaks, so
+    reading in chunks takes no byte of the tunnel."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk or len(head) > MAX_REPLY:
+            raise ProxyError(f"the proxy {url} closed or overran its reply")
+        head += chunk
+    return head

@@ -5,14 +5,17 @@ Both drivers, against the emulator served by uvicorn with a certificate from a t
 
 from __future__ import annotations
 
+import base64
 import logging
 import ssl
+from collections.abc import Iterator
 
 import pytest
 
 from outpost_core import UsageError
 from outpost_emulator import Emulator
 from outpost_sync import NotReady, Outpost
+from outpost_sync._proxy import ProxyError, proxy_for
 from tests.conftest import CertificateAuthority
 from tests.drivers._sync._helpers import (
     CONFIGURATION,
@@ -21,6 +24,7 @@ from tests.drivers._sync._helpers import (
     eventually,
 )
 from tests.support import polar
+from tests.support.connect_proxy import ConnectProxy
 from tests.support.redis_server import RedisServer
 
 
@@ -123,3 +127,75 @@ def test_a_bundle_that_cannot_be_loaded_raises_at_once(redis_server: RedisServer
         Outpost(redis_url=redis_server.url, verify="/nonexistent/ca.pem")
     with pytest.raises(UsageError, match="verify=False is not supported"):
         Outpost(redis_url=redis_server.url, verify=False)
+
+
+@pytest.fixture
+def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[ConnectProxy]:
+    """A CONNECT proxy named in HTTPS_PROXY (with credentials), as a corporate network has."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with ConnectProxy() as running:
+        monkeypatch.setenv("HTTPS_PROXY", f"http://outpost:s%3Acret@127.0.0.1:{running.port}")
+        yield running
+
+
+def test_the_websocket_and_ingestion_both_go_through_the_https_proxy(
+    redis_server: RedisServer,
+    tls_emulator: Emulator,
+    authority: CertificateAuthority,
+    proxy: ConnectProxy,
+) -> None:
+    meter = count_meter(tls_emulator)
+    tls_emulator.grant_credits(meter, 10, external_customer_id="c1")
+    with connect(redis_server, tls_emulator, verify=authority.bundle) as a:
+        assert credited(a, meter, "c1") == 10  # the snapshot came over the tunnel
+        a.track("api_call", external_customer_id="c1")
+        assert a.flush(10)
+        assert tls_emulator.state()["events"]["count"] == 1
+    target = f"127.0.0.1:{tls_emulator.port}"
+    assert proxy.tunnels.count(target) >= 2  # one for the WebSocket, one for ingestion
+    expected = "Basic " + base64.b64encode(b"outpost:s:cret").decode()
+    assert set(proxy.authorizations) == {expected}
+
+
+def test_a_proxy_that_refuses_the_tunnel_is_named(
+    redis_server: RedisServer,
+    tls_emulator: Emulator,
+    authority: CertificateAuthority,
+    proxy: ConnectProxy,
+) -> None:
+    proxy.refuse = "407 Proxy Authentication Required"
+    polar.store_configuration(redis_server.client(), CONFIGURATION)
+    with connect(redis_server, tls_emulator, verify=authority.bundle, snapshot_timeout=1.0) as a:
+        with pytest.raises(NotReady, match=r"refused the tunnel .* 407 Proxy Authentication"):
+            a.balance("m-count", external_customer_id="c1")
+        a.track("api_call", external_customer_id="c1")
+
+        def stalled() -> bool:
+            return a.delivery_stalled is not None
+
+        eventually(stalled, what="delivery stalled on the proxy")
+        assert a.delivery_stalled is not None and "407" in a.delivery_stalled
+        a.close(0.2)
+    assert tls_emulator.state()["events"]["count"] == 0
+
+
+def test_no_proxy_and_the_scheme_choose_as_httpx_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "proxy.internal:3128")
+    found = proxy_for("api.polar.sh", tls=True)
+    assert found is not None and (found.host, found.port) == ("proxy.internal", 3128)
+    assert proxy_for("api.polar.sh", tls=False) is None  # ws:// would take HTTP_PROXY
+    monkeypatch.setenv("NO_PROXY", "localhost, .polar.sh")
+    assert proxy_for("api.polar.sh", tls=True) is None
+    assert proxy_for("polar.sh", tls=True) is not None  # ".polar.sh" is subdomains only
+    monkeypatch.setenv("NO_PROXY", "polar.sh")
+    assert proxy_for("api.polar.sh", tls=True) is None
+    assert proxy_for("notpolar.sh", tls=True) is not None
+    monkeypatch.setenv("NO_PROXY", "*")
+    assert proxy_for("api.polar.sh", tls=True) is None
+    monkeypatch.delenv("NO_PROXY")
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
+    with pytest.raises(ProxyError, match="only http:// proxies"):
+        proxy_for("api.polar.sh", tls=True)
