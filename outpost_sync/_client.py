@@ -323,18 +323,20 @@ class Outpost:
         deadline = time.monotonic() + timeout
         forget_at_exit(self._exit_hook)
         self._telemetry.quiet()  # an exporter failing from here on is one DEBUG line at the end
-        if self._started and self._deliveries:
-            # What comes after the flush (workers, the last telemetry export) keeps a reserve.
-            with contextlib.suppress(RedisError, OSError):
-                self.flush(timeout - min(_CLOSE_RESERVE, timeout / 2))
-        self._feed(Closing())  # a close frame to Polar while the socket is still open
-        self._closed = True
-        self._signal.fire()
-        for worker in self._workers:
-            worker.stop(deadline - time.monotonic())
-        self._workers.clear()
-        bound = min(LAST_EXPORT, deadline - time.monotonic())
-        self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), bound=bound)
+        try:
+            if self._started and self._deliveries:
+                # What comes after the flush (workers, the last telemetry export) keeps a reserve.
+                with contextlib.suppress(RedisError, OSError):
+                    self.flush(timeout - min(_CLOSE_RESERVE, timeout / 2))
+            self._feed(Closing())  # a close frame to Polar while the socket is still open
+        finally:
+            self._closed = True
+            self._signal.fire()
+            for worker in self._workers:
+                worker.stop(deadline - time.monotonic())
+            self._workers.clear()
+            bound = min(LAST_EXPORT, deadline - time.monotonic())
+            self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), bound=bound)
         if self._http is not None:
             self._http.close()
         if self._owns_redis:

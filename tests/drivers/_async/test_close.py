@@ -10,11 +10,14 @@ import time
 
 import pytest
 
+from outpost_async import AsyncOutpost
 from outpost_core import _keys
 from outpost_emulator import Emulator
 from tests.conftest import Otel
-from tests.drivers._async._helpers import connect, count_meter, eventually
+from tests.drivers._async._helpers import CONFIGURATION, connect, count_meter, eventually
+from tests.support import polar
 from tests.support.redis_server import RedisServer
+from tests.support.silent_server import SilentServer
 
 MARGIN = 0.5
 
@@ -52,3 +55,30 @@ async def test_close_returns_within_its_timeout_when_polar_is_down(
     assert not [r for r in caplog.records if r.exc_info]  # no stack trace anywhere
     queued = sum(redis_server.client().xlen(stream) for stream in _keys.ALL_OUTBOXES)
     assert queued == 3  # what Polar did not take stays in Redis for the next instance
+
+
+@pytest.mark.anyio
+async def test_close_returns_within_its_timeout_when_polar_never_answers(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The WebSocket's upgrade and an ingestion request both hang, unanswered."""
+    polar.store_configuration(redis_server.client(), CONFIGURATION)
+    with SilentServer() as silent:
+        a = AsyncOutpost(
+            access_token="token",
+            server_url=silent.url,
+            redis_url=redis_server.url,
+            telemetry=False,
+            linger=0.01,
+        )
+        await a.track("api_call", external_customer_id="c1")
+
+        async def both_waiting() -> bool:
+            return len(silent.accepted) >= 2
+
+        await eventually(both_waiting, what="the WebSocket and a delivery waiting on Polar")
+        started = time.monotonic()
+        await a.close(1.0)
+        took = time.monotonic() - started
+    assert took < 1.0 + MARGIN, f"close(1.0) took {took:.2f} s"
+    assert not [r for r in caplog.records if r.exc_info]
