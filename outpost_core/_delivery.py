@@ -37,7 +37,7 @@ loop waits (Retry-After up to two minutes, else exponential backoff with jitter 
 and tries again for as long as it takes: an outage delays events, it never drops them. Any other
 answer (401, 403, 404, a redirect, 405...) means a token or URL mistake that no retry within
 this process fixes, but that dropping would make permanent: the loop stalls and retries slowly,
-logging an error each time.
+logging an error each time. A TLS certificate of Polar's that does not verify stalls it too.
 
 Entries held by an instance whose heartbeat expired (it died or closed) are taken over at once
 (``_liveness``). Entries of an instance that beats but does not move them are claimed once idle
@@ -221,6 +221,9 @@ class BatchFailed:
     reason: str
     maybe_sent: bool
     """Whether Polar may have received the request (a timeout or reset after sending)."""
+    stalls: bool = False
+    """Nothing was sent, and no retry will change that until someone fixes the set-up (Polar's
+    TLS certificate does not verify): the loop stalls, as on a 401, and says why."""
 
 
 @attrs.frozen(slots=True)
@@ -563,7 +566,11 @@ class Delivery:
             batch.refreshed = False
 
     def _failed(self, outcome: BatchFailed, now: float) -> None:
-        if outcome.maybe_sent:
+        if outcome.stalls:
+            self.stalled = outcome.reason
+            self._batches[0].not_before = now + self.settings.stall_delay
+            self._batches[0].refreshed = False
+        elif outcome.maybe_sent:
             self._retry(self._batches[0], outcome.reason, now, None, True)
         else:
             self._wait(self._batches[0], now, None)  # Polar unreachable: nothing was tried

@@ -114,6 +114,7 @@ class Emulator:
         self._token = DEFAULT_TOKEN
         self.host = "127.0.0.1"
         self.port = 0
+        self.tls = False
 
     @classmethod
     def start(
@@ -127,11 +128,15 @@ class Emulator:
         host: str = "127.0.0.1",
         scopes: Iterable[str] = DEFAULT_SCOPES,
         startup_timeout: float = 10.0,
+        tls: tuple[str, str] | None = None,
     ) -> Emulator:
-        """Start uvicorn on `host:port` (0: a free port) and return once it accepts."""
+        """Start uvicorn on `host:port` (0: a free port) and return once it accepts.
+
+        `tls`, a (certificate chain file, private key file) pair, serves HTTPS and `wss://`."""
         hub = Hub(
             clock=clock, token=token, scopes=scopes, sync_delay=sync_delay, rate_limit=rate_limit
         )
+        certificates = {"ssl_certfile": tls[0], "ssl_keyfile": tls[1]} if tls else {}
         config = uvicorn_config(
             create_app(hub=hub),
             host,
@@ -140,6 +145,7 @@ class Emulator:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=1,
+            **certificates,
         )
         ready = threading.Event()
         server = _Server(config, ready)
@@ -168,6 +174,7 @@ class Emulator:
         emulator._loop = loop_box[0]
         emulator._token = token
         emulator.host = host
+        emulator.tls = tls is not None
         emulator.port = server.servers[0].sockets[0].getsockname()[1]
         return emulator
 
@@ -176,12 +183,12 @@ class Emulator:
     @property
     def url(self) -> str:
         """Base URL to give the SDK as `server_url`, e.g. http://127.0.0.1:54321."""
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def ws_url(self) -> str:
         """The Outpost WebSocket, e.g. ws://127.0.0.1:54321/v1/outpost/."""
-        return f"ws://{self.host}:{self.port}/v1/outpost/"
+        return f"{'wss' if self.tls else 'ws'}://{self.host}:{self.port}/v1/outpost/"
 
     @property
     def token(self) -> str:

@@ -122,7 +122,8 @@ from outpost_sync._backend import (
     sleep,
     start_afresh_after_fork,
 )
-from outpost_sync._telemetry import Telemetry
+from outpost_sync._telemetry import LAST_EXPORT, Telemetry
+from outpost_sync._tls import Verify, ca_bundle, describe, tls_context
 from outpost_sync._traces import Traces
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -136,6 +137,7 @@ _NOTHING_DONE: dict[type, Outcome] = {
     TakeRequest: BudgetAnswered(0),
     SettleScript: Settled(None),
 }
+_CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
 _USER_AGENT = "outpost-python/0.1.0"
 DroppedCallback = Callable[[list[dict[str, Any]], str], Any]
@@ -153,6 +155,9 @@ class Outpost:
         redis_url: Redis to keep the state in (default: env ``REDIS_URL``, else local Redis).
         redis: an existing client to use instead of ``redis_url``; it is not closed by ``close()``.
         server_url: Polar's API (default: env ``POLAR_SERVER_URL``, else ``https://api.polar.sh``).
+        verify: which certificates Polar's TLS connections (the WebSocket and ingestion) trust,
+            as httpx's ``verify``: ``True`` (httpx's default: ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``
+            when set, else certifi's bundle), a CA bundle's path, or an ``ssl.SSLContext``.
         snapshot_timeout: seconds a first read waits for Polar's snapshot before ``NotReady``.
         max_attempts: deliveries of a batch before its events are dropped.
         on_dropped: called with the events Polar will never count, and why.
@@ -188,6 +193,7 @@ class Outpost:
         redis_url: str | None = None,
         redis: Redis | None = None,
         server_url: str | None = None,
+        verify: Verify = True,
         snapshot_timeout: float = 5.0,
         max_attempts: int = 10,
         on_dropped: DroppedCallback | None = None,
@@ -208,6 +214,7 @@ class Outpost:
     ) -> None:
         if max_in_flight < 1:
             raise UsageError("max_in_flight must be at least 1")
+        self._tls = tls_context(verify)  # a bundle that cannot be loaded raises here
         # What a forked child starts afresh from (the parameters only: nothing else is bound yet).
         self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self._log = logger or logging.getLogger("outpost")
@@ -260,6 +267,7 @@ class Outpost:
             token=self._access_token,
             export_interval=telemetry_interval,
             logger=self._log,
+            ca_bundle=ca_bundle(verify),
         )
         self._clock = clock
         self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
@@ -310,6 +318,7 @@ class Outpost:
                     "User-Agent": _USER_AGENT,
                 },
                 timeout=httpx.Timeout(30.0, connect=5.0),
+                verify=self._tls,
             )
             for n in range(self._max_in_flight):
                 started = time.monotonic()
@@ -352,23 +361,29 @@ class Outpost:
             self._flushing -= 1
 
     def close(self, timeout: float = 10.0) -> None:
-        """Flush (up to ``timeout`` seconds), stop the background work and release connections.
-        Safe to call twice."""
+        """Flush, stop the background work and release connections, within ``timeout`` seconds
+        whatever is down (what is not delivered stays queued in Redis). Safe to call twice."""
         if self._closed:
             return
+        deadline = time.monotonic() + timeout
         forget_at_exit(self._exit_hook)
-        if self._started and self._deliveries:
-            with contextlib.suppress(RedisError, OSError):
-                self.flush(timeout)
-        self._feed(Closing())  # a close frame to Polar while the socket is still open
-        self._closed = True
-        self._signal.fire()
-        for worker in self._workers:
-            worker.stop()
-        self._workers.clear()
-        if self._deliveries:
-            self._hand_back()
-        self._telemetry.shutdown(time.monotonic(), *self._sync_counts())
+        self._telemetry.quiet()  # an exporter failing from here on is one DEBUG line at the end
+        try:
+            if self._started and self._deliveries:
+                # What comes after the flush (workers, the last telemetry export) keeps a reserve.
+                with contextlib.suppress(RedisError, OSError):
+                    self.flush(timeout - min(_CLOSE_RESERVE, timeout / 2))
+            self._feed(Closing())  # a close frame to Polar while the socket is still open
+        finally:
+            self._closed = True
+            self._signal.fire()
+            for worker in self._workers:
+                worker.stop(deadline - time.monotonic())
+            self._workers.clear()
+            if self._deliveries:
+                self._hand_back()
+            bound = min(LAST_EXPORT, deadline - time.monotonic())
+            self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), bound=bound)
         if self._http is not None:
             self._http.close()
         if self._owns_redis:
@@ -762,9 +777,12 @@ class Outpost:
                     self._signal.wait(version, self._until_deadline())
                 continue
             try:
-                stream = open_stream(want.host, want.port, want.tls, timeout=10.0)
+                tls = self._tls if want.tls else None
+                stream = open_stream(want.host, want.port, tls, timeout=10.0)
             except (OSError, TimeoutError) as exc:
-                reason = f"cannot connect to {want.host}:{want.port}: {_connect_error(exc)}"
+                reason = describe(exc, want.host) or (
+                    f"cannot connect to {want.host}:{want.port}: {_connect_error(exc)}"
+                )
                 self._feed(ConnectionFailed(time.monotonic(), reason))
                 continue
             self._stream, self._drop_stream, self._write_failure = stream, False, None
@@ -877,7 +895,8 @@ class Outpost:
                         "outpost removed %d unreadable outbox entries (or rejected replies)",
                         count,
                     )
-                if delivery.stalled and isinstance(outcome, BatchAnswered):
+                stalls = isinstance(outcome, BatchFailed) and outcome.stalls
+                if delivery.stalled and (isinstance(outcome, BatchAnswered) or stalls):
                     self._log.error("outpost delivery is stalled: %s", delivery.stalled)
                 if isinstance(outcome, Settled):
                     self._signal.fire()
@@ -1004,7 +1023,13 @@ class Outpost:
                 content=action.body,
                 headers={"Content-Type": "application/json"},
             )
+        except httpx.ProxyError as exc:  # the proxy refused the tunnel: nothing reached Polar
+            reason = f"the proxy refused the tunnel to Polar: {exc}"
+            return BatchFailed(reason, maybe_sent=False, stalls=True)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            untrusted = describe(exc, self._http.base_url.host)
+            if untrusted is not None:  # no retry fixes it: delivery stalls and says why
+                return BatchFailed(untrusted, maybe_sent=False, stalls=True)
             return BatchFailed(f"could not connect to Polar: {exc!r}", maybe_sent=False)
         except httpx.HTTPError as exc:
             return BatchFailed(f"ingestion request failed: {exc!r}", maybe_sent=True)

@@ -19,6 +19,8 @@ PAIRS = [
     ("outpost_async/_client.py", "outpost_sync/_client.py"),
     ("outpost_async/_telemetry.py", "outpost_sync/_telemetry.py"),
     ("outpost_async/_traces.py", "outpost_sync/_traces.py"),
+    ("outpost_async/_tls.py", "outpost_sync/_tls.py"),
+    ("outpost_async/_proxy.py", "outpost_sync/_proxy.py"),
 ]
 TEST_SOURCE = ROOT / "tests" / "drivers" / "_async"
 TEST_TARGET = ROOT / "tests" / "drivers" / "_sync"

@@ -20,6 +20,7 @@ from outpost_core import _keys as keys
 from outpost_core._doctor import Status, Verdict, clock_skew, outbox, overall, redis_version
 from outpost_core._link import Link, LinkState, Target
 from outpost_sync._backend import close_pubsub, open_pubsub, open_stream
+from outpost_sync._tls import tls_context
 from outpost_sync.cli import _outbox
 from outpost_sync.cli._config import (
     TIMEOUT,
@@ -211,7 +212,8 @@ def _websocket(args: argparse.Namespace) -> Verdict:
     target = Target.of(args.server_url)
     link = Link(target, args.token, random.Random())
     link.wants_connection(0.0)
-    stream = open_stream(target.host, target.port, target.tls, timeout=TIMEOUT)
+    context = tls_context(True) if target.tls else None  # SSL_CERT_FILE, else certifi
+    stream = open_stream(target.host, target.port, context, timeout=TIMEOUT)
     try:
         started = time.monotonic()
         link.opened(0.0)

@@ -451,6 +451,24 @@ def test_a_configuration_mistake_stalls_without_using_attempts(status: int) -> N
     assert loop.delivery.stalled is None
 
 
+def test_a_certificate_that_does_not_verify_stalls_without_using_attempts() -> None:
+    loop = Loop(DeliverySettings(max_attempts=1, stall_delay=30.0))
+    loop.read("a")
+    loop.post(1.0)
+    reason = "the TLS certificate of polar did not verify (self-signed certificate)"
+    loop.report(BatchFailed(reason, maybe_sent=False, stalls=True))
+    assert loop.delivery.stalled == reason
+    assert loop.poll(2.0) == Sleep(31.0)
+    loop.report(Done())
+    loop.post(31.0)
+    loop.report(BatchFailed(reason, maybe_sent=False, stalls=True))
+    assert loop.delivery.dropped == 0
+    loop.post(61.0)
+    loop.report(BatchAnswered(202))
+    assert loop.delivery.stalled is None
+    assert [a.script for a in loop.work(1) if isinstance(a, SettleScript)] == ["acknowledge"]
+
+
 def test_rate_limits_wait_for_retry_after_and_use_no_attempt() -> None:
     loop = Loop(DeliverySettings(max_attempts=1, backoff_base=0.5))
     loop.read("a")
