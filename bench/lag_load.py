@@ -155,6 +155,10 @@ class _Round:
                 "lag_max_us": max(subject) if subject else float("nan"),
                 "lag_p90_us": percentile(subject, 90),
                 "probes": self.probes,
+                "negative_lags": sum(1 for x in subject if x < 0),
+                "negative_note": "a lag is negative when the reader saw the event before the "
+                "tracker's track() call returned: the tracking process was busy (its other "
+                "tracks, its subscriber) or descheduled between Redis's reply and the return",
                 "timeouts": self.timeouts,
                 "timeout_s": TIMEOUT_S,
                 "tracks_per_s_both_trackers": self.tracks / self.seconds if self.seconds else 0.0,
