@@ -40,6 +40,7 @@ class Scale:
     lag_rounds: int
     lag_samples: int  # per round and side
     lag_first_touch: int  # first-touch samples per round (a fresh customer each)
+    lag_new_instance: int  # per round, a new reading instance (and customer) each
     load_rounds: int
     load_seconds: float  # how long both instances track flat out, per round
     fresh_rounds: int
@@ -66,6 +67,7 @@ FULL = Scale(
     lag_rounds=10,
     lag_samples=250,
     lag_first_touch=20,
+    lag_new_instance=2,
     load_rounds=5,
     load_seconds=3.0,
     fresh_rounds=11,
@@ -92,6 +94,7 @@ SMOKE = Scale(
     lag_rounds=2,
     lag_samples=10,
     lag_first_touch=2,
+    lag_new_instance=1,
     load_rounds=1,
     load_seconds=0.3,
     fresh_rounds=2,

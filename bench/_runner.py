@@ -43,6 +43,8 @@ EXPECTED = (
     "lag.async",
     "lag.sync.first_touch",
     "lag.async.first_touch",
+    "lag.sync.new_instance",
+    "lag.async.new_instance",
     "lag_under_load.sync",
     "lag_under_load.async",
     "fresh.sync",

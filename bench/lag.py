@@ -13,7 +13,9 @@ it until it moves (each look is then a round trip to Redis, where the SDK's is a
 
 First touch (``lag.*.first_touch``, issue 20): the same lag, but each sample uses a customer the
 reader has never read: its first ``balance()`` returns, then the child tracks for that customer at
-once, then the poller reads it until it moves. Baseline: the warm-customer lag of the same rounds.
+once, then the poller reads it until it moves. New instance (``lag.*.new_instance``): the same
+with a reading instance started for the sample (its very first read, issue 20's reproduction),
+closed after. Baseline of both: the warm-customer lag of the same rounds.
 The JSON says where the reads were answered from (``Balance.source``: memory, or Redis when the copy
 was not following Redis yet).
 """
@@ -66,7 +68,8 @@ def run(env: Env) -> list[Figure]:
 class _Followed:
     """Which customer the poller reads, and where the reads were answered from."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
         self.customer = CUSTOMER
         self.last_source = ""
         self.polls: Counter[str] = Counter()  # every read of the poller, by source
@@ -79,8 +82,14 @@ class _Followed:
             self.polls[source] += 1
 
     def fresh_customer(self, driver: str) -> str:
-        self.customer = f"{CUSTOMER}-first-{driver}-{sum(self.first.values())}"
+        self.customer = f"{CUSTOMER}-{self.kind}-{driver}-{sum(self.first.values())}"
         return self.customer
+
+
+KINDS = {
+    "first_touch": ("first-touch", "a customer the reader never read"),
+    "new_instance": ("new-instance", "a new reading instance's first customer"),
+}
 
 
 def _first_touch_figure(
@@ -94,14 +103,15 @@ def _first_touch_figure(
 ) -> Figure:
     every = [x for r in trips for x in r]
     polls = sum(followed.polls.values())
+    label, what = KINDS[followed.kind]
     return Figure(
-        key=f"lag.{driver}.first_touch",
-        title=f"track() in one process → first-touch balance() in another, {driver}",
+        key=f"lag.{driver}.{followed.kind}",
+        title=f"track() in one process → balance() of {what} in another, {driver}",
         unit="µs",
-        subject=Side(f"first-touch lag {driver}", [x for r in firsts for x in r]),
+        subject=Side(f"{label} lag {driver}", [x for r in firsts for x in r]),
         baseline=Side(f"warm-customer lag {driver}", [x for r in warm for x in r]),
         ratios=[round_ratio(s, b) for s, b in zip(firsts, warm, strict=True)],
-        ratio_meaning="first-touch lag p50 / warm-customer lag p50 per round",
+        ratio_meaning=f"{label} lag p50 / warm-customer lag p50 per round",
         setup=how,
         target=TARGET,
         extra={
@@ -117,7 +127,7 @@ def _first_touch_figure(
             "get_round_trip_p50_us": percentile(every, 50),
             "source_note": "first_read: the customer's first balance() on the reader, before the "
             "track; seeing_read: the poll that first saw the event; poll_reads: every read of "
-            "the poller for first-touch customers",
+            f"the poller for {label} customers",
         },
     )
 
@@ -265,6 +275,34 @@ def _round_trips(call: Callable[[], Any], count: int) -> list[float]:
     return out
 
 
+def _newcomer_sync(
+    env: Env, emu: EmulatorProcess, meter: str, child: _Child, newcomers: _Followed
+) -> tuple[float, bool]:
+    """A new instance's first read of a new customer, then the child's track, then its reads."""
+    name = newcomers.fresh_customer("sync")
+    with Outpost(
+        access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
+    ) as newcomer:
+        first = newcomer.balance(meter, external_customer_id=name)
+        newcomers.first[first.source] += 1
+
+        def consumed() -> float:
+            found = newcomer.balance(meter, external_customer_id=name)
+            newcomers.saw(found.source)
+            return found.consumed
+
+        watch = _Watch(consumed)
+        try:
+            watch.arm(first.consumed)
+            returned = child.ask(f"t {name}")
+            seen = watch.wait()
+        finally:
+            watch.close()
+    if seen is not None:
+        newcomers.seeing[newcomers.last_source] += 1
+    return _lag_us(returned, seen)
+
+
 def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     scale = env.scale
     polls: list[list[float]] = []
@@ -272,7 +310,9 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     subjects: list[list[float]] = []
     firsts: list[list[float]] = []
     timeouts = first_timeouts = 0
-    followed = _Followed()
+    followed, newcomers = _Followed("first_touch"), _Followed("new_instance")
+    new_timeouts = 0
+    news: list[list[float]] = []
     counter = env.client()
     counter.set(COUNTER, 0)
     written = _Watch(lambda: counter.get(COUNTER))
@@ -328,6 +368,13 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
                         time.sleep(_gap())
                     followed.customer = CUSTOMER
                     firsts.append(out)
+                    out = []
+                    for _ in range(scale.lag_new_instance):
+                        lag, late = _newcomer_sync(env, emu, meter, child, newcomers)
+                        new_timeouts += late
+                        out.append(lag)
+                        time.sleep(_gap())
+                    news.append(out)
             finally:
                 watch.close()
     finally:
@@ -337,6 +384,7 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     return [
         _figure("sync", polls, trips, subjects, timeouts, how),
         _first_touch_figure("sync", subjects, firsts, trips, first_timeouts, followed, how),
+        _first_touch_figure("sync", subjects, news, trips, new_timeouts, newcomers, how),
     ]
 
 
@@ -351,7 +399,9 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     subjects: list[list[float]] = []
     firsts: list[list[float]] = []
     timeouts = first_timeouts = 0
-    followed = _Followed()
+    followed, newcomers = _Followed("first_touch"), _Followed("new_instance")
+    new_timeouts = 0
+    news: list[list[float]] = []
     counter = env.async_client()
     await counter.set(COUNTER, 0)
     arguments = _arguments("async", env, emu, meter)
@@ -416,6 +466,31 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
                 await asyncio.sleep(_gap())
                 return lag
 
+            async def newcomer() -> float:
+                nonlocal new_timeouts
+                name = newcomers.fresh_customer("async")
+                async with AsyncOutpost(
+                    access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
+                ) as instance:
+                    first = await instance.balance(meter, external_customer_id=name)
+                    newcomers.first[first.source] += 1
+
+                    async def read() -> float:
+                        found = await instance.balance(meter, external_customer_id=name)
+                        newcomers.saw(found.source)
+                        return found.consumed
+
+                    poll = asyncio.get_running_loop().create_task(moved(read, first.consumed))
+                    await asyncio.sleep(0)  # the poller starts reading
+                    returned = await ask(f"t {name}")
+                    seen = await poll
+                if seen is not None:
+                    newcomers.seeing[newcomers.last_source] += 1
+                lag, late = _lag_us(returned, seen)
+                new_timeouts += late
+                await asyncio.sleep(_gap())
+                return lag
+
             for _ in range(scale.lag_rounds):
                 gc.collect()
                 polls.append([await sample(count, "i") for _ in range(scale.lag_samples)])
@@ -429,6 +504,7 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
                 subjects.append([await sample(consumed, "t") for _ in range(scale.lag_samples)])
                 firsts.append([await first_touch() for _ in range(scale.lag_first_touch)])
                 followed.customer = CUSTOMER
+                news.append([await newcomer() for _ in range(scale.lag_new_instance)])
     finally:
         with contextlib.suppress(OSError):
             child_in.write(b"q\n")
@@ -443,4 +519,5 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     return [
         _figure("async", polls, trips, subjects, timeouts, how),
         _first_touch_figure("async", subjects, firsts, trips, first_timeouts, followed, how),
+        _first_touch_figure("async", subjects, news, trips, new_timeouts, newcomers, how),
     ]
