@@ -39,6 +39,12 @@ class Scale:
     track_concurrent_ops: int  # per round and side, all tasks together
     lag_rounds: int
     lag_samples: int  # per round and side
+    lag_first_touch: int  # first-touch samples per round (a fresh customer each)
+    lag_new_instance: int  # per round, a new reading instance (and customer) each
+    load_rounds: int
+    load_seconds: float  # how long both instances track flat out, per round
+    fresh_rounds: int
+    fresh_ops: int  # per round and side
     memory_rounds: int
     memory_customers: int  # customers warmed per round
     identity_rounds: int
@@ -62,6 +68,12 @@ FULL = Scale(
     track_concurrent_ops=3_200,
     lag_rounds=10,
     lag_samples=250,
+    lag_first_touch=20,
+    lag_new_instance=2,
+    load_rounds=5,
+    load_seconds=3.0,
+    fresh_rounds=11,
+    fresh_ops=2_000,
     memory_rounds=5,
     memory_customers=200,
     identity_rounds=3,
@@ -85,6 +97,12 @@ SMOKE = Scale(
     track_concurrent_ops=128,
     lag_rounds=2,
     lag_samples=10,
+    lag_first_touch=2,
+    lag_new_instance=1,
+    load_rounds=1,
+    load_seconds=0.3,
+    fresh_rounds=2,
+    fresh_ops=50,
     memory_rounds=2,
     memory_customers=10,
     identity_rounds=1,
@@ -174,6 +192,14 @@ def configuration_of(emu: EmulatorProcess) -> dict[str, Any]:
         "meters": state["meters"],
         "reducers": state["reducers"],
     }
+
+
+def reducer_of(emu: EmulatorProcess, meter: str) -> str:
+    """The id of the reducer that serves ``meter`` (it names the meter's state hash in Redis)."""
+    for reducer in configuration_of(emu)["reducers"]:
+        if meter in reducer["meter_ids"]:
+            return str(reducer["id"])
+    raise RuntimeError(f"no reducer serves meter {meter}")
 
 
 def timer_overhead_ns() -> float:

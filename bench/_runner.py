@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import balance, delivery, failover, lag, memory, snapshot, track
+from bench import balance, delivery, failover, fresh, lag, lag_load, memory, snapshot, track
 from bench._env import FULL, SMOKE, Env, machine
 from bench._report import legend, table, write_json
 from bench._stats import Figure
@@ -23,6 +23,8 @@ BENCHMARKS: dict[str, Callable[[Env], list[Figure]]] = {
     "balance": balance.run,
     "track": track.run,
     "lag": lag.run,
+    "lag_load": lag_load.run,
+    "fresh": fresh.run,
     "memory": memory.run,
     "delivery": delivery.run,
     "snapshot": snapshot.run,
@@ -40,6 +42,14 @@ EXPECTED = (
     "track.async.c64.throughput",
     "lag.sync",
     "lag.async",
+    "lag.sync.first_touch",
+    "lag.async.first_touch",
+    "lag.sync.new_instance",
+    "lag.async.new_instance",
+    "lag_under_load.sync",
+    "lag_under_load.async",
+    "fresh.sync",
+    "fresh.async",
     "memory.process",
     "memory.redis_identity_hour",
     "delivery.sync",

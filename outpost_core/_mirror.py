@@ -1,7 +1,7 @@
 """The in-memory copy of one identity's state hash, kept in revision order.
 
 A change whose revision is the next one applies in place; an older one is ignored; a full state
-replaces the copy when it is not older; anything else is a gap, and the copy reloads the hash.
+replaces the copy when it is newer; anything else is a gap, and the copy reloads the hash.
 Changes that arrive while a load is in flight wait for it, then apply in order.
 
 Loads are numbered: only the answer to the latest one counts. An older load may have read the
@@ -94,7 +94,7 @@ class Mirror:
             self.held.append(change)
             return Offer.HELD
         if change.full:
-            if change.rev < self.rev:
+            if change.rev <= self.rev:  # the same revision is the same content: nothing new
                 return Offer.IGNORED
             self.fields = dict(change.set)
             self.rev = change.rev
