@@ -9,6 +9,7 @@ from __future__ import annotations
 from ._aggregate import Aggregate
 from ._balance import Balance
 from ._configuration import Configuration, Reducer, parse_configuration
+from ._echoes import Echoes
 from ._effects import (
     CloseConnection,
     Effect,
@@ -20,6 +21,7 @@ from ._effects import (
     SendBytes,
     StoreConfiguration,
 )
+from ._event import event_id_of, timestamp_us_of
 from ._inputs import (
     BytesReceived,
     ChangePublished,
@@ -36,6 +38,7 @@ from ._inputs import (
     ScriptReplied,
     SubscriberLost,
     SubscriberRestarted,
+    SubscriptionConfirmed,
     Tick,
 )
 from ._keys import ALL_CHANNELS, CONFIGURATION_KEY, Customer
@@ -74,6 +77,7 @@ __all__ = [
     "ConnectionFailed",
     "ConnectionOpened",
     "Customer",
+    "Echoes",
     "Effect",
     "Fetch",
     "IdentityLoaded",
@@ -101,12 +105,15 @@ __all__ = [
     "StoreConfiguration",
     "SubscriberLost",
     "SubscriberRestarted",
+    "SubscriptionConfirmed",
     "Tick",
     "UnknownMeter",
     "UnsupportedMeter",
     "UsageError",
+    "event_id_of",
     "floor_bucket",
     "from_us",
     "parse_configuration",
+    "timestamp_us_of",
     "to_us",
 ]

@@ -17,6 +17,8 @@ class RunScript:
     """Echoed in :class:`ScriptReplied` / :class:`ScriptFailed` when the core needs to know."""
     meter_ids: tuple[str, ...] = ()
     """The meters the write counts in (telemetry names them)."""
+    buckets: int = 0
+    """The buckets the write reduces into, one per identity (telemetry counts them)."""
 
 
 @attrs.frozen(slots=True)
@@ -55,12 +57,13 @@ class ListPending:
 
 @attrs.frozen(slots=True)
 class OpenConnection:
-    """Open a TCP connection (TLS when ``tls``, verified with the system store) to Polar's
-    WebSocket host; report :class:`ConnectionOpened` or :class:`ConnectionFailed`."""
+    """Open a TCP connection (TLS when ``tls``) to Polar's WebSocket host, giving up after
+    ``timeout`` seconds; report :class:`ConnectionOpened` or :class:`ConnectionFailed`."""
 
     host: str
     port: int
     tls: bool
+    timeout: float = 10.0
 
 
 @attrs.frozen(slots=True)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import attrs
 
 from ._filters import EventView
 from ._keys import Customer
-from ._time import iso
+from ._time import iso, to_us
 from .errors import InvalidEvent
 
 MAX_NAME = 128
@@ -60,6 +61,25 @@ def customer_of(external_customer_id: object, customer_id: object) -> Customer:
     if not _UUID.fullmatch(text):
         raise InvalidEvent(f"customer_id must be a Polar customer UUID, got {text!r}")
     return Customer("customer", canonical_uuid(text))
+
+
+def timestamp_us_of(timestamp: object, now_us: int) -> int:
+    """When the event happened, in µs: ``now_us`` when the caller gave none, else its
+    timezone-aware ``datetime`` (a naive one is ambiguous, so refused)."""
+    if timestamp is None:
+        return now_us
+    if isinstance(timestamp, datetime) and timestamp.tzinfo is not None:
+        return to_us(timestamp)
+    raise InvalidEvent("timestamp must be a timezone-aware datetime")
+
+
+def event_id_of(event_id: object, new_id: str) -> str:
+    """The caller's event id, or ``new_id`` (a fresh one the driver drew) when it gave none."""
+    if event_id is None:
+        return new_id
+    if not isinstance(event_id, str):
+        raise InvalidEvent("event_id must be a string")
+    return event_id
 
 
 def canonical_uuid(text: str) -> str:

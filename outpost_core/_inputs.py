@@ -46,6 +46,16 @@ class SubscriberRestarted:
 
 
 @attrs.frozen(slots=True)
+class SubscriptionConfirmed:
+    """Redis confirmed a subscription to a shard channel: ``count`` channels are subscribed now
+    (Redis confirms one channel at a time). The core decides what that means: all of them is
+    :class:`SubscriberRestarted`; a first one while subscribed is a re-subscription after a break
+    (:class:`SubscriberLost` first)."""
+
+    count: int
+
+
+@attrs.frozen(slots=True)
 class SubscriberLost:
     """The pub/sub connection broke: until :class:`SubscriberRestarted`, no copy is following
     Redis, and reads go to Redis instead of memory."""
@@ -130,6 +140,7 @@ Input = (
     | ChangePublished
     | SubscriberRestarted
     | SubscriberLost
+    | SubscriptionConfirmed
     | Closing
     | IdentityLoaded
     | LoadFailed

@@ -81,7 +81,8 @@ class Remote:
         self._after_link(before)
         if self.link.wants_connection(now):
             t = self.link.target
-            self._host.emit(OpenConnection(host=t.host, port=t.port, tls=t.tls))
+            timeout = self.link.settings.connect_timeout
+            self._host.emit(OpenConnection(host=t.host, port=t.port, tls=t.tls, timeout=timeout))
         for flow in self.flows.values():
             if flow.step is not Step.IDLE:
                 if now - flow.since >= STEP_TIMEOUT:

@@ -56,6 +56,7 @@ from ._inputs import (
     ScriptReplied,
     SubscriberLost,
     SubscriberRestarted,
+    SubscriptionConfirmed,
     Tick,
 )
 from ._keys import Customer
@@ -171,17 +172,18 @@ class Session:
             self._loaded(event.key, event.fields, event.load_id)
         elif isinstance(event, LoadFailed):
             self._load_failed(event.key, event.load_id)
+        elif isinstance(event, SubscriptionConfirmed):
+            # Redis confirms a subscription to N channels one channel at a time (1, 2, ... N).
+            # A first confirmation while subscribed is a client library re-subscribing by itself
+            # after a break: what was published meanwhile is lost.
+            if event.count == 1 and self.subscribed:
+                self._subscription_lost()
+            if event.count == len(_keys.ALL_CHANNELS):
+                self._subscription_restarted()
         elif isinstance(event, SubscriberRestarted):
-            self.subscribed = self.ever_subscribed = True
-            for mirror in self._mirrors.values():
-                self._invalidate(mirror)
-                self._load(mirror)
+            self._subscription_restarted()
         elif isinstance(event, SubscriberLost):
-            # Keep the copies (reads go to Redis meanwhile); they reload once subscribed again.
-            self.subscribed = False
-            for mirror in self._mirrors.values():
-                mirror.stop_following()
-                self._invalidate(mirror)
+            self._subscription_lost()
         elif isinstance(event, ConfigurationReceived):
             self._configure(event.payload, event.from_cache)
         elif isinstance(event, Closing):
@@ -191,6 +193,19 @@ class Session:
             self._tick(event.now, event.wall_us)
         else:
             raise UsageError(f"not an input: {event!r}")
+
+    def _subscription_restarted(self) -> None:
+        self.subscribed = self.ever_subscribed = True
+        for mirror in self._mirrors.values():
+            self._invalidate(mirror)
+            self._load(mirror)
+
+    def _subscription_lost(self) -> None:
+        # Keep the copies (reads go to Redis meanwhile); they reload once subscribed again.
+        self.subscribed = False
+        for mirror in self._mirrors.values():
+            mirror.stop_following()
+            self._invalidate(mirror)
 
     def effects(self) -> list[Effect]:
         """Drain what the driver must do now, in order."""
@@ -345,7 +360,13 @@ class Session:
             _JSON.encode(states),
             *values,
         )
-        return RunScript(script="track", keys=tuple(keys), args=args, meter_ids=tuple(meter_ids))
+        return RunScript(
+            script="track",
+            keys=tuple(keys),
+            args=args,
+            meter_ids=tuple(meter_ids),
+            buckets=len(states),
+        )
 
     # -- reads --------------------------------------------------------------------------------
 

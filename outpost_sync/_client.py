@@ -9,7 +9,6 @@ input means lives in the core.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
@@ -41,6 +40,7 @@ from outpost_core import (
     ConfigurationReceived,
     ConnectionFailed,
     ConnectionOpened,
+    Echoes,
     Effect,
     Fetch,
     IdentityLoaded,
@@ -64,13 +64,16 @@ from outpost_core import (
     Settings,
     StoreConfiguration,
     SubscriberLost,
-    SubscriberRestarted,
+    SubscriptionConfirmed,
     Tick,
     UnknownMeter,
     UnsupportedMeter,
     UsageError,
+    __version__,
     _keys,
+    event_id_of,
     semconv,
+    timestamp_us_of,
     to_us,
 )
 from outpost_core._budget import BudgetAnswered, TakeRequest
@@ -139,7 +142,7 @@ _NOTHING_DONE: dict[type, Outcome] = {
 }
 _CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
-_USER_AGENT = "outpost-python/0.1.0"
+_USER_AGENT = f"outpost-python/{__version__}"
 DroppedCallback = Callable[[list[dict[str, Any]], str], Any]
 
 
@@ -240,7 +243,6 @@ class Outpost:
         self._stream: Stream | None = None
         self._want_open: OpenConnection | None = None
         self._drop_stream = False
-        self._write_failure: str | None = None
         self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._delivery_settings = DeliverySettings(
             batch_size=batch_size,
@@ -502,16 +504,8 @@ class Outpost:
         started: int,
     ) -> str:
         now_us = self._now_us()
-        if timestamp is None:
-            timestamp_us = now_us
-        elif isinstance(timestamp, datetime) and timestamp.tzinfo is not None:
-            timestamp_us = to_us(timestamp)
-        else:
-            raise InvalidEvent("timestamp must be a timezone-aware datetime")
-        if event_id is None:
-            event_id = uuid.uuid4().hex
-        elif not isinstance(event_id, str):
-            raise InvalidEvent("event_id must be a string")
+        timestamp_us = timestamp_us_of(timestamp, now_us)
+        event_id = event_id_of(event_id, uuid.uuid4().hex)
         arguments: dict[str, Any] = dict(
             name=name,
             external_customer_id=external_customer_id,
@@ -535,9 +529,8 @@ class Outpost:
             effects = self._core.effects()
         if effects:
             self._run(effects)
-        buckets = (len(run.keys) - 1) // 2
         self._record_track(
-            external_customer_id, customer_id, run.meter_ids, started, semconv.OK, buckets
+            external_customer_id, customer_id, run.meter_ids, started, semconv.OK, run.buckets
         )
         return event_id
 
@@ -749,8 +742,7 @@ class Outpost:
             stream.send(data)
         except OSError as exc:
             self._log.warning("outpost could not write to the WebSocket: %s", exc)
-            self._write_failure = f"could not write: {exc}"  # the link loop tells the core
-            self._drop_stream = True
+            self._feed(ConnectionFailed(time.monotonic(), f"could not write: {exc}"))
 
     def _list_pending(self, effect: ListPending) -> None:
         try:
@@ -778,14 +770,14 @@ class Outpost:
                 continue
             try:
                 tls = self._tls if want.tls else None
-                stream = open_stream(want.host, want.port, tls, timeout=10.0)
+                stream = open_stream(want.host, want.port, tls, timeout=want.timeout)
             except (OSError, TimeoutError) as exc:
                 reason = describe(exc, want.host) or (
                     f"cannot connect to {want.host}:{want.port}: {_connect_error(exc)}"
                 )
                 self._feed(ConnectionFailed(time.monotonic(), reason))
                 continue
-            self._stream, self._drop_stream, self._write_failure = stream, False, None
+            self._stream, self._drop_stream = stream, False
             try:
                 self._feed(ConnectionOpened(time.monotonic()))
                 while not self._closed and not self._drop_stream:
@@ -796,8 +788,6 @@ class Outpost:
                         self._feed(BytesReceived(time.monotonic(), data))
                         if not data:
                             break
-                if self._write_failure is not None:  # the core still thinks the link is up
-                    self._feed(ConnectionFailed(time.monotonic(), self._write_failure))
             except (OSError, TimeoutError) as exc:
                 self._feed(ConnectionFailed(time.monotonic(), f"connection lost: {exc}"))
             finally:
@@ -861,7 +851,7 @@ class Outpost:
                         continue  # this instance's own change, already applied from the reply
                     with self._lock:
                         if message is not None:
-                            self._take(message)
+                            self._take_message(message)
                         self._core.handle(Tick(time.monotonic(), self._now_us()))
                         effects = self._core.effects()
                     if effects or message is not None:
@@ -1087,55 +1077,20 @@ class Outpost:
             return (0, 0)
         return (remote.snapshots_received, remote.snapshots_applied)
 
-    def _take(self, message: dict[str, Any]) -> None:
+    def _take_message(self, message: dict[str, Any]) -> None:
+        """One message of the subscription, to the core (which decides what it means)."""
         kind = message.get("type")
         if kind in ("smessage", b"smessage"):
             self._core.handle(ChangePublished(message.get("data")))
-        elif kind in ("ssubscribe", b"ssubscribe"):
-            count = message.get("data")
-            if count == 1 and self._core.subscribed:
-                # redis-py reconnected the subscription by itself: what was published while it
-                # was down is lost, so stop answering from memory until every channel is back.
-                self._core.handle(SubscriberLost())
-            if count != len(self._channels):
-                return
-            self._core.handle(SubscriberRestarted())
-            if self._subscriber_outage.down:
+        elif kind in ("ssubscribe", b"ssubscribe") and isinstance(message.get("data"), int):
+            self._core.handle(SubscriptionConfirmed(message["data"]))
+            if self._core.subscribed and self._subscriber_outage.down:
                 _log_report(self._log, self._subscriber_outage.succeeded(time.monotonic()))
 
     def _now_us(self) -> int:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
-
-
-class Echoes:
-    """The replies of this instance's own scripts, to recognise their echo on the channel.
-
-    A script publishes its change and replies with the very same text when the caller held the
-    previous revision of every identity; such a reply was applied in full, so its echo carries
-    nothing new and the subscriber skips it without parsing it or taking the core's lock.
-    Bounded: an echo that never comes (the subscription was down) is forgotten in time.
-    """
-
-    def __init__(self, size: int = 4096) -> None:
-        # OrderedDict: each operation used here is one atomic call, safe across threads.
-        self._expected: collections.OrderedDict[bytes | str, None] = collections.OrderedDict()
-        self._size = size
-
-    def expect(self, reply: Any) -> None:
-        if isinstance(reply, bytes | str):
-            self._expected[reply] = None
-            if len(self._expected) > self._size:
-                with contextlib.suppress(KeyError):
-                    self._expected.popitem(last=False)
-
-    def seen(self, data: Any) -> bool:
-        try:
-            del self._expected[data]
-        except (KeyError, TypeError):
-            return False
-        return True
 
 
 def _text(value: Any) -> str:

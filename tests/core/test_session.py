@@ -1098,3 +1098,29 @@ def test_not_ready_says_when_only_the_subscription_is_missing() -> None:
     assert session.read(COUNT, "c1") is None  # a first read waits for the subscription
     reason = session.not_ready_reason(COUNT, "c1", None)
     assert reason == "Redis has not confirmed the subscription to the change channels yet"
+
+
+def test_subscription_confirmations_decide_following() -> None:
+    from outpost_core import SubscriptionConfirmed
+
+    session = configured(subscribed=False)
+    for count in range(1, len(keys.ALL_CHANNELS)):
+        session.handle(SubscriptionConfirmed(count))
+        assert not session.subscribed  # not until every channel is confirmed
+    session.handle(SubscriptionConfirmed(len(keys.ALL_CHANNELS)))
+    assert session.subscribed and session.ever_subscribed
+    warm(session)
+    # A client library re-subscribing by itself after a break starts again from 1.
+    session.handle(SubscriptionConfirmed(1))
+    assert not session.subscribed
+    assert isinstance(session.read(COUNT, "c1"), Fetch)
+    session.handle(SubscriptionConfirmed(len(keys.ALL_CHANNELS)))
+    assert session.subscribed
+    load_asked(session, state("r-count"))  # every copy reloads
+
+
+def test_track_counts_the_buckets_it_writes() -> None:
+    session = configured()
+    run = track(session)
+    assert run.buckets == len(run.meter_ids) == 5  # one identity per reducer that counts it
+    assert run.buckets == (len(run.keys) - 1) // 2  # the script's KEYS: outbox, then pairs
