@@ -21,10 +21,10 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
-from outpost_core import semconv
+from outpost_core import __version__, semconv
 from outpost_core._observations import LinkChanged, Observation, SnapshotApplied
 
-VERSION = "0.1.0"
+VERSION = __version__
 _CAP = 20_000  # buffered records between two flushes; beyond it, records are counted, not kept
 _FLUSH_EVERY = 1.0
 LAST_EXPORT = 0.75
