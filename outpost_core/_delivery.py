@@ -300,8 +300,7 @@ class Delivery:
         self._buffer: list[OutboxEntry] = []
         self._buffer_bytes = 0  # what the buffer adds to a body: each item and a comma
         self._budgeted = settings.requests_per_minute > 0
-        self._granted = False  # a request taken from the budget, not spent yet
-        self._ask_budget_at = now
+        self._granted_at: float | None = None  # when the request taken from the budget may go
         self._buffer_since: float | None = None
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
         self._work: list[Action] = []  # settle scripts and reports of the batch that ended
@@ -390,19 +389,21 @@ class Delivery:
         return [e for b in self._batches for e in b.entries] + self._buffer
 
     def _gate(self, now: float, *, reading: bool) -> Action | None:
-        """``None`` when a request may go now; else take one from the budget, or wait for it
-        (reading more meanwhile, while the batch has room: it grows instead of waiting idle)."""
-        if not self._budgeted or self._granted:
+        """``None`` when a request may go now; else take one from the budget, or wait for the one
+        taken (reading more meanwhile, while the batch has room: it grows instead of idling)."""
+        if not self._budgeted:
             return None
-        if now >= self._ask_budget_at:
+        if self._granted_at is None:
             return _budget.take(self.settings.requests_per_minute)
+        if now >= self._granted_at:
+            return None
         if reading and self._buffer_bytes < self.settings.batch_bytes:
-            block = min(self._ask_budget_at - now, self.settings.read_block)
+            block = min(self._granted_at - now, self.settings.read_block)
             return ReadOutbox(count=self.settings.batch_size, block=block)
-        return Sleep(self._ask_budget_at)
+        return Sleep(self._granted_at)
 
     def _post(self, entries: list[OutboxEntry]) -> PostBatch:
-        self._granted = False
+        self._granted_at = None
         return PostBatch(body=_body(entries), size=len(entries))
 
     def _start_batch(self) -> PostBatch:
@@ -457,11 +458,7 @@ class Delivery:
         wait = _budget.wait_of(outcome)
         if wait is None:
             self.rejected_entries += 1
-            self._granted = True
-        elif wait == 0:
-            self._granted = True
-        else:
-            self._ask_budget_at = now + wait
+        self._granted_at = now + (wait or 0.0)
 
     def _listed(self, outcome: ConsumersListed) -> None:
         self._surveyed, rejected = _liveness.consumers_of(outcome.listing, self.settings.consumer)
