@@ -108,11 +108,17 @@ class Mirror:
         # A load older than the copy is a read that crossed this instance's own newer writes:
         # the copy is consistent up to its revision, so keep it (the held changes follow). Only a
         # hash that is gone (expired, wiped: no revision at all) replaces a newer copy.
+        # But a read of a hash that did not exist yet, completing after a newer load, looks the
+        # same: the copy takes it and loads once more, which settles which of the two it was.
+        again = rev == 0 and self.rev > 0
         if rev >= self.rev or rev == 0:
             self.fields = dict(fields)
             self.rev = rev
             self._state = None
         self.loaded = True
+        if again:
+            self.held = held
+            return False
         for change in held:
             if self.offer(change) is Offer.GAP:
                 self.held.extend(c for c in held if c.rev > change.rev)
