@@ -106,6 +106,10 @@ class EmulatorProcess:
         found: dict[str, Any] = self._admin("state")
         return found
 
+    def ingest_delays(self) -> dict[str, Any]:
+        found: dict[str, Any] = self._admin("ingest-delays")
+        return found
+
     def advance(self, seconds: float) -> Any:
         return self._admin("clock", {"advance": seconds})
 

@@ -56,6 +56,8 @@ class Scale:
     snapshot_pending: tuple[int, ...]
     failover_rounds: int
     failover_events: int  # tracked by the process that gets killed
+    fleet_processes: int
+    fleet_seconds: float  # each process tracks this long
 
 
 FULL = Scale(
@@ -85,6 +87,8 @@ FULL = Scale(
     snapshot_pending=(1, 100, 10_000),
     failover_rounds=3,
     failover_events=500,
+    fleet_processes=8,
+    fleet_seconds=60.0,
 )
 
 SMOKE = Scale(
@@ -114,6 +118,8 @@ SMOKE = Scale(
     snapshot_pending=(1, 100, 10_000),
     failover_rounds=1,
     failover_events=20,
+    fleet_processes=2,
+    fleet_seconds=2.0,
 )
 
 

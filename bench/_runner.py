@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import balance, delivery, failover, fresh, lag, lag_load, memory, snapshot, track
+from bench import balance, delivery, failover, fleet, fresh, lag, lag_load, memory, snapshot, track
 from bench._env import FULL, SMOKE, Env, machine
 from bench._report import legend, table, write_json
 from bench._stats import Figure
@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, Callable[[Env], list[Figure]]] = {
     "delivery": delivery.run,
     "snapshot": snapshot.run,
     "failover": failover.run,
+    "fleet": fleet.run,
 }
 # Every figure a complete run produces (the smoke test checks them all).
 EXPECTED = (
@@ -58,6 +59,8 @@ EXPECTED = (
     "snapshot.apply.100",
     "snapshot.apply.10000",
     "failover",
+    "fleet",
+    "fleet.delay",
 )
 
 

@@ -899,10 +899,16 @@ def budget_cases() -> Iterator[Case]:
         NOW,
     )
     yield budget_case(
-        "an_empty_bucket_says_how_long_to_wait",
-        "Half a request left: nothing is taken, the reply is the µs until a whole one is there "
-        "(0.5 / 5 per second = 100 ms); the state is written back unchanged.",
+        "an_empty_bucket_reserves_the_next_request",
+        "Half a request left: the caller takes the next one (t goes to -0.5) and the reply is "
+        "the µs until it comes (0.5 / 5 per second = 100 ms).",
         {"t": "0.5", "at": str(NOW)},
+        NOW,
+    )
+    yield budget_case(
+        "callers_queue_behind_a_reservation",
+        "Already overdrawn by one: the next caller waits for two requests' refill (400 ms).",
+        {"t": "-1", "at": str(NOW)},
         NOW,
     )
     yield budget_case(

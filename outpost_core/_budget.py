@@ -2,8 +2,10 @@
 
 Polar admits 500 requests a minute per organization (100 in the sandbox), whatever the token. A
 delivery loop takes one request from a token bucket in Redis (``budget.lua``, on Redis's clock)
-before each ingestion request; without one it waits, and its batch keeps filling meanwhile, so
-a busy fleet sends fewer, larger batches instead of a storm of 429s.
+before each ingestion request. When the bucket is empty the script reserves the next request
+for the caller and says when it comes: the loop waits that long, its batch filling meanwhile,
+then posts. A busy fleet so sends fewer, larger batches instead of a storm of 429s, and loops
+are served in the order they asked (no loop starves while others win every race).
 
 The default, 300 a minute, leaves the merchant's other API calls room. The bucket holds at most
 a fifteenth of a minute's requests (20 for 300): the worst minute is then a full bucket plus a
@@ -36,7 +38,7 @@ class TakeRequest:
 @attrs.frozen(slots=True)
 class BudgetAnswered:
     reply: Any
-    """The script's reply: 0 when a request was taken, else the µs until one is there."""
+    """The script's reply: the µs to wait before sending the request taken (0: now)."""
 
 
 def capacity(per_minute: float) -> int:
@@ -49,7 +51,7 @@ def take(per_minute: float) -> TakeRequest:
 
 
 def wait_of(outcome: BudgetAnswered) -> float | None:
-    """Seconds to wait before asking again (0.0: a request was taken); ``None`` for a reply that
+    """Seconds to wait before sending the request taken (0.0: now); ``None`` for a reply that
     is not a count of microseconds (the caller counts it and goes ahead: posting without the
     budget is what an instance did before it had one, and Polar's 429 still holds it back)."""
     reply = outcome.reply

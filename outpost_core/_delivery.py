@@ -48,6 +48,7 @@ slow retry is never mistaken for a stuck instance.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -304,8 +305,7 @@ class Delivery:
         self._buffer: list[OutboxEntry] = []
         self._buffer_bytes = 0  # what the buffer adds to a body: each item and a comma
         self._budgeted = settings.requests_per_minute > 0
-        self._granted = False  # a request taken from the budget, not spent yet
-        self._ask_budget_at = now
+        self._granted_at: float | None = None  # when the request taken from the budget may go
         self._buffer_since: float | None = None
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
         self._work: list[Action] = []  # settle scripts and reports of the batch that ended
@@ -394,19 +394,21 @@ class Delivery:
         return [e for b in self._batches for e in b.entries] + self._buffer
 
     def _gate(self, now: float, *, reading: bool) -> Action | None:
-        """``None`` when a request may go now; else take one from the budget, or wait for it
-        (reading more meanwhile, while the batch has room: it grows instead of waiting idle)."""
-        if not self._budgeted or self._granted:
+        """``None`` when a request may go now; else take one from the budget, or wait for the one
+        taken (reading more meanwhile, while the batch has room: it grows instead of idling)."""
+        if not self._budgeted:
             return None
-        if now >= self._ask_budget_at:
+        if self._granted_at is None:
             return _budget.take(self.settings.requests_per_minute)
+        if now >= self._granted_at:
+            return None
         if reading and self._buffer_bytes < self.settings.batch_bytes:
-            block = min(self._ask_budget_at - now, self.settings.read_block)
+            block = min(self._granted_at - now, self.settings.read_block)
             return ReadOutbox(count=self.settings.batch_size, block=block)
-        return Sleep(self._ask_budget_at)
+        return Sleep(self._granted_at)
 
     def _post(self, entries: list[OutboxEntry]) -> PostBatch:
-        self._granted = False
+        self._granted_at = None
         return PostBatch(body=_body(entries), size=len(entries))
 
     def _start_batch(self) -> PostBatch:
@@ -461,11 +463,7 @@ class Delivery:
         wait = _budget.wait_of(outcome)
         if wait is None:
             self.rejected_entries += 1
-            self._granted = True
-        elif wait == 0:
-            self._granted = True
-        else:
-            self._ask_budget_at = now + wait
+        self._granted_at = now + (wait or 0.0)
 
     def _listed(self, outcome: ConsumersListed) -> None:
         self._surveyed, rejected = _liveness.consumers_of(outcome.listing, self.settings.consumer)
@@ -608,7 +606,7 @@ class Delivery:
 
     def _drop(self, entries: list[OutboxEntry], reason: str, *, definitive: bool) -> None:
         self.dropped += len(entries)
-        events = tuple(json.loads(e.item) for e in entries)
+        events = tuple(_event(e.item) for e in entries)
         self._work.append(ReportDropped(events=events, reason=reason))
         self._settle(entries, "confirm" if definitive else "acknowledge")
 
@@ -654,6 +652,15 @@ def with_known_revs(action: SettleScript, known: Callable[[str], int]) -> Settle
     return attrs.evolve(action, args=tuple(args))
 
 
+def _event(item: bytes) -> dict[str, Any]:
+    """The event of an entry, for ``on_dropped``; the raw text if it does not parse."""
+    try:
+        event = json.loads(item)
+    except (ValueError, RecursionError):
+        event = None
+    return event if isinstance(event, dict) else {"unreadable": item.decode(errors="replace")}
+
+
 def _by_stream(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for stream, entry_id in pairs:
@@ -677,26 +684,44 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _field(fields: Mapping[Any, Any], name: str) -> bytes | None:
+    """One field of an entry as bytes, whether the client decodes replies or not."""
+    value = fields.get(name.encode())
+    if value is None:
+        value = fields.get(name)
+    if isinstance(value, str):
+        return value.encode()
+    return value if isinstance(value, bytes) else None
+
+
+@functools.lru_cache(maxsize=4096)  # one list per customer and configuration: a few, repeated
+def _states(text: bytes) -> tuple[str, ...] | None:
+    try:
+        state_list = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
+        return None
+    if not isinstance(state_list, list) or not all(isinstance(s, str) for s in state_list):
+        return None
+    return tuple(state_list)
+
+
 def _entry(stream: object, entry_id: object, fields: Mapping[Any, Any]) -> OutboxEntry | None:
+    """An outbox entry, or ``None`` when it is unreadable. The event is kept as the bytes track()
+    stored, to be joined into bodies as they are: it is not parsed here (the cost of delivery
+    was mostly that), only checked to be one JSON object's text; one that is not valid JSON
+    inside gets a 400 or 422 from Polar, which bisection narrows down to it."""
     stream_s, id_s = _text(stream), _text(entry_id)
     if stream_s not in _SHARD_OF_STREAM or id_s is None:
         return None
-    text = {k: v for k, v in ((_text(k), _text(v)) for k, v in fields.items()) if k is not None}
-    item, field, states = text.get("e"), text.get("f"), text.get("k")
+    item, field, states = _field(fields, "e"), _field(fields, "f"), _field(fields, "k")
     if item is None or field is None or states is None:
         return None
-    try:
-        event = json.loads(item)
-        state_list = json.loads(states)
-    except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
+    field_s, state_keys = _text(field), _states(states)
+    if field_s is None or state_keys is None:
         return None
-    if not isinstance(event, dict) or not isinstance(state_list, list):
+    if not (item.startswith(b"{") and item.endswith(b"}")):
         return None
-    if not all(isinstance(s, str) for s in state_list):
-        return None
-    return OutboxEntry(
-        stream=stream_s, id=id_s, item=item.encode(), field=field, states=tuple(state_list)
-    )
+    return OutboxEntry(stream=stream_s, id=id_s, item=item, field=field_s, states=state_keys)
 
 
 def _details(body: bytes) -> list[Any]:

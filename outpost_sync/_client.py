@@ -913,8 +913,11 @@ class Outpost:
             except (RedisError, OSError) as exc:
                 if self._closed:
                     return closing
-                if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
-                    # Redis lost its data (restart without AOF); a failure here is retried too.
+                if isinstance(exc, ResponseError) and (
+                    "NOGROUP" in str(exc) or "no such key" in str(exc)
+                ):
+                    # Redis lost its data (restart without AOF, FLUSHDB): a read says NOGROUP,
+                    # a survey (XINFO) "no such key". A failure here is retried too.
                     with contextlib.suppress(RedisError, OSError):
                         self._create_groups()
                     sleep(0.05)

@@ -263,6 +263,8 @@ def test_entries_of_several_streams_and_identities_settle_per_stream() -> None:
         (STREAM, "1-x", {b"e": b"\xff", b"f": b"0:x", b"k": b"[]"}),
         (STREAM, "1-x", {1: b"{}", b"f": b"0:x", b"k": b"[]"}),
         (STREAM, "1-x", {b"e": b"[" * 100_000, b"f": b"0:x", b"k": b"[]"}),  # RecursionError
+        (STREAM, "1-x", {b"e": b"{}", b"f": b"0:x", b"k": b"["}),
+        (STREAM, "1-x", {b"e": b"{}", b"f": b"\xff", b"k": b"[]"}),
     ],
 )
 def test_malformed_entries_are_counted_and_removed(bad: tuple[Any, Any, Any]) -> None:
@@ -278,6 +280,24 @@ def test_malformed_entries_are_counted_and_removed(bad: tuple[Any, Any, Any]) ->
         )
         loop.report(Settled())
     assert loop.post(1.0) == PostBatch(body=body("ok"), size=1)
+
+
+def test_entries_read_by_a_client_that_decodes_replies() -> None:
+    loop = Loop()
+    assert isinstance(loop.poll(), ReadOutbox)
+    decoded = {k.decode(): v.decode() for k, v in fields("a").items()}
+    loop.report(OutboxRead([(STREAM, "1-a", decoded)]))
+    assert loop.post(1.0) == PostBatch(body=body("a"), size=1)
+
+
+def test_an_event_that_is_not_json_inside_its_braces_is_dropped_as_it_reads() -> None:
+    loop = Loop()
+    assert isinstance(loop.poll(), ReadOutbox)
+    loop.report(OutboxRead([(STREAM, "1-a", {**fields("a"), b"e": b"{bad}"})]))
+    loop.post(1.0)
+    loop.report(BatchAnswered(400))  # Polar cannot parse the body
+    report = loop.poll()
+    assert report.events == ({"unreadable": "{bad}"},)
 
 
 @pytest.mark.parametrize("stream", [STREAM.encode(), "not-an-outbox"])

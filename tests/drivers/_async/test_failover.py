@@ -91,3 +91,17 @@ async def test_short_lived_instances_leave_the_outbox_group(
             await a.track("api_call", external_customer_id=f"c{n}")
     assert counters(emulator)["events"] == 100
     assert consumers(redis_server) == set()
+
+
+@pytest.mark.anyio
+async def test_delivery_and_surveys_go_on_after_redis_loses_its_data(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    count_meter(emulator)
+    async with connect(redis_server, emulator, heartbeat=0.4) as a:
+        await a.track("api_call", external_customer_id="c1")
+        assert await a.flush(10)
+        redis_server.client().flushall()  # streams and groups gone: surveys meet "no such key"
+        await a.track("api_call", external_customer_id="c1")
+        assert await a.flush(10)
+    assert counters(emulator)["events"] == 2

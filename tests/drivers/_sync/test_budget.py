@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -51,3 +52,25 @@ def test_busy_instances_share_one_budget_and_get_no_429(
     # Without a shared budget, 900 events in batches of 10 are some 90 requests: 429s.
     assert seen.get("http_rate_limited", 0) == 0
     assert seen["http_ingest"] < LIMIT
+
+
+def test_an_event_too_large_for_any_request_is_dropped_and_reported(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    dropped: list[tuple[list[dict[str, Any]], str]] = []
+    with connect(
+        redis_server,
+        emulator,
+        batch_bytes=4096,
+        on_dropped=lambda events, reason: dropped.append((events, reason)),
+    ) as a:
+        padding = {f"pad{n}": "x" * 400 for n in range(15)}  # 6 kB: Polar caps each string
+        a.track("api_call", external_customer_id="c1", metadata=padding)
+        a.track("api_call", external_customer_id="c1")
+        assert a.flush(10)
+        assert (a.balance(meter, external_customer_id="c1")).consumed == 1
+    ((events, reason),) = dropped
+    assert [len(e["metadata"]) for e in events] == [15]
+    assert reason == "larger than an ingestion request may be (4096 bytes)"
+    assert counters(emulator)["events"] == 1

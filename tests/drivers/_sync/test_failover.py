@@ -87,3 +87,16 @@ def test_short_lived_instances_leave_the_outbox_group(
             a.track("api_call", external_customer_id=f"c{n}")
     assert counters(emulator)["events"] == 100
     assert consumers(redis_server) == set()
+
+
+def test_delivery_and_surveys_go_on_after_redis_loses_its_data(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    count_meter(emulator)
+    with connect(redis_server, emulator, heartbeat=0.4) as a:
+        a.track("api_call", external_customer_id="c1")
+        assert a.flush(10)
+        redis_server.client().flushall()  # streams and groups gone: surveys meet "no such key"
+        a.track("api_call", external_customer_id="c1")
+        assert a.flush(10)
+    assert counters(emulator)["events"] == 2
