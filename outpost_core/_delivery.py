@@ -641,6 +641,25 @@ def _settle_call(
     return SettleScript(script=script, keys=tuple(keys), args=tuple(args))
 
 
+def nothing_done(action: Action) -> Outcome:
+    """The outcome a closing instance reports for an action it could not run (Redis failed while
+    it closed): nothing happened, so the work stays queued in Redis for another instance. Whatever
+    was held is taken again by a live instance; no heartbeat counts as alive; nothing is taken."""
+    if isinstance(action, ReadOutbox | ClaimStale):
+        return OutboxRead([])
+    if isinstance(action, SurveyConsumers):
+        return ConsumersListed([])
+    if isinstance(action, CheckHeartbeats):
+        return HeartbeatsChecked([b"1"] * len(action.keys))  # take nothing from anyone
+    if isinstance(action, Reclaim):
+        return Reclaimed(action.stream, '{"e":[],"d":[]}')
+    if isinstance(action, TakeRequest):
+        return BudgetAnswered(0)
+    if isinstance(action, SettleScript):
+        return Settled(None)
+    return Done()
+
+
 def with_known_revs(action: SettleScript, known: Callable[[str], int]) -> SettleScript:
     """The same call, telling the script which revision this instance holds of each identity,
     so that its reply updates this instance's copies at once (``known`` gives -1 for none)."""

@@ -31,20 +31,35 @@ from redis.exceptions import RedisError, ResponseError
 
 from outpost_core import (
     CONFIGURATION_KEY,
+    GROUP,
     SCRIPT_TEXT,
+    Action,
     Balance,
+    BatchAnswered,
+    BatchFailed,
+    Beat,
+    BudgetAnswered,
     BytesReceived,
     ChangePublished,
+    CheckHeartbeats,
+    ClaimStale,
     CloseConnection,
     Closing,
     ConfigurationReceived,
     ConnectionFailed,
     ConnectionOpened,
+    ConsumersListed,
+    Delivery,
+    DeliverySettings,
+    Done,
     Echoes,
     Effect,
     Fetch,
+    ForgetHeartbeat,
+    HeartbeatsChecked,
     IdentityLoaded,
     InvalidEvent,
+    Link,
     ListFailed,
     ListPending,
     LoadFailed,
@@ -52,64 +67,48 @@ from outpost_core import (
     NotReady,
     OpenConnection,
     Outage,
+    OutboxRead,
+    Outcome,
     OutpostClosed,
     PendingListed,
+    PostBatch,
+    ReadOutbox,
+    Reclaim,
+    Reclaimed,
     RedisUnavailable,
+    RefreshClaim,
     Report,
+    ReportDropped,
+    Reported,
     RunScript,
     ScriptFailed,
     ScriptReplied,
     SendBytes,
     Session,
     Settings,
+    Settled,
+    SettleScript,
+    Sleep,
     StoreConfiguration,
     SubscriberLost,
     SubscriptionConfirmed,
+    SurveyConsumers,
+    TakeRequest,
+    Target,
     Tick,
     UnknownMeter,
     UnsupportedMeter,
     UsageError,
     __version__,
-    _keys,
     event_id_of,
+    hand_back,
+    keys,
+    nothing_done,
+    retry_after,
     semconv,
     timestamp_us_of,
     to_us,
-)
-from outpost_core._budget import BudgetAnswered, TakeRequest
-from outpost_core._delivery import (
-    GROUP,
-    Action,
-    BatchAnswered,
-    BatchFailed,
-    ClaimStale,
-    Delivery,
-    DeliverySettings,
-    Done,
-    OutboxRead,
-    Outcome,
-    PostBatch,
-    ReadOutbox,
-    RefreshClaim,
-    ReportDropped,
-    Reported,
-    Settled,
-    SettleScript,
-    Sleep,
-    retry_after,
     with_known_revs,
-)
-from outpost_core._link import Link, Target
-from outpost_core._liveness import (
-    Beat,
-    CheckHeartbeats,
-    ConsumersListed,
-    ForgetHeartbeat,
-    HeartbeatsChecked,
-    Reclaim,
-    Reclaimed,
-    SurveyConsumers,
-    hand_back,
 )
 from outpost_sync._backend import (
     CoreLock,
@@ -133,13 +132,6 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
 _POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadlines again
 _T = TypeVar("_T")
-_NOTHING_DONE: dict[type, Outcome] = {
-    ReadOutbox: OutboxRead([]),
-    ClaimStale: OutboxRead([]),
-    SurveyConsumers: ConsumersListed([]),
-    TakeRequest: BudgetAnswered(0),
-    SettleScript: Settled(None),
-}
 _CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
 _USER_AGENT = f"outpost-python/{__version__}"
@@ -228,8 +220,8 @@ class Outpost:
         self._redis = redis
         # Pub/sub ignores numbered databases: name the channels after ours.
         database = redis.connection_pool.connection_kwargs.get("db", 0)
-        namespace = _keys.namespace_of_database(int(database or 0))
-        self._channels = _keys.all_channels(namespace)
+        namespace = keys.namespace_of_database(int(database or 0))
+        self._channels = keys.all_channels(namespace)
         self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
         self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
         self._traces = Traces(record_to)
@@ -896,13 +888,7 @@ class Outpost:
     def _act(self, outage: Outage, action: Action) -> Outcome:
         """Do one delivery action. Redis failures are retried until they succeed (or the instance
         closes): settling must not be skipped, and a read can simply wait."""
-        if isinstance(action, CheckHeartbeats):
-            closing: Outcome = HeartbeatsChecked([b"1"] * len(action.keys))  # take nothing
-        elif isinstance(action, Reclaim):
-            closing = Reclaimed(action.stream, '{"e":[],"d":[]}')
-        else:
-            closing = _NOTHING_DONE.get(type(action), Done())
-        return self._retrying(outage, lambda: self._act_once(action), closing)
+        return self._retrying(outage, lambda: self._act_once(action), nothing_done(action))
 
     def _retrying(self, outage: Outage, call: Callable[[], _T], closing: _T) -> _T:
         """``call()`` until Redis answers, backing off; ``closing`` (nothing done, the work stays
@@ -933,7 +919,7 @@ class Outpost:
             reply = self._redis.xreadgroup(
                 GROUP,
                 self._consumer,
-                dict.fromkeys(_keys.ALL_OUTBOXES, ">"),
+                dict.fromkeys(keys.ALL_OUTBOXES, ">"),
                 count=action.count,
                 block=block if block > 0 else None,
             )
@@ -970,7 +956,7 @@ class Outpost:
             return Done()
         if isinstance(action, ClaimStale):
             entries: list[tuple[str, str, Any]] = []
-            for stream in _keys.ALL_OUTBOXES:
+            for stream in keys.ALL_OUTBOXES:
                 reply = self._redis.xautoclaim(
                     stream,
                     GROUP,
@@ -986,7 +972,7 @@ class Outpost:
             return Done()
         if isinstance(action, SurveyConsumers):
             listing: list[tuple[str, Any]] = []
-            for stream in _keys.ALL_OUTBOXES:
+            for stream in keys.ALL_OUTBOXES:
                 listing.append((stream, self._redis.xinfo_consumers(stream, GROUP)))
             return ConsumersListed(listing)
         if isinstance(action, CheckHeartbeats):
@@ -1043,7 +1029,7 @@ class Outpost:
             )
 
     def _create_groups(self) -> None:
-        for stream in _keys.ALL_OUTBOXES:
+        for stream in keys.ALL_OUTBOXES:
             try:
                 self._redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
             except ResponseError as exc:
@@ -1052,7 +1038,7 @@ class Outpost:
 
     def _outbox_marks(self) -> dict[str, bytes | str]:
         marks: dict[str, bytes | str] = {}
-        for stream in _keys.ALL_OUTBOXES:
+        for stream in keys.ALL_OUTBOXES:
             last = self._redis.xrevrange(stream, count=1)
             if last and last[0][0] is not None:
                 marks[stream] = last[0][0]

@@ -664,3 +664,34 @@ def test_settling_can_tell_the_script_which_revisions_are_held() -> None:
         *("-1", "1", "f3"),
     )
     assert (told.script, told.keys) == (action.script, action.keys)
+
+
+def test_nothing_done_is_what_a_closing_instance_reports() -> None:
+    from outpost_core import (
+        BudgetAnswered,
+        CheckHeartbeats,
+        ClaimStale,
+        ConsumersListed,
+        Done,
+        HeartbeatsChecked,
+        OutboxRead,
+        ReadOutbox,
+        Reclaim,
+        Reclaimed,
+        RefreshClaim,
+        Settled,
+        SettleScript,
+        SurveyConsumers,
+        TakeRequest,
+        nothing_done,
+    )
+
+    assert nothing_done(ReadOutbox(count=1, block=0.0)) == OutboxRead([])
+    assert nothing_done(ClaimStale(min_idle=1.0, count=1)) == OutboxRead([])
+    assert nothing_done(SurveyConsumers()) == ConsumersListed([])
+    assert nothing_done(CheckHeartbeats(("a", "b"))) == HeartbeatsChecked([b"1", b"1"])
+    assert nothing_done(Reclaim("s", "", 1, ("x",))) == Reclaimed("s", '{"e":[],"d":[]}')
+    assert nothing_done(TakeRequest("k", 1, 1)) == BudgetAnswered(0)
+    settle = SettleScript(script="acknowledge", keys=("s",), args=("a",))
+    assert nothing_done(settle) == Settled(None)
+    assert nothing_done(RefreshClaim(())) == Done()
