@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from outpost_emulator._defaults import DEFAULT_TOKEN
-from tests.support.redis_server import free_port
+from outpost_emulator.redis_server import free_port
 
 
 class EmulatorProcess:

@@ -17,7 +17,7 @@ import redis
 import redis.asyncio
 
 from bench._emulator import EmulatorProcess
-from tests.support.redis_server import RedisServer
+from outpost_emulator.redis_server import RedisServer
 
 CALLS_FILTER: dict[str, Any] = {
     "conjunction": "and",

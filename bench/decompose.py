@@ -42,8 +42,8 @@ from outpost_core import (
     Session,
     SubscriberRestarted,
 )
+from outpost_emulator.redis_server import running
 from outpost_sync import Outpost
-from tests.support.redis_server import running
 
 CUSTOMER = track_bench.CUSTOMER
 RAW = track_bench.RAW_CUSTOMER
