@@ -227,3 +227,34 @@ def test_ctrl_c_stops_the_emulator_with_one_line_and_status_0() -> None:
     assert process.returncode == 0, rest
     assert "Traceback" not in rest
     assert rest.strip().splitlines()[-1] == "outpost emulator: stopped"
+
+
+def test_ctrl_c_stops_the_demo_with_one_line_and_status_0(redis_server: RedisServer) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "outpost_sync.cli",
+            "demo",
+            "--plain",
+            "--redis-url",
+            redis_server.url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert process.stdout is not None
+        process.stdout.readline()  # it runs
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "outpost demo: stopped"
