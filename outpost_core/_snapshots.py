@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import attrs
 
 from ._aggregate import Aggregate, is_number
+from ._event import UUID_PATTERN, canonical_uuid
 from ._keys import Customer, CustomerKind
 from ._time import BUCKET_US
 
@@ -104,6 +105,10 @@ def aliases_in(raw: object, customer: Customer) -> tuple[Customer, ...]:
             raise Malformed(f"aliases names {field!r}, not another reference form")
         if not isinstance(value, str) or not value:
             raise Malformed(f"aliases[{field!r}] is not a non-empty string")
+        if kind == "customer":
+            if not UUID_PATTERN.fullmatch(value):
+                raise Malformed(f"aliases[{field!r}] is not a customer UUID")
+            value = canonical_uuid(value)  # the spelling track() and balance() key it by
         aliases.append(Customer(kind, value))
     return tuple(aliases)
 

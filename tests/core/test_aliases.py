@@ -190,6 +190,9 @@ def test_aliases_are_parsed_and_absent_means_none() -> None:
     assert parse_snapshot(shown_as_external).aliases == (X,)
     shown_as_id = snapshot_payload(X, "r", aliases={"external_customer_id": "c1"})
     assert parse_snapshot(shown_as_id).aliases == (E,)
+    # One spelling per customer, the one track() and balance() key a customer_id by.
+    upper = snapshot_payload(E, "r", aliases={"customer_id": UUID.upper().replace("-", "")})
+    assert parse_snapshot(upper).aliases == (X,)
 
 
 @pytest.mark.parametrize(
@@ -201,6 +204,7 @@ def test_aliases_are_parsed_and_absent_means_none() -> None:
         {1: UUID},
         {"customer_id": 7},
         {"customer_id": ""},
+        {"customer_id": "not-a-uuid"},
     ],
 )
 def test_malformed_aliases_make_the_snapshot_a_counted_rejection(aliases: Any) -> None:
