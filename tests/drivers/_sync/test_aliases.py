@@ -60,6 +60,9 @@ def test_events_tracked_under_either_name_count_in_reads_of_both(
         assert polar_balance() == 95
         for instance in (a, b):
             assert [x.balance for x in both_names(instance, meter, customer_id)] == [95] * 2
+            # A read that goes to Redis reads both names' hashes (one round trip).
+            fresh = instance.balance(meter, customer_id=customer_id, fresh=True)
+            assert (fresh.source, fresh.balance, fresh.pending) == ("redis", 95, 5)
         seen: list[Balance] = []
 
         emulator.advance(6 * 60)  # the bucket syncs: Polar pushes snapshots of both names
