@@ -82,6 +82,17 @@ def test_a_snapshot_names_the_customers_other_reference_forms(emu: Emulator, ws:
     assert ws.snapshot(external_customer_id="nobody-yet")["aliases"] == {}
 
 
+def test_a_customer_created_for_a_used_external_id_pushes_its_alias(emu: Emulator, ws: Ws) -> None:
+    assert ws.snapshot(external_customer_id="late")["aliases"] == {}
+    ws.snapshot(external_customer_id="other")
+    customer = emu.create_customer("late")
+    pushed = ws.expect("snapshot")
+    assert (pushed["request_id"], pushed["external_customer_id"]) == (None, "late")
+    assert pushed["aliases"] == {"customer_id": customer["id"]}
+    emu.create_customer()  # no external id: no subscriber's customer changed
+    ws.sync_point()
+
+
 def test_unknown_customer_id(ws: Ws) -> None:
     ws.send("snapshot", request_id="r1", customer_id="3b1f9c9e-8f0e-4c1a-9a4e-0d3c2b1a0f9e")
     error = ws.expect("error")

@@ -83,3 +83,30 @@ async def test_events_tracked_under_either_name_count_in_reads_of_both(
             final = await both_names(instance, meter, customer_id)
             assert [(x.consumed, x.balance) for x in final] == [(5, 95)] * 2
             assert final[0].aliases and final[1].aliases
+
+
+@pytest.mark.anyio
+async def test_a_customer_created_for_a_followed_external_id_is_merged_from_its_push(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    async with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
+        before = await a.balance(meter, external_customer_id="later")
+        assert before.aliases == ()
+        customer_id = str(emulator.create_customer(external_id="later")["id"])
+
+        async def alias_learned() -> bool:
+            found = await a.balance(meter, external_customer_id="later")
+            return bool(found.aliases)
+
+        await eventually(alias_learned, what="the pushed snapshot naming the customer id")
+        await b.track("api_call", customer_id=customer_id)
+        await b.track("api_call", customer_id=customer_id)
+        await a.track("api_call", external_customer_id="later")
+
+        async def all_three() -> bool:
+            by_external = await a.balance(meter, external_customer_id="later")
+            by_id = await b.balance(meter, customer_id=customer_id)
+            return by_external.consumed == 3 and by_id.consumed == 3
+
+        await eventually(all_three, what="both reads counting the 3 events")

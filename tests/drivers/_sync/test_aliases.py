@@ -81,3 +81,29 @@ def test_events_tracked_under_either_name_count_in_reads_of_both(
             final = both_names(instance, meter, customer_id)
             assert [(x.consumed, x.balance) for x in final] == [(5, 95)] * 2
             assert final[0].aliases and final[1].aliases
+
+
+def test_a_customer_created_for_a_followed_external_id_is_merged_from_its_push(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
+        before = a.balance(meter, external_customer_id="later")
+        assert before.aliases == ()
+        customer_id = str(emulator.create_customer(external_id="later")["id"])
+
+        def alias_learned() -> bool:
+            found = a.balance(meter, external_customer_id="later")
+            return bool(found.aliases)
+
+        eventually(alias_learned, what="the pushed snapshot naming the customer id")
+        b.track("api_call", customer_id=customer_id)
+        b.track("api_call", customer_id=customer_id)
+        a.track("api_call", external_customer_id="later")
+
+        def all_three() -> bool:
+            by_external = a.balance(meter, external_customer_id="later")
+            by_id = b.balance(meter, customer_id=customer_id)
+            return by_external.consumed == 3 and by_id.consumed == 3
+
+        eventually(all_three, what="both reads counting the 3 events")
