@@ -645,22 +645,32 @@ class AsyncOutpost:
         external_customer_id: str | None,
         customer_id: str | None,
     ) -> Balance | None:
-        """A read that must not come from memory: one ``HGETALL``, computed by the core."""
+        """A read that must not come from memory: one ``HGETALL`` per key of the customer and
+        its aliases, in one round trip, computed by the core."""
         try:
-            fields = await self._redis.hgetall(fetch.key)
+            fields = await self._hgetall_each(fetch.keys)
         except RedisConnectionError:
             try:  # once more: a pooled connection may predate a Redis restart
-                fields = await self._redis.hgetall(fetch.key)
+                fields = await self._hgetall_each(fetch.keys)
             except RedisError as exc:
-                raise RedisUnavailable(f"Redis failed reading {fetch.key}: {exc}") from exc
+                raise RedisUnavailable(f"Redis failed reading {fetch.keys}: {exc}") from exc
         except RedisError as exc:
-            raise RedisUnavailable(f"Redis failed reading {fetch.key}: {exc}") from exc
+            raise RedisUnavailable(f"Redis failed reading {fetch.keys}: {exc}") from exc
         with self._lock:
             found = self._core.read_fetched(meter_id, external_customer_id, customer_id, fields)
             effects = self._core.effects()
         if effects:
             await self._run(effects)
         return found
+
+    async def _hgetall_each(self, keys: tuple[str, ...]) -> dict[str, dict[Any, Any]]:
+        if len(keys) == 1:  # the common case: no pipeline to build
+            return {keys[0]: await self._redis.hgetall(keys[0])}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(key)
+            replies = await pipe.execute()
+        return dict(zip(keys, replies, strict=True))
 
     # -- driving the core ---------------------------------------------------------------------
 

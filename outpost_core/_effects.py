@@ -33,10 +33,12 @@ class LoadIdentity:
 
 @attrs.frozen(slots=True)
 class Fetch:
-    """What :meth:`Session.read` answers when the balance must come from Redis: ``HGETALL key``
-    now, then :meth:`Session.read_fetched` with the fields (not an effect: the caller runs it)."""
+    """What :meth:`Session.read` answers when the balance must come from Redis: ``HGETALL`` of
+    each key now (one round trip), then :meth:`Session.read_fetched` with the fields per key
+    (not an effect: the caller runs it). The first key is the customer's own state; the others
+    are its aliases' (docs/invariant.md, "One customer, two names")."""
 
-    key: str
+    keys: tuple[str, ...]
 
 
 @attrs.frozen(slots=True)

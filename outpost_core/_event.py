@@ -22,7 +22,7 @@ from .errors import InvalidEvent
 MAX_NAME = 128
 MAX_STRING_VALUE = 500
 MAX_EVENT_ID = 256
-_UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
+UUID_PATTERN = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
 _INT_RANGE = 2**63
 
 
@@ -58,7 +58,7 @@ def customer_of(external_customer_id: object, customer_id: object) -> Customer:
     if external_customer_id is not None:
         return Customer("external", _text(external_customer_id, "external_customer_id"))
     text = _text(customer_id, "customer_id")
-    if not _UUID.fullmatch(text):
+    if not UUID_PATTERN.fullmatch(text):
         raise InvalidEvent(f"customer_id must be a Polar customer UUID, got {text!r}")
     return Customer("customer", canonical_uuid(text))
 

@@ -44,6 +44,7 @@ class Host(Protocol):
     def reject(self, kind: str, detail: str) -> None: ...
     def observe(self, observation: Observation) -> None: ...
     def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]: ...
+    def aliases_changed(self, customer: Customer, aliases: tuple[Customer, ...]) -> None: ...
     @property
     def pending_limit_us(self) -> int: ...
     @property
@@ -66,6 +67,9 @@ class Remote:
         self.flows: dict[Customer, CustomerFlow] = {}
         self._tags: dict[int, CustomerFlow] = {}
         self._questions: dict[str, CustomerFlow] = {}
+        self.aliases: dict[Customer, tuple[Customer, ...]] = {}
+        """Per customer, its other reference forms from its latest snapshot (kept across
+        reconnects: they name the same customer)."""
         self._ids = itertools.count(1)
         self.wall_us = 0
         self.now = 0.0
@@ -230,6 +234,9 @@ class Remote:
         if flow is None:
             # Unasked-for (Polar pushes only what was asked): apply it, but never ask for more.
             flow = self.flows[snapshot.customer] = CustomerFlow(snapshot.customer, applied=True)
+        if self.aliases.get(snapshot.customer, ()) != snapshot.aliases:
+            self.aliases[snapshot.customer] = snapshot.aliases
+            self._host.aliases_changed(snapshot.customer, snapshot.aliases)
         if snapshot.request_id is not None and snapshot.request_id == flow.request_id:
             flow.request_id = None
         if flow.offer(snapshot):

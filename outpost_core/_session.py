@@ -34,7 +34,7 @@ import attrs
 from . import _keys
 from ._aggregate import format_number
 from ._backoff import backoff
-from ._balance import Balance, compute_balance
+from ._balance import Balance, compute_balance, merged_state
 from ._changes import Change, Malformed, parse_changes
 from ._configuration import Configuration, Reducer, parse_configuration
 from ._effects import Effect, Fetch, LoadIdentity, RunScript, StoreConfiguration
@@ -124,6 +124,8 @@ class Session:
         self._configuration_text: str | None = None
         self._configuration_from_polar = False
         self._mirrors: dict[str, Mirror] = {}
+        self._customer_mirrors: dict[Customer, list[Mirror]] = {}
+        """Each customer's copies, one per reducer read (an alias change invalidates them)."""
         self._balances: dict[ReadKey, Balance] = {}
         self._effects: list[Effect] = []
         self._observations: list[Observation] = []
@@ -254,6 +256,15 @@ class Session:
 
     def observe(self, observation: Observation) -> None:
         self._observations.append(observation)
+
+    def aliases_changed(self, customer: Customer, aliases: tuple[Customer, ...]) -> None:
+        """Polar names other reference forms for ``customer``: its cached balances are stale,
+        and every reducer read of it follows the aliases' copies too (loads start now, so the
+        next read waits as little as it can)."""
+        for mirror in self._customer_mirrors.get(customer, ()):
+            self._invalidate(mirror)
+            for alias in aliases:
+                self._follow(alias, mirror.reducer_id)
 
     def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]:
         """Per meter of the reducer: the consumption this instance reads now ({} if unknown)."""
@@ -402,7 +413,11 @@ class Session:
         if reducer is None:
             return None
         mirror = self._follow(customer, reducer.id)
-        if not mirror.loaded:
+        # The customer's other names: their pending events count too (docs/invariant.md).
+        aliases = self._aliases_of(customer)
+        # (Short-circuits keep the common case, no alias, as fast as before.)
+        others = [self._follow(alias, reducer.id) for alias in aliases] if aliases else _NONE
+        if not mirror.loaded or (others and not all(m.loaded for m in others)):
             return None
         if mirror.state.cold_until is None:
             if self.remote is not None:
@@ -410,11 +425,16 @@ class Session:
             return None
         if self.remote is not None and not self.remote.follow(customer).applied:
             return None
-        if fresh or not mirror.following:
+        if fresh or not mirror.following or (others and not all(m.following for m in others)):
             if not fresh and not self.ever_subscribed:
                 return None  # a first read waits for the subscription, as for the snapshot
-            return Fetch(key=mirror.key)
-        balance = compute_balance(meter_id, customer, reducer.aggregation.func, mirror.state)
+            return Fetch(keys=(mirror.key, *(m.key for m in others)))
+        state = mirror.state
+        if others:
+            state = merged_state(state, [m.state for m in others])
+            for m in others:  # a change of any of them makes the balance stale
+                m.read_keys.add((meter_id, external_customer_id, customer_id))
+        balance = compute_balance(meter_id, customer, reducer.aggregation.func, state, aliases)
         key = (meter_id, external_customer_id, customer_id)
         self._balances[key] = balance
         mirror.read_keys.add(key)
@@ -425,25 +445,36 @@ class Session:
         meter_id: str,
         external_customer_id: str | None,
         customer_id: str | None,
-        fields: Mapping[Any, Any],
+        fields: Mapping[str, Mapping[Any, Any]],
     ) -> Balance | None:
-        """The balance from the hash a :class:`Fetch` read (``source="redis"``), or ``None`` when
-        that hash holds no snapshot (it expired or was wiped: Polar is asked again). The copy
-        takes the hash too unless it is older."""
+        """The balance from the hashes a :class:`Fetch` read (``source="redis"``): ``fields``
+        maps each of its keys to that hash's fields. ``None`` when the customer's hash holds no
+        snapshot (it expired or was wiped: Polar is asked again), or when the customer's aliases
+        changed since the :class:`Fetch` (a hash is missing: read again). Each copy takes its
+        hash too when it is newer."""
         customer = customer_of(external_customer_id, customer_id)
         reducer = self._reducer(meter_id, waiting=False)
         assert reducer is not None  # read() returned a Fetch, so the configuration is there
-        key = _keys.state_key(customer, reducer.id)
-        text = self._text_fields(key, fields)
-        state = derive_state(text)
-        if state.cold_until is None:
+        aliases = self._aliases_of(customer)
+        keys = [_keys.state_key(c, reducer.id) for c in (customer, *aliases)]
+        if keys[0] not in fields:
+            raise UsageError(f"read_fetched needs the fields of {keys[0]}")
+        if not all(key in fields for key in keys):
+            return None
+        states = []
+        for key in keys:
+            text = self._text_fields(key, fields[key])
+            state = derive_state(text)
+            mirror = self._mirrors.get(key)
+            if mirror is not None and mirror.loaded and state.revision > 0:
+                self._offer_full(mirror, state.revision, text)
+            states.append(state)
+        if states[0].cold_until is None:
             if self.remote is not None:
                 self.remote.lost(customer)
             return None
-        mirror = self._mirrors.get(key)
-        if mirror is not None and mirror.loaded and state.revision > 0:
-            self._offer_full(mirror, state.revision, text)
-        balance = compute_balance(meter_id, customer, reducer.aggregation.func, state)
+        state = merged_state(states[0], states[1:])
+        balance = compute_balance(meter_id, customer, reducer.aggregation.func, state, aliases)
         return attrs.evolve(balance, source="redis")
 
     def not_ready_reason(
@@ -457,9 +488,12 @@ class Session:
             state, error = self.link_status()
             return f"no configuration from Polar yet (WebSocket {state}{_suffix(error)})"
         customer = customer_of(external_customer_id, customer_id)
-        mirror = self._mirrors.get(_keys.state_key(customer, reducer.id))
-        if mirror is None or not mirror.loaded:
-            return f"the local state of {customer} could not be loaded from Redis"
+        for name in (customer, *self._aliases_of(customer)):
+            mirror = self._mirrors.get(_keys.state_key(name, reducer.id))
+            if mirror is None or not mirror.loaded:
+                alias = "" if name == customer else f" (another name of {customer})"
+                return f"the local state of {name}{alias} could not be loaded from Redis"
+        mirror = self._mirrors[_keys.state_key(customer, reducer.id)]
         has_snapshot = mirror.state.cold_until is not None
         applied = self.remote is None or self.remote.follow(customer).applied
         if has_snapshot and applied and not self.ever_subscribed:
@@ -492,10 +526,15 @@ class Session:
         mirror = self._mirrors.get(key)
         if mirror is None:
             mirror = self._mirrors[key] = Mirror(key, customer, reducer_id)
+            self._customer_mirrors.setdefault(customer, []).append(mirror)
             self._load(mirror)
             if self.remote is not None:
                 self.remote.follow(customer)
         return mirror
+
+    def _aliases_of(self, customer: Customer) -> tuple[Customer, ...]:
+        """The customer's other names Polar told this instance (none without a link)."""
+        return () if self.remote is None else self.remote.aliases.get(customer, ())
 
     @property
     def followed(self) -> list[Mirror]:
@@ -619,6 +658,10 @@ def _text(value: object) -> str | None:
 
 def _suffix(error: str | None) -> str:
     return f": {error}" if error else ""
+
+
+_NONE: list[Mirror] = []
+"""No alias copies (never mutated: the common case builds no list)."""
 
 
 class _NoJitter:

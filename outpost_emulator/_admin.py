@@ -123,6 +123,9 @@ def op_customers(hub: Hub, body: JsonObject) -> JsonObject:
         customer = hub.customers.create(external_id, hub.now_us())
     except ValueError as exc:
         raise _fail(str(exc), 409) from None
+    if external_id is not None:
+        # The external id's events are this customer's now: its snapshots name a new alias.
+        hub.push_snapshots({("external_customer_id", external_id)})
     return customer.to_json()
 
 

@@ -329,7 +329,7 @@ class Instance:
         for _ in range(100):
             balance = self.session.read(meter_id, external_customer_id=customer)
             if isinstance(balance, Fetch):  # the copy does not follow Redis: read the hash
-                fields = self.machine.client.hgetall(balance.key)
+                fields = {k: self.machine.client.hgetall(k) for k in balance.keys}
                 balance = self.session.read_fetched(meter_id, customer, None, fields)
             if balance is not None:
                 return balance

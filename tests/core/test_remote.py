@@ -914,10 +914,10 @@ def test_a_fetched_hash_that_lost_its_snapshot_asks_polar_again() -> None:
     run = applying(polar.effects())
     polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
     polar.session.handle(SubscriberLost())
-    assert polar.session.read(COUNT, "c1") == Fetch(key=state("r-count"))
+    assert polar.session.read(COUNT, "c1") == Fetch(keys=(state("r-count"),))
     # Redis answers the fetch with a hash that has no snapshot any more (expired, wiped).
     polar.tick(polar.now + REQUEST_TIMEOUT)
-    assert polar.session.read_fetched(COUNT, "c1", None, {"rev": "9"}) is None
+    assert polar.session.read_fetched(COUNT, "c1", None, {state("r-count"): {"rev": "9"}}) is None
     [request] = polar.take()
     assert request["type"] == "snapshot"
     assert not remote(polar).flows[C1].applied

@@ -595,7 +595,7 @@ def test_a_first_read_before_any_subscription_waits_for_it() -> None:
     # Loaded, but asked before Redis confirmed the subscription: changes may be missed.
     assert not session.followed[0].following
     assert session.read(COUNT, "c1") is None
-    assert session.read(COUNT, "c1", fresh=True) == Fetch(key=key)  # fresh never waits
+    assert session.read(COUNT, "c1", fresh=True) == Fetch(keys=(key,))  # fresh never waits
     session.handle(SubscriberRestarted())
     assert (session.subscribed, session.ever_subscribed) == (True, True)
     session.handle(IdentityLoaded(key, snapshot_fields(), load_asked(session, key)))
@@ -611,15 +611,17 @@ def test_a_lost_subscription_sends_reads_to_redis_until_it_is_back() -> None:
     assert (session.subscribed, session.ever_subscribed) == (False, True)
     assert session.effects() == []  # the copy is kept; nothing to load until subscribed again
     assert session.cached_balance(COUNT, "c1", None) is None
-    assert session.read(COUNT, "c1") == Fetch(key=key)
-    fetched = session.read_fetched(COUNT, "c1", None, snapshot_fields(rev=5, n="1"))
+    assert session.read(COUNT, "c1") == Fetch(keys=(key,))
+    fetched = session.read_fetched(
+        COUNT, "c1", None, {state("r-count"): snapshot_fields(rev=5, n="1")}
+    )
     assert fetched is not None and fetched.source == "redis"
     assert (fetched.revision, fetched.pending) == (5, 1)
     assert attrs.evolve(fetched, source="memory", revision=3, pending=0) == before
     assert session.cached_balance(COUNT, "c1", None) is None  # a fetched balance is not cached
     # The copy took the newer hash, but still does not follow.
     assert session.followed[0].rev == 5
-    assert session.read(COUNT, "c1") == Fetch(key=key)
+    assert session.read(COUNT, "c1") == Fetch(keys=(key,))
     session.handle(SubscriberRestarted())
     reload = load_asked(session, key)
     assert session.read(COUNT, "c1") is None  # reloading
@@ -636,7 +638,7 @@ def test_a_load_asked_while_unsubscribed_does_not_follow() -> None:
     session.handle(ChangePublished(reply(delta(key, 5, "n", "5"))))  # a gap: reload
     session.handle(IdentityLoaded(key, snapshot_fields(rev=5), load_asked(session, key)))
     assert session.followed[0].loaded
-    assert session.read(COUNT, "c1") == Fetch(key=key)
+    assert session.read(COUNT, "c1") == Fetch(keys=(key,))
 
 
 def test_a_subscription_lost_while_a_load_runs_leaves_the_copy_not_following() -> None:
@@ -646,15 +648,15 @@ def test_a_subscription_lost_while_a_load_runs_leaves_the_copy_not_following() -
     load_id = load_asked(session, key)
     session.handle(SubscriberLost())
     session.handle(IdentityLoaded(key, snapshot_fields(), load_id))
-    assert session.read(COUNT, "c1") == Fetch(key=key)
+    assert session.read(COUNT, "c1") == Fetch(keys=(key,))
 
 
 def test_a_fresh_read_always_fetches() -> None:
     session = configured()
     warm(session, fields=snapshot_fields(rev=3))
     key = state("r-count")
-    assert session.read(COUNT, "c1", fresh=True) == Fetch(key=key)
-    fetched = session.read_fetched(COUNT, "c1", None, snapshot_fields(rev=3))
+    assert session.read(COUNT, "c1", fresh=True) == Fetch(keys=(key,))
+    fetched = session.read_fetched(COUNT, "c1", None, {state("r-count"): snapshot_fields(rev=3)})
     assert fetched is not None and (fetched.source, fetched.revision) == ("redis", 3)
     balance = session.read(COUNT, "c1")  # the copy still answers from memory
     assert isinstance(balance, Balance) and (balance.source, balance.revision) == ("memory", 3)
@@ -674,10 +676,14 @@ def test_a_fetched_hash_newer_than_the_copy_updates_it() -> None:
     warm(session, TOKENS, "r-tokens", fields=snapshot_fields(rev=3))
     session.handle(SubscriberLost())
     copy = session.followed[0]
-    fetched = session.read_fetched(COUNT, "c1", None, snapshot_fields(rev=9, n="4"))
+    fetched = session.read_fetched(
+        COUNT, "c1", None, {state("r-count"): snapshot_fields(rev=9, n="4")}
+    )
     assert fetched is not None and fetched.pending == 4
     assert (copy.rev, copy.fields["n"]) == (9, "4")
-    older = session.read_fetched(COUNT, "c1", None, snapshot_fields(rev=2, n="1"))
+    older = session.read_fetched(
+        COUNT, "c1", None, {state("r-count"): snapshot_fields(rev=2, n="1")}
+    )
     assert older is not None and older.pending == 1  # the answer is what Redis said
     assert (copy.rev, copy.fields["n"]) == (9, "4")  # the copy does not go back
 
@@ -688,7 +694,7 @@ def test_a_fetched_hash_does_not_touch_a_copy_that_is_loading() -> None:
     key = state("r-count")
     session.handle(ScriptReplied(reply({"k": key, "r": 4})))  # reloads
     load_id = load_asked(session, key)
-    fetched = session.read_fetched(COUNT, "c1", None, snapshot_fields(rev=8))
+    fetched = session.read_fetched(COUNT, "c1", None, {state("r-count"): snapshot_fields(rev=8)})
     assert fetched is not None and fetched.revision == 8
     copy = session.followed[0]
     assert (copy.loaded, copy.rev) == (False, 3)
@@ -702,7 +708,7 @@ def test_a_fetched_hash_without_revision_is_not_offered_to_the_copy() -> None:
     session.handle(SubscriberLost())
     fields = snapshot_fields()
     del fields["rev"]
-    fetched = session.read_fetched(COUNT, "c1", None, fields)
+    fetched = session.read_fetched(COUNT, "c1", None, {state("r-count"): fields})
     assert fetched is not None and fetched.revision == 0
     assert session.followed[0].rev == 3
 
@@ -710,7 +716,9 @@ def test_a_fetched_hash_without_revision_is_not_offered_to_the_copy() -> None:
 def test_a_fetched_hash_for_a_customer_without_a_copy() -> None:
     # The driver fetched for a read, but the copy is not there any more (a new configuration).
     session = configured()
-    fetched = session.read_fetched(COUNT, "c2", None, snapshot_fields(rev=3))
+    fetched = session.read_fetched(
+        COUNT, "c2", None, {state("r-count", Customer("external", "c2")): snapshot_fields(rev=3)}
+    )
     assert fetched is not None and fetched.customer == Customer("external", "c2")
     assert session.followed == []
 
@@ -719,23 +727,29 @@ def test_a_fetched_hash_without_a_snapshot_is_not_a_balance() -> None:
     session = configured()
     warm(session, fields=snapshot_fields(rev=3))
     session.handle(SubscriberLost())
-    assert session.read_fetched(COUNT, "c1", None, {}) is None  # expired or wiped
-    assert session.read_fetched(COUNT, "c1", None, {"rev": "4", "n": "1"}) is None
-    assert session.followed[0].rev == 3  # no snapshot: not offered
+    assert (
+        session.read_fetched(COUNT, "c1", None, {state("r-count"): {}}) is None
+    )  # expired or wiped
+    assert (
+        session.read_fetched(COUNT, "c1", None, {state("r-count"): {"rev": "4", "n": "1"}}) is None
+    )
+    assert session.followed[0].rev == 4  # the copy still takes the newer hash
 
 
 def test_a_fetched_hash_with_bytes_and_bad_fields() -> None:
     session = configured()
     fields: dict[object, object] = {k.encode(): v.encode() for k, v in snapshot_fields().items()}
     fields[b"\xff"] = b"1"
-    fetched = session.read_fetched(COUNT, "c1", None, fields)
+    fetched = session.read_fetched(COUNT, "c1", None, {state("r-count"): fields})
     assert fetched is not None and fetched.revision == 3
     assert session.rejections == {"state": 1}
 
 
 def test_a_fetched_read_by_customer_id() -> None:
     session = configured()
-    fetched = session.read_fetched(COUNT, None, UUID.upper(), snapshot_fields())
+    fetched = session.read_fetched(
+        COUNT, None, UUID.upper(), {state("r-count", Customer("customer", UUID)): snapshot_fields()}
+    )
     assert fetched is not None and fetched.customer == Customer("customer", UUID)
 
 

@@ -88,7 +88,7 @@ TOKEN = "polar_oat_very_secret"
         IdentityLoaded("k", {b"rev": b"1"}, 3),
         LoadFailed("k", 4),
         LoadIdentity(key="k", load_id=5),
-        Fetch(key="k"),
+        Fetch(keys=("k",)),
         SubscriberLost(),
         SubscriberRestarted(),
         RunScript(script="track", keys=("a", "b"), args=("1",), tag=None, meter_ids=("m",)),
@@ -268,9 +268,9 @@ def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
     recording.handle(ScriptReplied(json.dumps({"c": [change]}), tag=apply.tag))
     balance = recording.read(COUNT, "c1")
     assert balance is not None and balance.consumed == 1.0
-    assert recording.read(COUNT, "c1", fresh=True) == Fetch(key=state)
+    assert recording.read(COUNT, "c1", fresh=True) == Fetch(keys=(state,))
     fields = {b"rev": b"2", b"cu": str(COLD).encode(), b"p": b"1 1 1 1", b"n": b"1"}
-    fetched = recording.read_fetched(COUNT, "c1", None, fields)
+    fetched = recording.read_fetched(COUNT, "c1", None, {state: fields})
     assert fetched.source == "redis" and fetched.pending == 1
     run = recording.track(
         name="api_call",
@@ -293,11 +293,18 @@ def test_a_recording_session_is_the_session() -> None:
     assert kinds.count("call") == 6
     [fetched] = [r for r in records if r.get("method") == "read_fetched"]
     assert fetched["args"]["fields"] == encode(
-        {b"rev": b"2", b"cu": str(COLD).encode(), b"p": b"1 1 1 1", b"n": b"1"}
+        {
+            keys.state_key(C1, "r-count"): {
+                b"rev": b"2",
+                b"cu": str(COLD).encode(),
+                b"p": b"1 1 1 1",
+                b"n": b"1",
+            }
+        }
     )
     assert decode(fetched["result"]).source == "redis"
     [fresh] = [r for r in records if r.get("method") == "read" and r["args"]["fresh"]]
-    assert decode(fresh["result"]) == Fetch(key=keys.state_key(C1, "r-count"))
+    assert decode(fresh["result"]) == Fetch(keys=(keys.state_key(C1, "r-count"),))
     assert "effects" in kinds
     assert TOKEN not in json.dumps(records)
     assert records[0] == {
