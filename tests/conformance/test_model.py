@@ -75,15 +75,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
+    get_state_machine_test,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from outpost_core import (
@@ -143,6 +143,7 @@ from outpost_core._inputs import (
 from outpost_core._link import Link, LinkSettings, LinkState, Target
 from tests.conformance._polar import (
     MINUTE_US,
+    PENDING_LIMIT_US,
     Event,
     Polar,
     PolarSocket,
@@ -153,6 +154,8 @@ from tests.support.redis_server import RedisServer
 
 EXAMPLES = int(os.environ.get("OUTPOST_MODEL_EXAMPLES", "100"))
 STEPS = int(os.environ.get("OUTPOST_MODEL_STEPS", "40"))
+SEED = os.environ.get("OUTPOST_MODEL_SEED")
+"""A fixed seed for the run (by default hypothesis draws one)."""
 
 T0 = 1_764_680_400_000_000 + 17_000_000  # 17 s into a bucket
 CUSTOMERS = ("c1", "c:2 {x}")
@@ -192,11 +195,22 @@ OUTCOMES = (
     "unsent",
     "refused",
     "unavailable",
+    "failed",
+    "failed_unstored",
 )
 """What one delivery attempt meets (mostly success): Polar answers (200, or 422 with the bad
 events' locations), Polar answers 422 without usable locations (the batch is bisected), Polar
-stores the batch but the response is lost (maybe sent), the request dies before Polar stores it
-(maybe sent), the connection is refused (not sent), Polar answers 503."""
+stores the batch but the response is lost (a read timeout or a reset: maybe sent), the request
+dies before Polar stores it (a write timeout: maybe sent), the connection is refused (not sent),
+Polar answers 503 (unavailable: wait), Polar stores the batch then answers 500, Polar answers
+500 without storing it."""
+MAX_ATTEMPTS = 3
+ATTEMPTS = (1, 1, 1, MAX_ATTEMPTS)
+"""How many attempts in a row meet the same outcome: one, or enough to drop a batch whose
+attempts all fail (so uncertain drops are common, not a three-in-a-row accident)."""
+MINUTES: tuple[int | str, ...] = (0, 1, 3, 6, 6, 10, 12, 30, 70, "edge", "edge")
+"""How far time moves in one step; ``"edge"``: to the next moment a promise bites exactly (see
+:meth:`OutpostModel.next_edge`), where an off-by-one in the SDK shows."""
 
 
 Hashes = dict[tuple[str, Reducer], tuple[str, dict[bytes, bytes], dict[bytes, bytes]]]
@@ -372,6 +386,9 @@ class OutpostModel(RuleBasedStateMachine):
         self.mono_offset = 0.0
         self.tracked: dict[str, Event] = {}
         self.dropped: set[str] = set()
+        self.retracked: set[str] = set()
+        """Events track() was called again for: one a snapshot already counted is pending again
+        (a duplicate Polar ignores), counted twice until the next snapshot asks about it."""
         self.held: list[SettleScript] = []
         link = Link(
             Target.of("http://polar.test"),
@@ -385,7 +402,7 @@ class OutpostModel(RuleBasedStateMachine):
             DeliverySettings(
                 batch_size=3,
                 linger=0.0,
-                max_attempts=3,
+                max_attempts=MAX_ATTEMPTS,
                 backoff_base=0.01,
                 claim_interval=1e12,
                 claim_idle=1e9,
@@ -512,17 +529,21 @@ class OutpostModel(RuleBasedStateMachine):
                 for i in bad
             ]
             return BatchAnswered(422, json.dumps({"detail": detail}).encode())
-        if outcome in ("accept", "accept_no_locs", "lost"):
+        if outcome in ("accept", "accept_no_locs", "lost", "failed"):
             if not bad:
                 for event in events:
                     self.polar.store(event)
             if outcome == "lost":
                 return BatchFailed("read timeout", maybe_sent=True)
+            if outcome == "failed":
+                return BatchAnswered(500, b'{"detail": "internal error"}')
             return BatchAnswered(200, b"{}")
         if outcome == "unsent":
             return BatchFailed("write timeout", maybe_sent=True)
         if outcome == "refused":
             return BatchFailed("connection refused", maybe_sent=False)
+        if outcome == "failed_unstored":
+            return BatchAnswered(500, b'{"detail": "internal error"}')
         return BatchAnswered(503)
 
     def deliver_everything(self) -> None:
@@ -556,6 +577,7 @@ class OutpostModel(RuleBasedStateMachine):
         if again is not None and self.tracked:
             events = list(self.tracked.values())
             event = events[max(0, len(events) - 1 - again)]
+            self.retracked.add(event.event_id)
         else:
             bad = bad and self.drops
             moment = self.polar.now - lag
@@ -574,11 +596,18 @@ class OutpostModel(RuleBasedStateMachine):
 
     # -- rules: delivery ----------------------------------------------------------------------
 
-    @rule(outcome=st.sampled_from(OUTCOMES), hold=st.booleans())
-    def deliver(self, outcome: str, hold: bool) -> None:
-        """One delivery attempt; its settlement runs now, or is held (a slow instance)."""
-        batch = self.pump(hold, stop_at_post=True)
-        if batch is not None:
+    @rule(
+        outcome=st.sampled_from(OUTCOMES),
+        hold=st.booleans(),
+        attempts=st.sampled_from(ATTEMPTS),
+    )
+    def deliver(self, outcome: str, hold: bool, attempts: int = 1) -> None:
+        """Delivery attempts that all meet ``outcome`` (the same batch again while it fails);
+        each settlement runs now, or is held (a slow instance)."""
+        for _ in range(attempts):
+            batch = self.pump(hold, stop_at_post=True)
+            if batch is None:
+                return
             self.report(self.post(batch, outcome))
             self.pump(hold, stop_at_post=False)
 
@@ -590,19 +619,37 @@ class OutpostModel(RuleBasedStateMachine):
     # -- rules: Polar and time ----------------------------------------------------------------
 
     @rule(
-        minutes=st.sampled_from([0, 1, 3, 6, 6, 12, 30, 70]),
+        minutes=st.sampled_from(MINUTES),
         sync=st.sampled_from(["on_time", "on_time", "late", "one_more"]),
     )
-    def advance(self, minutes: int, sync: str) -> None:
-        """Time passes. Polar syncs the closed buckets on time, or late (none, or one more
-        bucket; every bucket closed for 45 minutes is synced whatever happens)."""
-        self.polar.now += minutes * MINUTE_US
+    def advance(self, minutes: int | str, sync: str) -> None:
+        """Time passes (some minutes, or to the next edge). Polar syncs the closed buckets on
+        time, or late (none, or one more bucket); whatever happens it counts every event it
+        stored more than 50 minutes ago, and no sooner than that when late."""
+        if minutes == "edge":
+            self.polar.now = self.next_edge()
+        else:
+            assert isinstance(minutes, int)
+            self.polar.now += minutes * MINUTE_US
         if sync == "on_time":
             self.polar.sync(floor_bucket(self.polar.now))
         elif sync == "one_more":
             self.polar.sync(self.polar.synced_until + BUCKET_US)
-        self.polar.sync(floor_bucket(self.polar.now - 45 * MINUTE_US))
+        self.polar.sync_overdue()
         self.tick()
+
+    def next_edge(self) -> int:
+        """The next moment a promise bites exactly: Polar's last moment to leave a stored event
+        uncounted, a kept snapshot's last moment before ``snapshot_expired``, an acknowledged
+        pending event's last moment before the one-hour limit. A minute on when there is none."""
+        moments = self.polar.deadlines()
+        for _, _, events in self.fetch().values():
+            for value in events.values():
+                parts = value.split(b" ")
+                if len(parts) == 2:
+                    moments.append(int(parts[1]) + PENDING_LIMIT_US)
+        now = self.polar.now
+        return min((m for m in moments if m > now), default=now + MINUTE_US)
 
     snapshots = Bundle("snapshots")
 
@@ -728,6 +775,7 @@ class OutpostModel(RuleBasedStateMachine):
         for (customer, reducer), (st_key, state, events) in hashes.items():
             if self.check_representation:
                 check_consistent(st_key, state, events)
+            self.never_counted_twice(st_key, state, events)
             local = local_aggregate(state)
             polar = self.polar.eventual(customer, reducer)
             where = f"{customer} {reducer.id}: local {wire(local)}, Polar will count {wire(polar)}"
@@ -736,11 +784,33 @@ class OutpostModel(RuleBasedStateMachine):
             if polar.max is not None:
                 assert local.max is not None and local.max >= polar.max, where
 
+    def never_counted_twice(
+        self, key: str, state: Mapping[bytes, bytes], events: Mapping[bytes, bytes]
+    ) -> None:
+        """No event is both in the applied snapshot's totals and pending (docs/invariant.md: it
+        leaves pending exactly when the totals include it), but one tracked again."""
+        if b"sid" not in state:
+            return
+        kept = self.polar.kept[state[b"sid"].decode()]
+        for field in events:
+            bucket, _, event_id = field.decode().partition(":")
+            if int(bucket) < kept.cold_until and event_id not in self.retracked:
+                assert not self.polar.counts(kept, event_id), (
+                    f"{key}: {event_id} is pending and in the totals of {kept.payload['snapshot_id']}"
+                    f" (as_of {kept.as_of}, cold_until {kept.cold_until}): counted twice"
+                )
+
     def copies_follow(self, instance: Instance, hashes: Hashes) -> None:
-        for (customer, reducer), (_, state, _) in hashes.items():
+        mirrors = {mirror.key: mirror for mirror in instance.session.followed}
+        for (customer, reducer), (key, state, _) in hashes.items():
             cached = instance.session.cached_balance(reducer.meter_id, customer, None)
             balance = instance.read(reducer.meter_id, customer)
             where = f"{instance.name} {customer} {reducer.id}"
+            # Field for field (rev aside: a delta carries it as the change's revision only).
+            mirror = mirrors[key]
+            fields = {k.decode(): v.decode() for k, v in state.items() if k != b"rev"}
+            copy = {k: v for k, v in mirror.fields.items() if k != "rev"}
+            assert (mirror.rev, copy) == (int(state[b"rev"]), fields), f"{where}: copy differs"
             local = local_aggregate(state)
             assert balance.revision == int(state[b"rev"]), where
             assert balance.consumed == local.quantity(reducer.func), where
@@ -789,16 +859,36 @@ def model(redis_server: RedisServer) -> Iterator[type[OutpostModel]]:
         yield machine
 
 
-def test_outpost_against_a_model_of_polar(model: type[OutpostModel]) -> None:
-    run_state_machine_as_test(
-        model,
+def run_model(
+    machine: type[OutpostModel],
+    *,
+    examples: int = EXAMPLES,
+    steps: int = STEPS,
+    seed_: int | None = None,
+    shrink: bool = True,
+) -> None:
+    """Run the machine as the suite does: ``examples`` programs of up to ``steps`` steps, from
+    ``seed_`` when given (then without the example database, so the seed alone decides)."""
+    test = get_state_machine_test(
+        machine,
         settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=STEPS,
+            max_examples=examples,
+            stateful_step_count=steps,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
+            phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink]
+            if shrink
+            else [Phase.generate],
+            **({} if seed_ is None else {"database": None}),
         ),
     )
+    if seed_ is not None:
+        test = seed(seed_)(test)
+    test()
+
+
+def test_outpost_against_a_model_of_polar(model: type[OutpostModel]) -> None:
+    run_model(model, seed_=None if SEED is None else int(SEED))
 
 
 def test_link_is_open_in_the_model(model: type[OutpostModel]) -> None:
