@@ -83,7 +83,8 @@ def apply_patch(patch: str, root: Path) -> list[str]:
 def mutate(mutant: Path, into: Path) -> list[str]:
     """A copy of ``outpost_core/`` and ``lua/`` in ``into``, with the mutant applied."""
     for package in ("outpost_core", "lua"):
-        shutil.copytree(ROOT / package, into / package, ignore=shutil.ignore_patterns("__pycache__"))
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(ROOT / package, into / package, ignore=ignore)
     text = mutant.read_text(encoding="utf-8")
     if mutant.suffix == ".patch":
         return apply_patch(text, into)

@@ -47,7 +47,8 @@ PENDING_LIMIT_US = HOUR_US
 """The SDK's limit (``Settings.pending_limit_us``): an acknowledged event no snapshot counted stays
 pending this long after its acknowledgement, and not one microsecond longer."""
 COUNT_WITHIN_US = PENDING_LIMIT_US - SNAPSHOT_TTL_US
-"""Polar counts an event it stored within this long (strictly: a snapshot computed later counts it)."""
+"""Polar counts an event it stored within this long (strictly: any snapshot computed later
+counts it)."""
 
 Json = Any
 
@@ -145,9 +146,7 @@ class Polar:
         """The moments when Polar's promises bite: the last moment each stored event may still be
         uncounted, and the last moment each kept snapshot can still be asked about."""
         out = [
-            s.stored_at + COUNT_WITHIN_US
-            for s in self.stored.values()
-            if s.counted_version is None
+            s.stored_at + COUNT_WITHIN_US for s in self.stored.values() if s.counted_version is None
         ]
         return out + [kept.as_of + SNAPSHOT_TTL_US for kept in self.kept.values()]
 

@@ -57,7 +57,7 @@ def main() -> None:
                 seed_=options.seed,
                 shrink=False,
             )
-    except Exception as error:  # noqa: BLE001 - any failure of the model test is a catch
+    except Exception as error:  # any failure of the model test is a catch
         result.update(
             caught=True,
             error=type(error).__name__,
