@@ -366,10 +366,11 @@ class Instance:
         raise AssertionError(f"{self.name} cannot read {meter_id} of {customer}")
 
     def overtaking(self) -> int:
-        """The first queued message after the next one that changes an identity the next one
-        changes (the one after the next when none does)."""
+        """The last queued message that changes an identity the next one changes too (the one
+        after the next when none does): the revisions between are skipped, so the copy sees a
+        gap as wide as the queue allows."""
         touched = _identities(self.queue[0])
-        for index in range(1, len(self.queue)):
+        for index in range(len(self.queue) - 1, 0, -1):
             if touched & _identities(self.queue[index]):
                 return index
         return min(1, len(self.queue) - 1)
@@ -742,10 +743,11 @@ class OutpostModel(RuleBasedStateMachine):
     )
     def connections(self, to_a: bool, how: str) -> None:
         """Hand published messages over to an instance: all of them in order; the next one;
-        a later one first (out of order: one that changes an identity the next one changes too,
-        so the copy sees a revision gap); the next one, kept to come again (a duplicate); or
-        none: the subscription broke, they are lost, and it comes back (copies reload). Or the
-        WebSocket drops and reconnects (the link asks for every customer's snapshot again)."""
+        a later one first (out of order: the last one that changes an identity the next one
+        changes too, so the copy sees a revision gap); the next one, kept to come again (a
+        duplicate); or none: the subscription broke, they are lost, and it comes back (copies
+        reload). Or the WebSocket drops and reconnects (the link asks for every customer's
+        snapshot again)."""
         instance = self.a if to_a else self.b
         if how == "reconnect":
             self.a.handle(ConnectionFailed(self.mono, "connection reset"))
