@@ -101,6 +101,7 @@ from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
     get_state_machine_test,
+    initialize,
     invariant,
     precondition,
     rule,
@@ -163,6 +164,7 @@ from outpost_core._inputs import (
 from outpost_core._link import Link, LinkSettings, LinkState, Target
 from tests.conformance._polar import (
     COUNT_WITHIN_US,
+    HOUR_US,
     MINUTE_US,
     PENDING_LIMIT_US,
     Event,
@@ -421,6 +423,8 @@ class OutpostModel(RuleBasedStateMachine):
         self.mono_offset = 0.0
         self.tracked: dict[str, Event] = {}
         self.dropped: set[str] = set()
+        self.lazy = False
+        """Whether this Polar always syncs as late as its promise allows."""
         self.retracked: set[str] = set()
         """Events track() was called again for: one a snapshot already counted is pending again
         (a duplicate Polar ignores), counted twice until the next snapshot asks about it."""
@@ -597,6 +601,13 @@ class OutpostModel(RuleBasedStateMachine):
 
     # -- rules: the merchant ------------------------------------------------------------------
 
+    @initialize(lazy=st.booleans())
+    def polar_character(self, lazy: bool) -> None:
+        """This example's Polar syncs on time or late as each step says, or (``lazy``) always
+        as late as it may: then an event stored a while after its bucket closed can sit in a
+        bucket older than an hour, cold, and still uncounted, as at the pending limit's edge."""
+        self.lazy = lazy
+
     @rule(
         customer=st.sampled_from([CUSTOMERS[0], *CUSTOMERS]),
         tokens=st.none() | st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5, 7.0, 10.0]),
@@ -666,7 +677,9 @@ class OutpostModel(RuleBasedStateMachine):
         else:
             assert isinstance(minutes, int)
             self.polar.now += minutes * MINUTE_US
-        if sync == "on_time":
+        if self.lazy:
+            pass
+        elif sync == "on_time":
             self.polar.sync(floor_bucket(self.polar.now))
         elif sync == "one_more":
             self.polar.sync(self.polar.synced_until + BUCKET_US)
@@ -698,14 +711,18 @@ class OutpostModel(RuleBasedStateMachine):
         for (customer, _), (_, _, events) in self.fetch().items():
             for field, value in events.items():
                 parts = value.split(b" ")
-                stored = self.polar.stored.get(field.decode().partition(":")[2])
-                if len(parts) == 2 and stored is not None and stored.counted_version is None:
-                    acked.append((int(parts[1]), customer))
+                bucket, _, event_id = field.decode().partition(":")
+                stored = self.polar.stored.get(event_id)
+                if len(parts) != 2 or stored is None or stored.counted_version is not None:
+                    continue
+                moment = int(parts[1])
+                if moment + COUNT_WITHIN_US < self.polar.now:
+                    continue  # too late for this race: time only moves forward
+                if int(bucket) < floor_bucket(moment + COUNT_WITHIN_US) - HOUR_US:
+                    acked.append((moment, customer))  # its bucket is cold by then (one hour)
         if not acked:
             return
         moment, customer = max(acked)
-        if moment + COUNT_WITHIN_US < self.polar.now:
-            return  # too late for this race: time only moves forward
         self.polar.now = moment + COUNT_WITHIN_US
         self.polar.sync_overdue()
         self.tick()

@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 import pytest
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import RULE_MARKER, run_state_machine_as_test
+from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, run_state_machine_as_test
 
 from outpost_core import SCRIPT_TEXT
 from tests.conformance._mutants import all_mutants, hunt
@@ -132,7 +132,8 @@ def replay(machine: type[OutpostModel], steps: Sequence[Step], quiesce: bool) ->
             arguments = {
                 k: results[v.name] if isinstance(v, Ref) else v for k, v in step.arguments.items()
             }
-            rule = getattr(getattr(type(state), step.rule), RULE_MARKER)
+            function = getattr(type(state), step.rule)
+            rule = getattr(function, RULE_MARKER, None) or getattr(function, INITIALIZE_RULE_MARKER)
             if not all(precondition(state) for precondition in rule.preconditions):
                 continue  # hypothesis would not have run it: a shorter program skips it
             result = getattr(state, step.rule)(**arguments)
