@@ -20,11 +20,12 @@ confirmed, are common), with the settlement (acknowledge or confirm) run at once
 later; time passing, by some minutes or to the next *edge* (the exact moment one of Polar's or
 the SDK's limits bites: see :meth:`OutpostModel.next_edge`), with Polar syncing its closed
 buckets on time or late (a late sync moves ``cold_until``), and no earlier than its promise
-forces it when late; a race at the one-hour pending limit's edge
-(:meth:`OutpostModel.race_the_pending_limit`); Polar computing a
-snapshot at one moment, kept aside and pushed later, any number of times, in any order (a
-snapshot older than ten minutes gets ``snapshot_expired`` when its ``counted`` question comes,
-and the core asks for a fresh one); credit grants; pub/sub messages delivered late, twice or out
+forces it when late (in half the examples Polar is always that late:
+:meth:`OutpostModel.polar_character`); a race at the one-hour pending limit's edge
+(:meth:`OutpostModel.race_the_pending_limit`); Polar computing a snapshot at one moment, kept
+aside and pushed later, any number of times, in any order (a snapshot older than ten minutes
+gets ``snapshot_expired`` when its ``counted`` question comes, and the core asks for a fresh
+one); credit grants; pub/sub messages delivered late, twice or out
 of order, and lost with a re-subscription; the WebSocket dropping and reconnecting. Seals are not
 modelled: a sealed bucket's later events start a new generation, and a snapshot's totals cover
 every generation, so seals change nothing the SDK can see.
