@@ -232,9 +232,10 @@ def test_known_counterexamples(redis_server: RedisServer, program: str) -> None:
         assert replay(machine, steps, quiesce=True) is None
 
 
-MUTANT_SEED = 1
-"""Fixed, so the suite is deterministic; every seed catches every mutant at the suite's number
-of examples (catch rates over ten seeds: conformance/README.md §5)."""
+MUTANT_SEED = 10
+"""Fixed, so the suite is deterministic. Each of seeds 1 to 10 caught every mutant at the suite's
+number of examples (conformance/README.md §5); 10 is the one that catches them all soonest
+(about 30 s for the seven, against up to 2 minutes for others)."""
 
 
 @pytest.mark.parametrize("mutant", all_mutants(), ids=lambda path: path.stem)
