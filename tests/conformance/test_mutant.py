@@ -49,8 +49,8 @@ MUTANT = ROOT / "conformance" / "mutants" / "acknowledge_hot_forgets.lua"
 INVARIANT = "redis_consistent_never_below_polar_and_copies_follow"
 MAX_STEPS = 16
 """The shrunk counterexample is at most this long. The known ones take 4 and 5 steps; a program
-that no single deletion shortens can be longer (12 steps after the merge of issue 13), because which events share a batch
-(three per batch) decides whether a confirm comes before or after an acknowledgement."""
+that no single deletion shortens can be longer (12 steps seen), because which events share a
+batch (three per batch) decides whether a confirm comes before or after an acknowledgement."""
 SHRINK = os.environ.get("OUTPOST_MUTANT_SHRINK", "") not in ("", "0")
 
 D5_CASE = """
