@@ -111,7 +111,7 @@ def counted_ids(hub: Hub, snapshot_id: str, event_ids: list[str]) -> list[str] |
         return None
     found: list[str] = []
     for event_id in dict.fromkeys(event_ids):
-        event = hub.by_external_id.get(event_id)
+        event = hub.event_by_external_id(event_id)
         if (
             event is not None
             and event.identity in snapshot.identities
