@@ -16,7 +16,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from outpost_async._proxy import ProxyError, proxy_for
+from outpost_async._shared.proxy import ProxyError, proxy_for
 
 
 class CoreLock:
@@ -134,7 +134,7 @@ class Stream:
 async def open_stream(
     host: str, port: int, context: ssl.SSLContext | None, timeout: float
 ) -> Stream:
-    """Connect, through the proxy httpx would use (see ``_proxy``), and shake hands over TLS
+    """Connect, through the proxy httpx would use (see ``_shared.proxy``), and shake hands over TLS
     with ``context`` when it is given (``wss://``)."""
     reader, writer = await asyncio.wait_for(_connect(host, port, context), timeout)
     return Stream(reader, writer)

@@ -42,9 +42,9 @@ from outpost_async._backend import (
     sleep,
     start_afresh_after_fork,
 )
-from outpost_async._telemetry import LAST_EXPORT, Telemetry
-from outpost_async._tls import Verify, ca_bundle, describe, tls_context
-from outpost_async._traces import Traces
+from outpost_async._shared.telemetry import LAST_EXPORT, Telemetry
+from outpost_async._shared.tls import Verify, ca_bundle, describe, tls_context
+from outpost_async._shared.traces import Traces
 from outpost_core import (
     CONFIGURATION_KEY,
     GROUP,

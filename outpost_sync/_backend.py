@@ -19,7 +19,7 @@ from typing import Any
 
 from redis import Redis
 
-from outpost_sync._proxy import MAX_REPLY, ProxyError, proxy_for
+from outpost_async._shared.proxy import MAX_REPLY, ProxyError, proxy_for
 
 
 class CoreLock:
@@ -157,7 +157,7 @@ class Stream:
 
 
 def open_stream(host: str, port: int, context: ssl.SSLContext | None, timeout: float) -> Stream:
-    """Connect, through the proxy httpx would use (see ``_proxy``), and shake hands over TLS
+    """Connect, through the proxy httpx would use (see ``_shared.proxy``), and shake hands over TLS
     with ``context`` when it is given (``wss://``)."""
     proxy = proxy_for(host, context is not None)
     address = (host, port) if proxy is None else (proxy.host, proxy.port)

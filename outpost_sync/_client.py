@@ -29,6 +29,9 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
+from outpost_async._shared.telemetry import LAST_EXPORT, Telemetry
+from outpost_async._shared.tls import Verify, ca_bundle, describe, tls_context
+from outpost_async._shared.traces import Traces
 from outpost_core import (
     CONFIGURATION_KEY,
     GROUP,
@@ -124,9 +127,6 @@ from outpost_sync._backend import (
     sleep,
     start_afresh_after_fork,
 )
-from outpost_sync._telemetry import LAST_EXPORT, Telemetry
-from outpost_sync._tls import Verify, ca_bundle, describe, tls_context
-from outpost_sync._traces import Traces
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"

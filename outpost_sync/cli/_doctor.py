@@ -15,12 +15,12 @@ from typing import Any
 import httpx
 import redis
 
+from outpost_async._shared.tls import tls_context
 from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT
 from outpost_core import _keys as keys
 from outpost_core._doctor import Status, Verdict, clock_skew, outbox, overall, redis_version
 from outpost_core._link import Link, LinkState, Target
 from outpost_sync._backend import close_pubsub, open_pubsub, open_stream
-from outpost_sync._tls import tls_context
 from outpost_sync.cli import _outbox
 from outpost_sync.cli._config import (
     TIMEOUT,

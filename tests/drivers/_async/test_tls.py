@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from outpost_async import AsyncOutpost, NotReady
-from outpost_async._proxy import ProxyError, proxy_for
+from outpost_async._shared.proxy import ProxyError, proxy_for
 from outpost_core import UsageError
 from outpost_emulator import Emulator
 from tests.conftest import CertificateAuthority

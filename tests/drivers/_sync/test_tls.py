@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from outpost_async._shared.proxy import ProxyError, proxy_for
 from outpost_core import UsageError
 from outpost_emulator import Emulator
 from outpost_sync import NotReady, Outpost
-from outpost_sync._proxy import ProxyError, proxy_for
 from tests.conftest import CertificateAuthority
 from tests.drivers._sync._helpers import (
     CONFIGURATION,
