@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import settings
@@ -48,6 +48,14 @@ def redis_cluster(_session_cluster: RedisCluster) -> RedisCluster:
     _session_cluster.wait_healthy()
     _session_cluster.flush()
     return _session_cluster
+
+
+@pytest.fixture(params=["single", "cluster"])
+def redis_or_cluster(request: pytest.FixtureRequest) -> RedisServer | RedisCluster:
+    """One Redis, then the shared cluster: the driver suites that take it run on both."""
+    if request.param == "single":
+        return cast(RedisServer, request.getfixturevalue("redis_server"))
+    return cast(RedisCluster, request.getfixturevalue("redis_cluster"))
 
 
 @pytest.fixture
