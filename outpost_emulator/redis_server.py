@@ -4,6 +4,7 @@ launcher of the tests, the benchmarks and ``outpost demo`` (tests kill and resta
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import signal
 import socket
@@ -25,15 +26,36 @@ def free_port() -> int:
         return port
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (10000 above) is free too, both below Linux's
+    ephemeral range, so outgoing connections do not take them meanwhile."""
+    rng = random.Random()
+    while True:
+        port = rng.randrange(10000, 22768)
+        if _bindable(port) and _bindable(port + 10000):
+            return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 class RedisServer:
     """One redis-server. With ``durable=True`` it writes an fsync-always append-only file, so a
     killed and restarted server comes back with every acknowledged write."""
 
-    def __init__(self, *, durable: bool = False, binary: str | None = None) -> None:
+    def __init__(
+        self, *, durable: bool = False, binary: str | None = None, port: int | None = None
+    ) -> None:
         self.binary = binary or REDIS_SERVER
         if self.binary is None:
             raise RuntimeError("redis-server is not on PATH; see the README for how to get Redis")
-        self.port = free_port()
+        self.port = port or free_port()
         self.durable = durable
         self.directory = Path(tempfile.mkdtemp(prefix="outpost-redis-"))
         self._process: subprocess.Popen[bytes] | None = None
@@ -61,6 +83,7 @@ class RedisServer:
             "--appendfsync", "always",
             "--loglevel", "warning",
             "--logfile", str(self.directory / "redis.log"),
+            *self.extra_args(),
         ]  # fmt: skip
         self._process = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -78,6 +101,10 @@ class RedisServer:
                 time.sleep(0.01)
         finally:
             client.close()
+
+    def extra_args(self) -> list[str]:
+        """More redis-server arguments (a cluster node adds its own)."""
+        return []
 
     def kill(self) -> None:
         """SIGKILL: no shutdown save, connections reset."""
@@ -111,3 +138,185 @@ def running(*, durable: bool = False) -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+class RedisCluster:
+    """A Redis Cluster of real redis-server processes: ``primaries`` primaries, each with
+    ``replicas`` replicas, on free loopback ports, each in its own temporary directory.
+    ``cluster-node-timeout 200`` makes a killed primary's fail-over complete in about a second."""
+
+    NODE_TIMEOUT_MS = 200
+
+    def __init__(self, *, primaries: int = 3, replicas: int = 1, binary: str | None = None) -> None:
+        self.binary = binary or REDIS_SERVER
+        if self.binary is None:
+            raise RuntimeError("redis-server is not on PATH; see the README for how to get Redis")
+        self.cli = shutil.which("redis-cli")
+        if self.cli is None:
+            raise RuntimeError("redis-cli is not on PATH; see the README for how to get Redis")
+        self.replicas = replicas
+        self.nodes = [
+            _ClusterNode(self.binary, self.NODE_TIMEOUT_MS)
+            for _ in range(primaries * (1 + replicas))
+        ]
+        self._clients: list[redis.RedisCluster] = []
+
+    @property
+    def ports(self) -> list[int]:
+        return [node.port for node in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """The URL the drivers take for a cluster (any node is a start-up node)."""
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def client(self) -> redis.RedisCluster:
+        """A cluster client, closed with the cluster."""
+        client = redis.RedisCluster(host="127.0.0.1", port=self.live_ports()[0], socket_timeout=10)
+        self._clients.append(client)
+        return client
+
+    def node_client(self, port: int) -> redis.Redis:
+        """A plain client to one node (closed with the cluster)."""
+        client = redis.Redis(port=port, socket_timeout=10)
+        self._clients.append(client)  # type: ignore[arg-type]  # closed the same way
+        return client
+
+    def live_ports(self) -> list[int]:
+        return [node.port for node in self.nodes if node.running]
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        assert self.cli is not None
+        create = [self.cli, "--cluster", "create"]
+        create += [f"127.0.0.1:{port}" for port in self.ports]
+        create += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
+        done = subprocess.run(create, capture_output=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout[-2000:]!r}")
+        self.wait_healthy()
+
+    def wait_healthy(self, timeout: float = 30) -> None:
+        """Until every live node reports ``cluster_state:ok`` and every slot is served by a live
+        primary that every live node agrees on (after a start, a kill or a migration)."""
+        deadline = time.monotonic() + timeout
+        while not self._healthy():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not become healthy")
+            time.sleep(0.05)
+
+    def _healthy(self) -> bool:
+        views = []
+        for port in self.live_ports():
+            client = redis.Redis(port=port, socket_timeout=2, decode_responses=True)
+            try:
+                if client.cluster("info")["cluster_state"] != "ok":
+                    return False
+                replication = client.info("replication")
+                if replication["role"] != "master" and replication["master_link_status"] != "up":
+                    return False  # a replica still syncing: WAIT would not count it
+                views.append(sorted(_slot_owners(client)))
+            except redis.RedisError:
+                return False
+            finally:
+                client.close()
+        live = {f"127.0.0.1:{port}" for port in self.live_ports()}
+        first = views[0] if views else []
+        covered = sum(end - start + 1 for start, end, _ in first)
+        return (
+            covered == 16384
+            and all(view == first for view in views)
+            and all(owner in live for _, _, owner in first)
+        )
+
+    def primary_ports(self) -> list[int]:
+        """The ports of the primaries serving slots now, as a live node sees them."""
+        client = redis.Redis(port=self.live_ports()[0], socket_timeout=2, decode_responses=True)
+        try:
+            owners = {owner for _, _, owner in _slot_owners(client)}
+        finally:
+            client.close()
+        return sorted(int(owner.rsplit(":", 1)[1]) for owner in owners)
+
+    def port_for_slot(self, slot: int) -> int:
+        client = redis.Redis(port=self.live_ports()[0], socket_timeout=2, decode_responses=True)
+        try:
+            for start, end, owner in _slot_owners(client):
+                if start <= slot <= end:
+                    return int(owner.rsplit(":", 1)[1])
+        finally:
+            client.close()
+        raise LookupError(slot)
+
+    def node(self, port: int) -> _ClusterNode:
+        return next(node for node in self.nodes if node.port == port)
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node; its replica takes over after ``cluster-node-timeout``."""
+        self.node(port).kill()
+
+    def stop(self, port: int) -> None:
+        self.node(port).stop()
+
+    def restart(self, port: int) -> None:
+        """Starts a stopped or killed node again (it rejoins with its nodes.conf)."""
+        self.node(port).start()
+
+    def flush(self) -> None:
+        """Empties every primary (between tests sharing one cluster)."""
+        for port in self.primary_ports():
+            client = redis.Redis(port=port, socket_timeout=10)
+            try:
+                client.flushall()
+                client.script_flush()
+            finally:
+                client.close()
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+        for node in self.nodes:
+            node.close()
+
+
+def _slot_owners(client: redis.Redis) -> list[tuple[int, int, str]]:
+    """(first slot, last slot, "host:port" of its primary) for every served slot range."""
+    out = []
+    for entry in client.execute_command("CLUSTER", "SLOTS"):  # type: ignore[no-untyped-call]
+        start, end, primary = entry[0], entry[1], entry[2]
+        host = primary[0].decode() if isinstance(primary[0], bytes) else primary[0]
+        out.append((int(start), int(end), f"{host}:{int(primary[1])}"))
+    return out
+
+
+class _ClusterNode(RedisServer):
+    """One cluster-enabled redis-server; its nodes.conf lives in its temporary directory, so a
+    restarted node rejoins the cluster it was part of."""
+
+    def __init__(self, binary: str, node_timeout_ms: int) -> None:
+        super().__init__(binary=binary, port=free_cluster_port())
+        self.node_timeout_ms = node_timeout_ms
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None
+
+    def extra_args(self) -> list[str]:
+        return [
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", str(self.directory / "nodes.conf"),
+            "--cluster-node-timeout", str(self.node_timeout_ms),
+            # A replica whose primary was down a while still takes over: the tests kill on purpose.
+            "--cluster-replica-validity-factor", "0",
+        ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def cluster_running(*, primaries: int = 3, replicas: int = 1) -> Iterator[RedisCluster]:
+    cluster = RedisCluster(primaries=primaries, replicas=replicas)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()

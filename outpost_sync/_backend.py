@@ -122,6 +122,9 @@ def open_pubsub(client: Redis) -> Any:
 
 def close_pubsub(pubsub: Any) -> None:
     pubsub.close()
+    # A cluster's pub/sub holds one connection per node, which its close() leaves open.
+    for node_pubsub in list(getattr(pubsub, "node_pubsub_mapping", {}).values()):
+        node_pubsub.close()
 
 
 def call_back(function: Callable[..., Any], *args: Any) -> None:

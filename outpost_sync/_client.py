@@ -26,8 +26,9 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import httpx
 from redis import Redis
+from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from outpost_async._shared.telemetry import LAST_EXPORT, Telemetry
 from outpost_async._shared.tls import Verify, ca_bundle, describe, tls_context
@@ -94,6 +95,7 @@ from outpost_core import (
     Sleep,
     StoreConfiguration,
     SubscriberLost,
+    SubscriberRestarted,
     SubscriptionConfirmed,
     SurveyConsumers,
     TakeRequest,
@@ -131,6 +133,8 @@ from outpost_sync._backend import (
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
 _POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadlines again
+_CLUSTER_POLL = 0.01  # seconds a cluster subscriber waits on each node in turn
+_TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
 _T = TypeVar("_T")
 _CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
@@ -186,7 +190,7 @@ class Outpost:
         *,
         access_token: str | None = None,
         redis_url: str | None = None,
-        redis: Redis | None = None,
+        redis: Redis | RedisCluster | None = None,
         server_url: str | None = None,
         verify: Verify = True,
         snapshot_timeout: float = 5.0,
@@ -217,9 +221,17 @@ class Outpost:
         if redis is None:
             url = redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
             redis = _redis_from_url(url)
-        self._redis = redis
-        # Pub/sub ignores numbered databases: name the channels after ours.
-        database = redis.connection_pool.connection_kwargs.get("db", 0)
+        # On a cluster the driver sends the same commands, one slot per command (one shard's
+        # keys, or one outbox stream); only the subscriber, the outbox reads and script loading
+        # differ (docs/redis-layout.md, "Redis Cluster").
+        self._cluster: RedisCluster | None = redis if isinstance(redis, RedisCluster) else None
+        self._redis: Redis = redis  # type: ignore[assignment]
+        # Pub/sub ignores numbered databases: name the channels after ours (a cluster has one).
+        database = (
+            0
+            if isinstance(redis, RedisCluster)
+            else redis.connection_pool.connection_kwargs.get("db", 0)
+        )
         namespace = keys.namespace_of_database(int(database or 0))
         self._channels = keys.all_channels(namespace)
         self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
@@ -528,9 +540,19 @@ class Outpost:
 
     def _script(self, run: RunScript) -> Any:
         try:
-            return self._scripts[run.script](keys=run.keys, args=run.args)
+            return self._run_script(run.script, run.keys, run.args)
         except RedisError as exc:
             raise RedisUnavailable(f"Redis failed running {run.script}: {exc}") from exc
+
+    def _run_script(self, name: str, keys: Any, args: Any) -> Any:
+        if self._cluster is None:
+            return self._scripts[name](keys=keys, args=args)
+        # redis-py's reload after NOSCRIPT loads the script on every primary, and fails while
+        # one is down: EVAL runs it on the node that owns the keys, and caches it there.
+        try:
+            return self._cluster.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return self._cluster.eval(SCRIPT_TEXT[name], len(keys), *keys, *args)
 
     def _wait_for_configuration(self) -> None:
         deadline = time.monotonic() + self._core.settings.snapshot_timeout
@@ -843,6 +865,9 @@ class Outpost:
 
     def _subscribe_forever(self) -> None:
         """Follow every shard's change channel; after any (re)subscription, reload the copies."""
+        if self._cluster is not None:
+            self._subscribe_to_cluster(self._cluster)
+            return
         while not self._closed:
             pubsub = open_pubsub(self._redis)
             try:
@@ -867,6 +892,67 @@ class Outpost:
             finally:
                 with contextlib.suppress(RedisError, OSError):
                     close_pubsub(pubsub)
+
+    def _subscribe_to_cluster(self, cluster: RedisCluster) -> None:
+        """One sharded subscription per node, for the channels of the shards it owns. Any break
+        (a node down, a fail-over, a changed slot map) ends the whole subscription: it starts
+        again from a fresh slot map and every copy reloads (messages may have been lost)."""
+        while not self._closed:
+            pubsub = cluster.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
+            try:
+                cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
+                layout = self._channel_owners(cluster)
+                pubsub.ssubscribe(*self._channels)
+                confirmed = 0
+                next_check = time.monotonic() + _TOPOLOGY_CHECK
+                while not self._closed:
+                    message = pubsub.get_sharded_message(timeout=_CLUSTER_POLL)
+                    if message is not None and self._echoes.seen(message.get("data")):
+                        continue
+                    with self._lock:
+                        if message is not None:
+                            kind = message.get("type")
+                            if kind in ("sunsubscribe", b"sunsubscribe"):  # its slot moved
+                                raise RedisConnectionError("a shard channel moved")
+                            if kind in ("ssubscribe", b"ssubscribe"):
+                                confirmed += 1
+                                if confirmed == len(self._channels):
+                                    self._core.handle(SubscriberRestarted())
+                                    self._subscriber_back()
+                            else:
+                                self._take_message(message)
+                        self._core.handle(Tick(time.monotonic(), self._now_us()))
+                        effects = self._core.effects()
+                    if effects or message is not None:
+                        self._run(effects)
+                    self._housekeeping()
+                    if time.monotonic() >= next_check:
+                        next_check = time.monotonic() + _TOPOLOGY_CHECK
+                        cluster.nodes_manager.initialize()
+                        if self._channel_owners(cluster) != layout:
+                            raise RedisConnectionError("the cluster's slot map changed")
+            except (RedisError, OSError) as exc:
+                with self._lock:
+                    self._core.handle(SubscriberLost())
+                if not self._closed:
+                    sleep(self._redis_failed(self._subscriber_outage, exc))
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    close_pubsub(pubsub)
+
+    def _channel_owners(self, cluster: RedisCluster) -> list[str]:
+        """Which node serves each shard channel, as this client's slot map says."""
+        owners = []
+        for channel in self._channels:
+            node = cluster.get_node_from_key(channel)  # type: ignore[no-untyped-call,unused-ignore]
+            if node is None:
+                raise RedisConnectionError(f"no node serves {channel}")
+            owners.append(node.name)
+        return owners
+
+    def _subscriber_back(self) -> None:
+        if self._core.subscribed and self._subscriber_outage.down:
+            _log_report(self._log, self._subscriber_outage.succeeded(time.monotonic()))
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -924,6 +1010,8 @@ class Outpost:
             return result
 
     def _act_once(self, action: Action | ForgetHeartbeat) -> Outcome:
+        if isinstance(action, ReadOutbox) and self._cluster is not None:
+            return self._read_outboxes_one_by_one(action)
         if isinstance(action, ReadOutbox):
             block = int(action.block * 1000)
             reply = self._redis.xreadgroup(
@@ -943,7 +1031,7 @@ class Outpost:
                 action = with_known_revs(action, self._core.known_rev)
             self._settling += 1
             try:
-                reply = self._scripts[action.script](keys=action.keys, args=action.args)
+                reply = self._run_script(action.script, action.keys, action.args)
                 with self._lock:
                     self._core.handle(ScriptReplied(reply))
                     effects = self._core.effects()
@@ -989,11 +1077,11 @@ class Outpost:
             return HeartbeatsChecked(self._redis.mget(action.keys))
         if isinstance(action, Reclaim):
             args = [GROUP, action.taker, str(action.count), *action.consumers]
-            reply = self._scripts["reclaim"](keys=(action.stream,), args=args)
+            reply = self._run_script("reclaim", (action.stream,), args)
             return Reclaimed(action.stream, reply)
         if isinstance(action, TakeRequest):
             args = [str(action.per_minute), str(action.capacity), ""]  # "": Redis's clock
-            reply = self._scripts["budget"](keys=(action.key,), args=args)
+            reply = self._run_script("budget", (action.key,), args)
             return BudgetAnswered(reply)
         if isinstance(action, ForgetHeartbeat):
             self._redis.delete(action.key)
@@ -1003,6 +1091,23 @@ class Outpost:
             self._signal.wait(version, min(action.until - time.monotonic(), _POLL))
             return Done()
         raise AssertionError(f"unknown delivery action {action!r}")  # pragma: no cover
+
+    def _read_outboxes_one_by_one(self, action: ReadOutbox) -> Outcome:
+        """A cluster refuses one read across slots: each shard's stream is read on its own, and
+        an empty round waits a little before the next (no blocking read spans the streams)."""
+        entries: list[tuple[str, str, Any]] = []
+        start = random.randrange(len(keys.ALL_OUTBOXES))  # no shard always read first
+        for offset in range(len(keys.ALL_OUTBOXES)):
+            stream = keys.ALL_OUTBOXES[(start + offset) % len(keys.ALL_OUTBOXES)]
+            left = action.count - len(entries)
+            if left <= 0:
+                break
+            reply = self._redis.xreadgroup(GROUP, self._consumer, {stream: ">"}, count=left)
+            entries += _stream_entries(reply)
+        if not entries and action.block > 0:
+            version = self._signal.version
+            self._signal.wait(version, min(action.block, _CLUSTER_POLL * 5))
+        return OutboxRead(entries)
 
     def _post(self, action: PostBatch) -> Outcome:
         assert self._http is not None
@@ -1083,8 +1188,7 @@ class Outpost:
             self._core.handle(ChangePublished(message.get("data")))
         elif kind in ("ssubscribe", b"ssubscribe") and isinstance(message.get("data"), int):
             self._core.handle(SubscriptionConfirmed(message["data"]))
-            if self._core.subscribed and self._subscriber_outage.down:
-                _log_report(self._log, self._subscriber_outage.succeeded(time.monotonic()))
+            self._subscriber_back()
 
     def _now_us(self) -> int:
         if self._clock is None:
@@ -1118,7 +1222,12 @@ def _group_ids(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[Any]]:
     return out
 
 
-def _redis_from_url(url: str) -> Redis:
+def _redis_from_url(url: str) -> Redis | RedisCluster:
+    """``redis+cluster://host:port`` (or ``rediss+cluster://``) names a cluster by any of its
+    nodes; any other URL, one Redis."""
+    scheme, separator, rest = url.partition("://")
+    if separator and scheme.endswith("+cluster"):
+        return RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
     return Redis.from_url(url, health_check_interval=10)
 
 

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import settings
 
 from outpost_emulator import Emulator
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisCluster, RedisServer
 
 # No per-example deadline: on a loaded machine it is a timing assertion, and fails at random.
 settings.register_profile("outpost", deadline=None)
@@ -29,6 +29,44 @@ def durable_redis_server() -> Iterator[RedisServer]:
     server.start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def _session_cluster() -> Iterator[RedisCluster]:
+    """One Redis Cluster (3 primaries, 3 replicas) for the whole run, started on first use."""
+    cluster = RedisCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def redis_cluster(_session_cluster: RedisCluster) -> RedisCluster:
+    """The shared cluster, healthy and empty (flushed before each test)."""
+    _session_cluster.wait_healthy()
+    _session_cluster.flush()
+    return _session_cluster
+
+
+@pytest.fixture(params=["single", "cluster"])
+def redis_or_cluster(request: pytest.FixtureRequest) -> RedisServer | RedisCluster:
+    """One Redis, then the shared cluster: the driver suites that take it run on both."""
+    if request.param == "single":
+        return cast(RedisServer, request.getfixturevalue("redis_server"))
+    return cast(RedisCluster, request.getfixturevalue("redis_cluster"))
+
+
+@pytest.fixture
+def own_redis_cluster() -> Iterator[RedisCluster]:
+    """A cluster of the test's own, for tests that kill, stop or reshard its nodes."""
+    cluster = RedisCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
 
 
 @pytest.fixture

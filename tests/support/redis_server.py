@@ -3,6 +3,20 @@
 
 from __future__ import annotations
 
-from outpost_emulator.redis_server import REDIS_SERVER, RedisServer, free_port, running
+from outpost_emulator.redis_server import (
+    REDIS_SERVER,
+    RedisCluster,
+    RedisServer,
+    cluster_running,
+    free_port,
+    running,
+)
 
-__all__ = ["REDIS_SERVER", "RedisServer", "free_port", "running"]
+__all__ = [
+    "REDIS_SERVER",
+    "RedisCluster",
+    "RedisServer",
+    "cluster_running",
+    "free_port",
+    "running",
+]

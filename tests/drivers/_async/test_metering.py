@@ -31,6 +31,13 @@ def counters(emulator: Emulator) -> dict[str, int]:
     return {"events": state["events"]["count"], **state["counters"]}
 
 
+@pytest.fixture
+def redis_server(redis_or_cluster: RedisServer) -> RedisServer:
+    """These tests run on one Redis and on a cluster (which has the same ``url`` and
+    ``client()``)."""
+    return redis_or_cluster
+
+
 @pytest.mark.anyio
 async def test_delivered_events_are_acknowledged(
     redis_server: RedisServer, emulator: Emulator

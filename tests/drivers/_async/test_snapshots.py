@@ -22,6 +22,13 @@ async def credited(instance: AsyncOutpost, meter: str, customer: str) -> float:
     return (await instance.balance(meter, external_customer_id=customer)).credited
 
 
+@pytest.fixture
+def redis_server(redis_or_cluster: RedisServer) -> RedisServer:
+    """These tests run on one Redis and on a cluster (which has the same ``url`` and
+    ``client()``)."""
+    return redis_or_cluster
+
+
 @pytest.mark.anyio
 async def test_first_read_waits_for_the_snapshot_then_reads_from_memory(
     redis_server: RedisServer, emulator: Emulator

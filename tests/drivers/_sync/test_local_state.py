@@ -50,6 +50,13 @@ def consumed(instance: Outpost, meter: str, customer: str) -> float:
     return (instance.balance(meter, external_customer_id=customer)).consumed
 
 
+@pytest.fixture
+def redis_server(redis_or_cluster: RedisServer) -> RedisServer:
+    """These tests run on one Redis and on a cluster (which has the same ``url`` and
+    ``client()``)."""
+    return redis_or_cluster
+
+
 def test_two_instances_see_each_others_events(redis_server: RedisServer) -> None:
     prepare(redis_server, Customer("external", "c1"))
     with make(redis_server) as a, make(redis_server) as b:
