@@ -666,6 +666,7 @@ export class Outpost {
           await this.createGroups(this.redis).catch(() => {});
         } else {
           this.log.warn(`outpost delivery: Redis failed (${String(exc)}); retrying`);
+          if (process.env.OUTPOST_DEBUG) console.log((exc as Error).stack);
         }
         await sleep(backoff);
         backoff = Math.min(backoff * 2, 2);
@@ -680,10 +681,12 @@ export class Outpost {
         const args: (string | number)[] = ["GROUP", GROUP, this.consumer, "COUNT", action.count];
         if (block > 0) args.push("BLOCK", block);
         args.push("STREAMS", ...ALL_OUTBOXES, ...ALL_OUTBOXES.map(() => ">"));
-        const reply = (await connection.call("XREADGROUP", ...args)) as [string, [string, string[] | null][]][] | null;
+        // (ioredis's generic call() unwraps a one-stream answer: use the command's own method)
+        const xreadgroup = connection.xreadgroup.bind(connection) as unknown as (...a: (string | number)[]) => Promise<unknown>;
+        const reply = (await xreadgroup(...args)) as [string, [string, string[] | null][]][] | null;
         const entries: [string, string, Map<string, string>][] = [];
         for (const [stream, listing] of reply ?? []) {
-          for (const [id, flat] of listing) if (flat !== null) entries.push([stream, id, pairs(flat)]);
+          for (const [id, flat] of listing ?? []) if (Array.isArray(flat)) entries.push([stream, id, pairs(flat)]);
         }
         return { kind: "OutboxRead", entries };
       }
@@ -724,7 +727,7 @@ export class Outpost {
         const entries: [string, string, Map<string, string>][] = [];
         for (const stream of ALL_OUTBOXES) {
           const reply = (await connection.call("XAUTOCLAIM", stream, GROUP, this.consumer, Math.trunc(action.minIdle * 1000), "0-0", "COUNT", action.count)) as [string, [string, string[] | null][]];
-          for (const [id, flat] of reply[1] ?? []) if (flat !== null) entries.push([stream, id, pairs(flat)]);
+          for (const [id, flat] of reply[1] ?? []) if (Array.isArray(flat)) entries.push([stream, id, pairs(flat)]);
         }
         return { kind: "OutboxRead", entries };
       }
