@@ -26,30 +26,35 @@ def balance_of(outpost: Outpost, command: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def answer(message: object) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     options = json.loads(sys.argv[1])
     outpost = Outpost(telemetry=False, **options)
-    print(json.dumps({"ready": True}), flush=True)
+    answer({"ready": True})
     for line in sys.stdin:
         command = json.loads(line)
         op = command.pop("op")
         try:
             if op == "track":
-                answer: Any = outpost.track(command.pop("name"), **command)
+                result: Any = outpost.track(command.pop("name"), **command)
             elif op == "balance":
-                answer = balance_of(outpost, command)
+                result = balance_of(outpost, command)
             elif op == "flush":
-                answer = outpost.flush(command.get("timeout", 10.0))
+                result = outpost.flush(command.get("timeout", 10.0))
             elif op == "close":
                 outpost.close(command.get("timeout", 10.0))
-                print(json.dumps({"ok": None}), flush=True)
+                answer({"ok": None})
                 return
             else:
                 raise ValueError(f"unknown op {op!r}")
-            print(json.dumps({"ok": answer}), flush=True)
+            answer({"ok": result})
         except OutpostError as exc:
-            print(json.dumps({"error": [type(exc).__name__, str(exc)]}), flush=True)
+            answer({"error": [type(exc).__name__, str(exc)]})
 
 
 if __name__ == "__main__":
