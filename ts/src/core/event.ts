@@ -105,7 +105,9 @@ function scalar(value: unknown, where: string): string | number | boolean {
   if (typeof value === "boolean") return value;
   if (typeof value === "number") {
     if (!Number.isFinite(value)) throw new InvalidEvent(`${where} must be a finite number, got ${repr(value)}`);
-    if (Number.isInteger(value) && !(-INT_RANGE <= value && value < INT_RANGE)) {
+    // An integral number is written without an exponent below 1e21, and Polar reads such a
+    // literal as an integer: refuse one beyond 64 bits, as Python refuses such an int.
+    if (Number.isInteger(value) && !(-INT_RANGE <= value && value < INT_RANGE) && Math.abs(value) < 1e21) {
       throw new InvalidEvent(`${where} is out of the 64-bit range`);
     }
     return value;
