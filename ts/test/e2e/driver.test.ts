@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { after, afterEach, before, describe, it } from "node:test";
-import { NotReady, Outpost, type OutpostOptions } from "../../src/index.js";
+import { NotReady, Outpost, type OutpostOptions, RedisUnavailable } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { RedisServer } from "../support/redisServer.js";
@@ -122,5 +122,35 @@ describe("the driver against the emulator", () => {
     assert.deepEqual(events.map((e) => e.external_id), [bad]);
     assert.match(reason, /422/);
     assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
+  });
+
+  it("survives a Redis restart: tracking fails while it is down, then copies and subscriptions come back", async () => {
+    const a = connect();
+    const b = connect();
+    const customer = uniqueCustomer();
+    await a.balance(calls, { externalCustomerId: customer });
+    await b.balance(calls, { externalCustomerId: customer });
+    redis.kill();
+    await assert.rejects(a.track("api_call", { externalCustomerId: customer }), RedisUnavailable);
+    await eventually(() => !a.subscribed, "the subscription to drop");
+    await redis.start(); // the same port, empty: the copies reload and ask Polar again
+    await eventually(() => a.subscribed && b.subscribed, "both instances to subscribe again", 20);
+    await eventually(async () => {
+      try {
+        await b.track("api_call", { externalCustomerId: customer });
+        return true;
+      } catch (exc) {
+        if (exc instanceof RedisUnavailable) return false;
+        throw exc;
+      }
+    }, "Redis to take writes again", 20);
+    await eventually(async () => {
+      try {
+        return (await a.balance(calls, { externalCustomerId: customer })).consumed >= 1;
+      } catch (exc) {
+        if (exc instanceof NotReady) return false;
+        throw exc;
+      }
+    }, "the first instance to read the second one's event", 20);
   });
 });
