@@ -235,3 +235,76 @@ function reaccept(data: Uint8Array, nonce: string): Uint8Array {
   const rewritten = `${text.slice(0, start + marker.length)} ${acceptFor(nonce)}${text.slice(end)}`;
   return new Uint8Array(Buffer.from(rewritten, "latin1"));
 }
+
+// -- recording --------------------------------------------------------------------------------
+
+export type Sink = (record: Record_) => void;
+
+export function header(machine: "session" | "delivery", kind: string, settings: object, seed: number, extra: Record_): Record_ {
+  return { format: FORMAT, version: VERSION, machine, settings: encode({ kind, ...settings }), seed, ...extra };
+}
+
+/** Record a session's inputs, effects and calls to `sink` (in place: the same object, recorded). */
+export function recordSession(session: Session, sink: Sink): Session {
+  const handle = session.handle.bind(session);
+  const effects = session.effects.bind(session);
+  const track = session.track.bind(session);
+  const read = session.read.bind(session);
+  session.handle = (input) => {
+    sink({ t: "input", input: encode(input) });
+    handle(input);
+  };
+  session.effects = () => {
+    const out = effects();
+    if (out.length) sink({ t: "effects", effects: encode(out) });
+    return out;
+  };
+  const call = <T>(method: string, args: Record_, run: () => T): T => {
+    const record: Record_ = { t: "call", method, args: encode(args) };
+    try {
+      const result = run();
+      record.result = encode(result);
+      sink(record);
+      return result;
+    } catch (exc) {
+      if (exc instanceof OutpostError) {
+        record.error = [exc.name, exc.message];
+        sink(record);
+      }
+      throw exc;
+    }
+  };
+  session.track = (args) =>
+    call(
+      "track",
+      {
+        name: args.name,
+        external_customer_id: args.externalCustomerId ?? null,
+        customer_id: args.customerId ?? null,
+        metadata: args.metadata ?? null,
+        timestamp_us: args.timestampUs,
+        now_us: args.nowUs,
+        event_id: args.eventId,
+      },
+      () => track(args),
+    );
+  session.read = (meterId, externalCustomerId = null, customerId = null) =>
+    call("read", { meter_id: meterId, external_customer_id: externalCustomerId, customer_id: customerId }, () => read(meterId, externalCustomerId, customerId));
+  return session;
+}
+
+/** Record a delivery loop's polls and outcomes to `sink` (in place). */
+export function recordDelivery(delivery: Delivery, sink: Sink): Delivery {
+  const poll = delivery.poll.bind(delivery);
+  const handle = delivery.handle.bind(delivery);
+  delivery.poll = (now) => {
+    const action = poll(now);
+    sink({ t: "poll", now, flushing: delivery.flushing, action: encode(action) });
+    return action;
+  };
+  delivery.handle = (outcome, now, wallUs) => {
+    sink({ t: "outcome", now, wall_us: wallUs, outcome: encode(outcome) });
+    handle(outcome, now, wallUs);
+  };
+  return delivery;
+}

@@ -22,6 +22,7 @@ import { type Logger, Session, makeSettings } from "../core/session.js";
 import { toUs } from "../core/time.js";
 import { Signal, monotonic, sleep, wallUs } from "./signal.js";
 import { Telemetry } from "./telemetry.js";
+import { Traces } from "./traces.js";
 
 export const DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0";
 export const DEFAULT_SERVER_URL = "https://api.polar.sh";
@@ -61,6 +62,9 @@ export interface OutpostOptions {
   claimIdle?: number;
   retryBase?: number;
   logger?: Logger;
+  /** A directory to write conformance traces to (session.jsonl, delivery-<n>.jsonl): every input
+   * of the core and its answers, replayable by this core and the Python one. Debugging only. */
+  recordTo?: string;
 }
 
 export interface TrackOptions {
@@ -121,6 +125,7 @@ export class Outpost {
   private readonly connections: Redis[] = [];
   private readonly telemetry: Telemetry;
   private readonly clock: Clock | null;
+  private readonly traces: Traces;
   private readonly signal = new Signal();
   private readonly echoes = new Echoes();
   private readonly consumer = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
@@ -144,9 +149,10 @@ export class Outpost {
     this.channels = allChannels(namespace);
     this.accessToken = options.accessToken ?? process.env.POLAR_ACCESS_TOKEN ?? null;
     this.serverUrl = options.serverUrl ?? process.env.POLAR_SERVER_URL ?? DEFAULT_SERVER_URL;
-    const link = this.accessToken ? new Link(Target.of(this.serverUrl), this.accessToken, { random: Math.random }, (n) => randomBytes(n)) : null;
+    this.traces = new Traces(options.recordTo ?? null);
+    const link = this.accessToken ? new Link(Target.of(this.serverUrl), this.accessToken, this.traces.rng(0), (n) => randomBytes(n)) : null;
     const settings = makeSettings({ snapshotTimeout: options.snapshotTimeout ?? 5.0, channelNamespace: namespace });
-    this.core = new Session(settings, this.log, link);
+    this.core = this.traces.session(new Session(settings, this.log, link), settings, link === null ? null : this.serverUrl);
     const claimIdle = options.claimIdle ?? 300;
     this.deliverySettings = makeDeliverySettings({
       batchSize: options.batchSize ?? 500,
@@ -183,7 +189,8 @@ export class Outpost {
     this.workers.push(this.tickLoop());
     if (this.accessToken) {
       for (let n = 0; n < this.maxInFlight; n++) {
-        const delivery = new Delivery(this.deliverySettings, { random: Math.random }, monotonic());
+        const started = monotonic();
+        const delivery = this.traces.delivery(n, new Delivery(this.deliverySettings, this.traces.rng(n + 1), started), this.deliverySettings, started);
         this.deliveries.push(delivery);
         // A blocking XREADGROUP needs a connection of its own: ioredis pipelines one socket.
         const connection = this.redis.duplicate();
@@ -243,6 +250,7 @@ export class Outpost {
     this.subscriber?.disconnect();
     await Promise.allSettled(this.workers);
     if (this.ownsRedis) this.redis.disconnect();
+    await this.traces.close();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
