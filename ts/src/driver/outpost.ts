@@ -369,16 +369,22 @@ export class Outpost {
   /** The customer's balance of a meter, from memory once warm. The first read of a customer
    * waits for its state (and Polar's snapshot) up to snapshotTimeout; later reads cost no
    * network call. Rejects with NotReady, UnknownMeter or UnsupportedMeter. */
-  async balance(meterId: string, customer: CustomerOptions): Promise<Balance> {
-    if (this.closed) throw new OutpostClosed("this Outpost instance is closed");
+  balance(meterId: string, customer: CustomerOptions): Promise<Balance> {
+    // The warm path is not an async function: no frame of its own, one resolved promise.
+    if (this.closed) return Promise.reject(new OutpostClosed("this Outpost instance is closed"));
     const external = customer.externalCustomerId ?? null;
     const internal = customer.customerId ?? null;
-    const started = performance.now();
+    const telemetry = this.telemetry.enabled;
+    const started = telemetry ? performance.now() : 0;
     const cached = this.core.cachedBalance(meterId, external, internal);
     if (cached !== null) {
-      if (this.telemetry.enabled) this.telemetry.readDone(meterId, (performance.now() - started) / 1000, "warm");
-      return cached;
+      if (telemetry) this.telemetry.readDone(meterId, (performance.now() - started) / 1000, "warm");
+      return Promise.resolve(cached);
     }
+    return this.coldBalance(meterId, external, internal, started);
+  }
+
+  private async coldBalance(meterId: string, external: string | null, internal: string | null, started: number): Promise<Balance> {
     let outcome = "not_ready";
     try {
       const found = await this.balanceWhenReady(meterId, external, internal);
