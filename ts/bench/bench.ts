@@ -49,6 +49,21 @@ try {
   const m = Object.fromEntries(Object.entries(results).map(([k, v]) => [k, median(v)])) as Record<string, number>;
   console.log(`warm balance(): ${(m.warm! / 1000).toFixed(2)} µs; ioredis GET: ${(m.get! / 1000).toFixed(1)} µs; GET / warm read = ${(m.get! / m.warm!).toFixed(0)}x`);
   console.log(`track(): ${(m.track! / 1000).toFixed(1)} µs; its script through a bare EVALSHA: ${(m.evalsha! / 1000).toFixed(1)} µs; track / EVALSHA = ${(m.track! / m.evalsha!).toFixed(2)}x`);
+  // Cross-instance lag: tracked on one instance, seen by a warm read on another.
+  const other = new Outpost({ accessToken: emulator.token, serverUrl: emulator.url, redisUrl: server.url, telemetry: false, logger: { debug: () => {}, warn: () => {} } });
+  await other.balance(calls, { externalCustomerId: "bench" });
+  const lags: number[] = [];
+  for (let i = 0; i < 300; i++) {
+    const before = (await other.balance(calls, { externalCustomerId: "bench" })).consumed;
+    await outpost.track("api_call", { externalCustomerId: "bench" });
+    const tracked = process.hrtime.bigint();
+    while ((await other.balance(calls, { externalCustomerId: "bench" })).consumed === before) await new Promise((r) => setImmediate(r));
+    lags.push(Number(process.hrtime.bigint() - tracked) / 1000);
+  }
+  lags.sort((a, b) => a - b);
+  const at = (q: number) => (lags[Math.min(lags.length - 1, Math.floor(q * lags.length))] as number).toFixed(0);
+  console.log(`cross-instance lag after track() resolved: p50 ${at(0.5)} µs, p99 ${at(0.99)} µs`);
+  await other.close(30);
   redis.disconnect();
   await outpost.close(30);
 } finally {
