@@ -249,6 +249,7 @@ export class Outpost {
     for (const connection of this.connections) connection.disconnect();
     this.subscriber?.disconnect();
     await Promise.allSettled(this.workers);
+    this.telemetry.shutdown();
     if (this.ownsRedis) this.redis.disconnect();
     await this.traces.close();
   }
