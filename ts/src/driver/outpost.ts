@@ -243,8 +243,8 @@ export class Outpost {
     this.link = null;
     if (link !== null) {
       link.reported = true;
-      link.socket.end();
-      link.socket.destroy();
+      link.socket.end(); // after the close frame Closing queued; destroyed if Polar lingers
+      setTimeout(() => link.socket.destroy(), 1000).unref();
     }
     for (const connection of this.connections) connection.disconnect();
     this.subscriber?.disconnect();
@@ -370,7 +370,7 @@ export class Outpost {
   /** The customer's balance of a meter, from memory once warm. The first read of a customer
    * waits for its state (and Polar's snapshot) up to snapshotTimeout; later reads cost no
    * network call. Rejects with NotReady, UnknownMeter or UnsupportedMeter. */
-  balance(meterId: string, customer: CustomerOptions): Promise<Balance> {
+  balance(meterId: string, customer: CustomerOptions = {}): Promise<Balance> {
     // The warm path is not an async function: no frame of its own, one resolved promise.
     if (this.closed) return Promise.reject(new OutpostClosed("this Outpost instance is closed"));
     const external = customer.externalCustomerId ?? null;
