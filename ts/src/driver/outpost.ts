@@ -62,6 +62,9 @@ export interface OutpostOptions {
   claimIdle?: number;
   retryBase?: number;
   logger?: Logger;
+  /** Where telemetry is exported (Polar's relay; default: serverUrl) and every how many seconds. */
+  telemetryUrl?: string;
+  telemetryInterval?: number;
   /** A directory to write conformance traces to (session.jsonl, delivery-<n>.jsonl): every input
    * of the core and its answers, replayable by this core and the Python one. Debugging only. */
   recordTo?: string;
@@ -165,7 +168,11 @@ export class Outpost {
     });
     this.maxInFlight = maxInFlight;
     this.onDropped = options.onDropped ?? null;
-    this.telemetry = new Telemetry((options.telemetry ?? true) && process.env.POLAR_OUTPOST_TELEMETRY !== "0");
+    this.telemetry = new Telemetry(
+      (options.telemetry ?? true) && process.env.POLAR_OUTPOST_TELEMETRY !== "0",
+      { url: options.telemetryUrl ?? this.serverUrl, token: this.accessToken, interval: options.telemetryInterval ?? 30 },
+      (message) => this.log.warn(message),
+    );
     this.clock = options.clock ?? null;
   }
 
@@ -249,7 +256,7 @@ export class Outpost {
     for (const connection of this.connections) connection.disconnect();
     this.subscriber?.disconnect();
     await Promise.allSettled(this.workers);
-    this.telemetry.shutdown();
+    await this.telemetry.shutdown();
     if (this.ownsRedis) this.redis.disconnect();
     await this.traces.close();
   }
@@ -496,6 +503,8 @@ export class Outpost {
     while (!this.closed) {
       const version = this.signal.version;
       this.tick();
+      const organization = this.core.configuration?.organizationId;
+      if (organization !== undefined) this.telemetry.exportToRelay(organization);
       await this.signal.wait(version, this.untilDeadline());
     }
   }

@@ -4,8 +4,39 @@
  * global providers, so an application's own OpenTelemetry set-up receives them; without one the
  * API's no-op providers record nothing. Never an event's metadata, never the token. */
 
-import { type Counter, type Histogram, type Span, type Tracer, metrics, trace } from "@opentelemetry/api";
+import { type Counter, type Histogram, type Meter, type Span, type Tracer, metrics, trace } from "@opentelemetry/api";
+import { OTLPMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
+import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
+import { resourceFromAttributes } from "@opentelemetry/resources";
+import { MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
+import { BasicTracerProvider, BatchSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import type { Observation } from "../core/observations.js";
+
+export const SDK_VERSION = "0.1.0";
+
+/** One set of instruments: the application's (global providers) or the relay's (private). */
+class Instruments {
+  readonly ingest: Histogram;
+  readonly read: Histogram;
+  readonly buckets: Counter;
+
+  constructor(
+    meter: Meter,
+    readonly tracer: Tracer,
+  ) {
+    this.ingest = meter.createHistogram(INGEST_DURATION, { unit: "s", description: "Duration of one track() write" });
+    this.read = meter.createHistogram(READ_DURATION, { unit: "s", description: "Duration of one balance() read" });
+    this.buckets = meter.createCounter(BUCKETS_WRITTEN, { description: "Bucket aggregates written by track()" });
+  }
+}
+
+export interface RelayOptions {
+  /** Polar's API: the relay is at <url>/v1/outpost/telemetry/v1/{metrics,traces}. */
+  url: string | null;
+  token: string | null;
+  /** Seconds between two exports. */
+  interval: number;
+}
 
 export const INGEST_DURATION = "outpost.ingest.duration";
 export const READ_DURATION = "outpost.read.duration";
@@ -15,67 +46,105 @@ export const SPAN_RECONNECTION = "outpost.reconnection";
 export const SPAN_SNAPSHOT = "outpost.snapshot.received";
 
 export class Telemetry {
-  private readonly ingest: Histogram | null = null;
-  private readonly read: Histogram | null = null;
-  private readonly buckets: Counter | null = null;
-  private readonly tracer: Tracer | null = null;
-  private connection: Span | null = null;
-  private reconnection: Span | null = null;
+  private readonly sets: Instruments[] = [];
+  private relay: { meters: MeterProvider; tracers: BasicTracerProvider } | null = null;
+  private relayTried = false;
+  private connection: Span[] = [];
+  private reconnection: Span[] = [];
 
-  constructor(readonly enabled: boolean) {
-    if (!enabled) return;
-    const meter = metrics.getMeter("outpost", "0.1.0");
-    this.ingest = meter.createHistogram(INGEST_DURATION, { unit: "s", description: "one record per local write (track())" });
-    this.read = meter.createHistogram(READ_DURATION, { unit: "s", description: "one record per read (balance())" });
-    this.buckets = meter.createCounter(BUCKETS_WRITTEN, { description: "bucket aggregates written by track()" });
-    this.tracer = trace.getTracer("outpost", "0.1.0");
+  constructor(
+    readonly enabled: boolean,
+    private readonly relayOptions: RelayOptions = { url: null, token: null, interval: 30 },
+    private readonly warn: (message: string) => void = () => {},
+  ) {
+    if (enabled) this.sets.push(new Instruments(metrics.getMeter("outpost", SDK_VERSION), trace.getTracer("outpost", SDK_VERSION)));
+  }
+
+  /** Start exporting to Polar's relay, once the organization is known (a maintained OTLP/HTTP
+   * exporter, as the Python SDK). Telemetry never raises into the caller. */
+  exportToRelay(organizationId: string | null): void {
+    const { url, token, interval } = this.relayOptions;
+    if (!this.enabled || this.relayTried || !url || !token) return;
+    this.relayTried = true;
+    try {
+      const base = `${url.replace(/\/+$/, "")}/v1/outpost/telemetry/v1`;
+      const headers = { authorization: `Bearer ${token}` };
+      const resource = resourceFromAttributes({
+        "service.name": "outpost-node",
+        "outpost.sdk.version": SDK_VERSION,
+        "polar.organization_id": organizationId ?? "",
+      });
+      const reader = new PeriodicExportingMetricReader({
+        exporter: new OTLPMetricExporter({ url: `${base}/metrics`, headers, timeoutMillis: 10_000 }),
+        exportIntervalMillis: interval * 1000,
+        exportTimeoutMillis: Math.min(10_000, interval * 1000),
+      });
+      const meters = new MeterProvider({ resource, readers: [reader] });
+      const tracers = new BasicTracerProvider({
+        resource,
+        spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url: `${base}/traces`, headers, timeoutMillis: 10_000 }), { scheduledDelayMillis: interval * 1000 })],
+      });
+      this.relay = { meters, tracers };
+      this.sets.push(new Instruments(meters.getMeter("outpost", SDK_VERSION), tracers.getTracer("outpost", SDK_VERSION)));
+    } catch (exc) {
+      this.warn(`outpost telemetry: could not start the relay exporter: ${String(exc)}`);
+    }
   }
 
   tracked(customer: string | null, seconds: number, outcome: string, buckets: number): void {
     const attributes = { "outpost.outcome": outcome, ...(customer === null ? {} : { "outpost.customer": customer }) };
-    this.ingest?.record(seconds, attributes);
-    if (buckets) this.buckets?.add(buckets, attributes);
+    for (const set of this.sets) {
+      set.ingest.record(seconds, attributes);
+      if (buckets) set.buckets.add(buckets, attributes);
+    }
   }
 
   readDone(meterId: string, seconds: number, outcome: string): void {
-    this.read?.record(seconds, { "outpost.meter_id": meterId, "outpost.outcome": outcome });
+    for (const set of this.sets) set.read.record(seconds, { "outpost.meter_id": meterId, "outpost.outcome": outcome });
   }
 
   observe(observations: Observation[]): void {
-    const tracer = this.tracer;
-    if (tracer === null) return;
     for (const seen of observations) {
       if (seen.kind === "SnapshotApplied") {
-        tracer
-          .startSpan(SPAN_SNAPSHOT, {
-            attributes: {
-              "outpost.customer": seen.customer,
-              "outpost.snapshot_id": seen.snapshotId,
-              "outpost.cold_until": seen.coldUntil,
-              "outpost.snapshot.counted": seen.counted,
-              "outpost.meter_ids": seen.meterIds,
-              "outpost.local.consumed": seen.localConsumed,
-              "outpost.polar.consumed": seen.polarConsumed,
-            },
-          })
-          .end();
+        const attributes = {
+          "outpost.customer": seen.customer,
+          "outpost.snapshot_id": seen.snapshotId,
+          "outpost.cold_until": seen.coldUntil,
+          "outpost.snapshot.counted": seen.counted,
+          "outpost.meter_ids": seen.meterIds,
+          "outpost.local.consumed": seen.localConsumed,
+          "outpost.polar.consumed": seen.polarConsumed,
+        };
+        for (const set of this.sets) set.tracer.startSpan(SPAN_SNAPSHOT, { attributes }).end();
       } else if (seen.state === "open") {
-        this.reconnection?.end();
-        this.reconnection = null;
-        this.connection?.end();
-        this.connection = tracer.startSpan(SPAN_CONNECTION, { attributes: { "outpost.connections": seen.connections } });
+        for (const span of [...this.reconnection, ...this.connection]) span.end();
+        this.reconnection = [];
+        this.connection = this.sets.map((set) => set.tracer.startSpan(SPAN_CONNECTION, { attributes: { "outpost.connections": seen.connections } }));
       } else {
-        if (seen.reason !== null) this.connection?.setAttribute("outpost.reason", seen.reason);
-        this.connection?.end();
-        this.connection = null;
-        this.reconnection ??= tracer.startSpan(SPAN_RECONNECTION, { attributes: seen.reason === null ? {} : { "outpost.reason": seen.reason } });
+        for (const span of this.connection) {
+          if (seen.reason !== null) span.setAttribute("outpost.reason", seen.reason);
+          span.end();
+        }
+        this.connection = [];
+        if (!this.reconnection.length) {
+          const attributes = seen.reason === null ? {} : { "outpost.reason": seen.reason };
+          this.reconnection = this.sets.map((set) => set.tracer.startSpan(SPAN_RECONNECTION, { attributes }));
+        }
       }
     }
   }
 
-  shutdown(): void {
-    this.connection?.end();
-    this.reconnection?.end();
-    this.connection = this.reconnection = null;
+  /** End the open spans and send what the relay exporter still holds. */
+  async shutdown(): Promise<void> {
+    for (const span of [...this.connection, ...this.reconnection]) span.end();
+    this.connection = this.reconnection = [];
+    const relay = this.relay;
+    this.relay = null;
+    if (relay === null) return;
+    try {
+      await Promise.all([relay.meters.shutdown(), relay.tracers.shutdown()]);
+    } catch (exc) {
+      this.warn(`outpost telemetry: the last export failed: ${String(exc)}`);
+    }
   }
 }

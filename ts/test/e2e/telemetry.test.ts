@@ -56,4 +56,24 @@ describe("telemetry", () => {
     assert.ok(!JSON.stringify(recorded).includes("never recorded"));
     assert.ok(!JSON.stringify(spans.getFinishedSpans().map((s) => s.attributes)).includes(emulator.token));
   });
+
+  it("exports to Polar's relay with the token, once the organization is known", async () => {
+    const calls = await emulator.createMeter("relayed", CALLS_FILTER, { func: "count" });
+    const outpost = new Outpost({
+      accessToken: emulator.token,
+      serverUrl: emulator.url,
+      redisUrl: redis.url,
+      telemetryInterval: 0.2,
+      logger: { debug: () => {}, warn: () => {} },
+    });
+    await outpost.balance(calls, { externalCustomerId: "r1" });
+    await outpost.track("api_call", { externalCustomerId: "r1" });
+    await eventually(async () => (await emulator.admin("telemetry")).metrics.length > 0, "a metrics export to the relay");
+    await outpost.close(5); // sends what the span processor holds
+    const stored = await emulator.admin("telemetry");
+    assert.ok(stored.traces.length > 0, "a traces export to the relay");
+    const body = Buffer.from(stored.metrics[0].body_base64, "base64").toString("latin1");
+    assert.ok(body.includes("outpost.ingest.duration") || body.includes("outpost.read.duration"), "the shared metric names");
+    assert.ok(body.includes("outpost-node"));
+  });
 });
