@@ -133,6 +133,8 @@ export class Outpost {
   private readonly echoes = new Echoes();
   private readonly consumer = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   private readonly workers: Promise<void>[] = [];
+  /** Aborts the ingestion requests in flight when the instance closes. */
+  private readonly closing = new AbortController();
   private subscriber: Redis | null = null;
   private link: LinkSocket | null = null;
   private flushing = 0;
@@ -245,6 +247,7 @@ export class Outpost {
     }
     this.feed({ kind: "Closing" }); // a close frame to Polar while the socket is still open
     this.closed = true;
+    this.closing.abort();
     this.signal.fire();
     const link = this.link;
     this.link = null;
@@ -770,7 +773,7 @@ export class Outpost {
         method: "POST",
         body,
         headers: { authorization: `Bearer ${this.accessToken}`, "content-type": "application/json", "user-agent": USER_AGENT },
-        signal: AbortSignal.timeout(30_000),
+        signal: AbortSignal.any([AbortSignal.timeout(30_000), this.closing.signal]),
       });
     } catch (exc) {
       const code = (exc as { cause?: { code?: string } }).cause?.code ?? "";

@@ -153,4 +153,25 @@ describe("the driver against the emulator", () => {
       }
     }, "the first instance to read the second one's event", 20);
   });
+
+  it("close() does not wait for an ingestion request Polar hangs: it is aborted, the events stay queued", async () => {
+    const outpost = connect();
+    const customer = uniqueCustomer();
+    await outpost.balance(calls, { externalCustomerId: customer });
+    const ingests = async (): Promise<number> => (await emulator.admin("state")).counters.http_ingest ?? 0;
+    const before = await ingests();
+    await emulator.admin("faults", { ingest_hang: { seconds: 60, count: 1 } });
+    try {
+      await outpost.track("api_call", { externalCustomerId: customer });
+      await eventually(async () => (await ingests()) > before, "the ingest to reach Polar");
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error("close() waited for the hung request")), 20_000);
+      });
+      await Promise.race([outpost.close(0.2), deadline]);
+      clearTimeout(timer);
+    } finally {
+      await emulator.admin("faults", { clear: true });
+    }
+  });
 });
