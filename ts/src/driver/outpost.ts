@@ -21,7 +21,7 @@ import { SCRIPT_SHA1, SCRIPT_TEXT } from "../core/scripts.generated.js";
 import { type Logger, Session, makeSettings } from "../core/session.js";
 import { toUs } from "../core/time.js";
 import { Signal, monotonic, sleep, wallUs } from "./signal.js";
-import { Telemetry } from "./telemetry.js";
+import { Telemetry, customerAttribute } from "./telemetry.js";
 import { Traces } from "./traces.js";
 
 export const DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0";
@@ -259,7 +259,7 @@ export class Outpost {
     for (const connection of this.connections) connection.disconnect();
     this.subscriber?.disconnect();
     await Promise.allSettled(this.workers);
-    await this.telemetry.shutdown();
+    await this.telemetry.shutdown(monotonic(), ...this.syncCounts());
     if (this.ownsRedis) this.redis.disconnect();
     await this.traces.close();
   }
@@ -303,19 +303,19 @@ export class Outpost {
   async track(name: string, options: TrackOptions = {}): Promise<string> {
     await this.ensureStarted();
     const started = performance.now();
-    const customer = options.externalCustomerId ?? options.customerId ?? null;
+    const customer = this.telemetry.enabled ? customerAttribute(options.externalCustomerId, options.customerId) : "";
     try {
-      const [eventId, buckets] = await this.trackNow(name, options);
-      this.telemetry.tracked(customer, (performance.now() - started) / 1000, "ok", buckets);
+      const [eventId, run] = await this.trackNow(name, options);
+      this.telemetry.tracked(customer, run.meterIds, (performance.now() - started) / 1000, "ok", (run.keys.length - 1) / 2);
       return eventId;
     } catch (exc) {
       const outcome = exc instanceof InvalidEvent ? "invalid" : exc instanceof NotReady ? "not_ready" : exc instanceof RedisUnavailable ? "redis_error" : null;
-      if (outcome !== null) this.telemetry.tracked(customer, (performance.now() - started) / 1000, outcome, 0);
+      if (outcome !== null) this.telemetry.tracked(customer, [], (performance.now() - started) / 1000, outcome, 0);
       throw exc;
     }
   }
 
-  private async trackNow(name: string, options: TrackOptions): Promise<[string, number]> {
+  private async trackNow(name: string, options: TrackOptions): Promise<[string, RunScript]> {
     const nowUs = this.nowUs();
     let timestampUs = nowUs;
     if (options.timestamp !== undefined) {
@@ -348,7 +348,7 @@ export class Outpost {
     this.core.handle({ kind: "ScriptReplied", reply, tag: null });
     const effects = this.core.effects();
     if (effects.length) await this.run(effects);
-    return [eventId, (run.keys.length - 1) / 2];
+    return [eventId, run];
   }
 
   private async script(name: string, keys: string[], args: string[], client: Redis = this.redis): Promise<unknown> {
@@ -389,7 +389,7 @@ export class Outpost {
     const started = telemetry ? performance.now() : 0;
     const cached = this.core.cachedBalance(meterId, external, internal);
     if (cached !== null) {
-      if (telemetry) this.telemetry.readDone(meterId, (performance.now() - started) / 1000, "warm");
+      if (telemetry) this.telemetry.readDone(meterId, customerAttribute(external, internal), (performance.now() - started) / 1000, "warm");
       return Promise.resolve(cached);
     }
     return this.coldBalance(meterId, external, internal, started);
@@ -406,7 +406,7 @@ export class Outpost {
       else if (exc instanceof UnsupportedMeter) outcome = "unsupported_meter";
       throw exc;
     } finally {
-      if (this.telemetry.enabled) this.telemetry.readDone(meterId, (performance.now() - started) / 1000, outcome);
+      if (this.telemetry.enabled) this.telemetry.readDone(meterId, customerAttribute(external, internal), (performance.now() - started) / 1000, outcome);
     }
   }
 
@@ -506,8 +506,11 @@ export class Outpost {
     while (!this.closed) {
       const version = this.signal.version;
       this.tick();
-      const organization = this.core.configuration?.organizationId;
-      if (organization !== undefined) this.telemetry.exportToRelay(organization);
+      if (this.telemetry.enabled) {
+        const organization = this.core.configuration?.organizationId;
+        if (organization !== undefined) this.telemetry.exportToRelay(organization);
+        this.telemetry.flush(monotonic(), ...this.syncCounts());
+      }
       await this.signal.wait(version, this.untilDeadline());
     }
   }
@@ -815,6 +818,11 @@ export class Outpost {
       if ((await this.redis.xrange(stream, "-", mark, "COUNT", 1)).length) return false;
     }
     return true;
+  }
+
+  private syncCounts(): [number, number] {
+    const remote = this.core.remote;
+    return remote === null ? [0, 0] : [remote.snapshotsReceived, remote.snapshotsApplied];
   }
 
   private nowUs(): number {

@@ -44,6 +44,32 @@ export const BUCKETS_WRITTEN = "outpost.buckets.written";
 export const SPAN_CONNECTION = "outpost.connection";
 export const SPAN_RECONNECTION = "outpost.reconnection";
 export const SPAN_SNAPSHOT = "outpost.snapshot.received";
+export const SPAN_SYNCS = "outpost.syncs";
+
+const CAP = 20_000; // buffered records between two flushes; beyond it, records are dropped
+const FLUSH_EVERY = 1.0;
+
+/** `external:<id>` or `customer:<id>`, as semconv's outpost.customer. */
+export function customerAttribute(externalCustomerId: unknown, customerId: unknown): string {
+  if (typeof externalCustomerId === "string") return `external:${externalCustomerId}`;
+  if (typeof customerId === "string") return `customer:${customerId}`;
+  return "";
+}
+
+interface ReadRecord {
+  meterId: string;
+  customer: string;
+  seconds: number;
+  outcome: string;
+}
+
+interface TrackRecord {
+  customer: string;
+  meterIds: readonly string[];
+  seconds: number;
+  outcome: string;
+  buckets: number;
+}
 
 export class Telemetry {
   private readonly sets: Instruments[] = [];
@@ -51,6 +77,11 @@ export class Telemetry {
   private relayTried = false;
   private connection: Span[] = [];
   private reconnection: Span[] = [];
+  private reads: ReadRecord[] = [];
+  private tracks: TrackRecord[] = [];
+  private nextFlush = 0;
+  private nextReport = 0;
+  private reported: [number, number] = [0, 0];
 
   constructor(
     readonly enabled: boolean,
@@ -91,51 +122,85 @@ export class Telemetry {
     }
   }
 
-  tracked(customer: string | null, seconds: number, outcome: string, buckets: number): void {
-    const attributes = { "outpost.outcome": outcome, ...(customer === null ? {} : { "outpost.customer": customer }) };
-    for (const set of this.sets) {
-      set.ingest.record(seconds, attributes);
-      if (buckets) set.buckets.add(buckets, attributes);
+  // The hot paths only append to a bounded buffer; flush() records it, about once a second.
+
+  tracked(customer: string, meterIds: readonly string[], seconds: number, outcome: string, buckets: number): void {
+    if (this.enabled && this.tracks.length < CAP) this.tracks.push({ customer, meterIds, seconds, outcome, buckets });
+  }
+
+  readDone(meterId: string, customer: string, seconds: number, outcome: string): void {
+    if (this.enabled && this.reads.length < CAP) this.reads.push({ meterId, customer, seconds, outcome });
+  }
+
+  /** Record the buffered reads and writes; report the syncs every export interval. */
+  flush(now: number, received: number, applied: number, force = false): void {
+    if (!this.enabled || (now < this.nextFlush && !force)) return;
+    this.nextFlush = now + FLUSH_EVERY;
+    const reads = this.reads;
+    const tracks = this.tracks;
+    this.reads = [];
+    this.tracks = [];
+    try {
+      for (const set of this.sets) {
+        for (const r of reads) set.read.record(r.seconds, { "outpost.meter_id": r.meterId, "outpost.customer": r.customer, "outpost.outcome": r.outcome });
+        for (const t of tracks) {
+          for (const meterId of t.meterIds.length ? t.meterIds : [""]) {
+            set.ingest.record(t.seconds, { "outpost.meter_id": meterId, "outpost.customer": t.customer, "outpost.outcome": t.outcome });
+          }
+          if (t.buckets) set.buckets.add(t.buckets, { "outpost.customer": t.customer, "outpost.meter_ids": [...t.meterIds] });
+        }
+      }
+      const changed = received !== this.reported[0] || applied !== this.reported[1];
+      if (changed && (now >= this.nextReport || force)) {
+        this.nextReport = now + this.relayOptions.interval;
+        const attributes = { "outpost.syncs.received": received - this.reported[0], "outpost.syncs.applied": applied - this.reported[1] };
+        for (const set of this.sets) set.tracer.startSpan(SPAN_SYNCS, { attributes }).end();
+        this.reported = [received, applied];
+      }
+    } catch (exc) {
+      this.warn(`outpost telemetry failed: ${String(exc)}`);
     }
   }
 
-  readDone(meterId: string, seconds: number, outcome: string): void {
-    for (const set of this.sets) set.read.record(seconds, { "outpost.meter_id": meterId, "outpost.outcome": outcome });
-  }
-
   observe(observations: Observation[]): void {
+    if (!this.enabled) return;
     for (const seen of observations) {
       if (seen.kind === "SnapshotApplied") {
-        const attributes = {
+        const attributes: Record<string, string | number | string[] | number[]> = {
           "outpost.customer": seen.customer,
           "outpost.snapshot_id": seen.snapshotId,
           "outpost.cold_until": seen.coldUntil,
           "outpost.snapshot.counted": seen.counted,
           "outpost.meter_ids": seen.meterIds,
-          "outpost.local.consumed": seen.localConsumed,
+          "outpost.local.consumed": seen.localConsumed.map((v) => (Number.isFinite(v) ? v : -1)),
           "outpost.polar.consumed": seen.polarConsumed,
         };
+        if (seen.meterIds.length === 1) attributes["outpost.meter_id"] = seen.meterIds[0] as string;
         for (const set of this.sets) set.tracer.startSpan(SPAN_SNAPSHOT, { attributes }).end();
       } else if (seen.state === "open") {
-        for (const span of [...this.reconnection, ...this.connection]) span.end();
+        for (const span of this.reconnection) {
+          span.setAttribute("outpost.outcome", "ok");
+          span.end();
+        }
+        for (const span of this.connection) span.end();
         this.reconnection = [];
-        this.connection = this.sets.map((set) => set.tracer.startSpan(SPAN_CONNECTION, { attributes: { "outpost.connections": seen.connections } }));
+        this.connection = this.sets.map((set) => set.tracer.startSpan(SPAN_CONNECTION, { attributes: { "outpost.attempt": seen.connections } }));
       } else {
         for (const span of this.connection) {
-          if (seen.reason !== null) span.setAttribute("outpost.reason", seen.reason);
+          span.setAttribute("outpost.reason", seen.reason ?? "");
           span.end();
         }
         this.connection = [];
         if (!this.reconnection.length) {
-          const attributes = seen.reason === null ? {} : { "outpost.reason": seen.reason };
-          this.reconnection = this.sets.map((set) => set.tracer.startSpan(SPAN_RECONNECTION, { attributes }));
+          this.reconnection = this.sets.map((set) => set.tracer.startSpan(SPAN_RECONNECTION, { attributes: { "outpost.reason": seen.reason ?? "" } }));
         }
       }
     }
   }
 
-  /** End the open spans and send what the relay exporter still holds. */
-  async shutdown(): Promise<void> {
+  /** Record what is buffered, end the open spans and send what the relay exporter holds. */
+  async shutdown(now: number, received: number, applied: number): Promise<void> {
+    this.flush(now, received, applied, true);
     for (const span of [...this.connection, ...this.reconnection]) span.end();
     this.connection = this.reconnection = [];
     const relay = this.relay;

@@ -45,6 +45,7 @@ describe("telemetry", () => {
     const names = spans.getFinishedSpans().map((s) => s.name);
     assert.ok(names.includes("outpost.snapshot.received"));
     assert.ok(names.includes("outpost.reconnection"));
+    assert.ok(names.includes("outpost.syncs"));
     const snapshot = spans.getFinishedSpans().find((s) => s.name === "outpost.snapshot.received");
     assert.equal(snapshot?.attributes["outpost.customer"], "external:t1");
     await reader.forceFlush();
@@ -53,6 +54,8 @@ describe("telemetry", () => {
     for (const name of ["outpost.ingest.duration", "outpost.read.duration", "outpost.buckets.written"]) assert.ok(byName.has(name), name);
     const outcomes = byName.get("outpost.read.duration")?.dataPoints.map((p) => p.attributes["outpost.outcome"]);
     assert.deepEqual(new Set(outcomes), new Set(["cold", "warm"]));
+    const ingest = byName.get("outpost.ingest.duration")?.dataPoints.map((p) => p.attributes);
+    assert.deepEqual(ingest?.map((a) => [a["outpost.customer"], a["outpost.meter_id"], a["outpost.outcome"]]), [["external:t1", calls, "ok"]]);
     assert.ok(!JSON.stringify(recorded).includes("never recorded"));
     assert.ok(!JSON.stringify(spans.getFinishedSpans().map((s) => s.attributes)).includes(emulator.token));
   });
