@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 
 from outpost_emulator._defaults import DEFAULT_TOKEN
-from tests.support.redis_server import free_port
+from outpost_emulator.redis_server import free_port
 
 
 class EmulatorProcess:
-    def __init__(self, sync_delay: float = 1.0) -> None:
+    def __init__(self, sync_delay: float = 1.0, rate_limit: int = 0) -> None:
         self.port = free_port()
         self.token = DEFAULT_TOKEN
         self._log = Path(tempfile.mkstemp(prefix="outpost-bench-emulator-", suffix=".log")[1])
@@ -37,6 +37,8 @@ class EmulatorProcess:
             str(sync_delay),
             "--log-level",
             "warning",
+            "--rate-limit",
+            str(rate_limit),
         ]
         with self._log.open("wb") as log:
             self._process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
@@ -102,6 +104,10 @@ class EmulatorProcess:
 
     def state(self) -> dict[str, Any]:
         found: dict[str, Any] = self._admin("state")
+        return found
+
+    def ingest_delays(self) -> dict[str, Any]:
+        found: dict[str, Any] = self._admin("ingest-delays")
         return found
 
     def advance(self, seconds: float) -> Any:

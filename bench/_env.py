@@ -17,7 +17,7 @@ import redis
 import redis.asyncio
 
 from bench._emulator import EmulatorProcess
-from tests.support.redis_server import RedisServer
+from outpost_emulator.redis_server import RedisServer
 
 CALLS_FILTER: dict[str, Any] = {
     "conjunction": "and",
@@ -39,6 +39,12 @@ class Scale:
     track_concurrent_ops: int  # per round and side, all tasks together
     lag_rounds: int
     lag_samples: int  # per round and side
+    lag_first_touch: int  # first-touch samples per round (a fresh customer each)
+    lag_new_instance: int  # per round, a new reading instance (and customer) each
+    load_rounds: int
+    load_seconds: float  # how long both instances track flat out, per round
+    fresh_rounds: int
+    fresh_ops: int  # per round and side
     memory_rounds: int
     memory_customers: int  # customers warmed per round
     identity_rounds: int
@@ -48,6 +54,10 @@ class Scale:
     snapshot_rounds: int
     snapshot_applies: int  # per round and number of pending events
     snapshot_pending: tuple[int, ...]
+    failover_rounds: int
+    failover_events: int  # tracked by the process that gets killed
+    fleet_processes: int
+    fleet_seconds: float  # each process tracks this long
 
 
 FULL = Scale(
@@ -60,6 +70,12 @@ FULL = Scale(
     track_concurrent_ops=3_200,
     lag_rounds=10,
     lag_samples=250,
+    lag_first_touch=20,
+    lag_new_instance=2,
+    load_rounds=5,
+    load_seconds=3.0,
+    fresh_rounds=11,
+    fresh_ops=2_000,
     memory_rounds=5,
     memory_customers=200,
     identity_rounds=3,
@@ -69,6 +85,10 @@ FULL = Scale(
     snapshot_rounds=11,
     snapshot_applies=20,
     snapshot_pending=(1, 100, 10_000),
+    failover_rounds=3,
+    failover_events=500,
+    fleet_processes=8,
+    fleet_seconds=60.0,
 )
 
 SMOKE = Scale(
@@ -81,6 +101,12 @@ SMOKE = Scale(
     track_concurrent_ops=128,
     lag_rounds=2,
     lag_samples=10,
+    lag_first_touch=2,
+    lag_new_instance=1,
+    load_rounds=1,
+    load_seconds=0.3,
+    fresh_rounds=2,
+    fresh_ops=50,
     memory_rounds=2,
     memory_customers=10,
     identity_rounds=1,
@@ -90,6 +116,10 @@ SMOKE = Scale(
     snapshot_rounds=2,
     snapshot_applies=2,
     snapshot_pending=(1, 100, 10_000),
+    failover_rounds=1,
+    failover_events=20,
+    fleet_processes=2,
+    fleet_seconds=2.0,
 )
 
 
@@ -168,6 +198,14 @@ def configuration_of(emu: EmulatorProcess) -> dict[str, Any]:
         "meters": state["meters"],
         "reducers": state["reducers"],
     }
+
+
+def reducer_of(emu: EmulatorProcess, meter: str) -> str:
+    """The id of the reducer that serves ``meter`` (it names the meter's state hash in Redis)."""
+    for reducer in configuration_of(emu)["reducers"]:
+        if meter in reducer["meter_ids"]:
+            return str(reducer["id"])
+    raise RuntimeError(f"no reducer serves meter {meter}")
 
 
 def timer_overhead_ns() -> float:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import balance, delivery, lag, memory, snapshot, track
+from bench import balance, delivery, failover, fleet, fresh, lag, lag_load, memory, snapshot, track
 from bench._env import FULL, SMOKE, Env, machine
 from bench._report import legend, table, write_json
 from bench._stats import Figure
@@ -23,9 +23,13 @@ BENCHMARKS: dict[str, Callable[[Env], list[Figure]]] = {
     "balance": balance.run,
     "track": track.run,
     "lag": lag.run,
+    "lag_load": lag_load.run,
+    "fresh": fresh.run,
     "memory": memory.run,
     "delivery": delivery.run,
     "snapshot": snapshot.run,
+    "failover": failover.run,
+    "fleet": fleet.run,
 }
 # Every figure a complete run produces (the smoke test checks them all).
 EXPECTED = (
@@ -39,6 +43,14 @@ EXPECTED = (
     "track.async.c64.throughput",
     "lag.sync",
     "lag.async",
+    "lag.sync.first_touch",
+    "lag.async.first_touch",
+    "lag.sync.new_instance",
+    "lag.async.new_instance",
+    "lag_under_load.sync",
+    "lag_under_load.async",
+    "fresh.sync",
+    "fresh.async",
     "memory.process",
     "memory.redis_identity_hour",
     "delivery.sync",
@@ -46,6 +58,9 @@ EXPECTED = (
     "snapshot.apply.1",
     "snapshot.apply.100",
     "snapshot.apply.10000",
+    "failover",
+    "fleet",
+    "fleet.delay",
 )
 
 

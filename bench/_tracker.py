@@ -2,11 +2,11 @@
 application would be): ``python -m bench._tracker DRIVER REDIS_URL SERVER_URL TOKEN METER CUSTOMER
 KEY``.
 
-It warms an instance, says ``ready``, then answers each line it reads: ``t`` tracks one event,
-``i`` increments KEY with a bare redis-py client (the baseline's write), and each is
-answered with ``time.perf_counter_ns()`` taken the moment the call returned. On Linux that clock
-is CLOCK_MONOTONIC, the same in every process, so the parent can subtract it from its own. ``q``
-quits.
+It warms an instance, says ``ready``, then answers each line it reads: ``t`` tracks one event
+(for CUSTOMER, or for the customer named after it: ``t other-customer``), ``i`` increments KEY
+with a bare redis-py client (the baseline's write), and each is answered with
+``time.perf_counter_ns()`` taken the moment the call returned. On Linux that clock is
+CLOCK_MONOTONIC, the same in every process, so the parent can subtract it from its own. ``q`` quits.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ def _sync(redis_url: str, server_url: str, token: str, meter: str, customer: str
         publisher.ping()
         print("ready", flush=True)
         for line in sys.stdin:
-            command = line.strip()
+            command, _, named = line.strip().partition(" ")
             if command == "t":
-                sdk.track("api_call", external_customer_id=customer)
+                sdk.track("api_call", external_customer_id=named or customer)
             elif command == "i":
                 publisher.incr(key)
             else:
@@ -56,9 +56,10 @@ async def _async(
         print("ready", flush=True)
         while True:
             # Read commands off the loop, so the instance's own tasks keep running meanwhile.
-            command = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            command, _, named = line.strip().partition(" ")
             if command == "t":
-                await sdk.track("api_call", external_customer_id=customer)
+                await sdk.track("api_call", external_customer_id=named or customer)
             elif command == "i":
                 await publisher.incr(key)
             else:

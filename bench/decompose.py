@@ -40,9 +40,10 @@ from outpost_core import (
     RunScript,
     ScriptReplied,
     Session,
+    SubscriberRestarted,
 )
+from outpost_emulator.redis_server import running
 from outpost_sync import Outpost
-from tests.support.redis_server import running
 
 CUSTOMER = track_bench.CUSTOMER
 RAW = track_bench.RAW_CUSTOMER
@@ -72,12 +73,13 @@ class _Driverless:
         self.client = client
         self.session = Session()
         self.session.handle(ConfigurationReceived(track_bench.CONFIGURATION, from_cache=True))
+        self.session.handle(SubscriberRestarted())  # as the driver's subscriber does at start
         self.script = client.register_script(SCRIPT_TEXT["track"])
         while self.session.read(METER, external_customer_id=RAW) is None:
             for effect in self.session.effects():
                 assert isinstance(effect, LoadIdentity)
                 fields = client.hgetall(effect.key)
-                self.session.handle(IdentityLoaded(effect.key, fields))
+                self.session.handle(IdentityLoaded(effect.key, fields, effect.load_id))
 
     def build(self) -> RunScript:
         now = time.time_ns() // 1000

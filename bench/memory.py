@@ -11,8 +11,7 @@ from typing import Any
 import redis
 
 from bench import _naive
-from bench._emulator import EmulatorProcess
-from bench._env import Env, configuration_of
+from bench._env import Env, reducer_of
 from bench._stats import Figure, Side
 from outpost_core import BUCKET_US, Customer, from_us
 from outpost_core import _keys as keys
@@ -42,13 +41,6 @@ def run(env: Env) -> list[Figure]:
     return [_process(env), _redis_hour(env)]
 
 
-def _reducer_of(emu: EmulatorProcess, meter: str) -> str:
-    for reducer in configuration_of(emu)["reducers"]:
-        if meter in reducer["meter_ids"]:
-            return str(reducer["id"])
-    raise RuntimeError(f"no reducer serves meter {meter}")
-
-
 def _usage(client: redis.Redis, *names: str) -> int:
     total = 0
     for name in names:
@@ -76,7 +68,7 @@ def _options(env: Env) -> dict[str, Any]:
 def _process(env: Env) -> Figure:
     scale = env.scale
     meter = env.meter
-    reducer = _reducer_of(env.emulator, meter)
+    reducer = reducer_of(env.emulator, meter)
     client = env.client()
     subject: list[float] = []
     baseline: list[float] = []
@@ -132,7 +124,7 @@ def _wait(check: Any, timeout: float, what: str) -> None:
 def _redis_hour(env: Env) -> Figure:
     scale = env.scale
     emu, meter = env.emulator, env.meter
-    reducer = _reducer_of(emu, meter)
+    reducer = reducer_of(emu, meter)
     client = env.client()
     events = scale.identity_events
     counted: list[float] = []

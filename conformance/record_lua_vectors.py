@@ -16,9 +16,9 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT, Customer
 from outpost_core import _keys as keys
@@ -29,7 +29,7 @@ from .lua_vectors import SCHEMA, execute, subscribe
 ROOT = Path(__file__).resolve().parent
 README = ROOT / "README.md"
 SHA1_ROW = re.compile(r"^\| `(\w+)` \| `[0-9a-f]{40}` \|$", re.MULTILINE)
-SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot")
+SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot", "reclaim", "budget")
 
 BUCKET = 300_000_000
 HOUR = 3_600_000_000
@@ -39,6 +39,16 @@ NOW = B3 + 123_456  # the caller's clock in the settle and snapshot cases
 GROUP = "outpost"
 
 Case = dict[str, Any]
+
+
+class Row(NamedTuple):
+    """One line of a script's table: the case's name, what it shows, the state before, and
+    KEYS and ARGV as built by the script's argv helper."""
+
+    name: str
+    description: str
+    before: dict[str, Any]
+    keys_argv: tuple[list[str], list[str]]
 
 
 class Ident:
@@ -133,182 +143,159 @@ def track_argv(
     return k, argv
 
 
-def track_cases() -> Iterator[Case]:
-    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "-1", "1")])
-    yield case(
+TRACK_REVISION_3: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(3, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
+        COUNT.ev: {f(B0, "e0"): "1"},
+    }
+}
+TRACK_COUNT_AND_TOKENS: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(7, B0, B0 + 5),
+        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B1}": "1 4 4 4"}),
+        TOKENS.ev: {f(B1, "e0"): f"4 {B1 + 9}"},
+    }
+}
+TRACK_E1_PENDING_AND_QUEUED: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
+        COUNT.ev: {f(B0, "e1"): "1"},
+    },
+    "streams": outbox(COUNT, {"5-0": entry(COUNT, "e1", B0)}, []),
+}
+TRACK_E1_PENDING_IN_COUNT_ONLY: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
+        COUNT.ev: {f(B0, "e1"): "1"},
+        TOKENS.st: snapshot_state(2, B0, B0 + 5),
+    },
+    "streams": outbox(COUNT, {"5-0": entry(COUNT, "e1", B0)}, []),
+}
+TRACK_E1_PENDING_IN_BOTH: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
+        COUNT.ev: {f(B0, "e1"): "1"},
+        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B0}": "1 3 3 3"}),
+        TOKENS.ev: {f(B0, "e1"): f"3 {B0 + 9}"},
+    },
+}
+TRACK_TWO_EVENTS_IN_B1: dict[str, Any] = {
+    "hashes": {
+        TOKENS.st: snapshot_state(5, B0, B0 + 5, n="2", u="2", **{f"a:{B1}": "2 7 3 4"}),
+        TOKENS.ev: {f(B1, "e1"): "3", f(B1, "e2"): "4"},
+    }
+}
+TRACK_COLD_UNTIL_B2: dict[str, Any] = {
+    "hashes": {
+        TOKENS.st: snapshot_state(5, B2, B2 + 5, n="0", u="0"),
+    }
+}
+TRACK_HOLDS_0_1: dict[str, Any] = {
+    "hashes": {
+        TOKENS.st: snapshot_state(1, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 0.1 0.1 0.1"}),
+        TOKENS.ev: {f(B0, "e1"): "0.1"},
+    }
+}
+TRACK_ANOTHER_ENTRY_QUEUED: dict[str, Any] = {
+    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e0", B0)}, ["1-0"])
+}
+TRACK: list[Row] = [
+    Row(
         "first_event_of_a_new_identity",
         "No state yet: the identity is created at a fresh revision (Redis's clock) with the "
         "event pending and undelivered, the event is queued in the outbox (created), the "
         "reply carries only the revision (the caller does not follow the identity) and the "
         "delta is published.",
         {},
-        k,
-        a,
-    )
-    k, a = track_argv(ODD, "e1", B0, [(ODD, "-1", "1")])
-    yield case(
+        track_argv(COUNT, "e1", B0, [(COUNT, "-1", "1")]),
+    ),
+    Row(
         "customer_id_needing_encoding",
         "An external id with a colon, braces and a space: percent-encoded in the keys, hash tag "
         "of its shard; the outbox item keeps the raw id.",
         {},
-        k,
-        a,
-    )
-    before = {
-        "hashes": {
-            COUNT.st: snapshot_state(3, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-            COUNT.ev: {f(B0, "e0"): "1"},
-        }
-    }
-    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "3", "1")])
-    yield case(
+        track_argv(ODD, "e1", B0, [(ODD, "-1", "1")]),
+    ),
+    Row(
         "known_revision_gets_the_delta",
         "The caller holds revision 3, the previous one: the reply is the delta (a:, n, u).",
-        before,
-        k,
-        a,
-    )
-    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "1", "1")])
-    yield case(
+        TRACK_REVISION_3,
+        track_argv(COUNT, "e1", B0, [(COUNT, "3", "1")]),
+    ),
+    Row(
         "older_revision_gets_the_whole_state",
         "The caller holds revision 1 (it missed one): the reply is the whole state hash "
         "(full: 1); the published message is still the delta.",
-        before,
-        k,
-        a,
-    )
-    before = {
-        "hashes": {
-            COUNT.st: snapshot_state(7, B0, B0 + 5),
-            TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B1}": "1 4 4 4"}),
-            TOKENS.ev: {f(B1, "e0"): f"4 {B1 + 9}"},
-        }
-    }
-    k, a = track_argv(
-        COUNT, "e1", B1, [(COUNT, "7", "1"), (TOKENS, "2", "12"), (LARGEST, "-1", "12")]
-    )
-    yield case(
+        TRACK_REVISION_3,
+        track_argv(COUNT, "e1", B0, [(COUNT, "1", "1")]),
+    ),
+    Row(
         "one_event_three_identities",
         "An event counting in three reducers of one customer: one script updates the three "
         "identities (one of them new), replies per identity according to its known revision, "
         "publishes one message with the three deltas and queues the event once.",
-        before,
-        k,
-        a,
-    )
-    before = {
-        "hashes": {
-            COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-            COUNT.ev: {f(B0, "e1"): "1"},
-        },
-        "streams": outbox(COUNT, {"5-0": entry(COUNT, "e1", B0)}, []),
-    }
-    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "4", "1")])
-    yield case(
+        TRACK_COUNT_AND_TOKENS,
+        track_argv(
+            COUNT, "e1", B1, [(COUNT, "7", "1"), (TOKENS, "2", "12"), (LARGEST, "-1", "12")]
+        ),
+    ),
+    Row(
         "duplicate_track_changes_nothing",
         'The event is already pending in the first identity (a retried track): {"dup":1}, '
         "no write, no revision, no message, no outbox entry.",
-        before,
-        k,
-        a,
-    )
-    before = {
-        "hashes": {
-            COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-            COUNT.ev: {f(B0, "e1"): "1"},
-            TOKENS.st: snapshot_state(2, B0, B0 + 5),
-        },
-        "streams": outbox(COUNT, {"5-0": entry(COUNT, "e1", B0)}, []),
-    }
-    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "4", "1"), (TOKENS, "2", "3")])
-    yield case(
+        TRACK_E1_PENDING_AND_QUEUED,
+        track_argv(COUNT, "e1", B0, [(COUNT, "4", "1")]),
+    ),
+    Row(
         "retry_writes_only_the_identities_new_to_the_event",
         "A retried track after a reducer appeared: the first identity already holds the event "
         "and is left alone; the second is written; the event is queued again (Polar "
         "de-duplicates it by external_id).",
-        before,
-        k,
-        a,
-    )
-    before = {
-        "hashes": {
-            COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-            COUNT.ev: {f(B0, "e1"): "1"},
-            TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B0}": "1 3 3 3"}),
-            TOKENS.ev: {f(B0, "e1"): f"3 {B0 + 9}"},
-        },
-    }
-    k, a = track_argv(COUNT, "e1", B0, [(COUNT, "4", "1"), (TOKENS, "2", "3")])
-    yield case(
+        TRACK_E1_PENDING_IN_COUNT_ONLY,
+        track_argv(COUNT, "e1", B0, [(COUNT, "4", "1"), (TOKENS, "2", "3")]),
+    ),
+    Row(
         "duplicate_in_every_identity",
         'Every identity holds the events field (acknowledged or not): {"dup":1}, nothing '
         "written or queued.",
-        before,
-        k,
-        a,
-    )
-    before = {
-        "hashes": {
-            TOKENS.st: snapshot_state(5, B0, B0 + 5, n="2", u="2", **{f"a:{B1}": "2 7 3 4"}),
-            TOKENS.ev: {f(B1, "e1"): "3", f(B1, "e2"): "4"},
-        }
-    }
-    k, a = track_argv(TOKENS, "e3", B1, [(TOKENS, "5", "-1.5")])
-    yield case(
+        TRACK_E1_PENDING_IN_BOTH,
+        track_argv(COUNT, "e1", B0, [(COUNT, "4", "1"), (TOKENS, "2", "3")]),
+    ),
+    Row(
         "bucket_aggregate_count_sum_min_max",
         "A third event in a bucket: count and sum grow, a lower value becomes the min.",
-        before,
-        k,
-        a,
-    )
-    before = {
-        "hashes": {
-            TOKENS.st: snapshot_state(5, B2, B2 + 5, n="0", u="0"),
-        }
-    }
-    k, a = track_argv(TOKENS, "e1", B0, [(TOKENS, "5", "2")])
-    yield case(
+        TRACK_TWO_EVENTS_IN_B1,
+        track_argv(TOKENS, "e3", B1, [(TOKENS, "5", "-1.5")]),
+    ),
+    Row(
         "event_into_a_cold_bucket_counts_whole",
         "The event's bucket is before cold_until (a late event): it is added to that bucket's "
         "local aggregate and stays pending like any other.",
-        before,
-        k,
-        a,
-    )
-    before = {
-        "hashes": {
-            TOKENS.st: snapshot_state(1, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 0.1 0.1 0.1"}),
-            TOKENS.ev: {f(B0, "e1"): "0.1"},
-        }
-    }
-    k, a = track_argv(TOKENS, "e2", B0, [(TOKENS, "1", "0.2")])
-    yield case(
+        TRACK_COLD_UNTIL_B2,
+        track_argv(TOKENS, "e1", B0, [(TOKENS, "5", "2")]),
+    ),
+    Row(
         "number_formatting_shortest_exact",
         "0.1 + 0.2 is written 0.30000000000000004: the shortest text that reads back exactly.",
-        before,
-        k,
-        a,
-    )
-    k, a = track_argv(TOKENS, "e2", B0, [(TOKENS, "-1", "1.2345678901234568e+16")])
-    yield case(
+        TRACK_HOLDS_0_1,
+        track_argv(TOKENS, "e2", B0, [(TOKENS, "1", "0.2")]),
+    ),
+    Row(
         "number_formatting_large_values",
         "The raw value text is stored as given in the events hash; the aggregate is written by "
         "lib.lua's fmt: an integral value below 2^53 with %d, others with the first of %.15g, "
         "%.16g, %.17g that reads back exactly (here 12345678901234568, without an exponent).",
         {"hashes": {TOKENS.st: snapshot_state(1, B0, B0 + 5)}},
-        k,
-        a,
-    )
-    before = {"streams": outbox(COUNT, {"1-0": entry(COUNT, "e0", B0)}, ["1-0"])}
-    k, a = track_argv(COUNT, "e1", B0, [])
-    yield case(
+        track_argv(TOKENS, "e2", B0, [(TOKENS, "-1", "1.2345678901234568e+16")]),
+    ),
+    Row(
         "no_identity_only_queues_the_event",
         "An event no reducer counts: nothing to reduce, the event is still queued for Polar; "
         "the existing entry and its group are untouched.",
-        before,
-        k,
-        a,
-    )
+        TRACK_ANOTHER_ENTRY_QUEUED,
+        track_argv(COUNT, "e1", B0, []),
+    ),
+]
 
 
 # -- acknowledge and confirm ----------------------------------------------------------------------
@@ -326,233 +313,207 @@ def settle_argv(
     return k, argv
 
 
-def acknowledge_cases() -> Iterator[Case]:
-    one = {
-        "hashes": {
-            COUNT.st: snapshot_state(2, B0, B0 + 5, n="1", u="1", **{f"a:{B1}": "1 1 1 1"}),
-            COUNT.ev: {f(B1, "e1"): "1"},
+ACKNOWLEDGE_ONE: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(2, B0, B0 + 5, n="1", u="1", **{f"a:{B1}": "1 1 1 1"}),
+        COUNT.ev: {f(B1, "e1"): "1"},
+    },
+    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B1)}, ["1-0"]),
+}
+ACKNOWLEDGE_TWICE: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(3, B0, B0 + 5, n="1", u="0", **{f"a:{B1}": "1 1 1 1"}),
+        COUNT.ev: {f(B1, "e1"): f"1 {NOW - 10}"},
+    },
+    "streams": outbox(COUNT, {}, []),
+}
+ACKNOWLEDGE_GONE: dict[str, Any] = {
+    "hashes": {COUNT.st: snapshot_state(3, B2, B2 + 5)},
+    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B1)}, ["1-0"]),
+}
+ACKNOWLEDGE_COLD: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(6, B2, B2 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
+        COUNT.ev: {f(B0, "e1"): "1"},
+    },
+    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B0)}, ["1-0"]),
+}
+ACKNOWLEDGE_SEVERAL: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(
+            4, B0, B0 + 5, n="3", u="2", **{f"a:{B0}": "2 2 1 1", f"a:{B1}": "1 1 1 1"}
+        ),
+        COUNT.ev: {f(B0, "e1"): "1", f(B0, "e2"): f"1 {NOW - 50}", f(B1, "e3"): "1"},
+        TOKENS.st: snapshot_state(
+            9, B0, B0 + 5, n="2", u="2", **{f"a:{B0}": "1 5 5 5", f"a:{B1}": "1 2 2 2"}
+        ),
+        TOKENS.ev: {f(B0, "e1"): "5", f(B1, "e3"): "2"},
+    },
+    "streams": outbox(
+        COUNT,
+        {
+            "1-0": entry(COUNT, "e1", B0, COUNT, TOKENS),
+            "2-0": entry(COUNT, "e2", B0),
+            "3-0": entry(COUNT, "e3", B1, COUNT, TOKENS),
         },
-        "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B1)}, ["1-0"]),
-    }
-    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "-1", [f(B1, "e1")])])
-    yield case(
+        ["1-0", "2-0", "3-0"],
+    ),
+}
+ACKNOWLEDGE: list[Row] = [
+    Row(
         "acknowledges_one_event",
         "The event is marked acknowledged (value and acknowledgement time), stays pending and "
         "in its bucket's aggregate; u drops; the outbox entry is acknowledged and deleted.",
-        one,
-        k,
-        a,
-    )
-    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "2", [f(B1, "e1")])])
-    yield case(
+        ACKNOWLEDGE_ONE,
+        settle_argv(COUNT, ["1-0"], [(COUNT, "-1", [f(B1, "e1")])]),
+    ),
+    Row(
         "acknowledges_one_event_known_revision",
         "The same with the caller holding the previous revision: the reply is the delta.",
-        one,
-        k,
-        a,
-    )
-    twice = {
-        "hashes": {
-            COUNT.st: snapshot_state(3, B0, B0 + 5, n="1", u="0", **{f"a:{B1}": "1 1 1 1"}),
-            COUNT.ev: {f(B1, "e1"): f"1 {NOW - 10}"},
-        },
-        "streams": outbox(COUNT, {}, []),
-    }
-    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "3", [f(B1, "e1")])])
-    yield case(
+        ACKNOWLEDGE_ONE,
+        settle_argv(COUNT, ["1-0"], [(COUNT, "2", [f(B1, "e1")])]),
+    ),
+    Row(
         "acknowledging_twice_changes_nothing",
         "Already acknowledged: no write, no revision, no message; acknowledging and deleting "
         "an outbox entry that is gone is harmless.",
-        twice,
-        k,
-        a,
-    )
-    gone = {
-        "hashes": {COUNT.st: snapshot_state(3, B2, B2 + 5)},
-        "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B1)}, ["1-0"]),
-    }
-    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "3", [f(B1, "e1")])])
-    yield case(
+        ACKNOWLEDGE_TWICE,
+        settle_argv(COUNT, ["1-0"], [(COUNT, "3", [f(B1, "e1")])]),
+    ),
+    Row(
         "event_no_longer_pending",
         "A snapshot already counted the event (or it was confirmed): nothing changes in the "
         "hashes; the outbox entry is still acknowledged and deleted.",
-        gone,
-        k,
-        a,
-    )
-    cold = {
-        "hashes": {
-            COUNT.st: snapshot_state(6, B2, B2 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-            COUNT.ev: {f(B0, "e1"): "1"},
-        },
-        "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B0)}, ["1-0"]),
-    }
-    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "6", [f(B0, "e1")])])
-    yield case(
+        ACKNOWLEDGE_GONE,
+        settle_argv(COUNT, ["1-0"], [(COUNT, "3", [f(B1, "e1")])]),
+    ),
+    Row(
         "cold_bucket_event_stays_pending",
         "The event's bucket is before cold_until: acknowledged, it stays pending until a "
         "snapshot counts it (or its one-hour limit passes), exactly like a hot one.",
-        cold,
-        k,
-        a,
-    )
-    several = {
-        "hashes": {
-            COUNT.st: snapshot_state(
-                4, B0, B0 + 5, n="3", u="2", **{f"a:{B0}": "2 2 1 1", f"a:{B1}": "1 1 1 1"}
-            ),
-            COUNT.ev: {f(B0, "e1"): "1", f(B0, "e2"): f"1 {NOW - 50}", f(B1, "e3"): "1"},
-            TOKENS.st: snapshot_state(
-                9, B0, B0 + 5, n="2", u="2", **{f"a:{B0}": "1 5 5 5", f"a:{B1}": "1 2 2 2"}
-            ),
-            TOKENS.ev: {f(B0, "e1"): "5", f(B1, "e3"): "2"},
-        },
-        "streams": outbox(
-            COUNT,
-            {
-                "1-0": entry(COUNT, "e1", B0, COUNT, TOKENS),
-                "2-0": entry(COUNT, "e2", B0),
-                "3-0": entry(COUNT, "e3", B1, COUNT, TOKENS),
-            },
-            ["1-0", "2-0", "3-0"],
-        ),
-    }
-    k, a = settle_argv(
-        COUNT,
-        ["1-0", "2-0", "3-0"],
-        [
-            (COUNT, "4", [f(B0, "e1"), f(B0, "e2"), f(B1, "e3")]),
-            (TOKENS, "2", [f(B0, "e1"), f(B1, "e3")]),
-        ],
-    )
-    yield case(
+        ACKNOWLEDGE_COLD,
+        settle_argv(COUNT, ["1-0"], [(COUNT, "6", [f(B0, "e1")])]),
+    ),
+    Row(
         "several_identities_and_events",
         "Three entries, two identities; one event was already acknowledged (not counted "
         "twice in u). The first identity's caller holds the previous revision (delta), the "
         "second's an older one (whole state).",
-        several,
-        k,
-        a,
-    )
-    k, a = settle_argv(COUNT, [], [(COUNT, "-1", [f(B1, "e1")])])
-    yield case(
+        ACKNOWLEDGE_SEVERAL,
+        settle_argv(
+            COUNT,
+            ["1-0", "2-0", "3-0"],
+            [
+                (COUNT, "4", [f(B0, "e1"), f(B0, "e2"), f(B1, "e3")]),
+                (TOKENS, "2", [f(B0, "e1"), f(B1, "e3")]),
+            ],
+        ),
+    ),
+    Row(
         "no_outbox_entries",
         "m = 0: only the hashes change; the stream is not touched.",
-        one,
-        k,
-        a,
-    )
+        ACKNOWLEDGE_ONE,
+        settle_argv(COUNT, [], [(COUNT, "-1", [f(B1, "e1")])]),
+    ),
+]
 
 
-def confirm_cases() -> Iterator[Case]:
-    two = {
-        "hashes": {
-            TOKENS.st: snapshot_state(2, B0, B0 + 5, n="2", u="2", **{f"a:{B1}": "2 8 3 5"}),
-            TOKENS.ev: {f(B1, "e1"): "3", f(B1, "e2"): "5"},
-        },
-        "streams": outbox(
-            TOKENS, {"1-0": entry(TOKENS, "e1", B1), "2-0": entry(TOKENS, "e2", B1)}, ["1-0"]
+CONFIRM_TWO: dict[str, Any] = {
+    "hashes": {
+        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="2", u="2", **{f"a:{B1}": "2 8 3 5"}),
+        TOKENS.ev: {f(B1, "e1"): "3", f(B1, "e2"): "5"},
+    },
+    "streams": outbox(
+        TOKENS, {"1-0": entry(TOKENS, "e1", B1), "2-0": entry(TOKENS, "e2", B1)}, ["1-0"]
+    ),
+}
+CONFIRM_THREE: dict[str, Any] = {
+    "hashes": {
+        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="3", u="3", **{f"a:{B1}": "3 9 1 5"}),
+        TOKENS.ev: {f(B1, "e1"): "1", f(B1, "e2"): "3", f(B1, "e3"): "5"},
+    },
+}
+CONFIRM_COLD: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(
+            5, B2, B2 + 5, n="2", u="0", **{f"a:{B0}": "1 1 1 1", f"a:{B2}": "1 1 1 1"}
         ),
-    }
-    k, a = settle_argv(TOKENS, ["1-0"], [(TOKENS, "-1", [f(B1, "e1")])])
-    yield case(
+        COUNT.ev: {f(B0, "e1"): f"1 {NOW - HOUR}", f(B2, "e2"): f"1 {NOW - 5}"},
+    },
+}
+CONFIRM_GONE: dict[str, Any] = {
+    "hashes": {COUNT.st: snapshot_state(5, B2, B2 + 5)},
+}
+CONFIRM_MALFORMED: dict[str, Any] = {
+    "streams": outbox(COUNT, {"1-0": {"junk": "1"}, "2-0": {"e": "{"}}, ["1-0", "2-0"]),
+}
+CONFIRM_SEVERAL: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(
+            4, B1, B1 + 5, n="3", u="3", **{f"a:{B0}": "1 1 1 1", f"a:{B1}": "2 2 1 1"}
+        ),
+        COUNT.ev: {f(B0, "e1"): "1", f(B1, "e2"): "1", f(B1, "e3"): "1"},
+        LARGEST.st: snapshot_state(
+            8, B1, B1 + 5, n="2", u="2", **{f"a:{B0}": "1 7 7 7", f"a:{B1}": "1 9 9 9"}
+        ),
+        LARGEST.ev: {f(B0, "e1"): "7", f(B1, "e2"): "9"},
+    },
+}
+CONFIRM: list[Row] = [
+    Row(
         "drops_one_event",
         "The event leaves the events hash and its bucket's aggregate at once (rebuilt from "
         "the events that remain: count, sum, min and max); n and u are recounted; the outbox "
         "entry is acknowledged and deleted, the other entry stays.",
-        two,
-        k,
-        a,
-    )
-    k, a = settle_argv(TOKENS, ["1-0", "2-0"], [(TOKENS, "2", [f(B1, "e1"), f(B1, "e2")])])
-    yield case(
+        CONFIRM_TWO,
+        settle_argv(TOKENS, ["1-0"], [(TOKENS, "-1", [f(B1, "e1")])]),
+    ),
+    Row(
         "last_events_of_a_bucket_delete_its_aggregate",
         "No event left in the bucket: its a: field is deleted (listed in d).",
-        two,
-        k,
-        a,
-    )
-    three = {
-        "hashes": {
-            TOKENS.st: snapshot_state(2, B0, B0 + 5, n="3", u="3", **{f"a:{B1}": "3 9 1 5"}),
-            TOKENS.ev: {f(B1, "e1"): "1", f(B1, "e2"): "3", f(B1, "e3"): "5"},
-        },
-    }
-    k, a = settle_argv(TOKENS, [], [(TOKENS, "2", [f(B1, "e1"), f(B1, "e3")])])
-    yield case(
+        CONFIRM_TWO,
+        settle_argv(TOKENS, ["1-0", "2-0"], [(TOKENS, "2", [f(B1, "e1"), f(B1, "e2")])]),
+    ),
+    Row(
         "rebuilds_min_and_max",
         "Dropping the smallest and the largest event: min and max come from the events left.",
-        three,
-        k,
-        a,
-    )
-    cold = {
-        "hashes": {
-            COUNT.st: snapshot_state(
-                5, B2, B2 + 5, n="2", u="0", **{f"a:{B0}": "1 1 1 1", f"a:{B2}": "1 1 1 1"}
-            ),
-            COUNT.ev: {f(B0, "e1"): f"1 {NOW - HOUR}", f(B2, "e2"): f"1 {NOW - 5}"},
-        },
-    }
-    k, a = settle_argv(COUNT, [], [(COUNT, "5", [f(B0, "e1"), f(B2, "e2")])])
-    yield case(
+        CONFIRM_THREE,
+        settle_argv(TOKENS, [], [(TOKENS, "2", [f(B1, "e1"), f(B1, "e3")])]),
+    ),
+    Row(
         "acknowledged_events_hot_and_cold",
         "Confirm removes events whatever their state: acknowledged, in a cold bucket or a hot one.",
-        cold,
-        k,
-        a,
-    )
-    gone = {
-        "hashes": {COUNT.st: snapshot_state(5, B2, B2 + 5)},
-    }
-    k, a = settle_argv(COUNT, ["1-0"], [(COUNT, "5", [f(B0, "e1")])])
-    yield case(
+        CONFIRM_COLD,
+        settle_argv(COUNT, [], [(COUNT, "5", [f(B0, "e1"), f(B2, "e2")])]),
+    ),
+    Row(
         "confirming_twice_changes_nothing",
         "The event is gone already: no write, no revision, no message.",
-        gone,
-        k,
-        a,
-    )
-    malformed = {
-        "streams": outbox(COUNT, {"1-0": {"junk": "1"}, "2-0": {"e": "{"}}, ["1-0", "2-0"]),
-    }
-    k, a = settle_argv(COUNT, ["1-0", "2-0"], [])
-    yield case(
+        CONFIRM_GONE,
+        settle_argv(COUNT, ["1-0"], [(COUNT, "5", [f(B0, "e1")])]),
+    ),
+    Row(
         "entries_without_identities",
         "Unreadable outbox entries are settled with confirm and no identity: they are "
         "acknowledged and deleted, nothing else.",
-        malformed,
-        k,
-        a,
-    )
-    several = {
-        "hashes": {
-            COUNT.st: snapshot_state(
-                4, B1, B1 + 5, n="3", u="3", **{f"a:{B0}": "1 1 1 1", f"a:{B1}": "2 2 1 1"}
-            ),
-            COUNT.ev: {f(B0, "e1"): "1", f(B1, "e2"): "1", f(B1, "e3"): "1"},
-            LARGEST.st: snapshot_state(
-                8, B1, B1 + 5, n="2", u="2", **{f"a:{B0}": "1 7 7 7", f"a:{B1}": "1 9 9 9"}
-            ),
-            LARGEST.ev: {f(B0, "e1"): "7", f(B1, "e2"): "9"},
-        },
-    }
-    k, a = settle_argv(
-        COUNT,
-        [],
-        [
-            (COUNT, "4", [f(B0, "e1"), f(B1, "e2")]),
-            (LARGEST, "-1", [f(B0, "e1"), f(B1, "e2")]),
-        ],
-    )
-    yield case(
+        CONFIRM_MALFORMED,
+        settle_argv(COUNT, ["1-0", "2-0"], []),
+    ),
+    Row(
         "several_identities_and_buckets",
         "Two identities, two buckets each: every bucket touched is rebuilt, emptied ones are "
         "deleted; one caller holds the previous revision, the other does not follow.",
-        several,
-        k,
-        a,
-    )
+        CONFIRM_SEVERAL,
+        settle_argv(
+            COUNT,
+            [],
+            [
+                (COUNT, "4", [f(B0, "e1"), f(B1, "e2")]),
+                (LARGEST, "-1", [f(B0, "e1"), f(B1, "e2")]),
+            ],
+        ),
+    ),
+]
 
 
 # -- apply_snapshot -------------------------------------------------------------------------------
@@ -578,228 +539,309 @@ def apply_argv(
     return k, argv
 
 
-def apply_snapshot_cases() -> Iterator[Case]:
-    k, a = apply_argv(B2, B2 + 77, [("m-count", "100")], [(COUNT, "-1", "0 0 - -", [])])
-    yield case(
+APPLY_SNAPSHOT_MIXED: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(
+            3,
+            B0,
+            B0 + 5,
+            p="2 2 1 1",
+            n="4",
+            u="2",
+            **{f"a:{B0}": "2 2 1 1", f"a:{B1}": "1 1 1 1", f"a:{B3}": "1 1 1 1"},
+            **{"c:m-count": "100"},
+        ),
+        COUNT.ev: {
+            f(B0, "e1"): f"1 {NOW - 600_000_000}",
+            f(B0, "e2"): "1",
+            f(B1, "e3"): f"1 {NOW - 60_000_000}",
+            f(B3, "e4"): "1",
+        },
+    }
+}
+APPLY_SNAPSHOT_APPLIED: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(
+            5, B2, NOW - 1000, p="4 4 1 1", n="1", u="1", **{f"a:{B3}": "1 1 1 1"}
+        )
+        | {"c:m-count": "100"},
+        COUNT.ev: {f(B3, "e4"): "1"},
+    }
+}
+APPLY_SNAPSHOT_EXPIRING: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(
+            2,
+            B0,
+            B0 + 5,
+            n="5",
+            u="1",
+            **{f"a:{B0}": "3 3 1 1", f"a:{B1}": "1 1 1 1", f"a:{B3}": "1 1 1 1"},
+        ),
+        COUNT.ev: {
+            f(B0, "e1"): f"1 {NOW - HOUR - 1}",
+            f(B0, "e2"): f"1 {NOW - HOUR}",
+            f(B0, "e3"): "1",
+            f(B1, "e4"): f"1 {NOW - 2 * HOUR}",
+            f(B3, "e5"): f"1 {NOW - 2 * HOUR}",
+        },
+    }
+}
+APPLY_SNAPSHOT_TRICKY: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(2, B1, B1 + 5, n="1", u="0", **{f"a:{B1}": "1 1 1 1"}),
+        COUNT.ev: {f(B1, "e1"): f"1 {NOW - 30_000_000}"},
+    }
+}
+APPLY_SNAPSHOT_CREDITS: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(2, B0, B0 + 5) | {"c:m-count": "100", "c:m-old": "5"},
+    }
+}
+APPLY_SNAPSHOT_HOT_COUNTED: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B2}": "1 1 1 1"}),
+        COUNT.ev: {f(B2, "e1"): f"1 {NOW - 5}"},
+    }
+}
+APPLY_SNAPSHOT_SEVERAL: dict[str, Any] = {
+    "hashes": {
+        TOKENS.st: snapshot_state(4, B0, B0 + 5, n="2", u="0", **{f"a:{B0}": "2 10 3 7"}),
+        TOKENS.ev: {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): f"7 {NOW - 9}"},
+        LARGEST.st: snapshot_state(6, B0, B0 + 5, n="2", u="1", **{f"a:{B0}": "2 10 3 7"}),
+        LARGEST.ev: {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): "7"},
+    }
+}
+APPLY_SNAPSHOT_FIRST_WITH_EVENTS: dict[str, Any] = {
+    "hashes": {
+        COUNT.st: {"rev": "2", "n": "2", "u": "2", f"a:{B0}": "1 1 1 1", f"a:{B2}": "1 1 1 1"},
+        COUNT.ev: {f(B0, "e1"): "1", f(B2, "e2"): "1"},
+    }
+}
+APPLY_SNAPSHOT: list[Row] = [
+    Row(
         "first_snapshot_of_a_new_identity",
         "No state yet: cold_until, as_of, the snapshot id, Polar's aggregate and the credits "
         "are written, n and u are 0, at a fresh revision (Redis's clock).",
         {},
-        k,
-        a,
-    )
-    mixed = {
-        "hashes": {
-            COUNT.st: snapshot_state(
-                3,
-                B0,
-                B0 + 5,
-                p="2 2 1 1",
-                n="4",
-                u="2",
-                **{f"a:{B0}": "2 2 1 1", f"a:{B1}": "1 1 1 1", f"a:{B3}": "1 1 1 1"},
-                **{"c:m-count": "100"},
-            ),
-            COUNT.ev: {
-                f(B0, "e1"): f"1 {NOW - 600_000_000}",
-                f(B0, "e2"): "1",
-                f(B1, "e3"): f"1 {NOW - 60_000_000}",
-                f(B3, "e4"): "1",
-            },
-        }
-    }
-    k, a = apply_argv(
-        B2,
-        NOW - 1000,
-        [("m-count", "100")],
-        [(COUNT, "3", "4 4 1 1", [f(B0, "e1"), f(B1, "e3")])],
-    )
-    yield case(
+        apply_argv(B2, B2 + 77, [("m-count", "100")], [(COUNT, "-1", "0 0 - -", [])]),
+    ),
+    Row(
         "counted_events_leave_the_others_stay",
         "cold_until moves from B0 to B2. The snapshot counts e1 and e3: they leave pending and "
         "their buckets' aggregates. e2 (undelivered, B0) is not counted and stays; e4 is in a "
         "hot bucket and is not touched. Polar's aggregate and cold_until are replaced.",
-        mixed,
-        k,
-        a,
-    )
-    k, a = apply_argv(B2, NOW - 1000, [("m-count", "100")], [(COUNT, "1", "4 4 1 1", [])])
-    yield case(
+        APPLY_SNAPSHOT_MIXED,
+        apply_argv(
+            B2,
+            NOW - 1000,
+            [("m-count", "100")],
+            [(COUNT, "3", "4 4 1 1", [f(B0, "e1"), f(B1, "e3")])],
+        ),
+    ),
+    Row(
         "nothing_counted_whole_state_reply",
         "The snapshot counts none of the pending events: they all stay; the caller holds an "
         "older revision and gets the whole state.",
-        mixed,
-        k,
-        a,
-    )
-    applied = {
-        "hashes": {
-            COUNT.st: snapshot_state(
-                5, B2, NOW - 1000, p="4 4 1 1", n="1", u="1", **{f"a:{B3}": "1 1 1 1"}
-            )
-            | {"c:m-count": "100"},
-            COUNT.ev: {f(B3, "e4"): "1"},
-        }
-    }
-    k, a = apply_argv(B1, NOW, [("m-count", "50")], [(COUNT, "5", "9 9 1 1", [])])
-    yield case(
+        APPLY_SNAPSHOT_MIXED,
+        apply_argv(B2, NOW - 1000, [("m-count", "100")], [(COUNT, "1", "4 4 1 1", [])]),
+    ),
+    Row(
         "stale_lower_cold_until_changes_nothing",
         "cold_until below the applied one: nothing is written, no revision, no message.",
-        applied,
-        k,
-        a,
-    )
-    k, a = apply_argv(B2, NOW - 2000, [("m-count", "50")], [(COUNT, "5", "9 9 1 1", [])])
-    yield case(
+        APPLY_SNAPSHOT_APPLIED,
+        apply_argv(B1, NOW, [("m-count", "50")], [(COUNT, "5", "9 9 1 1", [])]),
+    ),
+    Row(
         "stale_same_cold_until_older_as_of_changes_nothing",
         "Same cold_until, older as_of: nothing changes.",
-        applied,
-        k,
-        a,
-    )
-    k, a = apply_argv(
-        B2, NOW - 1000, [("m-count", "100")], [(COUNT, "5", "4 4 1 1", [])], sid="s-1"
-    )
-    yield case(
+        APPLY_SNAPSHOT_APPLIED,
+        apply_argv(B2, NOW - 2000, [("m-count", "50")], [(COUNT, "5", "9 9 1 1", [])]),
+    ),
+    Row(
         "reapplying_the_same_snapshot_changes_nothing",
         "Same cold_until and as_of (the same snapshot, delivered twice): nothing changes.",
-        applied,
-        k,
-        a,
-    )
-    k, a = apply_argv(B2, NOW - 10, [("m-count", "150")], [(COUNT, "5", "5 5 1 1", [])])
-    yield case(
+        APPLY_SNAPSHOT_APPLIED,
+        apply_argv(B2, NOW - 1000, [("m-count", "100")], [(COUNT, "5", "4 4 1 1", [])], sid="s-1"),
+    ),
+    Row(
         "same_cold_until_newer_as_of_applies",
         "Same cold_until, later as_of (a credit grant, a late event): applied.",
-        applied,
-        k,
-        a,
-    )
-    expiring = {
-        "hashes": {
-            COUNT.st: snapshot_state(
-                2,
-                B0,
-                B0 + 5,
-                n="5",
-                u="1",
-                **{f"a:{B0}": "3 3 1 1", f"a:{B1}": "1 1 1 1", f"a:{B3}": "1 1 1 1"},
-            ),
-            COUNT.ev: {
-                f(B0, "e1"): f"1 {NOW - HOUR - 1}",
-                f(B0, "e2"): f"1 {NOW - HOUR}",
-                f(B0, "e3"): "1",
-                f(B1, "e4"): f"1 {NOW - 2 * HOUR}",
-                f(B3, "e5"): f"1 {NOW - 2 * HOUR}",
-            },
-        }
-    }
-    k, a = apply_argv(B2, NOW - 1000, [], [(COUNT, "2", "0 0 - -", [])])
-    yield case(
+        APPLY_SNAPSHOT_APPLIED,
+        apply_argv(B2, NOW - 10, [("m-count", "150")], [(COUNT, "5", "5 5 1 1", [])]),
+    ),
+    Row(
         "acknowledged_events_expire_after_the_pending_limit",
         "In buckets before the new cold_until, acknowledged events no snapshot counted leave "
         "once acknowledged more than ARGV[3] (1 h) ago: e1 (1 h + 1 µs) and e4 (2 h) go, e2 "
         "(exactly 1 h) stays; e3 (never acknowledged) stays; e5 (hot bucket) stays.",
-        expiring,
-        k,
-        a,
-    )
-    tricky = {
-        "hashes": {
-            COUNT.st: snapshot_state(2, B1, B1 + 5, n="1", u="0", **{f"a:{B1}": "1 1 1 1"}),
-            COUNT.ev: {f(B1, "e1"): f"1 {NOW - 30_000_000}"},
-        }
-    }
-    k, a = apply_argv(B2, NOW - 60_000_000, [], [(COUNT, "2", "0 0 - -", [])])
-    yield case(
+        APPLY_SNAPSHOT_EXPIRING,
+        apply_argv(B2, NOW - 1000, [], [(COUNT, "2", "0 0 - -", [])]),
+    ),
+    Row(
         "acknowledged_while_hot_made_cold_without_count",
         "decisions.md D5: e1 was acknowledged while its bucket B1 was hot; a snapshot computed "
         "before that acknowledgement makes B1 cold without counting it. e1 stays pending and "
         "keeps counting.",
-        tricky,
-        k,
-        a,
-    )
-    credits = {
-        "hashes": {
-            COUNT.st: snapshot_state(2, B0, B0 + 5) | {"c:m-count": "100", "c:m-old": "5"},
-        }
-    }
-    k, a = apply_argv(
-        B1, B1 + 7, [("m-count", "120.5"), ("m-new", "0")], [(COUNT, "2", "0 0 - -", [])]
-    )
-    yield case(
+        APPLY_SNAPSHOT_TRICKY,
+        apply_argv(B2, NOW - 60_000_000, [], [(COUNT, "2", "0 0 - -", [])]),
+    ),
+    Row(
         "credits_are_replaced",
         "Every meter of the snapshot is written; a meter the snapshot no longer lists loses "
         "its c: field (listed in d).",
-        credits,
-        k,
-        a,
-    )
-    k, a = apply_argv(B1, B1 + 7, [], [(COUNT, "2", "0 0 - -", [])])
-    yield case(
+        APPLY_SNAPSHOT_CREDITS,
+        apply_argv(
+            B1,
+            B1 + 7,
+            [("m-count", "120.5"), ("m-new", "0")],
+            [(COUNT, "2", "0 0 - -", [])],
+        ),
+    ),
+    Row(
         "no_credits",
         "m = 0: every c: field is deleted.",
-        credits,
-        k,
-        a,
-    )
-    hot_counted = {
-        "hashes": {
-            COUNT.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B2}": "1 1 1 1"}),
-            COUNT.ev: {f(B2, "e1"): f"1 {NOW - 5}"},
-        }
-    }
-    k, a = apply_argv(B2, NOW - 1, [], [(COUNT, "2", "0 0 - -", [f(B2, "e1")])])
-    yield case(
+        APPLY_SNAPSHOT_CREDITS,
+        apply_argv(B1, B1 + 7, [], [(COUNT, "2", "0 0 - -", [])]),
+    ),
+    Row(
         "counted_field_at_or_after_cold_until_is_ignored",
         "A counted field whose bucket is not before cold_until is left alone (Polar's totals "
         "do not include it).",
-        hot_counted,
-        k,
-        a,
-    )
-    several = {
-        "hashes": {
-            TOKENS.st: snapshot_state(4, B0, B0 + 5, n="2", u="0", **{f"a:{B0}": "2 10 3 7"}),
-            TOKENS.ev: {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): f"7 {NOW - 9}"},
-            LARGEST.st: snapshot_state(6, B0, B0 + 5, n="2", u="1", **{f"a:{B0}": "2 10 3 7"}),
-            LARGEST.ev: {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): "7"},
-        }
-    }
-    k, a = apply_argv(
-        B1,
-        NOW - 100,
-        [("m-tokens", "1000"), ("m-largest", "0")],
-        [
-            (TOKENS, "4", "1 7 7 7", [f(B0, "e2")]),
-            (LARGEST, "3", "1 7 7 7", [f(B0, "e2")]),
-            (COUNT, "-1", "1 1 1 1", []),
-        ],
-    )
-    yield case(
+        APPLY_SNAPSHOT_HOT_COUNTED,
+        apply_argv(B2, NOW - 1, [], [(COUNT, "2", "0 0 - -", [f(B2, "e1")])]),
+    ),
+    Row(
         "several_identities",
         "One snapshot, three reducers of the customer: e2 is counted in both identities that "
         "hold it; min and max of B0 come from e1 alone; the third identity is new. Replies: "
         "delta, whole state, revision only.",
-        several,
-        k,
-        a,
-    )
-    first_with_events = {
-        "hashes": {
-            COUNT.st: {"rev": "2", "n": "2", "u": "2", f"a:{B0}": "1 1 1 1", f"a:{B2}": "1 1 1 1"},
-            COUNT.ev: {f(B0, "e1"): "1", f(B2, "e2"): "1"},
-        }
-    }
-    k, a = apply_argv(B1, NOW - 100, [], [(COUNT, "2", "1 1 1 1", [f(B0, "e1")])])
-    yield case(
+        APPLY_SNAPSHOT_SEVERAL,
+        apply_argv(
+            B1,
+            NOW - 100,
+            [("m-tokens", "1000"), ("m-largest", "0")],
+            [
+                (TOKENS, "4", "1 7 7 7", [f(B0, "e2")]),
+                (LARGEST, "3", "1 7 7 7", [f(B0, "e2")]),
+                (COUNT, "-1", "1 1 1 1", []),
+            ],
+        ),
+    ),
+    Row(
         "first_snapshot_after_events_were_tracked",
         "Events were tracked before any snapshot (no cu yet): the first snapshot applies "
         "whatever its cold_until, counting e1; e2 is hot.",
-        first_with_events,
-        k,
-        a,
+        APPLY_SNAPSHOT_FIRST_WITH_EVENTS,
+        apply_argv(B1, NOW - 100, [], [(COUNT, "2", "1 1 1 1", [f(B0, "e1")])]),
+    ),
+]
+
+
+# -- reclaim --------------------------------------------------------------------------------------
+
+
+def held(pending: dict[str, list[str]]) -> dict[str, Any]:
+    """Four entries of COUNT's outbox, read in order by the consumers of ``pending``."""
+    ids = ["1-0", "2-0", "3-0", "4-0"]
+    return {
+        "streams": {
+            COUNT.outbox: {
+                "entries": [{"id": i, "fields": entry(COUNT, f"e{i[0]}", B0)} for i in ids],
+                "groups": {GROUP: {"pending": pending}},
+            }
+        }
+    }
+
+
+def reclaim_argv(taker: str, count: int, *consumers: str) -> tuple[list[str], list[str]]:
+    return [COUNT.outbox], [GROUP, taker, str(count), *consumers]
+
+
+RECLAIM: list[Row] = [
+    Row(
+        "takes_what_a_dead_consumer_holds_and_removes_it",
+        "w1's heartbeat expired: w2 takes both entries it held (reply: their ids and fields) and "
+        "w1, now holding nothing, leaves the group (reply d).",
+        held({"w1": ["1-0", "2-0"]}),
+        reclaim_argv("w2", 100, "w1"),
+    ),
+    Row(
+        "count_bounds_what_is_taken",
+        "At most ARGV[3] entries per consumer: w2 takes the oldest, w1 still holds one and stays.",
+        held({"w1": ["1-0", "2-0"]}),
+        reclaim_argv("w2", 1, "w1"),
+    ),
+    Row(
+        "several_dead_consumers",
+        "Two dead consumers: w3 takes what each holds, in the order given, and both leave.",
+        held({"w1": ["1-0"], "w2": ["2-0", "3-0"]}),
+        reclaim_argv("w3", 100, "w1", "w2"),
+    ),
+    Row(
+        "closing_consumer_holding_entries_stays",
+        "A closing instance (taker empty) holding entries takes nothing and stays in the group: "
+        "others take its entries once they find its heartbeat gone.",
+        held({"w1": ["1-0"]}),
+        reclaim_argv("", 0, "w1"),
+    ),
+    Row(
+        "consumer_holding_nothing_is_removed",
+        "A consumer that holds nothing (or is unknown) is removed; nothing is taken.",
+        held({"w1": ["1-0"]}),
+        reclaim_argv("", 0, "w9"),
+    ),
+]
+
+
+# -- budget ---------------------------------------------------------------------------------------
+
+SECOND = 1_000_000
+
+
+def budget_case(name: str, description: str, state: dict[str, str] | None, now: int) -> Case:
+    before = {"hashes": {keys.BUDGET_KEY: state}} if state else {}
+    return case(name, description, before, [keys.BUDGET_KEY], ["300", "20", str(now)])
+
+
+def budget_cases() -> Iterator[Case]:
+    yield budget_case(
+        "a_new_bucket_starts_full",
+        "No budget yet: it starts with its capacity (20), one request is taken (reply 0), the "
+        "hash expires once it would be full again.",
+        None,
+        NOW,
+    )
+    yield budget_case(
+        "the_bucket_fills_at_the_rate",
+        "Empty one second ago: 300 a minute is 5 a second, so 5 are there; one is taken.",
+        {"t": "0", "at": str(NOW - SECOND)},
+        NOW,
+    )
+    yield budget_case(
+        "fill_stops_at_capacity",
+        "An hour idle fills the bucket to its capacity, not beyond.",
+        {"t": "3", "at": str(NOW - 3600 * SECOND)},
+        NOW,
+    )
+    yield budget_case(
+        "an_empty_bucket_reserves_the_next_request",
+        "Half a request left: the caller takes the next one (t goes to -0.5) and the reply is "
+        "the µs until it comes (0.5 / 5 per second = 100 ms).",
+        {"t": "0.5", "at": str(NOW)},
+        NOW,
+    )
+    yield budget_case(
+        "callers_queue_behind_a_reservation",
+        "Already overdrawn by one: the next caller waits for two requests' refill (400 ms).",
+        {"t": "-1", "at": str(NOW)},
+        NOW,
+    )
+    yield budget_case(
+        "a_clock_behind_fills_nothing",
+        "The caller's clock is behind the last fill: nothing is added, `at` stays.",
+        {"t": "1.25", "at": str(NOW + 5 * SECOND)},
+        NOW,
     )
 
 
@@ -810,11 +852,18 @@ def case(name: str, description: str, before: dict[str, Any], k: list[str], a: l
     return {"name": name, "description": description, "before": before, "keys": k, "argv": a}
 
 
-CASES: dict[str, Callable[[], Iterator[Case]]] = {
-    "track": track_cases,
-    "acknowledge": acknowledge_cases,
-    "confirm": confirm_cases,
-    "apply_snapshot": apply_snapshot_cases,
+def cases(rows: list[Row]) -> list[Case]:
+    """One case per row, in the table's order."""
+    return [case(row.name, row.description, row.before, *row.keys_argv) for row in rows]
+
+
+CASES: dict[str, list[Case]] = {
+    "track": cases(TRACK),
+    "acknowledge": cases(ACKNOWLEDGE),
+    "confirm": cases(CONFIRM),
+    "apply_snapshot": cases(APPLY_SNAPSHOT),
+    "reclaim": cases(RECLAIM),
+    "budget": list(budget_cases()),
 }
 
 
@@ -832,7 +881,7 @@ def record() -> dict[str, str]:
             for script in SCRIPTS:
                 lines = [header(script)]
                 names: set[str] = set()
-                for spec in CASES[script]():
+                for spec in CASES[script]:
                     if spec["name"] in names:
                         raise ValueError(f"{script}: two cases named {spec['name']}")
                     names.add(spec["name"])

@@ -15,27 +15,19 @@
 
 local now = ARGV[3]
 local m = tonumber(ARGV[4])
-local pos = 5 + m
-local reply, publish = {}, {}
-for i = 1, (#KEYS - 1) / 2 do
-  local st, ev = KEYS[2 * i], KEYS[2 * i + 1]
-  local known, k = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
+local reply, publish = settle_identities(5 + m, function(st, ev, fields)
   local done = 0
-  for j = pos + 2, pos + 1 + k do
-    local text = redis.call("HGET", ev, ARGV[j])
+  for _, field in ipairs(fields) do
+    local text = redis.call("HGET", ev, field)
     if text and not string.find(text, " ", 1, true) then
-      redis.call("HSET", ev, ARGV[j], text .. " " .. now)
+      redis.call("HSET", ev, field, text .. " " .. now)
       done = done + 1
     end
   end
-  pos = pos + 2 + k
-  if done > 0 then
-    local undelivered = redis.call("HINCRBY", st, "u", -done)
-    local rev = next_rev(tonumber(redis.call("HGET", st, "rev")))
-    redis.call("HSET", st, "rev", fmt(rev))
-    touch(st, ev)
-    record(reply, publish, st, rev, known, { "u", tostring(undelivered) }, {})
+  if done == 0 then
+    return nil
   end
-end
+  return { "u", tostring(redis.call("HINCRBY", st, "u", -done)) }, {}
+end)
 settle_entries(KEYS[1], ARGV[2], 5, 4 + m)
 return finish(ARGV[1], reply, publish)

@@ -154,3 +154,29 @@ local function finish(channel, reply, publish)
   reply.differs = nil
   return cjson.encode({ c = reply })
 end
+
+-- The identities of a settle script (acknowledge, confirm): KEYS[2i], KEYS[2i+1] are identity
+-- i's state and events hashes; from ARGV[pos] come the revision the caller holds (-1: none), k,
+-- and k events-hash fields. `change(st, ev, fields)` does the script's own work and returns the
+-- state-hash fields it set and deleted, or nil when nothing changed; then the revision moves on,
+-- the TTLs are refreshed and the change is recorded. Returns the reply and the deltas to publish.
+local function settle_identities(pos, change)
+  local reply, publish = {}, {}
+  for i = 1, (#KEYS - 1) / 2 do
+    local st, ev = KEYS[2 * i], KEYS[2 * i + 1]
+    local known, k = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
+    local fields = {}
+    for j = pos + 2, pos + 1 + k do
+      fields[#fields + 1] = ARGV[j]
+    end
+    pos = pos + 2 + k
+    local set, del = change(st, ev, fields)
+    if set then
+      local rev = next_rev(tonumber(redis.call("HGET", st, "rev")))
+      redis.call("HSET", st, "rev", fmt(rev))
+      touch(st, ev)
+      record(reply, publish, st, rev, known, set, del)
+    end
+  end
+  return reply, publish
+end

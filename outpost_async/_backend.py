@@ -16,6 +16,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from outpost_async._shared.proxy import ProxyError, proxy_for
+
 
 class CoreLock:
     """The core is only touched from the event loop's thread: no lock is needed."""
@@ -62,7 +64,8 @@ class Worker:
     def __init__(self, name: str, target: Callable[[], Coroutine[Any, Any, None]]) -> None:
         self._task: asyncio.Task[None] = asyncio.get_running_loop().create_task(target(), name=name)
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float) -> None:
+        """Cancel the task; cancellation is prompt, so ``timeout`` is not needed here."""
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -128,9 +131,33 @@ class Stream:
             await self._writer.wait_closed()
 
 
-async def open_stream(host: str, port: int, tls: bool, timeout: float) -> Stream:
-    context = ssl.create_default_context() if tls else None  # the system's trust store
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(host, port, ssl=context), timeout
-    )
+async def open_stream(
+    host: str, port: int, context: ssl.SSLContext | None, timeout: float
+) -> Stream:
+    """Connect, through the proxy httpx would use (see ``_shared.proxy``), and shake hands over TLS
+    with ``context`` when it is given (``wss://``)."""
+    reader, writer = await asyncio.wait_for(_connect(host, port, context), timeout)
     return Stream(reader, writer)
+
+
+async def _connect(
+    host: str, port: int, context: ssl.SSLContext | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    proxy = proxy_for(host, context is not None)
+    if proxy is None:
+        return await asyncio.open_connection(host, port, ssl=context)
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    try:
+        writer.write(proxy.connect_request(host, port))
+        await writer.drain()
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            raise ProxyError(f"the proxy {proxy.url} closed or overran its reply: {exc}") from exc
+        proxy.check_reply(head, host, port)
+        if context is not None:
+            await writer.start_tls(context, server_hostname=host)
+    except BaseException:
+        writer.close()
+        raise
+    return reader, writer

@@ -8,12 +8,13 @@ input means lives in the core.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
 import os
+import random
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -21,8 +22,10 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
+import attrs
 import httpx
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from outpost_async._backend import (
@@ -39,81 +42,98 @@ from outpost_async._backend import (
     sleep,
     start_afresh_after_fork,
 )
-from outpost_async._telemetry import Telemetry
-from outpost_async._traces import Traces
+from outpost_async._shared.telemetry import LAST_EXPORT, Telemetry
+from outpost_async._shared.tls import Verify, ca_bundle, describe, tls_context
+from outpost_async._shared.traces import Traces
 from outpost_core import (
     CONFIGURATION_KEY,
+    GROUP,
     SCRIPT_TEXT,
+    Action,
     Balance,
+    BatchAnswered,
+    BatchFailed,
+    Beat,
+    BudgetAnswered,
+    BytesReceived,
     ChangePublished,
+    CheckHeartbeats,
+    ClaimStale,
+    CloseConnection,
     Closing,
     ConfigurationReceived,
+    ConnectionFailed,
+    ConnectionOpened,
+    ConsumersListed,
+    Delivery,
+    DeliverySettings,
+    Done,
+    Echoes,
     Effect,
+    Fetch,
+    ForgetHeartbeat,
+    HeartbeatsChecked,
     IdentityLoaded,
     InvalidEvent,
+    Link,
+    ListFailed,
+    ListPending,
     LoadFailed,
     LoadIdentity,
     NotReady,
+    OpenConnection,
+    Outage,
+    OutboxRead,
+    Outcome,
     OutpostClosed,
+    PendingListed,
+    PostBatch,
+    ReadOutbox,
+    Reclaim,
+    Reclaimed,
     RedisUnavailable,
+    RefreshClaim,
+    Report,
+    ReportDropped,
+    Reported,
     RunScript,
+    ScriptFailed,
     ScriptReplied,
+    SendBytes,
     Session,
     Settings,
+    Settled,
+    SettleScript,
+    Sleep,
     StoreConfiguration,
-    SubscriberRestarted,
+    SubscriberLost,
+    SubscriptionConfirmed,
+    SurveyConsumers,
+    TakeRequest,
+    Target,
     Tick,
     UnknownMeter,
     UnsupportedMeter,
     UsageError,
-    _keys,
-    semconv,
-    to_us,
-)
-from outpost_core._delivery import (
-    GROUP,
-    Action,
-    BatchAnswered,
-    BatchFailed,
-    ClaimStale,
-    Delivery,
-    DeliverySettings,
-    Done,
-    OutboxRead,
-    Outcome,
-    PostBatch,
-    ReadOutbox,
-    RefreshClaim,
-    ReportDropped,
-    Reported,
-    Settled,
-    SettleScript,
-    Sleep,
+    __version__,
+    event_id_of,
+    hand_back,
+    keys,
+    nothing_done,
     retry_after,
+    semconv,
+    timestamp_us_of,
+    to_us,
     with_known_revs,
 )
-from outpost_core._effects import CloseConnection, ListPending, OpenConnection, SendBytes
-from outpost_core._inputs import (
-    BytesReceived,
-    ConnectionFailed,
-    ConnectionOpened,
-    ListFailed,
-    PendingListed,
-    ScriptFailed,
-)
-from outpost_core._link import Link, Target
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
 _POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadlines again
 _T = TypeVar("_T")
-_NOTHING_DONE: dict[type, Outcome] = {
-    ReadOutbox: OutboxRead([]),
-    ClaimStale: OutboxRead([]),
-    SettleScript: Settled(None),
-}
+_CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
-_USER_AGENT = "outpost-python/0.1.0"
+_USER_AGENT = f"outpost-python/{__version__}"
 DroppedCallback = Callable[[list[dict[str, Any]], str], Any]
 
 
@@ -129,6 +149,9 @@ class AsyncOutpost:
         redis_url: Redis to keep the state in (default: env ``REDIS_URL``, else local Redis).
         redis: an existing client to use instead of ``redis_url``; it is not closed by ``close()``.
         server_url: Polar's API (default: env ``POLAR_SERVER_URL``, else ``https://api.polar.sh``).
+        verify: which certificates Polar's TLS connections (the WebSocket and ingestion) trust,
+            as httpx's ``verify``: ``True`` (httpx's default: ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``
+            when set, else certifi's bundle), a CA bundle's path, or an ``ssl.SSLContext``.
         snapshot_timeout: seconds a first read waits for Polar's snapshot before ``NotReady``.
         max_attempts: deliveries of a batch before its events are dropped.
         on_dropped: called with the events Polar will never count, and why.
@@ -137,7 +160,17 @@ class AsyncOutpost:
         max_in_flight: ingestion requests this instance may have open at once.
         batch_size, linger: a batch goes when it holds ``batch_size`` events or its first event
             has waited ``linger`` seconds.
-        claim_idle: seconds after which another instance's unsettled events are taken over.
+        requests_per_minute: ingestion requests every instance sharing the Redis may send a
+            minute together (Polar admits 500 per organization, 100 in the sandbox; the rest
+            is left to the merchant's other API calls). A loop without one waits, and its batch
+            keeps filling. ``0`` turns the shared budget off.
+        batch_bytes: most bytes of one request body (Polar refuses more than 10 MiB); an event
+            larger than that alone is dropped and reported to ``on_dropped``.
+        heartbeat: seconds an instance stays alive for the others without a sign of life from
+            its delivery loop (refreshed four times as often). Events held by an instance
+            silent for that long (killed, or closed) are taken over by another at once.
+        claim_idle: seconds after which the unsettled events of an instance that is alive but
+            does not move them are taken over.
         retry_base: seconds before the first retry of a failed delivery; each retry doubles it
             (up to a minute), with jitter.
         telemetry_url, telemetry_interval: where the relay is (default: ``server_url``) and how
@@ -154,6 +187,7 @@ class AsyncOutpost:
         redis_url: str | None = None,
         redis: Redis | None = None,
         server_url: str | None = None,
+        verify: Verify = True,
         snapshot_timeout: float = 5.0,
         max_attempts: int = 10,
         on_dropped: DroppedCallback | None = None,
@@ -162,6 +196,9 @@ class AsyncOutpost:
         max_in_flight: int = 1,
         batch_size: int = 500,
         linger: float = 0.2,
+        requests_per_minute: float = 300.0,
+        batch_bytes: int = 8 * 1024 * 1024,
+        heartbeat: float = 10.0,
         claim_idle: float = 300.0,
         retry_base: float = 0.5,
         telemetry_url: str | None = None,
@@ -171,6 +208,7 @@ class AsyncOutpost:
     ) -> None:
         if max_in_flight < 1:
             raise UsageError("max_in_flight must be at least 1")
+        self._tls = tls_context(verify)  # a bundle that cannot be loaded raises here
         # What a forked child starts afresh from (the parameters only: nothing else is bound yet).
         self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self._log = logger or logging.getLogger("outpost")
@@ -181,8 +219,8 @@ class AsyncOutpost:
         self._redis = redis
         # Pub/sub ignores numbered databases: name the channels after ours.
         database = redis.connection_pool.connection_kwargs.get("db", 0)
-        namespace = _keys.namespace_of_database(int(database or 0))
-        self._channels = _keys.all_channels(namespace)
+        namespace = keys.namespace_of_database(int(database or 0))
+        self._channels = keys.all_channels(namespace)
         self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
         self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
         self._traces = Traces(record_to)
@@ -196,7 +234,7 @@ class AsyncOutpost:
         self._stream: Stream | None = None
         self._want_open: OpenConnection | None = None
         self._drop_stream = False
-        self._write_failure: str | None = None
+        self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._delivery_settings = DeliverySettings(
             batch_size=batch_size,
             linger=linger,
@@ -205,13 +243,16 @@ class AsyncOutpost:
             claim_interval=min(30.0, claim_idle / 2),
             backoff_base=retry_base,
             channel_namespace=namespace,
+            consumer=self._consumer,
+            heartbeat=heartbeat,
+            requests_per_minute=requests_per_minute,
+            batch_bytes=batch_bytes,
         )
         self._max_in_flight = max_in_flight
         self._on_dropped = on_dropped
         self._deliveries: list[Delivery] = []
         self._flushing = 0
         self._settling = 0  # settle scripts running: a flush waits for their replies too
-        self._consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._http: httpx.AsyncClient | None = None
         self._telemetry = Telemetry(
             enabled=telemetry and os.environ.get("POLAR_OUTPOST_TELEMETRY", "1") != "0",
@@ -219,6 +260,7 @@ class AsyncOutpost:
             token=self._access_token,
             export_interval=telemetry_interval,
             logger=self._log,
+            ca_bundle=ca_bundle(verify),
         )
         self._clock = clock
         self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
@@ -229,7 +271,9 @@ class AsyncOutpost:
         self._started = False
         self._closed = False
         self._exit_hook: Callable[[], None] | None = None
-        self._subscribed = False
+        # Each loop that talks to Redis reports an outage once, then once a minute, then its end.
+        self._state_outage = Outage("loading state")
+        self._subscriber_outage = Outage("the change subscription")
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -252,6 +296,8 @@ class AsyncOutpost:
             if self._started:
                 return
             self._started = True
+        # The core's clock starts now: deadlines set before a first tick would be in the past.
+        await self._tick()
         await self._read_cached_configuration()
         self._exit_hook = close_at_exit(self)
         start_afresh_after_fork(self)
@@ -265,6 +311,7 @@ class AsyncOutpost:
                     "User-Agent": _USER_AGENT,
                 },
                 timeout=httpx.Timeout(30.0, connect=5.0),
+                verify=self._tls,
             )
             for n in range(self._max_in_flight):
                 started = time.monotonic()
@@ -275,7 +322,8 @@ class AsyncOutpost:
                     started,
                 )
                 self._deliveries.append(delivery)
-                self._workers.append(Worker(f"outpost-delivery-{n}", self._delivery_loop(delivery)))
+                loop = self._delivery_loop(delivery, n)
+                self._workers.append(Worker(f"outpost-delivery-{n}", loop))
         else:
             self._log.warning(
                 "outpost has no access token: events stay queued in Redis until an instance "
@@ -306,21 +354,29 @@ class AsyncOutpost:
             self._flushing -= 1
 
     async def close(self, timeout: float = 10.0) -> None:
-        """Flush (up to ``timeout`` seconds), stop the background work and release connections.
-        Safe to call twice."""
+        """Flush, stop the background work and release connections, within ``timeout`` seconds
+        whatever is down (what is not delivered stays queued in Redis). Safe to call twice."""
         if self._closed:
             return
+        deadline = time.monotonic() + timeout
         forget_at_exit(self._exit_hook)
-        if self._started and self._deliveries:
-            with contextlib.suppress(RedisError, OSError):
-                await self.flush(timeout)
-        await self._feed(Closing())  # a close frame to Polar while the socket is still open
-        self._closed = True
-        self._signal.fire()
-        for worker in self._workers:
-            await worker.stop()
-        self._workers.clear()
-        self._telemetry.shutdown(time.monotonic(), *self._sync_counts())
+        self._telemetry.quiet()  # an exporter failing from here on is one DEBUG line at the end
+        try:
+            if self._started and self._deliveries:
+                # What comes after the flush (workers, the last telemetry export) keeps a reserve.
+                with contextlib.suppress(RedisError, OSError):
+                    await self.flush(timeout - min(_CLOSE_RESERVE, timeout / 2))
+            await self._feed(Closing())  # a close frame to Polar while the socket is still open
+        finally:
+            self._closed = True
+            self._signal.fire()
+            for worker in self._workers:
+                await worker.stop(deadline - time.monotonic())
+            self._workers.clear()
+            if self._deliveries:
+                await self._hand_back()
+            bound = min(LAST_EXPORT, deadline - time.monotonic())
+            self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), bound=bound)
         if self._http is not None:
             await self._http.aclose()
         if self._owns_redis:
@@ -348,8 +404,22 @@ class AsyncOutpost:
 
     @property
     def subscribed(self) -> bool:
-        """Whether the copies are following Redis's change channels right now."""
-        return self._subscribed
+        """Whether Redis confirmed the subscription to the change channels and it holds: only
+        then do warm reads answer from memory (otherwise they read Redis, ``source="redis"``)."""
+        return self._core.subscribed
+
+    @property
+    def status(self) -> Status:
+        """What this instance is connected to, and the last error of each connection."""
+        with self._lock:
+            link = self._core.link_status()
+        return Status(
+            websocket=link[0],
+            websocket_error=link[1],
+            subscribed=self._core.subscribed,
+            redis_error=self._state_outage.error or self._subscriber_outage.error,
+            delivery_stalled=self.delivery_stalled,
+        )
 
     @property
     def rejections(self) -> dict[str, int]:
@@ -425,16 +495,8 @@ class AsyncOutpost:
         started: int,
     ) -> str:
         now_us = self._now_us()
-        if timestamp is None:
-            timestamp_us = now_us
-        elif isinstance(timestamp, datetime) and timestamp.tzinfo is not None:
-            timestamp_us = to_us(timestamp)
-        else:
-            raise InvalidEvent("timestamp must be a timezone-aware datetime")
-        if event_id is None:
-            event_id = uuid.uuid4().hex
-        elif not isinstance(event_id, str):
-            raise InvalidEvent("event_id must be a string")
+        timestamp_us = timestamp_us_of(timestamp, now_us)
+        event_id = event_id_of(event_id, uuid.uuid4().hex)
         arguments: dict[str, Any] = dict(
             name=name,
             external_customer_id=external_customer_id,
@@ -458,9 +520,8 @@ class AsyncOutpost:
             effects = self._core.effects()
         if effects:
             await self._run(effects)
-        buckets = (len(run.keys) - 1) // 2
         self._record_track(
-            external_customer_id, customer_id, run.meter_ids, started, semconv.OK, buckets
+            external_customer_id, customer_id, run.meter_ids, started, semconv.OK, run.buckets
         )
         return event_id
 
@@ -475,8 +536,11 @@ class AsyncOutpost:
         while self._core.configuration is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                with self._lock:
+                    link = self._core.link_status()
                 raise NotReady(
-                    "no configuration from Polar yet: cannot tell which meters count the event"
+                    "no configuration from Polar yet: cannot tell which meters count the event "
+                    f"(WebSocket {link[0]}{': ' + link[1] if link[1] else ''})"
                 )
             version = self._signal.version
             await self._read_cached_configuration()
@@ -490,28 +554,38 @@ class AsyncOutpost:
         *,
         external_customer_id: str | None = None,
         customer_id: str | None = None,
+        fresh: bool = False,
     ) -> Balance:
         """The customer's balance of a meter, from memory once warm.
 
         The first read of a customer waits for its state (and Polar's snapshot) up to
-        ``snapshot_timeout``; later reads cost no network call.
+        ``snapshot_timeout``; later reads cost no network call while this instance follows
+        Redis's changes. When it does not (its subscription is down), a read costs one Redis
+        round trip instead, and ``Balance.source`` says ``"redis"``. ``fresh=True`` always
+        reads Redis: never behind what any instance tracked before the call.
 
         Raises:
-            NotReady: no snapshot within ``snapshot_timeout``.
+            NotReady: no snapshot within ``snapshot_timeout`` (the message says why).
             UnknownMeter / UnsupportedMeter: the meter cannot be read locally.
+            RedisUnavailable: the read had to go to Redis, and Redis did not answer.
         """
         if self._closed:
             raise OutpostClosed("this Outpost instance is closed")
         telemetry = self._telemetry
         started = time.perf_counter_ns() if telemetry.enabled else 0
-        cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
-        if cached is not None:
-            if telemetry.enabled:
-                telemetry.read(meter_id, external_customer_id, customer_id, started, semconv.WARM)
-            return cached
+        if not fresh:
+            cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
+            if cached is not None:
+                if telemetry.enabled:
+                    telemetry.read(
+                        meter_id, external_customer_id, customer_id, started, semconv.WARM
+                    )
+                return cached
         outcome = semconv.NOT_READY
         try:
-            found = await self._balance_when_ready(meter_id, external_customer_id, customer_id)
+            found = await self._balance_when_ready(
+                meter_id, external_customer_id, customer_id, fresh
+            )
             outcome = semconv.COLD
             return found
         except UnknownMeter:
@@ -525,21 +599,35 @@ class AsyncOutpost:
                 telemetry.read(meter_id, external_customer_id, customer_id, started, outcome)
 
     async def _balance_when_ready(
-        self, meter_id: str, external_customer_id: str | None, customer_id: str | None
+        self,
+        meter_id: str,
+        external_customer_id: str | None,
+        customer_id: str | None,
+        fresh: bool = False,
     ) -> Balance:
         await self._ensure_started()
         deadline = time.monotonic() + self._core.settings.snapshot_timeout
         while True:
             version = self._signal.version
-            with self._lock:
-                found = self._core.read(meter_id, external_customer_id, customer_id)
-                effects = self._core.effects()
-            if found is not None:
-                return found
-            if effects:
-                await self._run(effects)
-                continue
             remaining = deadline - time.monotonic()
+            with self._lock:
+                # At the deadline, a copy still waiting for the subscription reads Redis.
+                found = self._core.read(
+                    meter_id, external_customer_id, customer_id, fresh=fresh or remaining <= 0
+                )
+                effects = self._core.effects()
+            if effects:
+                # Run them whatever the read found: some may have been queued by another
+                # thread or task, and dropping them would leave their flow waiting for good.
+                await self._run(effects)
+            if isinstance(found, Fetch):
+                fetched = await self._fetch(found, meter_id, external_customer_id, customer_id)
+                if fetched is not None:
+                    return fetched
+            elif found is not None:
+                return found
+            elif effects:
+                continue
             if remaining <= 0:
                 with self._lock:
                     reason = self._core.not_ready_reason(
@@ -550,38 +638,55 @@ class AsyncOutpost:
                 await self._read_cached_configuration()
             await self._signal.wait(version, min(remaining, _SETTLE))
 
+    async def _fetch(
+        self,
+        fetch: Fetch,
+        meter_id: str,
+        external_customer_id: str | None,
+        customer_id: str | None,
+    ) -> Balance | None:
+        """A read that must not come from memory: one ``HGETALL`` per key of the customer and
+        its aliases, in one round trip, computed by the core."""
+        try:
+            fields = await self._hgetall_each(fetch.keys)
+        except RedisConnectionError:
+            try:  # once more: a pooled connection may predate a Redis restart
+                fields = await self._hgetall_each(fetch.keys)
+            except RedisError as exc:
+                raise RedisUnavailable(f"Redis failed reading {fetch.keys}: {exc}") from exc
+        except RedisError as exc:
+            raise RedisUnavailable(f"Redis failed reading {fetch.keys}: {exc}") from exc
+        with self._lock:
+            found = self._core.read_fetched(meter_id, external_customer_id, customer_id, fields)
+            effects = self._core.effects()
+        if effects:
+            await self._run(effects)
+        return found
+
+    async def _hgetall_each(self, keys: tuple[str, ...]) -> dict[str, dict[Any, Any]]:
+        if len(keys) == 1:  # the common case: no pipeline to build
+            return {keys[0]: await self._redis.hgetall(keys[0])}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(key)
+            replies = await pipe.execute()
+        return dict(zip(keys, replies, strict=True))
+
     # -- driving the core ---------------------------------------------------------------------
 
     async def _run(self, effects: list[Effect]) -> None:
         """Run effects, and those their outcomes cause, until the core asks for nothing more."""
         while effects:
-            for effect in effects:
-                if isinstance(effect, LoadIdentity):
-                    await self._load(effect)
-                elif isinstance(effect, StoreConfiguration):
-                    try:
-                        await self._redis.set(effect.key, effect.text)
-                    except RedisError as exc:
-                        self._log.warning("outpost could not cache the configuration: %s", exc)
-                elif isinstance(effect, RunScript):
-                    try:
-                        reply = await self._script(effect)
-                    except RedisUnavailable as exc:
-                        self._log.warning("outpost: %s", exc)
-                        if effect.tag is not None:
-                            with self._lock:
-                                self._core.handle(ScriptFailed(effect.tag))
-                        continue
+            for index, effect in enumerate(effects):
+                try:
+                    await self._run_one(effect)
+                except BaseException:
+                    # Cancelled (or failed) midway: what was not started goes back to the core,
+                    # for the next loop that drains it. The core's deadlines cover the one lost.
                     with self._lock:
-                        self._core.handle(ScriptReplied(reply, effect.tag))
-                elif isinstance(effect, SendBytes):
-                    await self._send(effect.data)
-                elif isinstance(effect, ListPending):
-                    await self._list_pending(effect)
-                elif isinstance(effect, OpenConnection):
-                    self._want_open = effect
-                elif isinstance(effect, CloseConnection):
-                    self._drop_stream = True
+                        for later in effects[index + 1 :]:
+                            self._core.emit(later)
+                    raise
             with self._lock:
                 effects = self._core.effects()
         with self._lock:
@@ -589,6 +694,48 @@ class AsyncOutpost:
         if seen:
             self._telemetry.observe(seen)
         self._signal.fire()
+
+    async def _run_one(self, effect: Effect) -> None:
+        if isinstance(effect, LoadIdentity):
+            await self._load(effect)
+        elif isinstance(effect, StoreConfiguration):
+            try:
+                await self._redis.set(effect.key, effect.text)
+            except RedisError as exc:
+                self._log.debug("outpost could not cache the configuration: %s", exc)
+        elif isinstance(effect, RunScript):
+            try:
+                reply = await self._script(effect)
+            except RedisUnavailable as exc:
+                self._redis_failed(self._state_outage, exc)
+                if effect.tag is not None:
+                    with self._lock:
+                        self._core.handle(ScriptFailed(effect.tag))
+                return
+            self._redis_answered(self._state_outage)
+            with self._lock:
+                self._core.handle(ScriptReplied(reply, effect.tag))
+        elif isinstance(effect, SendBytes):
+            await self._send(effect.data)
+        elif isinstance(effect, ListPending):
+            await self._list_pending(effect)
+        elif isinstance(effect, OpenConnection):
+            self._want_open = effect
+        elif isinstance(effect, CloseConnection):
+            self._drop_stream = True
+
+    def _redis_failed(self, outage: Outage, exc: BaseException) -> float:
+        """Count a Redis failure of one loop; log what the outage says; return the delay."""
+        with self._lock:
+            delay, report = outage.failed(time.monotonic(), str(exc), random.random())
+        _log_report(self._log, report)
+        return delay
+
+    def _redis_answered(self, outage: Outage) -> None:
+        if outage.down:
+            with self._lock:
+                report = outage.succeeded(time.monotonic())
+            _log_report(self._log, report)
 
     async def _send(self, data: bytes) -> None:
         stream = self._stream
@@ -598,17 +745,17 @@ class AsyncOutpost:
             await stream.send(data)
         except OSError as exc:
             self._log.warning("outpost could not write to the WebSocket: %s", exc)
-            self._write_failure = f"could not write: {exc}"  # the link loop tells the core
-            self._drop_stream = True
+            await self._feed(ConnectionFailed(time.monotonic(), f"could not write: {exc}"))
 
     async def _list_pending(self, effect: ListPending) -> None:
         try:
             fields = {key: list(await self._redis.hkeys(key)) for key in effect.keys}
         except RedisError as exc:
-            self._log.warning("outpost could not list pending events: %s", exc)
+            self._redis_failed(self._state_outage, exc)
             with self._lock:
                 self._core.handle(ListFailed(effect.tag))
             return
+        self._redis_answered(self._state_outage)
         with self._lock:
             self._core.handle(PendingListed(effect.tag, fields))
 
@@ -625,11 +772,15 @@ class AsyncOutpost:
                     await self._signal.wait(version, self._until_deadline())
                 continue
             try:
-                stream = await open_stream(want.host, want.port, want.tls, timeout=10.0)
+                tls = self._tls if want.tls else None
+                stream = await open_stream(want.host, want.port, tls, timeout=want.timeout)
             except (OSError, TimeoutError) as exc:
-                await self._feed(ConnectionFailed(time.monotonic(), f"cannot connect: {exc}"))
+                reason = describe(exc, want.host) or (
+                    f"cannot connect to {want.host}:{want.port}: {_connect_error(exc)}"
+                )
+                await self._feed(ConnectionFailed(time.monotonic(), reason))
                 continue
-            self._stream, self._drop_stream, self._write_failure = stream, False, None
+            self._stream, self._drop_stream = stream, False
             try:
                 await self._feed(ConnectionOpened(time.monotonic()))
                 while not self._closed and not self._drop_stream:
@@ -640,8 +791,6 @@ class AsyncOutpost:
                         await self._feed(BytesReceived(time.monotonic(), data))
                         if not data:
                             break
-                if self._write_failure is not None:  # the core still thinks the link is up
-                    await self._feed(ConnectionFailed(time.monotonic(), self._write_failure))
             except (OSError, TimeoutError) as exc:
                 await self._feed(ConnectionFailed(time.monotonic(), f"connection lost: {exc}"))
             finally:
@@ -668,18 +817,19 @@ class AsyncOutpost:
         try:
             fields = await self._redis.hgetall(effect.key)
         except RedisError as exc:
-            self._log.warning("outpost could not load %s: %s", effect.key, exc)
+            self._redis_failed(self._state_outage, exc)
             with self._lock:
-                self._core.handle(LoadFailed(effect.key))
+                self._core.handle(LoadFailed(effect.key, effect.load_id))
             return
+        self._redis_answered(self._state_outage)
         with self._lock:
-            self._core.handle(IdentityLoaded(effect.key, fields))
+            self._core.handle(IdentityLoaded(effect.key, fields, effect.load_id))
 
     async def _read_cached_configuration(self) -> None:
         try:
             text = await self._redis.get(CONFIGURATION_KEY)
         except RedisError as exc:
-            self._log.warning("outpost could not read the cached configuration: %s", exc)
+            self._redis_failed(self._state_outage, exc)
             return
         if text is None:
             return
@@ -694,7 +844,6 @@ class AsyncOutpost:
 
     async def _subscribe_forever(self) -> None:
         """Follow every shard's change channel; after any (re)subscription, reload the copies."""
-        backoff = 0.05
         while not self._closed:
             pubsub = open_pubsub(self._redis)
             try:
@@ -705,77 +854,83 @@ class AsyncOutpost:
                         continue  # this instance's own change, already applied from the reply
                     with self._lock:
                         if message is not None:
-                            self._take(message)
+                            self._take_message(message)
                         self._core.handle(Tick(time.monotonic(), self._now_us()))
                         effects = self._core.effects()
                     if effects or message is not None:
                         await self._run(effects)
                     self._housekeeping()
-                    backoff = 0.05
             except (RedisError, OSError) as exc:
-                self._subscribed = False
+                with self._lock:
+                    self._core.handle(SubscriberLost())
                 if not self._closed:
-                    self._log.warning("outpost lost its Redis subscription: %s", exc)
-                    await sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
+                    await sleep(self._redis_failed(self._subscriber_outage, exc))
             finally:
                 with contextlib.suppress(RedisError, OSError):
                     await close_pubsub(pubsub)
 
     # -- delivery -----------------------------------------------------------------------------
 
-    def _delivery_loop(self, delivery: Delivery) -> Callable[[], Any]:
+    def _delivery_loop(self, delivery: Delivery, number: int) -> Callable[[], Any]:
+        outage = Outage(f"delivery {number}")
+
         async def loop() -> None:
-            await self._retrying(self._create_groups, None)  # Redis may be down at start
+            await self._retrying(outage, self._create_groups, None)  # Redis may be down at start
             while not self._closed:
                 delivery.flushing = self._flushing > 0
                 action = delivery.poll(time.monotonic())
-                outcome = await self._act(action)
+                outcome = await self._act(outage, action)
                 rejected = delivery.rejected_entries
                 delivery.handle(outcome, time.monotonic(), self._now_us())
                 if delivery.rejected_entries > rejected:
                     count = delivery.rejected_entries - rejected
-                    self._log.warning("outpost removed %d unreadable outbox entries", count)
-                if delivery.stalled and isinstance(outcome, BatchAnswered):
+                    self._log.warning(
+                        "outpost removed %d unreadable outbox entries (or rejected replies)",
+                        count,
+                    )
+                stalls = isinstance(outcome, BatchFailed) and outcome.stalls
+                if delivery.stalled and (isinstance(outcome, BatchAnswered) or stalls):
                     self._log.error("outpost delivery is stalled: %s", delivery.stalled)
                 if isinstance(outcome, Settled):
                     self._signal.fire()
 
         return loop
 
-    async def _act(self, action: Action) -> Outcome:
+    async def _act(self, outage: Outage, action: Action) -> Outcome:
         """Do one delivery action. Redis failures are retried until they succeed (or the instance
         closes): settling must not be skipped, and a read can simply wait."""
-        return await self._retrying(
-            lambda: self._act_once(action), _NOTHING_DONE.get(type(action), Done())
-        )
+        return await self._retrying(outage, lambda: self._act_once(action), nothing_done(action))
 
-    async def _retrying(self, call: Callable[[], Awaitable[_T]], closing: _T) -> _T:
-        """``call()`` until Redis answers; ``closing`` (nothing done, the work stays queued in
-        Redis) once the instance is closing."""
-        backoff = 0.05
+    async def _retrying(self, outage: Outage, call: Callable[[], Awaitable[_T]], closing: _T) -> _T:
+        """``call()`` until Redis answers, backing off; ``closing`` (nothing done, the work stays
+        queued in Redis) once the instance is closing."""
         while True:
             try:
-                return await call()
+                result = await call()
             except (RedisError, OSError) as exc:
                 if self._closed:
                     return closing
-                if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
-                    # Redis lost its data (restart without AOF); a failure here is retried too.
+                if isinstance(exc, ResponseError) and (
+                    "NOGROUP" in str(exc) or "no such key" in str(exc)
+                ):
+                    # Redis lost its data (restart without AOF, FLUSHDB): a read says NOGROUP,
+                    # a survey (XINFO) "no such key". A failure here is retried too.
                     with contextlib.suppress(RedisError, OSError):
                         await self._create_groups()
+                    await sleep(0.05)
                 else:
-                    self._log.warning("outpost delivery: Redis failed (%s); retrying", exc)
-                await sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                    await sleep(self._redis_failed(outage, exc))
+                continue
+            self._redis_answered(outage)
+            return result
 
-    async def _act_once(self, action: Action) -> Outcome:
+    async def _act_once(self, action: Action | ForgetHeartbeat) -> Outcome:
         if isinstance(action, ReadOutbox):
             block = int(action.block * 1000)
             reply = await self._redis.xreadgroup(
                 GROUP,
                 self._consumer,
-                dict.fromkeys(_keys.ALL_OUTBOXES, ">"),
+                dict.fromkeys(keys.ALL_OUTBOXES, ">"),
                 count=action.count,
                 block=block if block > 0 else None,
             )
@@ -812,7 +967,7 @@ class AsyncOutpost:
             return Done()
         if isinstance(action, ClaimStale):
             entries: list[tuple[str, str, Any]] = []
-            for stream in _keys.ALL_OUTBOXES:
+            for stream in keys.ALL_OUTBOXES:
                 reply = await self._redis.xautoclaim(
                     stream,
                     GROUP,
@@ -823,6 +978,27 @@ class AsyncOutpost:
                 )
                 entries += [(stream, i, f) for i, f in _entries(reply[1]) if f is not None]
             return OutboxRead(entries)
+        if isinstance(action, Beat):
+            await self._redis.set(action.key, b"1", px=action.ttl_ms)
+            return Done()
+        if isinstance(action, SurveyConsumers):
+            listing: list[tuple[str, Any]] = []
+            for stream in keys.ALL_OUTBOXES:
+                listing.append((stream, await self._redis.xinfo_consumers(stream, GROUP)))
+            return ConsumersListed(listing)
+        if isinstance(action, CheckHeartbeats):
+            return HeartbeatsChecked(await self._redis.mget(action.keys))
+        if isinstance(action, Reclaim):
+            args = [GROUP, action.taker, str(action.count), *action.consumers]
+            reply = await self._scripts["reclaim"](keys=(action.stream,), args=args)
+            return Reclaimed(action.stream, reply)
+        if isinstance(action, TakeRequest):
+            args = [str(action.per_minute), str(action.capacity), ""]  # "": Redis's clock
+            reply = await self._scripts["budget"](keys=(action.key,), args=args)
+            return BudgetAnswered(reply)
+        if isinstance(action, ForgetHeartbeat):
+            await self._redis.delete(action.key)
+            return Done()
         if isinstance(action, Sleep):
             version = self._signal.version
             await self._signal.wait(version, min(action.until - time.monotonic(), _POLL))
@@ -837,15 +1013,34 @@ class AsyncOutpost:
                 content=action.body,
                 headers={"Content-Type": "application/json"},
             )
+        except httpx.ProxyError as exc:  # the proxy refused the tunnel: nothing reached Polar
+            reason = f"the proxy refused the tunnel to Polar: {exc}"
+            return BatchFailed(reason, maybe_sent=False, stalls=True)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            untrusted = describe(exc, self._http.base_url.host)
+            if untrusted is not None:  # no retry fixes it: delivery stalls and says why
+                return BatchFailed(untrusted, maybe_sent=False, stalls=True)
             return BatchFailed(f"could not connect to Polar: {exc!r}", maybe_sent=False)
         except httpx.HTTPError as exc:
             return BatchFailed(f"ingestion request failed: {exc!r}", maybe_sent=True)
         wait = retry_after(response.headers.get("Retry-After"), self._now_us())
         return BatchAnswered(response.status_code, response.content, wait)
 
+    async def _hand_back(self) -> None:
+        """Once the loops stopped: this instance's heartbeat goes, so other instances take what
+        it still holds at their next survey, and it leaves the group where it holds nothing."""
+        try:
+            for action in hand_back(self._consumer):
+                await self._act_once(action)
+        except (RedisError, OSError) as exc:
+            self._log.warning(
+                "outpost could not hand back its outbox entries (others take them once its "
+                "heartbeat expires): %s",
+                exc,
+            )
+
     async def _create_groups(self) -> None:
-        for stream in _keys.ALL_OUTBOXES:
+        for stream in keys.ALL_OUTBOXES:
             try:
                 await self._redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
             except ResponseError as exc:
@@ -854,7 +1049,7 @@ class AsyncOutpost:
 
     async def _outbox_marks(self) -> dict[str, bytes | str]:
         marks: dict[str, bytes | str] = {}
-        for stream in _keys.ALL_OUTBOXES:
+        for stream in keys.ALL_OUTBOXES:
             last = await self._redis.xrevrange(stream, count=1)
             if last and last[0][0] is not None:
                 marks[stream] = last[0][0]
@@ -882,47 +1077,20 @@ class AsyncOutpost:
             return (0, 0)
         return (remote.snapshots_received, remote.snapshots_applied)
 
-    def _take(self, message: dict[str, Any]) -> None:
+    def _take_message(self, message: dict[str, Any]) -> None:
+        """One message of the subscription, to the core (which decides what it means)."""
         kind = message.get("type")
         if kind in ("smessage", b"smessage"):
             self._core.handle(ChangePublished(message.get("data")))
-        elif kind in ("ssubscribe", b"ssubscribe") and message.get("data") == len(self._channels):
-            self._subscribed = True
-            self._core.handle(SubscriberRestarted())
+        elif kind in ("ssubscribe", b"ssubscribe") and isinstance(message.get("data"), int):
+            self._core.handle(SubscriptionConfirmed(message["data"]))
+            if self._core.subscribed and self._subscriber_outage.down:
+                _log_report(self._log, self._subscriber_outage.succeeded(time.monotonic()))
 
     def _now_us(self) -> int:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
-
-
-class Echoes:
-    """The replies of this instance's own scripts, to recognise their echo on the channel.
-
-    A script publishes its change and replies with the very same text when the caller held the
-    previous revision of every identity; such a reply was applied in full, so its echo carries
-    nothing new and the subscriber skips it without parsing it or taking the core's lock.
-    Bounded: an echo that never comes (the subscription was down) is forgotten in time.
-    """
-
-    def __init__(self, size: int = 4096) -> None:
-        # OrderedDict: each operation used here is one atomic call, safe across threads.
-        self._expected: collections.OrderedDict[bytes | str, None] = collections.OrderedDict()
-        self._size = size
-
-    def expect(self, reply: Any) -> None:
-        if isinstance(reply, bytes | str):
-            self._expected[reply] = None
-            if len(self._expected) > self._size:
-                with contextlib.suppress(KeyError):
-                    self._expected.popitem(last=False)
-
-    def seen(self, data: Any) -> bool:
-        try:
-            del self._expected[data]
-        except (KeyError, TypeError):
-            return False
-        return True
 
 
 def _text(value: Any) -> str:
@@ -953,3 +1121,41 @@ def _group_ids(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[Any]]:
 
 def _redis_from_url(url: str) -> Redis:
     return Redis.from_url(url, health_check_interval=10)
+
+
+@attrs.frozen(slots=True)
+class Status:
+    """A look at an instance's connections (``AsyncOutpost.status``)."""
+
+    websocket: str
+    """The WebSocket to Polar: ``disconnected``, ``connecting``, ``handshaking``, ``open``,
+    ``closed``, or ``none`` without an access token."""
+    websocket_error: str | None
+    """Why it last failed or was refused (an HTTP status with Polar's detail, a connection
+    refused, a DNS or TLS error), or ``None``."""
+    subscribed: bool
+    """Whether the copies follow Redis's change channels (see ``subscribed``)."""
+    redis_error: str | None
+    """The error of a Redis outage in progress, or ``None`` while Redis answers."""
+    delivery_stalled: str | None
+    """Why delivery to Polar is stalled, or ``None``."""
+
+
+def _connect_error(exc: BaseException) -> str:
+    """What went wrong opening a connection, in the words an operator searches for."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (nothing listens there)"
+    if isinstance(exc, socket.gaierror):
+        return f"the name does not resolve ({exc.strerror or exc})"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS certificate not trusted ({exc.verify_message or exc})"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS failed ({exc})"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
+def _log_report(log: logging.Logger, report: Report | None) -> None:
+    if report is not None:
+        log.log(report.level, report.message)

@@ -19,6 +19,7 @@ from ._filters import (
     parse_aggregation,
     parse_filter,
 )
+from ._sql_filters import sql_matches, sql_value
 
 
 @attrs.frozen(slots=True)
@@ -39,12 +40,16 @@ class Configuration:
     organization_id: str | None = None
 
     def contributions(self, event: EventView) -> list[tuple[str, float]]:
-        """``(reducer id, value)`` for every bucketed reducer the event counts in."""
+        """``(reducer id, value)`` for every bucketed reducer the event counts in.
+
+        On the safe side of Polar's two matchings (D12): see :func:`counts` and
+        :func:`safe_value`.
+        """
         out: list[tuple[str, float]] = []
         for reducer in self.reducers.values():
-            if not reducer.aggregation.bucketed() or not reducer.filter.matches(event):
+            if not reducer.aggregation.bucketed() or not counts(reducer.filter, event):
                 continue
-            value = reducer.aggregation.value_of(event)
+            value = safe_value(reducer.aggregation, event)
             if value is not None:
                 out.append((reducer.id, value))
         return out
@@ -52,6 +57,33 @@ class Configuration:
     def reducer_for(self, meter_id: str) -> Reducer | None:
         reducer_id = self.meter_reducers.get(meter_id)
         return None if reducer_id is None else self.reducers.get(reducer_id)
+
+
+def counts(filter_: Filter, event: EventView) -> bool:
+    """Whether the event counts locally: Polar's Python matching or its SQL matching counts it.
+
+    Billing follows SQL, so counting every event SQL counts keeps local consumption at or above
+    Polar's; the events only Python counts (Polar's real-time rollup, D7) are over-counted until a
+    snapshot covers their bucket, which is the safe side. The OR applies to the whole filter, each
+    dialect evaluating every clause and nested group its own way: an OR per clause would also count
+    events that neither side ever counts (an ``and`` of a clause only SQL holds and a clause only
+    Python holds), with nothing gained. Groups only combine with ``and`` / ``or``, so either answer
+    is monotone in its clauses and SQL's NULL decides like FALSE (``_sql_filters``).
+    """
+    return filter_.matches(event) or sql_matches(filter_, event)
+
+
+def safe_value(aggregation: Aggregation, event: EventView) -> float | None:
+    """The larger of the two dialects' values for a counted event; ``None``: it adds nothing.
+
+    Both take a property only when it is a number (never a bool or a numeric string); they differ
+    on ``timestamp`` alone, which SQL rounds to the nearest second and Python truncates. The larger
+    keeps a sum and a max at or above Polar's, and an average too for the same events; a min can be
+    made safe by no choice, since any pending event may lower it (docs/invariant.md).
+    """
+    if aggregation.property == "timestamp":
+        return sql_value(aggregation, event)  # the rounded seconds: never below the truncated
+    return aggregation.value_of(event)  # the same in both (tests/conformance checks it)
 
 
 def parse_configuration(payload: object) -> Configuration:

@@ -11,7 +11,11 @@ one (or ``max_in_flight``) delivery loops; each loop owns a :class:`Delivery` an
     delivery.handle(outcome)        # what came of it
 
 A loop reads up to ``batch_size`` entries, lingers up to ``linger`` seconds for more, and posts
-one batch. Every batch ends in one of two ways, whatever the number of attempts:
+one batch. With a shared request budget (``requests_per_minute``, ``_budget``) it first takes a
+request from it; while it waits for one it keeps reading, so under load batches grow, up to
+``batch_bytes`` of body (under Polar's 10 MiB; without a budget a batch holds at most
+``batch_size`` events). An event too large for any batch is dropped. Every batch ends in one of
+two ways, whatever the number of attempts:
 
 * **delivered** (2xx): the ``acknowledge`` script marks its events acknowledged and removes the
   entries from the outbox;
@@ -33,23 +37,36 @@ loop waits (Retry-After up to two minutes, else exponential backoff with jitter 
 and tries again for as long as it takes: an outage delays events, it never drops them. Any other
 answer (401, 403, 404, a redirect, 405...) means a token or URL mistake that no retry within
 this process fixes, but that dropping would make permanent: the loop stalls and retries slowly,
-logging an error each time.
+logging an error each time. A TLS certificate of Polar's that does not verify stalls it too.
 
-Entries another instance read and never settled (it died) are claimed once idle for
-``claim_idle`` seconds; a loop refreshes the claim on its own entries before each attempt so a
-slow retry is never mistaken for a dead instance.
+Entries held by an instance whose heartbeat expired (it died or closed) are taken over at once
+(``_liveness``). Entries of an instance that beats but does not move them are claimed once idle
+for ``claim_idle`` seconds; a loop refreshes the claim on its own entries before each attempt so a
+slow retry is never mistaken for a stuck instance.
 """
 
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from . import _keys
+from . import _budget, _keys, _liveness
+from ._backoff import backoff
+from ._budget import BudgetAnswered, TakeRequest
+from ._liveness import (
+    Beat,
+    CheckHeartbeats,
+    ConsumersListed,
+    HeartbeatsChecked,
+    Reclaim,
+    Reclaimed,
+    SurveyConsumers,
+)
 from ._random import Random
 from .errors import UsageError
 
@@ -74,10 +91,25 @@ class DeliverySettings:
     flush_block: float = 0.01
     """How long a read blocks while flushing: short, but never zero (a read that returns at once
     would spin while the last entries are held by another loop or instance)."""
+    consumer: str = ""
+    """This instance's name in the outbox group; empty turns heartbeats and surveys off."""
+    heartbeat: float = 10.0
+    """Seconds an instance's heartbeat lives: one silent for that long is dead (``_liveness``)."""
+    requests_per_minute: float = 0.0
+    """The ingestion requests every instance together may send a minute (``_budget``); 0: no
+    shared budget."""
+    batch_bytes: int = 8 * 1024 * 1024
+    """Most bytes of one request body: Polar refuses bodies over 10 MiB (413)."""
 
     def __attrs_post_init__(self) -> None:
         if self.batch_size < 1 or self.max_attempts < 1:
             raise UsageError("batch_size and max_attempts must be at least 1")
+        if self.heartbeat <= 0:
+            raise UsageError("heartbeat must be positive")
+        if self.requests_per_minute < 0:
+            raise UsageError("requests_per_minute must not be negative (0: no budget)")
+        if self.batch_bytes < 1024:
+            raise UsageError("batch_bytes must be at least 1024")
         if min(self.linger, self.backoff_base, self.claim_idle, self.read_block) < 0:
             raise UsageError("delivery delays must not be negative")
 
@@ -153,7 +185,20 @@ class Sleep:
     until: float
 
 
-Action = ReadOutbox | ClaimStale | RefreshClaim | PostBatch | SettleScript | ReportDropped | Sleep
+Action = (
+    ReadOutbox
+    | ClaimStale
+    | RefreshClaim
+    | PostBatch
+    | SettleScript
+    | ReportDropped
+    | Sleep
+    | Beat
+    | SurveyConsumers
+    | CheckHeartbeats
+    | Reclaim
+    | TakeRequest
+)
 
 
 # -- outcomes ---------------------------------------------------------------------------------
@@ -177,6 +222,9 @@ class BatchFailed:
     reason: str
     maybe_sent: bool
     """Whether Polar may have received the request (a timeout or reset after sending)."""
+    stalls: bool = False
+    """Nothing was sent, and no retry will change that until someone fixes the set-up (Polar's
+    TLS certificate does not verify): the loop stalls, as on a 401, and says why."""
 
 
 @attrs.frozen(slots=True)
@@ -194,7 +242,18 @@ class Done:
     """The previous action (claim refresh, claim) finished; nothing to report."""
 
 
-Outcome = OutboxRead | BatchAnswered | BatchFailed | Settled | Reported | Done
+Outcome = (
+    OutboxRead
+    | BatchAnswered
+    | BatchFailed
+    | Settled
+    | Reported
+    | Done
+    | ConsumersListed
+    | HeartbeatsChecked
+    | Reclaimed
+    | BudgetAnswered
+)
 
 _ANSWERS: dict[type, type | tuple[type, ...]] = {
     ReadOutbox: OutboxRead,
@@ -204,6 +263,11 @@ _ANSWERS: dict[type, type | tuple[type, ...]] = {
     SettleScript: Settled,
     ReportDropped: Reported,
     Sleep: Done,
+    Beat: Done,
+    SurveyConsumers: ConsumersListed,
+    CheckHeartbeats: HeartbeatsChecked,
+    Reclaim: Reclaimed,
+    TakeRequest: BudgetAnswered,
 }
 
 
@@ -239,11 +303,22 @@ class Delivery:
         self.settings = settings
         self._rng = rng
         self._buffer: list[OutboxEntry] = []
+        self._buffer_bytes = 0  # what the buffer adds to a body: each item and a comma
+        self._budgeted = settings.requests_per_minute > 0
+        self._granted_at: float | None = None  # when the request taken from the budget may go
         self._buffer_since: float | None = None
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
         self._work: list[Action] = []  # settle scripts and reports of the batch that ended
         self._awaiting: type | None = None
         self._next_claim = now
+        self._live = bool(settings.consumer)
+        self._next_beat = now
+        self._next_survey = now
+        self._surveyed: dict[str, set[str]] = {}
+        self._checking: tuple[str, ...] = ()
+        self._reclaims: list[Action] = []
+        self.consumers_removed = 0
+        """Consumers of dead instances this loop removed from the outbox group."""
         self.flushing = False
         self.delivered = 0
         self.dropped = 0
@@ -266,6 +341,10 @@ class Delivery:
         s = self.settings
         if self._work:
             return self._work.pop(0)
+        if self._live:
+            liveness = self._liveness(now)
+            if liveness is not None:
+                return liveness
         if self._batches:
             batch = self._batches[0]
             if batch.not_before > now:
@@ -275,23 +354,36 @@ class Delivery:
                 # and an entry left idle past claim_idle would be claimed and posted again.
                 batch.refreshed = True
                 return RefreshClaim(tuple((e.stream, e.id) for e in self._held()))
-            return PostBatch(body=_body(batch.entries), size=len(batch.entries))
+            return self._gate(now, reading=False) or self._post(batch.entries)
         if now >= self._next_claim:
             self._next_claim = now + s.claim_interval
             return ClaimStale(min_idle=s.claim_idle, count=s.batch_size)
-        if len(self._buffer) >= s.batch_size:
-            return self._start_batch()
         if self._buffer:
             assert self._buffer_since is not None
             due = self._buffer_since + s.linger
-            if now >= due or self.flushing:
-                return self._start_batch()
+            full = len(self._buffer) >= s.batch_size or self._buffer_bytes >= s.batch_bytes
+            if full or now >= due or self.flushing:
+                return self._gate(now, reading=True) or self._start_batch()
             return ReadOutbox(
                 count=s.batch_size - len(self._buffer), block=min(due - now, s.read_block)
             )
         return ReadOutbox(
             count=s.batch_size, block=s.flush_block if self.flushing else s.read_block
         )
+
+    def _liveness(self, now: float) -> Action | None:
+        """Beat, then survey the group and take what dead instances hold: before any batch, so
+        neither waits behind a batch that waits for Polar."""
+        s = self.settings
+        if now >= self._next_beat:
+            self._next_beat = now + _liveness.interval(s.heartbeat)
+            return _liveness.beat(s.consumer, s.heartbeat)
+        if self._reclaims:
+            return self._reclaims.pop(0)
+        if now >= self._next_survey:
+            self._next_survey = now + _liveness.interval(s.heartbeat)
+            return SurveyConsumers()
+        return None
 
     @property
     def idle(self) -> bool:
@@ -301,12 +393,41 @@ class Delivery:
     def _held(self) -> list[OutboxEntry]:
         return [e for b in self._batches for e in b.entries] + self._buffer
 
-    def _start_batch(self) -> PostBatch | RefreshClaim:
-        entries = self._buffer[: self.settings.batch_size]
-        self._buffer = self._buffer[self.settings.batch_size :]
+    def _gate(self, now: float, *, reading: bool) -> Action | None:
+        """``None`` when a request may go now; else take one from the budget, or wait for the one
+        taken (reading more meanwhile, while the batch has room: it grows instead of idling)."""
+        if not self._budgeted:
+            return None
+        if self._granted_at is None:
+            return _budget.take(self.settings.requests_per_minute)
+        if now >= self._granted_at:
+            return None
+        if reading and self._buffer_bytes < self.settings.batch_bytes:
+            block = min(self._granted_at - now, self.settings.read_block)
+            return ReadOutbox(count=self.settings.batch_size, block=block)
+        return Sleep(self._granted_at)
+
+    def _post(self, entries: list[OutboxEntry]) -> PostBatch:
+        self._granted_at = None
+        return PostBatch(body=_body(entries), size=len(entries))
+
+    def _start_batch(self) -> PostBatch:
+        """A batch of the oldest buffered entries, as many as ``batch_bytes`` of body holds (and
+        ``batch_size`` without a budget: requests are only scarce with one)."""
+        room = self.settings.batch_bytes - _BODY_OVERHEAD
+        most = len(self._buffer) if self._budgeted else self.settings.batch_size
+        taken = 0
+        for entry in self._buffer[:most]:
+            room -= len(entry.item) + 1
+            if room < 0 and taken:
+                break
+            taken += 1
+        entries = self._buffer[:taken]
+        self._buffer = self._buffer[taken:]
+        self._buffer_bytes -= sum(len(e.item) + 1 for e in entries)
         self._buffer_since = None if not self._buffer else self._buffer_since
         self._batches.append(_Batch(entries=entries, refreshed=True))
-        return PostBatch(body=_body(entries), size=len(entries))
+        return self._post(entries)
 
     # -- outcomes -----------------------------------------------------------------------------
 
@@ -329,9 +450,49 @@ class Delivery:
             self._answered(outcome, now)
         elif isinstance(outcome, BatchFailed):
             self._failed(outcome, now)
+        elif isinstance(outcome, ConsumersListed):
+            self._listed(outcome)
+        elif isinstance(outcome, HeartbeatsChecked):
+            self._checked(outcome)
+        elif isinstance(outcome, Reclaimed):
+            self._reclaimed(outcome, now)
+        elif isinstance(outcome, BudgetAnswered):
+            self._budget_answered(outcome, now)
+
+    def _budget_answered(self, outcome: BudgetAnswered, now: float) -> None:
+        wait = _budget.wait_of(outcome)
+        if wait is None:
+            self.rejected_entries += 1
+        self._granted_at = now + (wait or 0.0)
+
+    def _listed(self, outcome: ConsumersListed) -> None:
+        self._surveyed, rejected = _liveness.consumers_of(outcome.listing, self.settings.consumer)
+        self.rejected_entries += rejected
+        check = _liveness.check(self._surveyed)
+        if check is not None:
+            self._checking, action = check
+            self._reclaims.append(action)
+
+    def _checked(self, outcome: HeartbeatsChecked) -> None:
+        s = self.settings
+        calls, rejected = _liveness.reclaims(
+            self._surveyed, self._checking, outcome.values, s.consumer, s.batch_size
+        )
+        self.rejected_entries += rejected
+        self._reclaims += calls
+
+    def _reclaimed(self, outcome: Reclaimed, now: float) -> None:
+        taken = _liveness.taken_entries(outcome)
+        if taken is None:
+            self.rejected_entries += 1
+            return
+        entries, removed = taken
+        self.consumers_removed += removed
+        self._read(OutboxRead(entries), now)
 
     def _read(self, outcome: OutboxRead, now: float) -> None:
         malformed: list[tuple[str, str]] = []
+        too_large: list[OutboxEntry] = []
         held = {(e.stream, e.id) for e in self._held()}
         for stream, entry_id, fields in outcome.entries:
             if (stream, entry_id) in held:
@@ -343,9 +504,17 @@ class Delivery:
                     malformed.append((stream_s, id_s))  # removed, so it is not read again
                 self.rejected_entries += 1
                 continue
+            if _BODY_OVERHEAD + len(entry.item) > self.settings.batch_bytes:
+                too_large.append(entry)  # no batch can carry it: Polar would refuse it (413)
+                continue
             if not self._buffer:
                 self._buffer_since = now
             self._buffer.append(entry)
+            self._buffer_bytes += len(entry.item) + 1
+        if too_large:
+            limit = self.settings.batch_bytes
+            self._drop(too_large, f"larger than an ingestion request may be ({limit} bytes)",
+                       definitive=True)  # fmt: skip
         if malformed:
             for stream, ids in _by_stream(malformed).items():
                 self._work.append(self._settle_script("confirm", stream, ids, []))
@@ -395,7 +564,11 @@ class Delivery:
             batch.refreshed = False
 
     def _failed(self, outcome: BatchFailed, now: float) -> None:
-        if outcome.maybe_sent:
+        if outcome.stalls:
+            self.stalled = outcome.reason
+            self._batches[0].not_before = now + self.settings.stall_delay
+            self._batches[0].refreshed = False
+        elif outcome.maybe_sent:
             self._retry(self._batches[0], outcome.reason, now, None, True)
         else:
             self._wait(self._batches[0], now, None)  # Polar unreachable: nothing was tried
@@ -429,12 +602,11 @@ class Delivery:
 
     def _backoff(self, attempt: int) -> float:
         s = self.settings
-        ceiling: float = min(s.backoff_cap, s.backoff_base * 2.0 ** (attempt - 1))
-        return ceiling * (0.5 + 0.5 * self._rng.random())  # jitter spreads retry storms
+        return backoff(attempt, s.backoff_base, s.backoff_cap, self._rng.random())
 
     def _drop(self, entries: list[OutboxEntry], reason: str, *, definitive: bool) -> None:
         self.dropped += len(entries)
-        events = tuple(json.loads(e.item) for e in entries)
+        events = tuple(_event(e.item) for e in entries)
         self._work.append(ReportDropped(events=events, reason=reason))
         self._settle(entries, "confirm" if definitive else "acknowledge")
 
@@ -469,6 +641,25 @@ def _settle_call(
     return SettleScript(script=script, keys=tuple(keys), args=tuple(args))
 
 
+def nothing_done(action: Action) -> Outcome:
+    """The outcome a closing instance reports for an action it could not run (Redis failed while
+    it closed): nothing happened, so the work stays queued in Redis for another instance. Whatever
+    was held is taken again by a live instance; no heartbeat counts as alive; nothing is taken."""
+    if isinstance(action, ReadOutbox | ClaimStale):
+        return OutboxRead([])
+    if isinstance(action, SurveyConsumers):
+        return ConsumersListed([])
+    if isinstance(action, CheckHeartbeats):
+        return HeartbeatsChecked([b"1"] * len(action.keys))  # take nothing from anyone
+    if isinstance(action, Reclaim):
+        return Reclaimed(action.stream, '{"e":[],"d":[]}')
+    if isinstance(action, TakeRequest):
+        return BudgetAnswered(0)
+    if isinstance(action, SettleScript):
+        return Settled(None)
+    return Done()
+
+
 def with_known_revs(action: SettleScript, known: Callable[[str], int]) -> SettleScript:
     """The same call, telling the script which revision this instance holds of each identity,
     so that its reply updates this instance's copies at once (``known`` gives -1 for none)."""
@@ -480,11 +671,23 @@ def with_known_revs(action: SettleScript, known: Callable[[str], int]) -> Settle
     return attrs.evolve(action, args=tuple(args))
 
 
+def _event(item: bytes) -> dict[str, Any]:
+    """The event of an entry, for ``on_dropped``; the raw text if it does not parse."""
+    try:
+        event = json.loads(item)
+    except (ValueError, RecursionError):
+        event = None
+    return event if isinstance(event, dict) else {"unreadable": item.decode(errors="replace")}
+
+
 def _by_stream(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for stream, entry_id in pairs:
         out.setdefault(stream, []).append(entry_id)
     return out
+
+
+_BODY_OVERHEAD = len(b'{"events":[]}')
 
 
 def _body(entries: Sequence[OutboxEntry]) -> bytes:
@@ -500,26 +703,44 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _field(fields: Mapping[Any, Any], name: str) -> bytes | None:
+    """One field of an entry as bytes, whether the client decodes replies or not."""
+    value = fields.get(name.encode())
+    if value is None:
+        value = fields.get(name)
+    if isinstance(value, str):
+        return value.encode()
+    return value if isinstance(value, bytes) else None
+
+
+@functools.lru_cache(maxsize=4096)  # one list per customer and configuration: a few, repeated
+def _states(text: bytes) -> tuple[str, ...] | None:
+    try:
+        state_list = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
+        return None
+    if not isinstance(state_list, list) or not all(isinstance(s, str) for s in state_list):
+        return None
+    return tuple(state_list)
+
+
 def _entry(stream: object, entry_id: object, fields: Mapping[Any, Any]) -> OutboxEntry | None:
+    """An outbox entry, or ``None`` when it is unreadable. The event is kept as the bytes track()
+    stored, to be joined into bodies as they are: it is not parsed here (the cost of delivery
+    was mostly that), only checked to be one JSON object's text; one that is not valid JSON
+    inside gets a 400 or 422 from Polar, which bisection narrows down to it."""
     stream_s, id_s = _text(stream), _text(entry_id)
     if stream_s not in _SHARD_OF_STREAM or id_s is None:
         return None
-    text = {k: v for k, v in ((_text(k), _text(v)) for k, v in fields.items()) if k is not None}
-    item, field, states = text.get("e"), text.get("f"), text.get("k")
+    item, field, states = _field(fields, "e"), _field(fields, "f"), _field(fields, "k")
     if item is None or field is None or states is None:
         return None
-    try:
-        event = json.loads(item)
-        state_list = json.loads(states)
-    except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
+    field_s, state_keys = _text(field), _states(states)
+    if field_s is None or state_keys is None:
         return None
-    if not isinstance(event, dict) or not isinstance(state_list, list):
+    if not (item.startswith(b"{") and item.endswith(b"}")):
         return None
-    if not all(isinstance(s, str) for s in state_list):
-        return None
-    return OutboxEntry(
-        stream=stream_s, id=id_s, item=item.encode(), field=field, states=tuple(state_list)
-    )
+    return OutboxEntry(stream=stream_s, id=id_s, item=item, field=field_s, states=state_keys)
 
 
 def _details(body: bytes) -> list[Any]:

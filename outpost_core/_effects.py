@@ -17,13 +17,28 @@ class RunScript:
     """Echoed in :class:`ScriptReplied` / :class:`ScriptFailed` when the core needs to know."""
     meter_ids: tuple[str, ...] = ()
     """The meters the write counts in (telemetry names them)."""
+    buckets: int = 0
+    """The buckets the write reduces into, one per identity (telemetry counts them)."""
 
 
 @attrs.frozen(slots=True)
 class LoadIdentity:
-    """``HGETALL key``; report :class:`IdentityLoaded` or :class:`LoadFailed`."""
+    """``HGETALL key``; report :class:`IdentityLoaded` or :class:`LoadFailed` with the same
+    ``load_id`` (a reply to an older load of the key is ignored: it may have read the hash
+    before changes the copy already has)."""
 
     key: str
+    load_id: int
+
+
+@attrs.frozen(slots=True)
+class Fetch:
+    """What :meth:`Session.read` answers when the balance must come from Redis: ``HGETALL`` of
+    each key now (one round trip), then :meth:`Session.read_fetched` with the fields per key
+    (not an effect: the caller runs it). The first key is the customer's own state; the others
+    are its aliases' (docs/invariant.md, "One customer, two names")."""
+
+    keys: tuple[str, ...]
 
 
 @attrs.frozen(slots=True)
@@ -44,12 +59,13 @@ class ListPending:
 
 @attrs.frozen(slots=True)
 class OpenConnection:
-    """Open a TCP connection (TLS when ``tls``, verified with the system store) to Polar's
-    WebSocket host; report :class:`ConnectionOpened` or :class:`ConnectionFailed`."""
+    """Open a TCP connection (TLS when ``tls``) to Polar's WebSocket host, giving up after
+    ``timeout`` seconds; report :class:`ConnectionOpened` or :class:`ConnectionFailed`."""
 
     host: str
     port: int
     tls: bool
+    timeout: float = 10.0
 
 
 @attrs.frozen(slots=True)

@@ -9,19 +9,20 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import attrs
 
 from ._filters import EventView
 from ._keys import Customer
-from ._time import iso
+from ._time import iso, to_us
 from .errors import InvalidEvent
 
 MAX_NAME = 128
 MAX_STRING_VALUE = 500
 MAX_EVENT_ID = 256
-_UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
+UUID_PATTERN = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
 _INT_RANGE = 2**63
 
 
@@ -34,8 +35,9 @@ class TrackedEvent:
     metadata: Mapping[str, Any]
 
     def view(self) -> EventView:
+        seconds, subsecond = divmod(self.timestamp_us, 1_000_000)
         return EventView(
-            name=self.name, timestamp_s=self.timestamp_us // 1_000_000, metadata=self.metadata
+            name=self.name, timestamp_s=seconds, metadata=self.metadata, subsecond_us=subsecond
         )
 
     def ingest_item(self) -> dict[str, Any]:
@@ -56,9 +58,28 @@ def customer_of(external_customer_id: object, customer_id: object) -> Customer:
     if external_customer_id is not None:
         return Customer("external", _text(external_customer_id, "external_customer_id"))
     text = _text(customer_id, "customer_id")
-    if not _UUID.fullmatch(text):
+    if not UUID_PATTERN.fullmatch(text):
         raise InvalidEvent(f"customer_id must be a Polar customer UUID, got {text!r}")
     return Customer("customer", canonical_uuid(text))
+
+
+def timestamp_us_of(timestamp: object, now_us: int) -> int:
+    """When the event happened, in µs: ``now_us`` when the caller gave none, else its
+    timezone-aware ``datetime`` (a naive one is ambiguous, so refused)."""
+    if timestamp is None:
+        return now_us
+    if isinstance(timestamp, datetime) and timestamp.tzinfo is not None:
+        return to_us(timestamp)
+    raise InvalidEvent("timestamp must be a timezone-aware datetime")
+
+
+def event_id_of(event_id: object, new_id: str) -> str:
+    """The caller's event id, or ``new_id`` (a fresh one the driver drew) when it gave none."""
+    if event_id is None:
+        return new_id
+    if not isinstance(event_id, str):
+        raise InvalidEvent("event_id must be a string")
+    return event_id
 
 
 def canonical_uuid(text: str) -> str:

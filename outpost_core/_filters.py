@@ -1,13 +1,14 @@
 """Meter filters and aggregations with Polar's server-side Python semantics.
 
 Polar's real-time rollup matches events in Python (``Filter.matches``); its Postgres sync, billing
-and meter reads match in SQL, which differs in a few type-mixing cases. We follow the Python
-semantics, as decisions.md D7 says; ``docs/filters.md`` lists every difference with an example.
+and meter reads match in SQL, which differs in a few type-mixing cases. This module follows the
+Python semantics, as decisions.md D7 says; ``_sql_filters`` follows the SQL ones, and an event
+counts locally if either counts it (D12). docs/emulator.md lists every difference with an example.
 
 The rules, in order:
 - an empty ``and`` and an empty ``or`` both match;
 - ``name`` and ``source`` compare only with a string value, ``timestamp`` (whole epoch seconds)
-  only with an integer; another value type never matches;
+  only with an integer (a bool is one: ``timestamp gt true`` holds); another value never matches;
 - any other property is a dot path into the metadata; a missing or null value matches nothing,
   not even ``ne``;
 - comparisons are Python's operators (so ``True == 1`` holds and ``"3" == 3`` does not), and a
@@ -48,8 +49,11 @@ class EventView:
 
     name: str
     timestamp_s: int
+    """Whole epoch seconds, truncated as Polar's Python does."""
     metadata: Mapping[str, Any]
     source: str = "user"
+    subsecond_us: int = 0
+    """Microseconds past ``timestamp_s``: Polar's SQL rounds to the nearest second instead."""
 
 
 @attrs.frozen(slots=True)
@@ -64,7 +68,7 @@ class Clause:
                 return False
             actual: Any = event.name if self.property == "name" else event.source
         elif self.property == "timestamp":
-            if isinstance(self.value, bool) or not isinstance(self.value, int):
+            if not isinstance(self.value, int):  # a bool passes, as in Polar: True is the int 1
                 return False
             actual = event.timestamp_s
         else:

@@ -40,22 +40,42 @@ class ChangePublished:
 
 @attrs.frozen(slots=True)
 class SubscriberRestarted:
-    """The pub/sub connection (re)subscribed: messages may have been missed while it was down."""
+    """Redis confirmed the subscription to every shard channel (the first time, or again after
+    a break): messages may have been missed before, so every copy reloads, and copies loaded from
+    now on follow Redis."""
+
+
+@attrs.frozen(slots=True)
+class SubscriptionConfirmed:
+    """Redis confirmed a subscription to a shard channel: ``count`` channels are subscribed now
+    (Redis confirms one channel at a time). The core decides what that means: all of them is
+    :class:`SubscriberRestarted`; a first one while subscribed is a re-subscription after a break
+    (:class:`SubscriberLost` first)."""
+
+    count: int
+
+
+@attrs.frozen(slots=True)
+class SubscriberLost:
+    """The pub/sub connection broke: until :class:`SubscriberRestarted`, no copy is following
+    Redis, and reads go to Redis instead of memory."""
 
 
 @attrs.frozen(slots=True)
 class IdentityLoaded:
-    """``HGETALL key`` answered."""
+    """``HGETALL key`` answered the load ``load_id`` (from :class:`LoadIdentity`)."""
 
     key: str
     fields: Mapping[Any, Any]
+    load_id: int
 
 
 @attrs.frozen(slots=True)
 class LoadFailed:
-    """``HGETALL key`` failed; the core asks again later."""
+    """``HGETALL key`` failed for the load ``load_id``; the core asks again later."""
 
     key: str
+    load_id: int
 
 
 @attrs.frozen(slots=True)
@@ -119,6 +139,8 @@ Input = (
     | BytesReceived
     | ChangePublished
     | SubscriberRestarted
+    | SubscriberLost
+    | SubscriptionConfirmed
     | Closing
     | IdentityLoaded
     | LoadFailed

@@ -109,5 +109,18 @@ def outbox_key(shard: int) -> str:
     return f"{tag_of(shard)}outbox"
 
 
+FLEET_TAG = f"{PREFIX}{{fleet}}:"
+"""The hash tag of the keys every instance shares (heartbeats, the request budget): one slot, so a
+script or an ``MGET`` may touch several of them on Redis Cluster."""
+
+
+def heartbeat_key(consumer: str) -> str:
+    """A key that lives while the instance whose outbox consumer is ``consumer`` is alive."""
+    return f"{FLEET_TAG}alive:{encode_component(consumer)}"
+
+
+BUDGET_KEY = f"{FLEET_TAG}budget"
+"""The request budget for Polar's API shared by every instance (a token bucket)."""
+
 ALL_CHANNELS = all_channels()
 ALL_OUTBOXES = tuple(outbox_key(shard) for shard in range(SHARDS))

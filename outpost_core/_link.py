@@ -23,11 +23,13 @@ from wsproto.events import (
     Ping,
     Pong,
     RejectConnection,
+    RejectData,
     Request,
     TextMessage,
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
+from ._backoff import backoff
 from ._random import Random
 from .errors import UsageError
 
@@ -87,10 +89,16 @@ class Link:
         self._last_heard = 0.0
         self._last_ping = 0.0
         self._since = 0.0
+        self._rejection: tuple[int, bytearray] | None = None
         self.refused: str | None = None
         """Why Polar refused the upgrade (a bad token), for operators."""
         self.connections = 0
         self.peer_errors = 0
+
+    @property
+    def rng(self) -> Random:
+        """The generator the link draws its jitter from (the session shares it)."""
+        return self._rng
 
     # -- the driver's side --------------------------------------------------------------------
 
@@ -145,7 +153,10 @@ class Link:
             return []
         self._last_heard = now
         if not data:
-            self._drop(now, "Polar closed the connection")
+            if self._rejection is not None:
+                self._refuse(now)  # the body ended with the connection
+            else:
+                self._drop(now, "Polar closed the connection")
             return []
         messages: list[object] = []
         try:
@@ -169,8 +180,15 @@ class Link:
             self.connections += 1
             self._last_ping = now
         elif isinstance(event, RejectConnection):
-            self.refused = f"Polar refused the WebSocket with HTTP {event.status_code}"
-            self._drop(now, self.refused, refused=event.status_code in (401, 403))
+            self._rejection = (event.status_code, bytearray())
+            if not event.has_body:
+                self._refuse(now)
+        elif isinstance(event, RejectData):
+            if self._rejection is not None:
+                body = self._rejection[1]
+                body += event.data[: max(0, _DETAIL_LIMIT - len(body))]
+                if event.body_finished:
+                    self._refuse(now)
         elif isinstance(event, TextMessage):
             self._partial.append(event.data)
             self._partial_size += len(event.data)
@@ -191,6 +209,14 @@ class Link:
             self._drop(now, f"Polar closed the WebSocket ({event.code})")
         elif not isinstance(event, Pong):  # pragma: no cover - wsproto has no other events
             self.peer_errors += 1
+
+    def _refuse(self, now: float) -> None:
+        """Polar answered the upgrade with an HTTP error (and its body, for the detail)."""
+        assert self._rejection is not None
+        status, body = self._rejection
+        self._rejection = None
+        self.refused = f"Polar refused the WebSocket with HTTP {status}{_detail(bytes(body))}"
+        self._drop(now, self.refused, refused=status in (401, 403))
 
     def send(self, message: Mapping[str, Any]) -> bool:
         """Queue one message; ``False`` when the link is not open (nothing is queued)."""
@@ -227,6 +253,7 @@ class Link:
     def _drop(self, now: float, reason: str, *, refused: bool = False) -> None:
         self.last_error = reason
         self._ws = None
+        self._rejection = None
         self._partial, self._partial_size = [], 0
         out = bytes(self._out) if self.state is LinkState.OPEN else b""
         self._out = bytearray(out)  # a close frame answering Polar's still goes out
@@ -236,11 +263,27 @@ class Link:
         if refused:
             delay = s.refused_delay
         else:
-            ceiling = min(s.reconnect_cap, s.reconnect_base * 2.0 ** (self._failures - 1))
-            delay = ceiling * (0.5 + 0.5 * self._rng.random())
+            draw = self._rng.random()
+            delay = backoff(self._failures, s.reconnect_base, s.reconnect_cap, draw)
         self.retry_at = now + delay
 
     last_error: str | None = None
+
+
+_DETAIL_LIMIT = 500
+
+
+def _detail(body: bytes) -> str:
+    """Polar's reason, from an error body (``{"detail": ...}`` or text), as a suffix."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = text
+    if isinstance(parsed, Mapping) and "detail" in parsed:
+        parsed = parsed["detail"]
+    detail = parsed if isinstance(parsed, str) else json.dumps(parsed)
+    return f": {detail[:200]}" if detail else ""
 
 
 def _decode(text: str) -> object:

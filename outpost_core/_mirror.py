@@ -1,8 +1,16 @@
 """The in-memory copy of one identity's state hash, kept in revision order.
 
 A change whose revision is the next one applies in place; an older one is ignored; a full state
-replaces the copy when it is not older; anything else is a gap, and the copy reloads the hash.
+replaces the copy when it is newer; anything else is a gap, and the copy reloads the hash.
 Changes that arrive while a load is in flight wait for it, then apply in order.
+
+Loads are numbered: only the answer to the latest one counts. An older load may have read the
+hash before changes the copy has since taken (or before the hash existed at all), and installing
+it would move the copy back in time.
+
+A copy is *following* Redis when the load that installed it was asked while the shard's
+subscription was confirmed, and the subscription has not broken since: every change after that
+load reaches it. Only a following copy may answer a read from memory.
 """
 
 from __future__ import annotations
@@ -45,8 +53,11 @@ class Mirror:
         "_state",
         "customer",
         "fields",
+        "following",
         "held",
         "key",
+        "load_follows",
+        "load_id",
         "loaded",
         "read_keys",
         "reducer_id",
@@ -60,6 +71,11 @@ class Mirror:
         self.rev = -1
         self.fields: dict[str, str] = {}
         self.loaded = False
+        self.load_id = 0
+        """The latest load asked for; answers to older ones are ignored."""
+        self.load_follows = False
+        """Whether the latest load was asked while the shard's subscription was confirmed."""
+        self.following = False
         self.held: list[Change] = []
         self._state: IdentityState | None = None
         self.read_keys: set[tuple[str, str | None, str | None]] = set()
@@ -78,7 +94,7 @@ class Mirror:
             self.held.append(change)
             return Offer.HELD
         if change.full:
-            if change.rev < self.rev:
+            if change.rev <= self.rev:  # the same revision is the same content: nothing new
                 return Offer.IGNORED
             self.fields = dict(change.set)
             self.rev = change.rev
@@ -101,8 +117,22 @@ class Mirror:
         """Forget the copy's currency: it reloads, and changes wait for the load."""
         self.loaded = False
 
-    def loaded_with(self, fields: Mapping[str, str]) -> bool:
-        """Install a loaded hash, then the held changes; ``False`` when a gap remains."""
+    def start_load(self, follows: bool) -> int:
+        """A load is asked for (the copy waits for it); return its number."""
+        self.unload()
+        self.load_id += 1
+        self.load_follows = follows
+        return self.load_id
+
+    def stop_following(self) -> None:
+        """The subscription broke: changes may be missed from now on."""
+        self.following = self.load_follows = False
+
+    def loaded_with(self, fields: Mapping[str, str], load_id: int) -> bool | None:
+        """Install the hash that load ``load_id`` read, then the held changes; ``False`` when a
+        gap remains (load again), ``None`` when the load is not the latest (ignored)."""
+        if load_id != self.load_id:
+            return None
         rev = _int(fields.get("rev")) or 0
         held, self.held = sorted(self.held, key=lambda c: c.rev), []
         # A load older than the copy is a read that crossed this instance's own newer writes:
@@ -113,6 +143,7 @@ class Mirror:
             self.rev = rev
             self._state = None
         self.loaded = True
+        self.following = self.load_follows
         for change in held:
             if self.offer(change) is Offer.GAP:
                 self.held.extend(c for c in held if c.rev > change.rev)
@@ -122,7 +153,7 @@ class Mirror:
     @property
     def state(self) -> IdentityState:
         if self._state is None:
-            self._state = _derive(self.rev, self.fields)
+            self._state = derive_state(self.fields, self.rev)
         return self._state
 
 
@@ -134,7 +165,10 @@ def _int(text: str | None) -> int | None:
     return int(text) if digits.isdigit() else None
 
 
-def _derive(rev: int, fields: Mapping[str, str]) -> IdentityState:
+def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityState:
+    """What a read needs from a state hash (``rev`` defaults to the hash's own)."""
+    if rev is None:
+        rev = _int(fields.get("rev")) or 0
     problems: list[str] = []
     local = EMPTY
     credits: dict[str, float] = {}

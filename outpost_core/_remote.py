@@ -8,10 +8,12 @@ from typing import Any, Protocol
 
 from . import _keys
 from ._aggregate import format_number
+from ._backoff import backoff
 from ._effects import CloseConnection, Effect, ListPending, OpenConnection, RunScript, SendBytes
 from ._keys import Customer
 from ._link import Link, LinkState, _Unreadable
 from ._observations import LinkChanged, Observation, SnapshotApplied
+from ._random import Random
 from ._snapshots import (
     MAX_IDS_PER_QUESTION,
     CustomerFlow,
@@ -24,6 +26,13 @@ from ._snapshots import (
 
 REQUEST_TIMEOUT = 5.0
 """Seconds before a snapshot request with no answer is sent again."""
+STEP_TIMEOUT = 10.0
+"""Seconds a snapshot flow may wait in one step (listing, asking, applying) before it gives the
+snapshot up and asks for a fresh one, whatever lost the answer (Polar, Redis, or a driver)."""
+RETRY_BASE = 0.25
+RETRY_CAP = 10.0
+"""The backoff of a flow that failed (Redis could not list or apply): from RETRY_BASE seconds,
+doubling up to RETRY_CAP, with jitter."""
 
 
 class Host(Protocol):
@@ -35,6 +44,7 @@ class Host(Protocol):
     def reject(self, kind: str, detail: str) -> None: ...
     def observe(self, observation: Observation) -> None: ...
     def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]: ...
+    def aliases_changed(self, customer: Customer, aliases: tuple[Customer, ...]) -> None: ...
     @property
     def pending_limit_us(self) -> int: ...
     @property
@@ -42,12 +52,24 @@ class Host(Protocol):
 
 
 class Remote:
-    def __init__(self, host: Host, link: Link) -> None:
+    """Polar's side of a session: the link, and one snapshot flow per customer followed.
+
+    Every wait of a flow has a deadline checked on :meth:`tick`: an unanswered snapshot request
+    is sent again after ``REQUEST_TIMEOUT``, a step that waits longer than ``STEP_TIMEOUT`` gives
+    its snapshot up and asks again, and a flow whose Redis work failed asks again after a
+    backoff. So no lost answer can leave a customer without snapshots until the link reconnects.
+    """
+
+    def __init__(self, host: Host, link: Link, rng: Random) -> None:
         self._host = host
         self.link = link
+        self._rng = rng
         self.flows: dict[Customer, CustomerFlow] = {}
         self._tags: dict[int, CustomerFlow] = {}
         self._questions: dict[str, CustomerFlow] = {}
+        self.aliases: dict[Customer, tuple[Customer, ...]] = {}
+        """Per customer, its other reference forms from its latest snapshot (kept across
+        reconnects: they name the same customer)."""
         self._ids = itertools.count(1)
         self.wall_us = 0
         self.now = 0.0
@@ -63,16 +85,36 @@ class Remote:
         self._after_link(before)
         if self.link.wants_connection(now):
             t = self.link.target
-            self._host.emit(OpenConnection(host=t.host, port=t.port, tls=t.tls))
+            timeout = self.link.settings.connect_timeout
+            self._host.emit(OpenConnection(host=t.host, port=t.port, tls=t.tls, timeout=timeout))
         for flow in self.flows.values():
-            unanswered = flow.request_id is not None and now - flow.requested_at > REQUEST_TIMEOUT
-            if (
-                flow.step is Step.IDLE
-                and not flow.applied
-                and (flow.request_id is None or unanswered)
-            ):
+            if flow.step is not Step.IDLE:
+                if now - flow.since >= STEP_TIMEOUT:
+                    step = flow.step.value
+                    self._host.reject("stuck_flow", f"{flow.customer}: no answer while {step}")
+                    self._restart(flow)
+                continue
+            if flow.retry_at is not None:
+                if now >= flow.retry_at:
+                    flow.retry_at = None
+                    self._request(flow)
+                continue
+            unanswered = flow.request_id is not None and now - flow.requested_at >= REQUEST_TIMEOUT
+            if not flow.applied and (flow.request_id is None or unanswered):
                 self._request(flow)
         self._flush()
+
+    def next_deadline(self) -> float | None:
+        """The earliest time :meth:`tick` has work: the link's, or a flow's."""
+        deadlines = [d for d in (self.link.next_deadline(),) if d is not None]
+        for flow in self.flows.values():
+            if flow.step is not Step.IDLE:
+                deadlines.append(flow.since + STEP_TIMEOUT)
+            elif flow.retry_at is not None:
+                deadlines.append(flow.retry_at)
+            elif not flow.applied and flow.request_id is not None:
+                deadlines.append(flow.requested_at + REQUEST_TIMEOUT)
+        return min(deadlines, default=None)
 
     def close(self) -> None:
         self.link.close()
@@ -192,6 +234,9 @@ class Remote:
         if flow is None:
             # Unasked-for (Polar pushes only what was asked): apply it, but never ask for more.
             flow = self.flows[snapshot.customer] = CustomerFlow(snapshot.customer, applied=True)
+        if self.aliases.get(snapshot.customer, ()) != snapshot.aliases:
+            self.aliases[snapshot.customer] = snapshot.aliases
+            self._host.aliases_changed(snapshot.customer, snapshot.aliases)
         if snapshot.request_id is not None and snapshot.request_id == flow.request_id:
             flow.request_id = None
         if flow.offer(snapshot):
@@ -201,7 +246,7 @@ class Remote:
         assert flow.current is not None
         tag = next(self._ids)
         self._tags[tag] = flow
-        flow.step = Step.LISTING
+        flow.step, flow.since, flow.tag, flow.retry_at = Step.LISTING, self.now, tag, None
         keys = tuple(
             _keys.events_key(_keys.state_key(flow.customer, reducer_id))
             for reducer_id in flow.current.reducers
@@ -230,7 +275,7 @@ class Remote:
         if not flow.candidates:
             self._apply(flow)
             return
-        flow.step = Step.ASKING
+        flow.step, flow.since, flow.tag = Step.ASKING, self.now, None
         ids = sorted(flow.candidates)
         for start in range(0, len(ids), MAX_IDS_PER_QUESTION):
             request_id = f"q{next(self._ids)}"
@@ -250,7 +295,7 @@ class Remote:
     def list_failed(self, tag: int) -> None:
         flow = self._tags.pop(tag, None)
         if flow is not None:
-            self._restart(flow)
+            self._fail(flow)
 
     def _counted(self, payload: object) -> None:
         request_id = payload.get("request_id") if isinstance(payload, Mapping) else None
@@ -283,21 +328,34 @@ class Remote:
 
     def _restart(self, flow: CustomerFlow) -> None:
         """Give up the snapshot in progress and ask for a fresh one."""
-        for request_id in flow.questions:
-            self._questions.pop(request_id, None)
-        flow.reset()
+        self._abandon_flow(flow)
         self._request(flow)
         self._flush()
+
+    def _fail(self, flow: CustomerFlow) -> None:
+        """Redis could not do the flow's work: give the snapshot up and ask for a fresh one after
+        a backoff (asking at once would loop as fast as Polar answers while Redis is down)."""
+        self._abandon_flow(flow)
+        flow.failures += 1
+        delay = backoff(flow.failures, RETRY_BASE, RETRY_CAP, self._rng.random())
+        flow.retry_at = self.now + delay
+
+    def _abandon_flow(self, flow: CustomerFlow) -> None:
+        for request_id in flow.questions:
+            self._questions.pop(request_id, None)
+        if flow.tag is not None:
+            self._tags.pop(flow.tag, None)  # a late answer to it is ignored
+        flow.reset()
 
     # -- applying -----------------------------------------------------------------------------
 
     def _apply(self, flow: CustomerFlow) -> None:
         snapshot = flow.current
         assert snapshot is not None
-        flow.step = Step.APPLYING
         flow.before = {r: self._host.consumed(flow.customer, r) for r in snapshot.reducers}
         tag = next(self._ids)
         self._tags[tag] = flow
+        flow.step, flow.since, flow.tag = Step.APPLYING, self.now, tag
         counted: dict[str, list[str]] = {}
         for event_id in sorted(flow.counted):  # a set: sort, so the effect is deterministic
             for pair in flow.candidates[event_id]:
@@ -339,7 +397,7 @@ class Remote:
     def apply_failed(self, tag: int) -> None:
         flow = self._tags.pop(tag, None)
         if flow is not None:
-            self._restart(flow)
+            self._fail(flow)
 
 
 def _apply_script(

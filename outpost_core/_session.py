@@ -27,15 +27,17 @@ import json
 import logging
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
 from . import _keys
 from ._aggregate import format_number
-from ._balance import Balance, compute_balance
-from ._changes import Malformed, parse_changes
+from ._backoff import backoff
+from ._balance import Balance, compute_balance, merged_state
+from ._changes import Change, Malformed, parse_changes
 from ._configuration import Configuration, Reducer, parse_configuration
-from ._effects import Effect, LoadIdentity, RunScript, StoreConfiguration
+from ._effects import Effect, Fetch, LoadIdentity, RunScript, StoreConfiguration
 from ._event import build_event, customer_of
 from ._filters import InvalidDefinition
 from ._inputs import (
@@ -52,13 +54,16 @@ from ._inputs import (
     PendingListed,
     ScriptFailed,
     ScriptReplied,
+    SubscriberLost,
     SubscriberRestarted,
+    SubscriptionConfirmed,
     Tick,
 )
 from ._keys import Customer
 from ._link import Link, LinkState
-from ._mirror import Mirror, Offer
+from ._mirror import Mirror, Offer, derive_state
 from ._observations import Observation
+from ._random import Random
 from ._remote import Remote
 from ._time import HOUR_US, floor_bucket
 from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError
@@ -77,15 +82,21 @@ class Settings:
     pending_limit_us: int = HOUR_US
     """How long an acknowledged event no snapshot counts stays pending (design document: 1 h)."""
     reload_retry: float = 0.5
-    """Seconds before a failed load is tried again."""
+    """Seconds before a failed load is tried again; doubled (with jitter) for each further
+    failure in a row, up to ``reload_cap``."""
+    reload_cap: float = 5.0
+    load_timeout: float = 10.0
+    """Seconds a load may go unanswered before it is asked again (its reply was lost)."""
     channel_namespace: str = ""
     """Appended to the change channels (``dbN`` for Redis database N > 0)."""
 
     def __attrs_post_init__(self) -> None:
         if not (math.isfinite(self.snapshot_timeout) and self.snapshot_timeout >= 0):
             raise UsageError("snapshot_timeout must be a finite number of seconds, not negative")
-        if not (math.isfinite(self.reload_retry) and self.reload_retry > 0):
-            raise UsageError("reload_retry must be a positive, finite number of seconds")
+        for name in ("reload_retry", "reload_cap", "load_timeout"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise UsageError(f"{name} must be a positive, finite number of seconds")
         if self.pending_limit_us <= 0:
             raise UsageError("pending_limit_us must be positive")
 
@@ -100,21 +111,31 @@ class Session:
         settings: Settings | None = None,
         logger: logging.Logger | None = None,
         link: Link | None = None,
+        rng: Random | None = None,
     ) -> None:
         """``link`` is the WebSocket to Polar; without one (no access token) the session reads
-        whatever snapshots other instances apply to the shared Redis."""
+        whatever snapshots other instances apply to the shared Redis. ``rng`` jitters retries
+        (default: the link's generator; without either, no jitter)."""
         self.settings = settings or Settings()
-        self.remote = Remote(self, link) if link is not None else None
+        self._rng: Random = rng or (link.rng if link is not None else _NoJitter())
+        self.remote = Remote(self, link, self._rng) if link is not None else None
         self.log = logger or logging.getLogger("outpost")
         self.configuration: Configuration | None = None
         self._configuration_text: str | None = None
         self._configuration_from_polar = False
         self._mirrors: dict[str, Mirror] = {}
+        self._customer_mirrors: dict[Customer, list[Mirror]] = {}
+        """Each customer's copies, one per reducer read (an alias change invalidates them)."""
         self._balances: dict[ReadKey, Balance] = {}
         self._effects: list[Effect] = []
         self._observations: list[Observation] = []
         self._retry_at: dict[str, float] = {}
+        """State key → when to ask for its load again (failed, or unanswered for too long)."""
+        self._load_failures: collections.Counter[str] = collections.Counter()
         self._now = 0.0
+        self.subscribed = False
+        """Whether Redis confirmed the subscription to every shard channel and it holds."""
+        self.ever_subscribed = False
         self.rejections: collections.Counter[str] = collections.Counter()
 
     # -- driver plumbing ----------------------------------------------------------------------
@@ -132,7 +153,11 @@ class Session:
             if remote is None:
                 raise UsageError(f"{type(event).__name__} but this session has no link")
             if isinstance(event, BytesReceived):
+                refused = remote.link.refused
                 remote.received(event.data, event.now)
+                if remote.link.refused is not None and remote.link.refused != refused:
+                    # A refused token is the merchant's to fix: say it loudly, once per cause.
+                    self.log.error("outpost: Polar refused the WebSocket: %s", remote.link.refused)
             elif isinstance(event, ConnectionOpened):
                 remote.opened(event.now)
             else:
@@ -146,15 +171,21 @@ class Session:
                 else:
                     remote.apply_failed(event.tag)
         elif isinstance(event, IdentityLoaded):
-            self._loaded(event.key, event.fields)
+            self._loaded(event.key, event.fields, event.load_id)
         elif isinstance(event, LoadFailed):
-            if event.key in self._mirrors:
-                self._retry_at[event.key] = self._now + self.settings.reload_retry
+            self._load_failed(event.key, event.load_id)
+        elif isinstance(event, SubscriptionConfirmed):
+            # Redis confirms a subscription to N channels one channel at a time (1, 2, ... N).
+            # A first confirmation while subscribed is a client library re-subscribing by itself
+            # after a break: what was published meanwhile is lost.
+            if event.count == 1 and self.subscribed:
+                self._subscription_lost()
+            if event.count == len(_keys.ALL_CHANNELS):
+                self._subscription_restarted()
         elif isinstance(event, SubscriberRestarted):
-            for mirror in self._mirrors.values():
-                mirror.unload()
-                self._invalidate(mirror)
-                self._load(mirror)
+            self._subscription_restarted()
+        elif isinstance(event, SubscriberLost):
+            self._subscription_lost()
         elif isinstance(event, ConfigurationReceived):
             self._configure(event.payload, event.from_cache)
         elif isinstance(event, Closing):
@@ -164,6 +195,19 @@ class Session:
             self._tick(event.now, event.wall_us)
         else:
             raise UsageError(f"not an input: {event!r}")
+
+    def _subscription_restarted(self) -> None:
+        self.subscribed = self.ever_subscribed = True
+        for mirror in self._mirrors.values():
+            self._invalidate(mirror)
+            self._load(mirror)
+
+    def _subscription_lost(self) -> None:
+        # Keep the copies (reads go to Redis meanwhile); they reload once subscribed again.
+        self.subscribed = False
+        for mirror in self._mirrors.values():
+            mirror.stop_following()
+            self._invalidate(mirror)
 
     def effects(self) -> list[Effect]:
         """Drain what the driver must do now, in order."""
@@ -178,9 +222,17 @@ class Session:
     def next_deadline(self) -> float | None:
         """The earliest monotonic time at which a :class:`Tick` has work to do."""
         deadlines = list(self._retry_at.values())
-        if self.remote is not None and (link := self.remote.link.next_deadline()) is not None:
-            deadlines.append(link)
+        if self.remote is not None and (remote := self.remote.next_deadline()) is not None:
+            deadlines.append(remote)
         return min(deadlines, default=None)
+
+    def link_status(self) -> tuple[str, str | None]:
+        """The WebSocket's state and the reason it last failed or was refused (``"none"``
+        without an access token)."""
+        if self.remote is None:
+            return ("none", None)
+        link = self.remote.link
+        return (link.state.value, link.refused or link.last_error)
 
     @property
     def connected(self) -> bool:
@@ -204,6 +256,15 @@ class Session:
 
     def observe(self, observation: Observation) -> None:
         self._observations.append(observation)
+
+    def aliases_changed(self, customer: Customer, aliases: tuple[Customer, ...]) -> None:
+        """Polar names other reference forms for ``customer``: its cached balances are stale,
+        and every reducer read of it follows the aliases' copies too (loads start now, so the
+        next read waits as little as it can)."""
+        for mirror in self._customer_mirrors.get(customer, ()):
+            self._invalidate(mirror)
+            for alias in aliases:
+                self._follow(alias, mirror.reducer_id)
 
     def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]:
         """Per meter of the reducer: the consumption this instance reads now ({} if unknown)."""
@@ -310,7 +371,13 @@ class Session:
             _JSON.encode(states),
             *values,
         )
-        return RunScript(script="track", keys=tuple(keys), args=args, meter_ids=tuple(meter_ids))
+        return RunScript(
+            script="track",
+            keys=tuple(keys),
+            args=args,
+            meter_ids=tuple(meter_ids),
+            buckets=len(states),
+        )
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -321,11 +388,21 @@ class Session:
         return self._balances.get((meter_id, external_customer_id, customer_id))
 
     def read(
-        self, meter_id: str, external_customer_id: str | None = None, customer_id: str | None = None
-    ) -> Balance | None:
-        """The balance from memory, or ``None`` while its copy is not ready.
+        self,
+        meter_id: str,
+        external_customer_id: str | None = None,
+        customer_id: str | None = None,
+        *,
+        fresh: bool = False,
+    ) -> Balance | Fetch | None:
+        """The balance from memory; a :class:`Fetch` when it must come from Redis instead; or
+        ``None`` while the customer's state is not ready.
 
-        ``None`` also starts what makes it ready (a load); wait for a change and ask again.
+        ``None`` also starts what makes it ready (a load, a snapshot request); wait for a change
+        and ask again. A copy answers from memory only while it follows Redis (see
+        :mod:`._mirror`); otherwise, and always when ``fresh``, the answer is a :class:`Fetch`:
+        the driver reads the hash and hands it to :meth:`read_fetched`. Before the subscription
+        was ever confirmed, a read waits for it (``None``) rather than fetch, unless ``fresh``.
         Raises :class:`UnknownMeter`, :class:`UnsupportedMeter` or :class:`InvalidEvent` (a bad
         customer argument) at once.
         """
@@ -336,7 +413,11 @@ class Session:
         if reducer is None:
             return None
         mirror = self._follow(customer, reducer.id)
-        if not mirror.loaded:
+        # The customer's other names: their pending events count too (docs/invariant.md).
+        aliases = self._aliases_of(customer)
+        # (Short-circuits keep the common case, no alias, as fast as before.)
+        others = [self._follow(alias, reducer.id) for alias in aliases] if aliases else _NONE
+        if not mirror.loaded or (others and not all(m.loaded for m in others)):
             return None
         if mirror.state.cold_until is None:
             if self.remote is not None:
@@ -344,11 +425,57 @@ class Session:
             return None
         if self.remote is not None and not self.remote.follow(customer).applied:
             return None
-        balance = compute_balance(meter_id, customer, reducer.aggregation.func, mirror.state)
+        if fresh or not mirror.following or (others and not all(m.following for m in others)):
+            if not fresh and not self.ever_subscribed:
+                return None  # a first read waits for the subscription, as for the snapshot
+            return Fetch(keys=(mirror.key, *(m.key for m in others)))
+        state = mirror.state
+        if others:
+            state = merged_state(state, [m.state for m in others])
+            for m in others:  # a change of any of them makes the balance stale
+                m.read_keys.add((meter_id, external_customer_id, customer_id))
+        balance = compute_balance(meter_id, customer, reducer.aggregation.func, state, aliases)
         key = (meter_id, external_customer_id, customer_id)
         self._balances[key] = balance
         mirror.read_keys.add(key)
         return balance
+
+    def read_fetched(
+        self,
+        meter_id: str,
+        external_customer_id: str | None,
+        customer_id: str | None,
+        fields: Mapping[str, Mapping[Any, Any]],
+    ) -> Balance | None:
+        """The balance from the hashes a :class:`Fetch` read (``source="redis"``): ``fields``
+        maps each of its keys to that hash's fields. ``None`` when the customer's hash holds no
+        snapshot (it expired or was wiped: Polar is asked again), or when the customer's aliases
+        changed since the :class:`Fetch` (a hash is missing: read again). Each copy takes its
+        hash too when it is newer."""
+        customer = customer_of(external_customer_id, customer_id)
+        reducer = self._reducer(meter_id, waiting=False)
+        assert reducer is not None  # read() returned a Fetch, so the configuration is there
+        aliases = self._aliases_of(customer)
+        keys = [_keys.state_key(c, reducer.id) for c in (customer, *aliases)]
+        if keys[0] not in fields:
+            raise UsageError(f"read_fetched needs the fields of {keys[0]}")
+        if not all(key in fields for key in keys):
+            return None
+        states = []
+        for key in keys:
+            text = self._text_fields(key, fields[key])
+            state = derive_state(text)
+            mirror = self._mirrors.get(key)
+            if mirror is not None and mirror.loaded and state.revision > 0:
+                self._offer_full(mirror, state.revision, text)
+            states.append(state)
+        if states[0].cold_until is None:
+            if self.remote is not None:
+                self.remote.lost(customer)
+            return None
+        state = merged_state(states[0], states[1:])
+        balance = compute_balance(meter_id, customer, reducer.aggregation.func, state, aliases)
+        return attrs.evolve(balance, source="redis")
 
     def not_ready_reason(
         self, meter_id: str, external_customer_id: str | None, customer_id: str | None
@@ -358,11 +485,19 @@ class Session:
         Raises :class:`UnknownMeter` when the meter is still missing from the configuration."""
         reducer = self._reducer(meter_id, waiting=False)
         if reducer is None:
-            return "no configuration from Polar yet"
+            state, error = self.link_status()
+            return f"no configuration from Polar yet (WebSocket {state}{_suffix(error)})"
         customer = customer_of(external_customer_id, customer_id)
-        mirror = self._mirrors.get(_keys.state_key(customer, reducer.id))
-        if mirror is None or not mirror.loaded:
-            return f"the local state of {customer} could not be loaded from Redis"
+        for name in (customer, *self._aliases_of(customer)):
+            mirror = self._mirrors.get(_keys.state_key(name, reducer.id))
+            if mirror is None or not mirror.loaded:
+                alias = "" if name == customer else f" (another name of {customer})"
+                return f"the local state of {name}{alias} could not be loaded from Redis"
+        mirror = self._mirrors[_keys.state_key(customer, reducer.id)]
+        has_snapshot = mirror.state.cold_until is not None
+        applied = self.remote is None or self.remote.follow(customer).applied
+        if has_snapshot and applied and not self.ever_subscribed:
+            return "Redis has not confirmed the subscription to the change channels yet"
         if self.remote is None:
             return f"no snapshot for {customer} in Redis yet (this instance has no access token)"
         link = self.remote.link
@@ -391,10 +526,15 @@ class Session:
         mirror = self._mirrors.get(key)
         if mirror is None:
             mirror = self._mirrors[key] = Mirror(key, customer, reducer_id)
+            self._customer_mirrors.setdefault(customer, []).append(mirror)
             self._load(mirror)
             if self.remote is not None:
                 self.remote.follow(customer)
         return mirror
+
+    def _aliases_of(self, customer: Customer) -> tuple[Customer, ...]:
+        """The customer's other names Polar told this instance (none without a link)."""
+        return () if self.remote is None else self.remote.aliases.get(customer, ())
 
     @property
     def followed(self) -> list[Mirror]:
@@ -404,9 +544,39 @@ class Session:
     # -- keeping copies current ---------------------------------------------------------------
 
     def _load(self, mirror: Mirror) -> None:
+        load_id = mirror.start_load(follows=self.subscribed)
         self.log.debug("outpost loads %s (copy at revision %d)", mirror.key, mirror.rev)
-        self._retry_at.pop(mirror.key, None)
-        self._effects.append(LoadIdentity(key=mirror.key))
+        # Asked again if no answer comes (a driver task cancelled mid-load loses it).
+        self._retry_at[mirror.key] = self._now + self.settings.load_timeout
+        self._effects.append(LoadIdentity(key=mirror.key, load_id=load_id))
+
+    def _load_failed(self, key: str, load_id: int) -> None:
+        mirror = self._mirrors.get(key)
+        if mirror is None or load_id != mirror.load_id:
+            return
+        self._load_failures[key] += 1
+        self._load_failed_later(key)
+
+    def _load_failed_later(self, key: str) -> None:
+        """Ask for the load again after the backoff its failures in a row call for."""
+        s = self.settings
+        delay = backoff(self._load_failures[key], s.reload_retry, s.reload_cap, self._rng.random())
+        self._retry_at[key] = self._now + delay
+
+    def _text_fields(self, key: str, fields: Mapping[object, object]) -> dict[str, str]:
+        text: dict[str, str] = {}
+        for name, value in fields.items():
+            name_s, value_s = _text(name), _text(value)
+            if name_s is None or value_s is None:
+                self._reject("state", f"{key}: field that is not UTF-8 text")
+                continue
+            text[name_s] = value_s
+        return text
+
+    def _offer_full(self, mirror: Mirror, rev: int, text: Mapping[str, str]) -> None:
+        full = Change(key=mirror.key, rev=rev, set=tuple(text.items()), full=True)
+        if mirror.offer(full) is Offer.APPLIED:
+            self._invalidate(mirror)
 
     def _changes(self, raw: object) -> None:
         try:
@@ -425,20 +595,29 @@ class Session:
             if outcome is Offer.GAP:
                 self._load(mirror)
 
-    def _loaded(self, key: str, fields: Mapping[object, object]) -> None:
+    def _loaded(self, key: str, fields: Mapping[object, object], load_id: int) -> None:
         mirror = self._mirrors.get(key)
         if mirror is None:
             return
-        text: dict[str, str] = {}
-        for name, value in fields.items():
-            name_s, value_s = _text(name), _text(value)
-            if name_s is None or value_s is None:
-                self._reject("state", f"{key}: field that is not UTF-8 text")
-                continue
-            text[name_s] = value_s
+        if load_id != mirror.load_id:
+            self.log.debug(
+                "outpost ignores load %d of %s (load %d is newer)", load_id, key, mirror.load_id
+            )
+            return
+        text = self._text_fields(key, fields)
         self.log.debug("outpost loaded %s at revision %s", key, text.get("rev"))
-        if not mirror.loaded_with(text):
-            self._load(mirror)
+        self._retry_at.pop(key, None)
+        complete = mirror.loaded_with(text, load_id)
+        if complete is False:
+            # A gap the load did not close (a held change of an incarnation of the hash that is
+            # gone, say): load again at once the first time, then back off, not spin on Redis.
+            self._load_failures[key] += 1
+            if self._load_failures[key] == 1:
+                self._load(mirror)
+            else:
+                self._load_failed_later(key)
+        else:
+            self._load_failures.pop(key, None)
         for problem in mirror.state.problems:
             self._reject("state", f"{key}: unreadable field {problem}")
         self._invalidate(mirror)
@@ -455,7 +634,11 @@ class Session:
             self.remote.tick(now)
         for key, due in list(self._retry_at.items()):
             if due <= now:
-                self._load(self._mirrors[key])
+                mirror = self._mirrors[key]
+                if mirror.loaded:  # pragma: no cover - a load answered pops its deadline
+                    self._retry_at.pop(key)
+                else:
+                    self._load(mirror)
 
     def _reject(self, kind: str, detail: str) -> None:
         self.rejections[kind] += 1
@@ -471,3 +654,18 @@ def _text(value: object) -> str | None:
         except UnicodeDecodeError:
             return None
     return None
+
+
+def _suffix(error: str | None) -> str:
+    return f": {error}" if error else ""
+
+
+_NONE: list[Mirror] = []
+"""No alias copies (never mutated: the common case builds no list)."""
+
+
+class _NoJitter:
+    """The draw of a session with neither a generator nor a link: the middle of the range."""
+
+    def random(self) -> float:
+        return 0.5

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 import attrs
 
 from ._aggregate import Aggregate, is_number
-from ._keys import Customer
+from ._event import UUID_PATTERN, canonical_uuid
+from ._keys import Customer, CustomerKind
 from ._time import BUCKET_US
 
 MAX_IDS_PER_QUESTION = 10_000
@@ -33,6 +34,9 @@ class Snapshot:
     cold_until: int
     reducers: Mapping[str, Aggregate]
     credited: Mapping[str, float]
+    aliases: tuple[Customer, ...] = ()
+    """The customer's other reference forms (Polar's ``aliases``): events tracked under them
+    are this customer's too."""
 
     def newer_than(self, other: Snapshot) -> bool:
         return (self.cold_until, self.as_of) > (other.cold_until, other.as_of)
@@ -68,6 +72,7 @@ def parse_snapshot(payload: object) -> Snapshot:
         if not is_number(units):
             raise Malformed(f"credited[{meter_id!r}] is not a number")
         credited[str(meter_id)] = float(units)
+    aliases = aliases_in(payload.get("aliases"), customer)
     return Snapshot(
         snapshot_id=snapshot_id,
         request_id=request_id,
@@ -76,7 +81,36 @@ def parse_snapshot(payload: object) -> Snapshot:
         cold_until=cold_until,
         reducers=reducers,
         credited=credited,
+        aliases=aliases,
     )
+
+
+_ALIAS_KINDS: Mapping[str, CustomerKind] = {
+    "external_customer_id": "external",
+    "customer_id": "customer",
+}
+
+
+def aliases_in(raw: object, customer: Customer) -> tuple[Customer, ...]:
+    """The ``aliases`` object: absent is none; each key is a reference form other than the
+    snapshot's own, each value a non-empty string."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise Malformed("aliases is not an object")
+    aliases: list[Customer] = []
+    for field, value in raw.items():
+        kind = _ALIAS_KINDS.get(field) if isinstance(field, str) else None
+        if kind is None or kind == customer.kind:
+            raise Malformed(f"aliases names {field!r}, not another reference form")
+        if not isinstance(value, str) or not value:
+            raise Malformed(f"aliases[{field!r}] is not a non-empty string")
+        if kind == "customer":
+            if not UUID_PATTERN.fullmatch(value):
+                raise Malformed(f"aliases[{field!r}] is not a customer UUID")
+            value = canonical_uuid(value)  # the spelling track() and balance() key it by
+        aliases.append(Customer(kind, value))
+    return tuple(aliases)
 
 
 def customer_in(payload: Mapping[object, object]) -> Customer:
@@ -112,6 +146,14 @@ class CustomerFlow:
     counted: set[str] = attrs.Factory(set)
     before: dict[str, dict[str, float]] = attrs.Factory(dict)
     """Per reducer, per meter: the consumption read before the snapshot in progress."""
+    since: float = 0.0
+    """When the current step began: a step that waits too long is given up."""
+    tag: int | None = None
+    """The Redis effect (list or apply) the current step waits for."""
+    retry_at: float | None = None
+    """When to ask for a snapshot again after the flow failed (``None``: not waiting to)."""
+    failures: int = 0
+    """Failures in a row (backoff); reset when a snapshot is applied."""
 
     def offer(self, snapshot: Snapshot) -> bool:
         """Take a snapshot; ``True`` when it should start now."""
@@ -127,6 +169,7 @@ class CustomerFlow:
         self.step = Step.IDLE
         self.current = self.waiting = None
         self.request_id = None
+        self.tag = self.retry_at = None
         self.candidates.clear()
         self.questions.clear()
         self.counted.clear()
@@ -134,6 +177,8 @@ class CustomerFlow:
     def finish(self) -> Snapshot | None:
         """The current snapshot is done; return the next one to start, if any."""
         self.step = Step.IDLE
+        self.tag = None
+        self.failures = 0
         self.candidates.clear()
         self.questions.clear()
         self.counted.clear()

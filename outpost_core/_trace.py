@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 from wsproto.frame_protocol import FrameProtocol
 
-from . import _delivery, _effects, _inputs
+from . import _budget, _delivery, _effects, _inputs, _liveness
 from ._aggregate import Aggregate
 from ._balance import Balance
 from ._keys import Customer
@@ -48,7 +48,7 @@ Sink = Callable[[Record], None]
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
-    for module in (_inputs, _effects, _delivery)
+    for module in (_inputs, _effects, _delivery, _liveness, _budget)
     for cls in vars(module).values()
     if isinstance(cls, type) and attrs.has(cls)
 }
@@ -168,13 +168,32 @@ class RecordingSession:
     def track(self, **args: Any) -> Any:
         return self._call("track", args)
 
-    def read(self, meter_id: str, external_customer_id: Any = None, customer_id: Any = None) -> Any:
+    def read(
+        self,
+        meter_id: str,
+        external_customer_id: Any = None,
+        customer_id: Any = None,
+        *,
+        fresh: bool = False,
+    ) -> Any:
         args = {
             "meter_id": meter_id,
             "external_customer_id": external_customer_id,
             "customer_id": customer_id,
+            "fresh": fresh,
         }
         return self._call("read", args)
+
+    def read_fetched(
+        self, meter_id: str, external_customer_id: Any, customer_id: Any, fields: Any
+    ) -> Any:
+        args = {
+            "meter_id": meter_id,
+            "external_customer_id": external_customer_id,
+            "customer_id": customer_id,
+            "fields": fields,
+        }
+        return self._call("read_fetched", args)
 
     def _call(self, method: str, args: dict[str, Any]) -> Any:
         record: Record = {"t": "call", "method": method, "args": encode(args)}

@@ -123,6 +123,9 @@ def op_customers(hub: Hub, body: JsonObject) -> JsonObject:
         customer = hub.customers.create(external_id, hub.now_us())
     except ValueError as exc:
         raise _fail(str(exc), 409) from None
+    if external_id is not None:
+        # The external id's events are this customer's now: its snapshots name a new alias.
+        hub.push_snapshots({("external_customer_id", external_id)})
     return customer.to_json()
 
 
@@ -294,6 +297,15 @@ def op_create_meter(hub: Hub, body: JsonObject) -> JsonObject:
     return create_meter(hub, fields).to_json()
 
 
+def op_ingest_delays(hub: Hub, body: JsonObject | None = None) -> JsonObject:
+    """How long after its timestamp each stored event reached Polar (its ``ingested_at``), in
+    milliseconds: the count and an evenly spaced sample of at most 20,000 (for benchmarks; the
+    timestamps are the tracker's clock, the emulator's runs from the wall clock)."""
+    delays = [(e.ingested_at_us - e.timestamp_us) / 1000 for e in hub.events]
+    step = max(1, len(delays) // 20_000)
+    return {"count": len(delays), "sample_ms": delays[::step]}
+
+
 Op = Callable[[Hub, JsonObject], JsonObject]
 OPERATIONS: dict[tuple[str, str], Op] = {
     ("GET", "clock"): clock_state,
@@ -305,6 +317,7 @@ OPERATIONS: dict[tuple[str, str], Op] = {
     ("POST", "faults"): op_faults,
     ("GET", "state"): op_state,
     ("GET", "telemetry"): op_telemetry,
+    ("GET", "ingest-delays"): op_ingest_delays,
     ("POST", "customer-meter"): op_customer_meter,
 }
 

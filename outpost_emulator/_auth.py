@@ -3,16 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-
-from starlette.responses import JSONResponse
+from dataclasses import dataclass, field
+from typing import Any
 
 from outpost_emulator._defaults import DEFAULT_TOKEN
-from outpost_emulator._errors import detail_response
 
 DEFAULT_SCOPES = frozenset(
     {"events:read", "events:write", "meters:read", "meters:write", "customer_meters:read"}
 )
 _REALM = 'Bearer realm="polar"'
+
+
+@dataclass(frozen=True)
+class Denied:
+    """Why a request may not go on: the status, JSON body and headers Polar answers with.
+
+    A decision, not a response: HTTP endpoints and the WebSocket upgrade each turn it into
+    their own answer (see `_errors.denied_response`).
+    """
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _denied(
+    status: int, error: str, description: str, www_authenticate: str, *, described: bool = True
+) -> Denied:
+    body: dict[str, Any] = {"error": error, "detail": description}
+    if described:
+        body["error_description"] = description
+    return Denied(status, body, {"WWW-Authenticate": www_authenticate})
 
 
 class Tokens:
@@ -31,17 +52,15 @@ class Tokens:
         # Tokens are local test values, so the state dump may show them.
         return {t: sorted(s) for t, s in self._scopes.items()}
 
-    def check(self, headers: Mapping[str, str], any_of: Iterable[str]) -> JSONResponse | None:
-        """None when the request may go on, else the 401/403 response to send.
+    def check(self, headers: Mapping[str, str], any_of: Iterable[str]) -> Denied | None:
+        """None when the request may go on, else the 401/403 decision.
 
         Like Polar's Authenticator, one of `any_of` is enough.
         """
         header = headers.get("authorization")
         if header is None:
             # Polar: an anonymous subject on an authenticated route -> Unauthorized().
-            return detail_response(
-                401, "Unauthorized", error="Unauthorized", headers={"WWW-Authenticate": _REALM}
-            )
+            return _denied(401, "Unauthorized", "Unauthorized", _REALM, described=False)
         scheme, _, token = header.strip().partition(" ")
         token = token.strip()
         scopes = self.scopes(token) if scheme.lower() == "bearer" and token else None
@@ -51,22 +70,15 @@ class Tokens:
                 "The access token provided is expired, revoked, malformed, "
                 "or invalid for other reasons."
             )
-            return detail_response(
-                401,
-                description,
-                error="invalid_token",
-                headers={"WWW-Authenticate": f'{_REALM}, error="invalid_token"'},
-                extra={"error_description": description},
-            )
+            return _denied(401, "invalid_token", description, f'{_REALM}, error="invalid_token"')
         required = set(any_of)
         if scopes & required:
             return None
         description = "The request requires higher privileges than provided by the access token."
         needed = " ".join(sorted(required))
-        return detail_response(
+        return _denied(
             403,
+            "insufficient_scope",
             description,
-            error="insufficient_scope",
-            headers={"WWW-Authenticate": f'{_REALM}, error="insufficient_scope", scope="{needed}"'},
-            extra={"error_description": description},
+            f'{_REALM}, error="insufficient_scope", scope="{needed}"',
         )

@@ -8,6 +8,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from outpost_emulator._auth import Denied
+
 Loc = tuple[str | int, ...]
 
 
@@ -78,6 +80,11 @@ def detail_response(
     if extra:
         body.update(extra)
     return JSONResponse(body, status_code=status_code, headers=dict(headers or {}))
+
+
+def denied_response(denied: Denied) -> JSONResponse:
+    """The HTTP answer to a refused token (also sent as a WebSocket upgrade's denial)."""
+    return JSONResponse(denied.body, status_code=denied.status, headers=denied.headers)
 
 
 def too_short_msg(n: int) -> str:

@@ -8,9 +8,15 @@ import logging
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from outpost_emulator._errors import Errors, detail_response, validation_response
+from outpost_emulator._errors import (
+    Errors,
+    denied_response,
+    detail_response,
+    validation_response,
+)
 from outpost_emulator._http import NO_BODY, hub_of, read_json
-from outpost_emulator._model import Identity, StoredEvent
+from outpost_emulator._limits import MAX_BODY_BYTES
+from outpost_emulator._model import Identity
 from outpost_emulator._state import Hub
 from outpost_emulator._validation import EventInput, validate_ingest
 
@@ -34,21 +40,16 @@ def store_events(hub: Hub, events: list[EventInput]) -> tuple[int, int]:
     inserted = 0
     late: set[Identity] = set()
     for item in events:
-        if item.external_id is not None and item.external_id in hub.by_external_id:
-            continue
-        event = StoredEvent(
-            seq=len(hub.events) + 1,
+        event = hub.store_event(
             name=item.name,
             timestamp_us=item.timestamp_us,
             identity=item.identity,
             external_id=item.external_id,
             metadata=item.metadata,
-            ingested_at_us=now,
+            now=now,
         )
-        hub.events.append(event)
-        hub.by_identity.setdefault(event.identity, []).append(event)
-        if event.external_id is not None:
-            hub.by_external_id[event.external_id] = event
+        if event is None:
+            continue
         inserted += 1
         if hub.pipeline.place(event, reducers, now):
             late.add(event.identity)
@@ -63,10 +64,13 @@ async def ingest_endpoint(request: Request) -> Response:
     denied = hub.tokens.check(request.headers, {"events:write"})
     if denied is not None:
         hub.counters["http_auth_rejected"] += 1
-        return denied
+        return denied_response(denied)
 
     # Read the whole body first: a client that gives up during a hang still had its request
     # received, and it is processed all the same.
+    if len(await request.body()) > MAX_BODY_BYTES:
+        hub.counters["ingest_too_large"] += 1
+        return detail_response(413, "Request Entity Too Large", error="RequestEntityTooLarge")
     errors = Errors()
     body = await read_json(request, errors)
 

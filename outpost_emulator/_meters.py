@@ -10,7 +10,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from outpost_emulator._customers import CustomerKey, normalize_uuid
-from outpost_emulator._errors import Errors, detail_response, validation_response
+from outpost_emulator._errors import (
+    Errors,
+    denied_response,
+    detail_response,
+    validation_response,
+)
 from outpost_emulator._filters import parse_meter_create
 from outpost_emulator._http import NO_BODY, hub_of, paginate, pagination, query_list, read_json
 from outpost_emulator._matching import consumed, sql_matches
@@ -39,9 +44,7 @@ def create_meter(hub: Hub, fields: JsonObject) -> Meter:
     )
     # Polar's ReducerService.sync_meter: one reducer per meter, same filter and aggregation.
     reducer = Reducer(str(uuid.uuid4()), meter.filter, meter.aggregation, [meter.id])
-    hub.meters[meter.id] = meter
-    hub.reducers[reducer.id] = reducer
-    hub.pipeline.backfill(reducer, hub.events, now)
+    hub.add_meter(meter, reducer, now)
     hub.push_configuration()
     log.info("meter created: %s %s (reducer %s)", meter.id, meter.name, reducer.id)
     return meter
@@ -54,7 +57,7 @@ async def meters_endpoint(request: Request) -> Response:
         return await _create(request, hub)
     denied = hub.tokens.check(request.headers, {"meters:read", "meters:write"})
     if denied is not None:
-        return denied
+        return denied_response(denied)
     errors = Errors()
     page, limit = pagination(request, errors)
     if errors:
@@ -70,7 +73,7 @@ async def meters_endpoint(request: Request) -> Response:
 async def _create(request: Request, hub: Hub) -> Response:
     denied = hub.tokens.check(request.headers, {"meters:write"})
     if denied is not None:
-        return denied
+        return denied_response(denied)
     errors = Errors()
     body = await read_json(request, errors)
     fields = None if body is NO_BODY else parse_meter_create(body, errors)
@@ -84,7 +87,7 @@ async def meter_endpoint(request: Request) -> Response:
     hub.counters["http_meters"] += 1
     denied = hub.tokens.check(request.headers, {"meters:read", "meters:write"})
     if denied is not None:
-        return denied
+        return denied_response(denied)
     raw = request.path_params["id"]
     meter_id = normalize_uuid(raw)
     if meter_id is None:
@@ -131,7 +134,7 @@ def _is_active(hub: Hub, customer: CustomerKey, meter: Meter) -> bool:
 
 def _candidates(hub: Hub) -> list[CustomerKey]:
     keys: dict[CustomerKey, None] = {("customer", c.id): None for c in hub.customers.all()}
-    for identity in [*hub.by_identity, *hub.credits.identities()]:
+    for identity in [*hub.identities_with_events(), *hub.credits.identities()]:
         key = hub.customers.resolve(identity)
         if key is not None:
             keys.setdefault(key, None)
@@ -165,7 +168,7 @@ async def customer_meters_endpoint(request: Request) -> Response:
     hub.counters["http_customer_meters"] += 1
     denied = hub.tokens.check(request.headers, {"customer_meters:read", "customer_meters:write"})
     if denied is not None:
-        return denied
+        return denied_response(denied)
     errors = Errors()
     page, limit = pagination(request, errors)
     ids: dict[str, list[str] | None] = {}

@@ -31,6 +31,7 @@ from outpost_emulator._auth import DEFAULT_SCOPES
 from outpost_emulator._clock import EmulatorClock
 from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._frames import MAX_FRAME_BYTES
+from outpost_emulator._limits import DEFAULT_REQUESTS_PER_MINUTE
 from outpost_emulator._model import JsonObject
 from outpost_emulator._state import Hub, TransportFinder
 from outpost_emulator.app import create_app
@@ -59,6 +60,7 @@ def uvicorn_config(app: Any, host: str, port: int, **extra: Any) -> uvicorn.Conf
         port=port,
         ws="wsproto",  # the same WebSocket stack the SDK's core uses
         lifespan="on",
+        date_header=False,  # the app dates answers with the emulator's clock (ClockDate)
         # Frames above 1 MiB must reach the app to be answered with an `error` frame.
         ws_max_size=8 * MAX_FRAME_BYTES,
         **extra,
@@ -112,6 +114,7 @@ class Emulator:
         self._token = DEFAULT_TOKEN
         self.host = "127.0.0.1"
         self.port = 0
+        self.tls = False
 
     @classmethod
     def start(
@@ -121,12 +124,19 @@ class Emulator:
         clock: EmulatorClock | None = None,
         sync_delay: float = 10.0,
         *,
+        rate_limit: int = DEFAULT_REQUESTS_PER_MINUTE,
         host: str = "127.0.0.1",
         scopes: Iterable[str] = DEFAULT_SCOPES,
         startup_timeout: float = 10.0,
+        tls: tuple[str, str] | None = None,
     ) -> Emulator:
-        """Start uvicorn on `host:port` (0: a free port) and return once it accepts."""
-        hub = Hub(clock=clock, token=token, scopes=scopes, sync_delay=sync_delay)
+        """Start uvicorn on `host:port` (0: a free port) and return once it accepts.
+
+        `tls`, a (certificate chain file, private key file) pair, serves HTTPS and `wss://`."""
+        hub = Hub(
+            clock=clock, token=token, scopes=scopes, sync_delay=sync_delay, rate_limit=rate_limit
+        )
+        certificates = {"ssl_certfile": tls[0], "ssl_keyfile": tls[1]} if tls else {}
         config = uvicorn_config(
             create_app(hub=hub),
             host,
@@ -135,6 +145,7 @@ class Emulator:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=1,
+            **certificates,
         )
         ready = threading.Event()
         server = _Server(config, ready)
@@ -163,6 +174,7 @@ class Emulator:
         emulator._loop = loop_box[0]
         emulator._token = token
         emulator.host = host
+        emulator.tls = tls is not None
         emulator.port = server.servers[0].sockets[0].getsockname()[1]
         return emulator
 
@@ -171,12 +183,12 @@ class Emulator:
     @property
     def url(self) -> str:
         """Base URL to give the SDK as `server_url`, e.g. http://127.0.0.1:54321."""
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def ws_url(self) -> str:
         """The Outpost WebSocket, e.g. ws://127.0.0.1:54321/v1/outpost/."""
-        return f"ws://{self.host}:{self.port}/v1/outpost/"
+        return f"{'wss' if self.tls else 'ws'}://{self.host}:{self.port}/v1/outpost/"
 
     @property
     def token(self) -> str:

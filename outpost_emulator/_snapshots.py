@@ -89,6 +89,8 @@ def build_snapshot(
     }
     credited = {m: hub.credits.credited(identities, m) for m in hub.meters}
     snapshot = hub.snapshots.record(customer, identities, now, cold, hub.pipeline.version)
+    # The customer's other reference forms: a client merges what it tracked under them.
+    aliases = {kind: value for kind, value in identities if kind != identity[0]}
     return {
         "request_id": request_id,
         "snapshot_id": snapshot.id,
@@ -97,6 +99,7 @@ def build_snapshot(
         "cold_until": cold,
         "reducers": reducers,
         "credited": credited,
+        "aliases": aliases,
     }
 
 
@@ -108,7 +111,7 @@ def counted_ids(hub: Hub, snapshot_id: str, event_ids: list[str]) -> list[str] |
         return None
     found: list[str] = []
     for event_id in dict.fromkeys(event_ids):
-        event = hub.by_external_id.get(event_id)
+        event = hub.event_by_external_id(event_id)
         if (
             event is not None
             and event.identity in snapshot.identities

@@ -10,7 +10,8 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 
 from outpost_emulator._auth import DEFAULT_SCOPES, Tokens
 from outpost_emulator._clock import EmulatorClock
@@ -19,6 +20,7 @@ from outpost_emulator._credits import Credits
 from outpost_emulator._customers import CustomerKey, Customers
 from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._faults import Faults
+from outpost_emulator._limits import DEFAULT_REQUESTS_PER_MINUTE, RateLimit
 from outpost_emulator._model import Identity, JsonObject, Meter, Reducer, StoredEvent
 from outpost_emulator._pipeline import Pipeline
 from outpost_emulator._snapshots import Snapshots, build_snapshot
@@ -38,6 +40,7 @@ class Hub:
         token: str = DEFAULT_TOKEN,
         scopes: Iterable[str] = DEFAULT_SCOPES,
         sync_delay: float = 10.0,
+        rate_limit: int = DEFAULT_REQUESTS_PER_MINUTE,
     ) -> None:
         if not sync_delay >= 0:
             raise ValueError("sync_delay must be >= 0 seconds")
@@ -45,15 +48,17 @@ class Hub:
         self.organization_id = str(uuid.uuid4())
         self.tokens = Tokens(token, scopes)
         self.customers = Customers()
-        self.meters: dict[str, Meter] = {}
-        self.reducers: dict[str, Reducer] = {}
-        self.events: list[StoredEvent] = []
-        self.by_external_id: dict[str, StoredEvent] = {}
-        self.by_identity: dict[Identity, list[StoredEvent]] = {}
+        # The indexes below change only through this class's methods, which keep them in step.
+        self._meters: dict[str, Meter] = {}
+        self._reducers: dict[str, Reducer] = {}
+        self._events: list[StoredEvent] = []
+        self._by_external_id: dict[str, StoredEvent] = {}
+        self._by_identity: dict[Identity, list[StoredEvent]] = {}
         self.pipeline = Pipeline(self.clock.now_us(), round(sync_delay * SECOND_US))
         self.credits = Credits()
         self.snapshots = Snapshots()
         self.faults = Faults()
+        self.rate_limit = RateLimit(rate_limit)
         self.connections = Connections()
         self.counters: Counter[str] = Counter()
         self.telemetry: list[JsonObject] = []
@@ -62,14 +67,72 @@ class Hub:
     def now_us(self) -> int:
         return self.clock.now_us()
 
+    # Indexes (read-only views; change them through the methods below) ----------------------
+
+    @property
+    def meters(self) -> Mapping[str, Meter]:
+        return MappingProxyType(self._meters)
+
+    @property
+    def reducers(self) -> Mapping[str, Reducer]:
+        return MappingProxyType(self._reducers)
+
+    @property
+    def events(self) -> Sequence[StoredEvent]:
+        """Every stored event in arrival order (`seq` is its 1-based position)."""
+        return tuple(self._events)
+
     def active_reducers(self) -> list[Reducer]:
-        return list(self.reducers.values())
+        return list(self._reducers.values())
 
     def events_of(self, customer: CustomerKey) -> list[StoredEvent]:
         found: list[StoredEvent] = []
         for identity in self.customers.identities(customer):
-            found.extend(self.by_identity.get(identity, []))
+            found.extend(self._by_identity.get(identity, []))
         return found
+
+    def event_by_external_id(self, external_id: str) -> StoredEvent | None:
+        return self._by_external_id.get(external_id)
+
+    def identities_with_events(self) -> list[Identity]:
+        return list(self._by_identity)
+
+    def add_meter(self, meter: Meter, reducer: Reducer, now: int) -> None:
+        """Register a meter and its reducer, then place every stored event in its buckets."""
+        self._meters[meter.id] = meter
+        self._reducers[reducer.id] = reducer
+        self.pipeline.backfill(reducer, self._events, now)
+
+    def store_event(
+        self,
+        *,
+        name: str,
+        timestamp_us: int,
+        identity: Identity,
+        external_id: str | None,
+        metadata: JsonObject,
+        now: int,
+    ) -> StoredEvent | None:
+        """Store one event; None when its `external_id` is already held (a duplicate forever).
+
+        Polar: ON CONFLICT (organization_id, external_id) DO NOTHING.
+        """
+        if external_id is not None and external_id in self._by_external_id:
+            return None
+        event = StoredEvent(
+            seq=len(self._events) + 1,
+            name=name,
+            timestamp_us=timestamp_us,
+            identity=identity,
+            external_id=external_id,
+            metadata=metadata,
+            ingested_at_us=now,
+        )
+        self._events.append(event)
+        self._by_identity.setdefault(identity, []).append(event)
+        if external_id is not None:
+            self._by_external_id[external_id] = event
+        return event
 
     # Time ------------------------------------------------------------------------------------
 
@@ -115,14 +178,14 @@ class Hub:
 
     def state(self) -> JsonObject:
         now = self.now_us()
-        statuses = Counter(e.status for e in self.events)
+        statuses = Counter(e.status for e in self._events)
         return {
             "now": iso(now),
             "now_us": now,
             "organization_id": self.organization_id,
             "clock": {"speed": self.clock.speed, "frozen": self.clock.frozen},
             "events": {
-                "count": len(self.events),
+                "count": len(self._events),
                 "current": statuses["current"],
                 "waiting": statuses["waiting"],
                 "counted": statuses["counted"],

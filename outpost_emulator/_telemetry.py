@@ -11,6 +11,7 @@ import logging
 from starlette.requests import Request
 from starlette.responses import Response
 
+from outpost_emulator._errors import denied_response
 from outpost_emulator._http import hub_of
 from outpost_emulator._model import JsonObject
 from outpost_emulator._state import Hub
@@ -24,7 +25,7 @@ async def telemetry_endpoint(request: Request) -> Response:
     hub.counters["http_telemetry"] += 1
     denied = hub.tokens.check(request.headers, {"events:write"})
     if denied is not None:
-        return denied
+        return denied_response(denied)
     signal = request.path_params["signal"]
     if signal not in ("metrics", "traces"):
         return Response(status_code=404)

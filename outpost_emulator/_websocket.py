@@ -11,6 +11,7 @@ from typing import Any
 from starlette.websockets import WebSocket
 
 from outpost_emulator._connections import CloseRequest, Connection, RawFrame
+from outpost_emulator._errors import denied_response
 from outpost_emulator._frames import (
     Frame,
     FrameError,
@@ -33,10 +34,10 @@ async def outpost_endpoint(websocket: WebSocket) -> None:
     denied = hub.tokens.check(websocket.headers, {"events:write"})
     if denied is not None:
         hub.counters["ws_auth_rejected"] += 1
-        log.info("ws: upgrade refused with %d", denied.status_code)
+        log.info("ws: upgrade refused with %d", denied.status)
         # Refuse the upgrade with a real HTTP answer (ASGI websocket denial response).
         if "websocket.http.response" in websocket.scope.get("extensions", {}):
-            await websocket.send_denial_response(denied)
+            await websocket.send_denial_response(denied_response(denied))
         else:
             await websocket.close(code=1008)
         return

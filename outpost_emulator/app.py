@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import logging
 from collections.abc import AsyncIterator, Iterable
 
@@ -12,13 +13,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from outpost_emulator._admin import admin_endpoint
 from outpost_emulator._auth import DEFAULT_SCOPES
 from outpost_emulator._clock import EmulatorClock
 from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._ingest import ingest_endpoint
+from outpost_emulator._limits import DEFAULT_REQUESTS_PER_MINUTE
 from outpost_emulator._meters import customer_meters_endpoint, meter_endpoint, meters_endpoint
 from outpost_emulator._state import Hub
 from outpost_emulator._telemetry import telemetry_endpoint
@@ -26,6 +28,34 @@ from outpost_emulator._websocket import outpost_endpoint
 
 log = logging.getLogger("outpost_emulator")
 TICK_INTERVAL_S = 0.02  # how often (wall) the scheduler looks for due syncs and seals
+
+
+class RateLimited:
+    """Polar's per-organization request budget on its HTTP API (not the Outpost WebSocket and
+    relay, nor the admin API): beyond it, 429 with Retry-After."""
+
+    def __init__(self, app: ASGIApp, hub: Hub) -> None:
+        self.app = app
+        self.hub = hub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        if (
+            scope["type"] == "http"
+            and path.startswith("/v1/")
+            and not path.startswith("/v1/outpost/")
+        ):
+            wait = self.hub.rate_limit.admit()
+            if wait is not None:
+                self.hub.counters["http_rate_limited"] += 1
+                response = JSONResponse(
+                    {"error": "TooManyRequests", "detail": "Rate limit exceeded."},
+                    status_code=429,
+                    headers={"Retry-After": str(wait)},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class DueWorkFirst:
@@ -40,6 +70,30 @@ class DueWorkFirst:
         if scope["type"] in ("http", "websocket"):
             self.hub.tick()
         await self.app(scope, receive, send)
+
+
+class ClockDate:
+    """Every HTTP answer's ``Date`` header comes from the emulator's clock, as Polar's comes from
+    Polar's: a client that compares clocks with Polar (``outpost doctor``) sees the skew a moved
+    emulator clock makes."""
+
+    def __init__(self, app: ASGIApp, hub: Hub) -> None:
+        self.app = app
+        self.hub = hub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def dated(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                date = email.utils.format_datetime(self.hub.clock.now(), usegmt=True)
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"date"]
+                message = {**message, "headers": [*headers, (b"date", date.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, dated)
 
 
 async def _scheduler(hub: Hub) -> None:
@@ -63,9 +117,13 @@ def create_app(
     sync_delay: float = 10.0,
     scopes: Iterable[str] = DEFAULT_SCOPES,
     hub: Hub | None = None,
+    rate_limit: int = DEFAULT_REQUESTS_PER_MINUTE,
 ) -> Starlette:
-    """A fresh emulator app. Its state is `app.state.hub`; run it with uvicorn, `ws="wsproto"`."""
-    hub = hub or Hub(clock=clock, token=token, scopes=scopes, sync_delay=sync_delay)
+    """A fresh emulator app. Its state is `app.state.hub`; run it with uvicorn, `ws="wsproto"`.
+    ``rate_limit``: requests a minute Polar's API admits (0: no limit)."""
+    hub = hub or Hub(
+        clock=clock, token=token, scopes=scopes, sync_delay=sync_delay, rate_limit=rate_limit
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -92,4 +150,6 @@ def create_app(
     )
     app.state.hub = hub
     app.add_middleware(DueWorkFirst, hub=hub)
+    app.add_middleware(ClockDate, hub=hub)
+    app.add_middleware(RateLimited, hub=hub)
     return app

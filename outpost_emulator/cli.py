@@ -1,4 +1,4 @@
-"""The `outpost` command line: `outpost emulator`, `outpost demo`."""
+"""The emulator's command line (`outpost emulator`): its flags and its foreground run."""
 
 from __future__ import annotations
 
@@ -6,41 +6,50 @@ import argparse
 import importlib
 import logging
 import sys
-from collections.abc import Callable
-from typing import Any
 
 from outpost_emulator._defaults import DEFAULT_TOKEN
+from outpost_emulator._limits import DEFAULT_REQUESTS_PER_MINUTE
 
 EXTRA = ("starlette", "uvicorn")  # what the `emulator` extra installs
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="outpost", description="Polar Outpost tools.")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    emulator = commands.add_parser("emulator", help="run a local Polar emulator (foreground)")
-    emulator.add_argument("--host", default="127.0.0.1")
-    emulator.add_argument("--port", type=int, default=8000)
+def add_emulator_arguments(emulator: argparse.ArgumentParser) -> None:
+    """The `emulator` command's flags (the `outpost` command line adds the same)."""
+    emulator.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    emulator.add_argument("--port", type=int, default=8000, help="port to listen on")
     emulator.add_argument("--speed", type=float, default=1.0, help="clock speed factor (>= 1)")
-    emulator.add_argument("--token", default=DEFAULT_TOKEN, help="organization access token")
+    emulator.add_argument(
+        "--token", default=DEFAULT_TOKEN, help="the organization access token it accepts"
+    )
     emulator.add_argument(
         "--sync-delay", type=float, default=10.0, help="seconds after a bucket closes to sync it"
     )
-    emulator.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
-
-    # Every argument after `demo`, options and --help included, goes to the demo's own parser
-    # (a subparser with no "-" options captures `--fast` instead of refusing it).
-    demo = commands.add_parser(
-        "demo",
-        help="run the Outpost demo (`outpost demo --help` for its options)",
-        prefix_chars="+",
-        add_help=False,
+    emulator.add_argument(
+        "--rate-limit",
+        type=int,
+        default=DEFAULT_REQUESTS_PER_MINUTE,
+        help="API requests a minute Polar admits before 429 (Polar: 500, sandbox 100; 0: none)",
     )
-    demo.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the demo")
+    emulator.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning"], help="log level"
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="outpost", description="The Polar emulator.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    emulator = commands.add_parser(
+        "emulator",
+        help="run a local Polar emulator in the foreground (Ctrl-C stops it)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_emulator_arguments(emulator)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m outpost_emulator.cli emulator ...`: the emulator alone (the `outpost` command
+    of the SDK offers the same `emulator` command beside its others)."""
     args = _parser().parse_args(argv)
     missing = _missing(EXTRA)
     if missing:
@@ -50,9 +59,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.command == "demo":
-        return _demo(list(args.args))
-    return _emulator(args)
+    try:
+        return run_emulator(args)
+    except KeyboardInterrupt:
+        print("outpost emulator: stopped", file=sys.stderr)
+        return 0
 
 
 def _missing(modules: tuple[str, ...]) -> list[str]:
@@ -65,7 +76,8 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
     return missing
 
 
-def _emulator(args: argparse.Namespace) -> int:
+def run_emulator(args: argparse.Namespace) -> int:
+    """Run the emulator in the foreground until Ctrl-C (or SIGTERM)."""
     import uvicorn
 
     from outpost_emulator._clock import EmulatorClock
@@ -80,7 +92,12 @@ def _emulator(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    hub = Hub(clock=EmulatorClock(speed=args.speed), token=args.token, sync_delay=args.sync_delay)
+    hub = Hub(
+        clock=EmulatorClock(speed=args.speed),
+        token=args.token,
+        sync_delay=args.sync_delay,
+        rate_limit=args.rate_limit,
+    )
     server = uvicorn.Server(
         uvicorn_config(create_app(hub=hub), args.host, args.port, log_config=None, log_level=level)
     )
@@ -94,15 +111,9 @@ def _emulator(args: argparse.Namespace) -> int:
         args.token,
         args.speed,
     )
-    server.run()
+    server.run()  # until Ctrl-C or SIGTERM, which uvicorn turns into a graceful shutdown
+    print("outpost emulator: stopped", file=sys.stderr)
     return 0
-
-
-def _demo(args: list[str]) -> int:
-    module = importlib.import_module("outpost_emulator.demo")
-    demo_main: Callable[[list[str]], Any] = module.main
-    result = demo_main(args)
-    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from typing import Any
 
 from redis import Redis
 
+from outpost_async._shared.proxy import MAX_REPLY, ProxyError, proxy_for
+
 
 class CoreLock:
     """Application threads and the subscriber thread share the core: one re-entrant lock."""
@@ -65,8 +67,11 @@ class Worker:
         self._thread = threading.Thread(target=target, name=name, daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        self._thread.join(timeout=10)
+    def stop(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds, but at least one poll of the ``closed`` flag (0.25 s)
+        and a little: a thread still inside a request to a Polar that does not answer is left to
+        end on its own (it is a daemon)."""
+        self._thread.join(timeout=max(timeout, 0.3))
 
 
 def sleep(seconds: float) -> None:
@@ -151,10 +156,32 @@ class Stream:
         self._sock.close()
 
 
-def open_stream(host: str, port: int, tls: bool, timeout: float) -> Stream:
-    sock = socket.create_connection((host, port), timeout=timeout)
-    if tls:
-        context = ssl.create_default_context()  # the system's trust store
-        sock = context.wrap_socket(sock, server_hostname=host)
+def open_stream(host: str, port: int, context: ssl.SSLContext | None, timeout: float) -> Stream:
+    """Connect, through the proxy httpx would use (see ``_shared.proxy``), and shake hands over TLS
+    with ``context`` when it is given (``wss://``)."""
+    proxy = proxy_for(host, context is not None)
+    address = (host, port) if proxy is None else (proxy.host, proxy.port)
+    sock = socket.create_connection(address, timeout=timeout)
+    try:
+        if proxy is not None:
+            sock.sendall(proxy.connect_request(host, port))
+            proxy.check_reply(_reply_head(sock, proxy.url), host, port)
+        if context is not None:
+            sock = context.wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
     sock.settimeout(None)
     return Stream(sock)
+
+
+def _reply_head(sock: socket.socket, url: str) -> bytes:
+    """The proxy's reply up to its blank line. Nothing follows it until the client speaks, so
+    reading in chunks takes no byte of the tunnel."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk or len(head) > MAX_REPLY:
+            raise ProxyError(f"the proxy {url} closed or overran its reply")
+        head += chunk
+    return head

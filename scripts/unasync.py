@@ -15,17 +15,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # (async source, sync target)
-PAIRS = [
-    ("outpost_async/_client.py", "outpost_sync/_client.py"),
-    ("outpost_async/_telemetry.py", "outpost_sync/_telemetry.py"),
-    ("outpost_async/_traces.py", "outpost_sync/_traces.py"),
-]
+# (async source, sync target): the client is the one driver file with ``async`` code in it. What has
+# none is shared by both drivers from ``outpost_async._shared`` (never renamed, never generated).
+PAIRS = [("outpost_async/_client.py", "outpost_sync/_client.py")]
+SYNC_PACKAGE = ROOT / "outpost_sync"
 TEST_SOURCE = ROOT / "tests" / "drivers" / "_async"
 TEST_TARGET = ROOT / "tests" / "drivers" / "_sync"
 HAND_WRITTEN = {"__init__.py", "_concurrency.py"}  # twins that no substitution can produce
 
 SUBSTITUTIONS = [
-    (r"\boutpost_async\b", "outpost_sync"),
+    (r"\boutpost_async\b(?!\._shared\b)", "outpost_sync"),
     (r"\btests\.drivers\._async\b", "tests.drivers._sync"),
     (r"\bAsyncOutpost\b", "Outpost"),
     (r"\bAsyncClient\b", "Client"),
@@ -108,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-    # A generated test whose source is gone is stale too.
-    for target in TEST_TARGET.glob("*.py"):
+    # A generated file (driver or test) whose source is gone, or left the list, is stale too.
+    for target in [*SYNC_PACKAGE.rglob("*.py"), *TEST_TARGET.glob("*.py")]:
         orphan = target not in wanted_targets
         if orphan and target.read_text(encoding="utf-8").startswith("# GENERATED"):
             if args.check:

@@ -1,12 +1,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from outpost_emulator import Emulator
 from tests.support.redis_server import RedisServer
+
+# No per-example deadline: on a loaded machine it is a timing assertion, and fails at random.
+settings.register_profile("outpost", deadline=None)
+settings.load_profile("outpost")
 
 
 @pytest.fixture
@@ -39,6 +45,35 @@ def sync_backend() -> str:
 def emulator() -> Iterator[Emulator]:
     """A local Polar on a free port, its clock running from now (tests advance it)."""
     with Emulator.start(port=0, sync_delay=1.0) as emu:
+        yield emu
+
+
+class CertificateAuthority:
+    """A certificate authority made for the test run (trustme), and a certificate it signed
+    for the emulator's loopback address."""
+
+    def __init__(self, directory: Path) -> None:
+        import trustme
+
+        self.authority = trustme.CA()
+        self.bundle = str(directory / "ca.pem")  # what a caller passes as `verify`
+        self.authority.cert_pem.write_to_path(self.bundle)
+        server = self.authority.issue_cert("127.0.0.1", "localhost")
+        self.chain = str(directory / "server.pem")
+        self.key = str(directory / "server.key")
+        server.private_key_and_cert_chain_pem.write_to_path(self.chain)
+        server.private_key_pem.write_to_path(self.key)
+
+
+@pytest.fixture(scope="session")
+def authority(tmp_path_factory: pytest.TempPathFactory) -> CertificateAuthority:
+    return CertificateAuthority(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture
+def tls_emulator(authority: CertificateAuthority) -> Iterator[Emulator]:
+    """The emulator over HTTPS and wss://, with a certificate from the test CA."""
+    with Emulator.start(port=0, sync_delay=1.0, tls=(authority.chain, authority.key)) as emu:
         yield emu
 
 

@@ -7,6 +7,12 @@ Polar here is what docs/protocol.md promises, nothing more:
   event: counted now), the others wait for their bucket's sync;
 * a **sync** moves ``synced_until`` (every bucket ending at or before it is in Postgres) and counts
   the events waiting in those buckets; each counting bumps ``version``;
+* it **counts every event it stored within 50 minutes** (:data:`COUNT_WITHIN_US`): a snapshot
+  computed more than 50 minutes after it stored an event counts it, one computed exactly 50
+  minutes after need not. That is the latest the SDK's one-hour pending limit allows: an
+  acknowledged event leaves pending at a snapshot applied more than an hour after its
+  acknowledgement, and such a snapshot was computed at most ten minutes before it is applied.
+  :meth:`Polar.sync_overdue` keeps that promise as late as it can;
 * ``cold_until`` is ``synced_until`` (never later than the current bucket), and at least
   ``floor(now) - 1 h``;
 * a **snapshot** is computed at one moment (``as_of``): for each reducer, every counted event of the
@@ -37,6 +43,12 @@ from outpost_core import BUCKET_US, Aggregate, floor_bucket
 MINUTE_US = 60_000_000
 HOUR_US = 60 * MINUTE_US
 SNAPSHOT_TTL_US = 10 * MINUTE_US
+PENDING_LIMIT_US = HOUR_US
+"""The SDK's limit (``Settings.pending_limit_us``): an acknowledged event no snapshot counted stays
+pending this long after its acknowledgement, and not one microsecond longer."""
+COUNT_WITHIN_US = PENDING_LIMIT_US - SNAPSHOT_TTL_US
+"""Polar counts an event it stored within this long (strictly: any snapshot computed later
+counts it)."""
 
 Json = Any
 
@@ -119,6 +131,25 @@ class Polar:
             if stored.counted_version is None and stored.event.bucket + BUCKET_US <= until:
                 self._count(stored)
 
+    def sync_overdue(self) -> None:
+        """Sync as little as Polar's promise allows: the buckets of the events stored more than
+        :data:`COUNT_WITHIN_US` ago (and every bucket before them)."""
+        due = [
+            s.event.bucket
+            for s in self.stored.values()
+            if s.counted_version is None and self.now - s.stored_at > COUNT_WITHIN_US
+        ]
+        if due:
+            self.sync(max(due) + BUCKET_US)
+
+    def deadlines(self) -> list[int]:
+        """The moments when Polar's promises bite: the last moment each stored event may still be
+        uncounted, and the last moment each kept snapshot can still be asked about."""
+        out = [
+            s.stored_at + COUNT_WITHIN_US for s in self.stored.values() if s.counted_version is None
+        ]
+        return out + [kept.as_of + SNAPSHOT_TTL_US for kept in self.kept.values()]
+
     def _count(self, stored: Stored) -> None:
         self.version += 1
         stored.counted_version = self.version
@@ -158,18 +189,18 @@ class Polar:
         kept = self.kept.get(snapshot_id)
         if kept is None or self.now - kept.as_of > SNAPSHOT_TTL_US:
             return None
-        out = []
-        for event_id in dict.fromkeys(event_ids):
-            stored = self.stored.get(event_id)
-            if (
-                stored is not None
-                and stored.event.customer == kept.customer
-                and stored.event.bucket < kept.cold_until
-                and stored.counted_version is not None
-                and stored.counted_version <= kept.version
-            ):
-                out.append(event_id)
-        return out
+        return [i for i in dict.fromkeys(event_ids) if self.counts(kept, i)]
+
+    def counts(self, kept: Kept, event_id: str) -> bool:
+        """Whether the snapshot's totals include the event."""
+        stored = self.stored.get(event_id)
+        return (
+            stored is not None
+            and stored.event.customer == kept.customer
+            and stored.event.bucket < kept.cold_until
+            and stored.counted_version is not None
+            and stored.counted_version <= kept.version
+        )
 
     # -- what the invariants compare with -----------------------------------------------------
 

@@ -22,7 +22,7 @@ from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT
 from tests.support.redis_server import RedisServer
 
 VECTORS = Path(__file__).resolve().parents[2] / "conformance" / "lua"
-SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot")
+SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot", "reclaim", "budget")
 
 
 def read(script: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -63,11 +63,16 @@ class Peer:
     def accept(self) -> bytes:
         return self.ws.send(AcceptConnection())
 
-    def reject(self, status: int, body: bytes | None = None) -> bytes:
+    def reject(self, status: int, body: bytes | None = None, *, finished: bool = True) -> bytes:
+        """Refuse the upgrade; ``finished=False`` leaves the body open (more may follow)."""
         out = self.ws.send(RejectConnection(status_code=status, has_body=body is not None))
         if body is not None:
-            out += self.ws.send(RejectData(data=body, body_finished=True))
+            out += self.ws.send(RejectData(data=body, body_finished=finished))
         return out
+
+    def reject_more(self, body: bytes, *, finished: bool = True) -> bytes:
+        """More of a refusal's body."""
+        return self.ws.send(RejectData(data=body, body_finished=finished))
 
     def send(self, message: Any) -> bytes:
         return self.ws.send(TextMessage(data=json.dumps(message)))

@@ -263,6 +263,8 @@ def test_entries_of_several_streams_and_identities_settle_per_stream() -> None:
         (STREAM, "1-x", {b"e": b"\xff", b"f": b"0:x", b"k": b"[]"}),
         (STREAM, "1-x", {1: b"{}", b"f": b"0:x", b"k": b"[]"}),
         (STREAM, "1-x", {b"e": b"[" * 100_000, b"f": b"0:x", b"k": b"[]"}),  # RecursionError
+        (STREAM, "1-x", {b"e": b"{}", b"f": b"0:x", b"k": b"["}),
+        (STREAM, "1-x", {b"e": b"{}", b"f": b"\xff", b"k": b"[]"}),
     ],
 )
 def test_malformed_entries_are_counted_and_removed(bad: tuple[Any, Any, Any]) -> None:
@@ -278,6 +280,24 @@ def test_malformed_entries_are_counted_and_removed(bad: tuple[Any, Any, Any]) ->
         )
         loop.report(Settled())
     assert loop.post(1.0) == PostBatch(body=body("ok"), size=1)
+
+
+def test_entries_read_by_a_client_that_decodes_replies() -> None:
+    loop = Loop()
+    assert isinstance(loop.poll(), ReadOutbox)
+    decoded = {k.decode(): v.decode() for k, v in fields("a").items()}
+    loop.report(OutboxRead([(STREAM, "1-a", decoded)]))
+    assert loop.post(1.0) == PostBatch(body=body("a"), size=1)
+
+
+def test_an_event_that_is_not_json_inside_its_braces_is_dropped_as_it_reads() -> None:
+    loop = Loop()
+    assert isinstance(loop.poll(), ReadOutbox)
+    loop.report(OutboxRead([(STREAM, "1-a", {**fields("a"), b"e": b"{bad}"})]))
+    loop.post(1.0)
+    loop.report(BatchAnswered(400))  # Polar cannot parse the body
+    report = loop.poll()
+    assert report.events == ({"unreadable": "{bad}"},)
 
 
 @pytest.mark.parametrize("stream", [STREAM.encode(), "not-an-outbox"])
@@ -449,6 +469,24 @@ def test_a_configuration_mistake_stalls_without_using_attempts(status: int) -> N
     loop.post(61.0)
     loop.report(BatchAnswered(202))
     assert loop.delivery.stalled is None
+
+
+def test_a_certificate_that_does_not_verify_stalls_without_using_attempts() -> None:
+    loop = Loop(DeliverySettings(max_attempts=1, stall_delay=30.0))
+    loop.read("a")
+    loop.post(1.0)
+    reason = "the TLS certificate of polar did not verify (self-signed certificate)"
+    loop.report(BatchFailed(reason, maybe_sent=False, stalls=True))
+    assert loop.delivery.stalled == reason
+    assert loop.poll(2.0) == Sleep(31.0)
+    loop.report(Done())
+    loop.post(31.0)
+    loop.report(BatchFailed(reason, maybe_sent=False, stalls=True))
+    assert loop.delivery.dropped == 0
+    loop.post(61.0)
+    loop.report(BatchAnswered(202))
+    assert loop.delivery.stalled is None
+    assert [a.script for a in loop.work(1) if isinstance(a, SettleScript)] == ["acknowledge"]
 
 
 def test_rate_limits_wait_for_retry_after_and_use_no_attempt() -> None:
@@ -626,3 +664,34 @@ def test_settling_can_tell_the_script_which_revisions_are_held() -> None:
         *("-1", "1", "f3"),
     )
     assert (told.script, told.keys) == (action.script, action.keys)
+
+
+def test_nothing_done_is_what_a_closing_instance_reports() -> None:
+    from outpost_core import (
+        BudgetAnswered,
+        CheckHeartbeats,
+        ClaimStale,
+        ConsumersListed,
+        Done,
+        HeartbeatsChecked,
+        OutboxRead,
+        ReadOutbox,
+        Reclaim,
+        Reclaimed,
+        RefreshClaim,
+        Settled,
+        SettleScript,
+        SurveyConsumers,
+        TakeRequest,
+        nothing_done,
+    )
+
+    assert nothing_done(ReadOutbox(count=1, block=0.0)) == OutboxRead([])
+    assert nothing_done(ClaimStale(min_idle=1.0, count=1)) == OutboxRead([])
+    assert nothing_done(SurveyConsumers()) == ConsumersListed([])
+    assert nothing_done(CheckHeartbeats(("a", "b"))) == HeartbeatsChecked([b"1", b"1"])
+    assert nothing_done(Reclaim("s", "", 1, ("x",))) == Reclaimed("s", '{"e":[],"d":[]}')
+    assert nothing_done(TakeRequest("k", 1, 1)) == BudgetAnswered(0)
+    settle = SettleScript(script="acknowledge", keys=("s",), args=("a",))
+    assert nothing_done(settle) == Settled(None)
+    assert nothing_done(RefreshClaim(())) == Done()

@@ -109,10 +109,10 @@ def test_no_metadata_is_empty_metadata() -> None:
 def test_view_is_what_filters_see() -> None:
     tracked = event({"tokens": 3})
     assert tracked.view() == EventView(
-        name="api_call", timestamp_s=1_796_223_600, metadata={"tokens": 3}
+        name="api_call", timestamp_s=1_796_223_600, metadata={"tokens": 3}, subsecond_us=123_456
     )
     before_epoch = event(timestamp_us=-1).view()
-    assert before_epoch.timestamp_s == -1  # floored, as Polar truncates whole seconds
+    assert (before_epoch.timestamp_s, before_epoch.subsecond_us) == (-1, 999_999)  # floored
 
 
 def test_ingest_item_shape() -> None:
@@ -296,3 +296,27 @@ def test_invalid_event_is_a_value_error_and_an_outpost_error() -> None:
 
     assert issubclass(InvalidEvent, ValueError)
     assert issubclass(InvalidEvent, OutpostError)
+
+
+def test_the_event_time_is_now_or_an_aware_datetime() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from outpost_core import timestamp_us_of
+
+    assert timestamp_us_of(None, 123) == 123
+    aware = datetime(2026, 1, 1, tzinfo=UTC)
+    assert timestamp_us_of(aware, 0) == 1_767_225_600_000_000
+    east = datetime(2026, 1, 1, 2, tzinfo=timezone(timedelta(hours=2)))
+    assert timestamp_us_of(east, 0) == 1_767_225_600_000_000
+    for bad in (datetime(2026, 1, 1), 1_767_225_600, "2026-01-01"):
+        with pytest.raises(InvalidEvent, match="timezone-aware datetime"):
+            timestamp_us_of(bad, 0)
+
+
+def test_the_event_id_is_the_callers_or_a_new_one() -> None:
+    from outpost_core import event_id_of
+
+    assert event_id_of(None, "new") == "new"
+    assert event_id_of("mine", "new") == "mine"
+    with pytest.raises(InvalidEvent, match="event_id must be a string"):
+        event_id_of(42, "new")

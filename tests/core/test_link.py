@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from wsproto.events import RejectData
 
 from outpost_core import UsageError
 from outpost_core._link import PATH, Link, LinkSettings, LinkState, Target, _Unreadable
@@ -107,29 +108,135 @@ def test_accept_opens_the_link() -> None:
     assert link.last_error is None
 
 
-REFUSAL_BUG = (
-    "BUG _link.Link.receive: RejectConnection drops the link (self._ws = None) but the loop "
-    "goes on over the old connection's events, and wsproto always follows RejectConnection "
-    "with RejectData (an empty one when there is no body); _event's 'assert self._ws is not "
-    "None' then raises AssertionError out of Session.handle() on every refused upgrade"
-)
+def handshaking(now: float = 10.0) -> tuple[Link, Peer]:
+    link = new_link()
+    link.wants_connection(now)
+    link.opened(now)
+    peer = Peer()
+    peer.feed(link.data_to_send())
+    return link, peer
 
 
 @pytest.mark.parametrize(("status", "delay"), [(401, 60.0), (403, 60.0), (500, 0.25 * 0.75)])
 @pytest.mark.parametrize("body", [None, b'{"detail":"invalid token"}'])
 def test_a_refused_upgrade(status: int, delay: float, body: bytes | None) -> None:
-    link = new_link()
-    link.wants_connection(10.0)
-    link.opened(10.0)
-    peer = Peer()
-    peer.feed(link.data_to_send())
+    link, peer = handshaking()
     assert link.receive(peer.reject(status, body), 11.0) == []
     assert state(link) is LinkState.DISCONNECTED
-    assert link.refused == f"Polar refused the WebSocket with HTTP {status}"
+    detail = ": invalid token" if body else ""
+    assert link.refused == f"Polar refused the WebSocket with HTTP {status}{detail}"
     assert link.last_error == link.refused
     assert link.retry_at == pytest.approx(11.0 + delay)
     assert not link.wants_connection(11.0)
     assert link.wants_connection(11.0 + delay)
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b'{"detail":"invalid token"}', ": invalid token"),
+        (b'  {"detail": "The access token expired."}\n', ": The access token expired."),
+        (
+            b'{"detail":[{"loc":["header"],"msg":"missing"}]}',
+            ': [{"loc": ["header"], "msg": "missing"}]',
+        ),
+        (b'{"error":"nope"}', ': {"error": "nope"}'),
+        (b'"just a string"', ": just a string"),
+        (b"Bad Gateway\r\n", ": Bad Gateway"),
+        (b"<html>nginx</html>", ": <html>nginx</html>"),
+        (b"\xffbroken", ": \ufffdbroken"),
+        (b"", ""),
+        (b"   ", ""),
+        (b'{"detail":""}', ""),
+        (b"x" * 300, ": " + "x" * 200),
+    ],
+)
+def test_a_refusal_carries_polars_detail(body: bytes, detail: str) -> None:
+    link, peer = handshaking()
+    assert link.receive(peer.reject(401, body), 11.0) == []
+    assert link.refused == f"Polar refused the WebSocket with HTTP 401{detail}"
+    assert link.last_error == link.refused
+
+
+def test_an_informational_answer_is_a_refusal_without_a_body() -> None:
+    # wsproto reads a 1xx other than 101 as a refusal with no body to wait for.
+    link, _ = handshaking()
+    assert link.receive(b"HTTP/1.1 103 Early Hints\r\n\r\n", 11.0) == []
+    assert state(link) is LinkState.DISCONNECTED
+    assert link.refused == "Polar refused the WebSocket with HTTP 103"
+    assert link.retry_at == pytest.approx(11.0 + 0.25 * 0.75)  # not a token problem
+
+
+def test_a_refusal_waits_for_its_whole_body() -> None:
+    link, peer = handshaking()
+    assert link.receive(peer.reject(403, b'{"detail":"token ', finished=False), 11.0) == []
+    assert state(link) is LinkState.HANDSHAKING  # the detail is still coming
+    assert link.refused is None
+    assert link.receive(peer.reject_more(b'revoked"}'), 11.5) == []
+    assert state(link) is LinkState.DISCONNECTED
+    assert link.refused == "Polar refused the WebSocket with HTTP 403: token revoked"
+    assert link.retry_at == 11.5 + LinkSettings().refused_delay
+
+
+def test_a_refusal_body_cut_by_the_connection_closing() -> None:
+    link, peer = handshaking()
+    assert link.receive(peer.reject(401, b'{"detail":"inval', finished=False), 11.0) == []
+    assert link.receive(b"", 12.0) == []  # EOF: the body ends there
+    assert state(link) is LinkState.DISCONNECTED
+    assert link.refused == 'Polar refused the WebSocket with HTTP 401: {"detail":"inval'
+    assert link.retry_at == 12.0 + LinkSettings().refused_delay
+
+
+def test_a_refusal_keeps_only_the_start_of_a_long_body() -> None:
+    link, peer = handshaking()
+    link.receive(peer.reject(500, b"a" * 300, finished=False), 11.0)
+    link.receive(peer.reject_more(b"b" * 300, finished=False), 11.0)
+    link.receive(peer.reject_more(b"c" * 300, finished=False), 11.0)
+    assert link._rejection is not None and bytes(link._rejection[1]) == b"a" * 300 + b"b" * 200
+    link.receive(peer.reject_more(b"", finished=True), 11.0)
+    assert link.refused == "Polar refused the WebSocket with HTTP 500: " + "a" * 200
+
+
+def test_a_refusal_does_not_outlive_its_connection() -> None:
+    link, peer = handshaking()
+    link.receive(peer.reject(401, b"half", finished=False), 11.0)
+    link.tick(11.0 + LinkSettings().connect_timeout + 1)  # the rest never came
+    assert state(link) is LinkState.DISCONNECTED
+    assert link.refused is None
+    assert link.last_error == "Polar did not answer the WebSocket upgrade"
+    assert link._rejection is None
+
+
+def test_a_stray_body_without_a_refusal_is_ignored() -> None:
+    # wsproto sends body data only after a refusal; the link does not rely on it.
+    link, _ = handshaking()
+    messages: list[object] = []
+    link._event(RejectData(data=b"x", body_finished=True), 11.0, messages)
+    assert (state(link), link.refused, messages) == (LinkState.HANDSHAKING, None, [])
+
+
+def test_an_accepted_upgrade_clears_an_earlier_refusal() -> None:
+    link, peer = handshaking()
+    link.receive(peer.reject(401, b'{"detail":"invalid token"}'), 11.0)
+    assert link.refused is not None
+    now = link.retry_at
+    assert link.wants_connection(now)
+    link.opened(now)
+    peer = Peer()
+    peer.feed(link.data_to_send())
+    link.receive(peer.accept(), now)
+    assert state(link) is LinkState.OPEN
+    assert refusal(link) is None
+
+
+def refusal(link: Link) -> str | None:
+    """``link.refused``, read through a call so that mypy does not narrow it between steps."""
+    return link.refused
+
+
+def test_the_link_shares_its_generator() -> None:
+    rng = FixedRandom()
+    assert Link(TARGET, "t", rng).rng is rng
 
 
 def test_a_frame_after_an_oversized_one_in_the_same_chunk() -> None:

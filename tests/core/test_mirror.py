@@ -6,7 +6,7 @@ import pytest
 
 from outpost_core import Aggregate, Customer
 from outpost_core._changes import Change
-from outpost_core._mirror import IdentityState, Mirror, Offer
+from outpost_core._mirror import IdentityState, Mirror, Offer, derive_state
 
 C1 = Customer("external", "c1")
 
@@ -28,9 +28,14 @@ def without_rev(fields: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in fields.items() if name != "rev"}
 
 
+def load(m: Mirror, fields: dict[str, str], *, follows: bool = False) -> bool | None:
+    """Ask for a load and answer it at once with ``fields``."""
+    return m.loaded_with(fields, m.start_load(follows))
+
+
 def loaded(rev: int = 5, **fields: str) -> Mirror:
     m = mirror()
-    assert m.loaded_with({"rev": str(rev), **fields})
+    assert load(m, {"rev": str(rev), **fields})
     return m
 
 
@@ -38,6 +43,7 @@ def test_a_new_mirror_is_not_loaded() -> None:
     m = mirror()
     assert (m.key, m.customer, m.reducer_id) == ("s1", C1, "r1")
     assert (m.rev, m.fields, m.loaded, m.held) == (-1, {}, False, [])
+    assert (m.load_id, m.load_follows, m.following) == (0, False, False)
 
 
 def test_changes_before_the_load_are_held() -> None:
@@ -89,17 +95,22 @@ def test_a_gap_unloads_and_holds_the_change() -> None:
     assert m.offer(delta(8, ("n", "4"))) is Offer.HELD
 
 
-@pytest.mark.parametrize("rev", [5, 6, 9])
-def test_a_full_state_not_older_replaces_the_copy(rev: int) -> None:
+@pytest.mark.parametrize("rev", [6, 9])
+def test_a_newer_full_state_replaces_the_copy(rev: int) -> None:
     m = loaded(5, n="1", u="1")
     assert m.offer(full(rev, ("n", "7"))) is Offer.APPLIED
     assert (m.rev, m.fields, m.loaded) == (rev, {"n": "7"}, True)
 
 
-def test_an_older_full_state_is_ignored() -> None:
+@pytest.mark.parametrize("rev", [4, 5])
+def test_a_full_state_not_newer_is_ignored(rev: int) -> None:
+    # The copy's own revision is the same content: applying it again would only drop the
+    # derived state and the cached balance (a fresh read did, every time).
     m = loaded(5, n="1")
-    assert m.offer(full(4, ("n", "0"))) is Offer.IGNORED
+    state = m.state
+    assert m.offer(full(rev, ("n", "0"))) is Offer.IGNORED
     assert (m.rev, m.fields) == (5, {"rev": "5", "n": "1"})
+    assert m.state is state
 
 
 def test_unload_keeps_the_copy_but_holds_changes() -> None:
@@ -114,7 +125,7 @@ def test_held_changes_apply_in_revision_order_after_the_load() -> None:
     m = mirror()
     for change in (delta(8, ("n", "8")), delta(6, ("n", "6")), delta(7, ("u", "7"))):
         assert m.offer(change) is Offer.HELD
-    assert m.loaded_with({"rev": "5", "n": "5"})
+    assert load(m, {"rev": "5", "n": "5"})
     assert (m.rev, m.loaded, m.held) == (8, True, [])
     assert without_rev(m.fields) == {"n": "8", "u": "7"}
 
@@ -124,7 +135,7 @@ def test_held_changes_the_load_already_has_are_ignored() -> None:
     m.offer(delta(4, ("n", "old")))
     m.offer(delta(5, ("n", "five")))
     m.offer(delta(6, ("n", "six")))
-    assert m.loaded_with({"rev": "5", "n": "five"})
+    assert load(m, {"rev": "5", "n": "five"})
     assert (m.rev, m.fields["n"]) == (6, "six")
 
 
@@ -133,66 +144,146 @@ def test_a_gap_during_the_held_replay_keeps_the_rest_and_asks_for_a_reload() -> 
     later = [delta(7, ("n", "7")), delta(9, ("n", "9")), delta(9, ("n", "9")), delta(10)]
     for change in [delta(6, ("n", "6")), *later]:
         m.offer(change)
-    assert not m.loaded_with({"rev": "5"})
+    assert not load(m, {"rev": "5"})
     assert not m.loaded
     assert m.rev == 7  # 6 and 7 applied before the gap at 9
     assert m.fields["n"] == "7"
     assert [c.rev for c in m.held] == [9, 10]  # the duplicate 9 is gone
     # The reload brings the missing revision 8.
-    assert m.loaded_with({"rev": "8", "n": "8"})
+    assert load(m, {"rev": "8", "n": "8"})
     assert (m.rev, m.fields["n"], m.held) == (10, "9", [])
 
 
 def test_held_full_states_replace_the_loaded_copy() -> None:
     m = mirror()
     m.offer(full(7, ("n", "7")))
-    assert m.loaded_with({"rev": "5", "n": "5"})
+    assert load(m, {"rev": "5", "n": "5"})
     assert (m.rev, m.fields) == (7, {"n": "7"})
 
 
-def test_a_load_older_than_a_loaded_copy_is_not_installed() -> None:
+def test_a_load_older_than_the_copy_is_not_installed() -> None:
     m = loaded(5, n="5")
     assert m.offer(delta(6, ("n", "6"))) is Offer.APPLIED
-    assert m.loaded_with({"rev": "4", "n": "4"})
-    assert (m.rev, m.fields["n"]) == (6, "6")
-    assert m.loaded_with({"rev": "9", "n": "9"})
+    assert load(m, {"rev": "4", "n": "4"})
+    assert (m.rev, m.fields["n"], m.loaded) == (6, "6", True)
+    assert load(m, {"rev": "9", "n": "9"})
     assert (m.rev, m.fields) == (9, {"rev": "9", "n": "9"})
+
+
+def test_a_repeated_answer_to_the_latest_load_is_installed_as_any_load() -> None:
+    m = mirror()
+    load_id = m.start_load(False)
+    assert m.loaded_with({"rev": "5", "n": "5"}, load_id)
+    assert m.offer(delta(6, ("n", "6"))) is Offer.APPLIED
+    assert m.loaded_with({"rev": "5", "n": "5"}, load_id)  # older than the copy: kept
+    assert (m.rev, m.fields["n"], m.loaded) == (6, "6", True)
+
+
+# -- numbered loads --------------------------------------------------------------------------------
+
+
+def test_each_load_has_a_new_number_and_unloads_the_copy() -> None:
+    m = loaded(5, n="5")
+    first = m.load_id
+    second = m.start_load(False)
+    assert second == first + 1 == m.load_id
+    assert not m.loaded
+    assert m.offer(delta(6, ("n", "6"))) is Offer.HELD
+
+
+def test_an_answer_to_an_older_load_is_ignored() -> None:
+    # Load 1 read the hash before it existed; load 2 read it at revision 7. Load 1 answers last.
+    m = mirror()
+    stale = m.start_load(False)
+    latest = m.start_load(False)
+    assert m.loaded_with({"rev": "7", "n": "7"}, latest)
+    assert m.offer(delta(8, ("n", "8"))) is Offer.APPLIED
+    assert m.loaded_with({}, stale) is None
+    assert (m.rev, m.fields["n"], m.loaded) == (8, "8", True)
+
+
+def test_an_older_load_answering_first_leaves_the_copy_waiting() -> None:
+    m = loaded(3, n="3")
+    stale = m.start_load(False)
+    m.offer(delta(4, ("n", "4")))
+    latest = m.start_load(False)
+    assert m.loaded_with({"rev": "1", "n": "1"}, stale) is None
+    assert (m.loaded, m.rev, [c.rev for c in m.held]) == (False, 3, [4])
+    assert m.loaded_with({"rev": "4", "n": "4"}, latest)
+    assert (m.loaded, m.rev, m.held) == (True, 4, [])
+
+
+def test_an_answer_to_a_load_never_asked_is_ignored() -> None:
+    m = mirror()
+    assert m.loaded_with({"rev": "1"}, 1) is None
+    assert not m.loaded
+
+
+# -- following ------------------------------------------------------------------------------------
+
+
+def test_a_copy_follows_when_its_load_was_asked_while_subscribed() -> None:
+    m = mirror()
+    assert load(m, {"rev": "1"}, follows=True)
+    assert m.following
+    assert load(m, {"rev": "2"}, follows=False)
+    assert not m.following
+
+
+def test_a_copy_does_not_follow_before_its_load_answers() -> None:
+    m = mirror()
+    load_id = m.start_load(True)
+    assert (m.load_follows, m.following) == (True, False)
+    assert m.loaded_with({"rev": "1"}, load_id)
+    assert m.following
+
+
+def test_stop_following_also_covers_the_load_in_flight() -> None:
+    # The subscription broke while the load ran: changes after it may be lost.
+    m = mirror()
+    load_id = m.start_load(True)
+    m.stop_following()
+    assert m.loaded_with({"rev": "1"}, load_id)
+    assert (m.loaded, m.following) == (True, False)
+    m = loaded(1)
+    m.following = True
+    m.stop_following()
+    assert (m.loaded, m.following, m.load_follows) == (True, False, False)
 
 
 def test_an_older_load_never_rolls_a_copy_back() -> None:
     # The read crossed this instance's own newer write: the copy stays, the held change follows.
     m = loaded(50, n="50")
-    m.unload()
+    load_id = m.start_load(False)
     m.offer(Change(key="s1", rev=51, set=(("n", "51"),)))
-    assert m.loaded_with({"rev": "2", "n": "2"})
+    assert m.loaded_with({"rev": "2", "n": "2"}, load_id)
     assert (m.rev, m.fields["n"], m.loaded) == (51, "51", True)
 
 
 def test_a_hash_that_is_gone_replaces_the_copy() -> None:
     # Expired or wiped: no revision at all. (Written again, it starts from Redis's clock.)
     m = loaded(50, n="50")
-    m.unload()
-    assert m.loaded_with({})
+    assert load(m, {})
     assert (m.rev, m.fields, m.loaded) == (0, {}, True)
 
 
 @pytest.mark.parametrize("fields", [{}, {"rev": "x"}, {"rev": ""}])
 def test_a_missing_or_unreadable_revision_loads_as_zero(fields: dict[str, str]) -> None:
     m = mirror()
-    assert m.loaded_with(fields)
+    assert load(m, fields)
     assert m.rev == 0
     assert m.offer(delta(1, ("n", "1"))) is Offer.APPLIED
 
 
 def test_an_unreadable_revision_is_a_problem() -> None:
     m = mirror()
-    m.loaded_with({"rev": "x"})
+    load(m, {"rev": "x"})
     assert m.state.problems == ("rev='x'",)
 
 
 def test_state_of_an_empty_hash() -> None:
     m = mirror()
-    m.loaded_with({})
+    load(m, {})
     assert m.state == IdentityState(
         revision=0,
         cold_until=None,
@@ -247,7 +338,7 @@ def test_state_is_cached_until_the_copy_changes() -> None:
     m.offer(full(3, ("n", "3")))
     assert m.state.pending == 3 and m.state is not second
     third = m.state
-    m.loaded_with({"rev": "4", "n": "4"})
+    load(m, {"rev": "4", "n": "4"})
     assert m.state.pending == 4 and m.state is not third
 
 
@@ -297,3 +388,11 @@ def test_non_finite_credits_are_a_problem(text: str) -> None:
     state = loaded(1, **{"c:m": text}).state
     assert state.credits == {}
     assert state.problems == (f"c:m={text!r}",)
+
+
+def test_derive_state_reads_the_revision_from_the_hash_unless_given() -> None:
+    fields = {"rev": "12", "n": "2"}
+    assert derive_state(fields).revision == 12
+    assert derive_state(fields, 3).revision == 3
+    assert derive_state({}).revision == 0
+    assert derive_state({"rev": "x"}).revision == 0

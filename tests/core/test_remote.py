@@ -4,15 +4,18 @@ against an in-memory Polar peer. No socket, no Redis: effects are answered by ha
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import Any
 
 import pytest
 
 from outpost_core import (
+    Balance,
     Closing,
     ConfigurationReceived,
     Customer,
+    Fetch,
     IdentityLoaded,
     LoadFailed,
     LoadIdentity,
@@ -21,6 +24,7 @@ from outpost_core import (
     Session,
     Settings,
     StoreConfiguration,
+    SubscriberLost,
     SubscriberRestarted,
     Tick,
     UnknownMeter,
@@ -38,7 +42,7 @@ from outpost_core._inputs import (
 )
 from outpost_core._link import Link, LinkSettings, LinkState, Target
 from outpost_core._observations import LinkChanged, SnapshotApplied
-from outpost_core._remote import REQUEST_TIMEOUT, Remote
+from outpost_core._remote import REQUEST_TIMEOUT, RETRY_BASE, RETRY_CAP, STEP_TIMEOUT, Remote
 from outpost_core._snapshots import CustomerFlow, Step
 from tests.core._payloads import COUNT, STANDARD, TOKENS, UNIQUE, configuration, reducer
 from tests.core._polar import FixedRandom, Peer
@@ -66,6 +70,8 @@ class Polar:
         settings: Settings | None = None,
         link_settings: LinkSettings | None = None,
         payload: Any = STANDARD,
+        *,
+        subscribed: bool = True,
     ) -> None:
         self.link = Link(TARGET, "tok", FixedRandom(), link_settings)
         self.session = Session(settings, link=self.link)
@@ -74,6 +80,8 @@ class Polar:
         self.pending: list[Effect] = []
         if payload is not None:
             self.session.handle(ConfigurationReceived(payload, from_cache=True))
+        if subscribed:  # as a driver's subscriber confirms at start
+            self.session.handle(SubscriberRestarted())
 
     # -- moving bytes -------------------------------------------------------------------------
 
@@ -120,13 +128,19 @@ class Polar:
         assert self.session.read(meter, "c1") is None
         assert self.session.configuration is not None
         reducer_id = self.session.configuration.meter_reducers[meter]
-        assert self.effects() == [LoadIdentity(key=state(reducer_id))]
+        load_id = self.load_asked(state(reducer_id))
         [request] = self.peer.take()
         assert request["type"] == "snapshot"
         assert request["payload"]["external_customer_id"] == "c1"
-        self.session.handle(IdentityLoaded(state(reducer_id), fields or {"rev": "0"}))
+        self.session.handle(IdentityLoaded(state(reducer_id), fields or {"rev": "0"}, load_id))
         assert self.effects() == []
         return str(request["payload"]["request_id"])
+
+    def load_asked(self, key: str) -> int:
+        """The session's effects are one load of ``key``: its number, for the answer."""
+        [effect] = self.effects()
+        assert isinstance(effect, LoadIdentity) and effect.key == key
+        return effect.load_id
 
     def snapshot(self, request_id: str | None = None, **overrides: Any) -> list[Effect]:
         message = {
@@ -193,9 +207,11 @@ def test_a_session_with_a_link() -> None:
 def test_the_earliest_deadline_wins() -> None:
     polar = Polar(Settings(reload_retry=1.0))
     polar.connect()
+    polar.session.handle(Tick(polar.now, WALL))
     polar.session.read(COUNT, "c1")
-    polar.session.handle(LoadFailed(state("r-count")))
-    assert polar.session.next_deadline() == polar.now + 1.0  # the retry comes before the ping
+    polar.session.handle(LoadFailed(state("r-count"), polar.load_asked(state("r-count"))))
+    # The retry (1.0 s with the link's draw of 0.5) comes before the ping.
+    assert polar.session.next_deadline() == polar.now + 0.75
 
 
 def test_close_connection_effects_and_connection_failures() -> None:
@@ -253,7 +269,8 @@ def test_consumed_per_meter() -> None:
     polar.connect()
     assert session.read(COUNT, "c1") is None
     assert session.consumed(C1, "r-count") == {}  # not loaded
-    session.handle(IdentityLoaded(state("r-count"), {"rev": "1", "p": "2 2 1 1", "a:0": "1 1 1 1"}))
+    fields = {"rev": "1", "p": "2 2 1 1", "a:0": "1 1 1 1"}
+    session.handle(IdentityLoaded(state("r-count"), fields, polar.load_asked(state("r-count"))))
     assert session.consumed(C1, "r-count") == {COUNT: 3.0, "m-other": 3.0}
     assert session.consumed(C1, "r-nope") == {}
     # A followed identity whose reducer became unbucketed, or left the configuration.
@@ -337,7 +354,7 @@ def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
     polar.session.handle(ScriptReplied(apply_reply(5, **SNAPSHOT_FIELDS), tag=run.tag))
     assert flow.applied and step(flow) is Step.IDLE
     balance = polar.session.read(COUNT, "c1")
-    assert balance is not None and (balance.consumed, balance.revision) == (3.0, 5)
+    assert isinstance(balance, Balance) and (balance.consumed, balance.revision) == (3.0, 5)
     [observation] = polar.session.observations()
     assert observation == SnapshotApplied(
         customer="external:c1",
@@ -373,12 +390,13 @@ def test_a_copy_loaded_during_the_apply_has_no_consumption_before_it() -> None:
     polar = Polar()
     polar.connect()
     assert polar.session.read(COUNT, "c1") is None
-    assert polar.effects() == [LoadIdentity(key=state("r-count"))]  # not answered yet
+    load_id = polar.load_asked(state("r-count"))  # not answered yet
     listed = listing(polar.snapshot(None))
     polar.session.handle(PendingListed(listed.tag, {}))
     run = applying(polar.effects())
     assert run.args[11] == "-1"
-    polar.session.handle(IdentityLoaded(state("r-count"), {"rev": "1", **SNAPSHOT_FIELDS}))
+    fields = {"rev": "1", **SNAPSHOT_FIELDS}
+    polar.session.handle(IdentityLoaded(state("r-count"), fields, load_id))
     polar.session.handle(
         ScriptReplied(json.dumps({"c": [{"k": state("r-count"), "r": 1}]}), tag=run.tag)
     )
@@ -387,7 +405,7 @@ def test_a_copy_loaded_during_the_apply_has_no_consumption_before_it() -> None:
     assert math.isnan(observation.local_consumed[0])
     assert observation.polar_consumed == (3.0,)
     balance = polar.session.read(COUNT, "c1")
-    assert balance is not None and balance.consumed == 3.0
+    assert isinstance(balance, Balance) and balance.consumed == 3.0
 
 
 def test_many_pending_events_are_asked_in_chunks() -> None:
@@ -432,6 +450,8 @@ def test_an_unasked_for_snapshot_is_applied_but_never_asked_again() -> None:
     assert run.keys[0] == state("r-count", Customer("external", "c2"))
     flow = remote(polar).flows[Customer("external", "c2")]
     assert flow.applied
+    polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
+    polar.effects()
     assert polar.tick(polar.now + 2 * REQUEST_TIMEOUT) == []
     assert polar.take() == []
 
@@ -440,9 +460,9 @@ def test_an_unanswered_request_is_sent_again() -> None:
     polar = Polar()
     polar.connect()
     first = polar.follow()
-    assert polar.tick(polar.now + REQUEST_TIMEOUT) == []
+    assert polar.tick(polar.now + REQUEST_TIMEOUT - 0.01) == []
     assert polar.take() == []
-    assert polar.tick(polar.now + 0.01) == []
+    assert polar.tick(polar.now + 0.01) == []  # at the deadline itself
     [again] = polar.take()
     assert again["payload"]["request_id"] != first
 
@@ -613,20 +633,27 @@ def test_an_answer_without_a_list_of_ids_restarts_the_flow() -> None:
     assert [m["type"] for m in polar.take()] == ["snapshot"]
 
 
-def test_a_failed_listing_restarts_the_flow() -> None:
+def test_a_failed_listing_asks_again_after_a_backoff() -> None:
     polar = Polar()
     polar.connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
+    flow = remote(polar).flows[C1]
     polar.session.handle(ListFailed(listed.tag))
-    assert polar.effects() == []
-    assert [m["type"] for m in polar.take()] == ["snapshot"]
+    assert polar.effects() == [] and polar.take() == []  # not at once: Redis may be down
+    assert (step(flow), flow.current, flow.failures) == (Step.IDLE, None, 1)
+    assert flow.retry_at == polar.now + RETRY_BASE * 0.75  # the link's draw: 0.5
+    assert polar.session.next_deadline() == flow.retry_at
     polar.session.handle(ListFailed(listed.tag))  # once is enough
-    polar.session.handle(PendingListed(listed.tag, {}))
+    polar.session.handle(PendingListed(listed.tag, {}))  # and a late answer is ignored
     assert polar.effects() == [] and polar.take() == []
+    assert polar.tick(flow.retry_at - 0.001) == [] and polar.take() == []
+    assert polar.tick(flow.retry_at) == []
+    assert [m["type"] for m in polar.take()] == ["snapshot"]
+    assert flow.retry_at is None
 
 
-def test_a_failed_apply_restarts_the_flow() -> None:
+def test_a_failed_apply_asks_again_after_a_backoff() -> None:
     polar = Polar()
     polar.connect()
     polar.follow()
@@ -635,12 +662,147 @@ def test_a_failed_apply_restarts_the_flow() -> None:
     run = applying(polar.effects())
     assert run.tag is not None
     polar.session.handle(ScriptFailed(run.tag))
-    assert [m["type"] for m in polar.take()] == ["snapshot"]
     flow = remote(polar).flows[C1]
+    assert polar.take() == []
+    assert flow.retry_at == polar.now + RETRY_BASE * 0.75
     assert not flow.applied
     polar.session.handle(ScriptFailed(run.tag))
     polar.session.handle(ScriptReplied(apply_reply(), tag=run.tag))  # too late
     assert not flow.applied
+    polar.tick(flow.retry_at)
+    assert [m["type"] for m in polar.take()] == ["snapshot"]
+
+
+def fail_once_more(polar: Polar, flow: CustomerFlow, *, apply: bool) -> float:
+    """Polar's snapshot comes; Redis fails to list (or to apply) it. Returns the delay set."""
+    listed = listing(polar.snapshot(None))
+    if apply:
+        polar.session.handle(PendingListed(listed.tag, {}))
+        run = applying(polar.effects())
+        assert run.tag is not None
+        polar.session.handle(ScriptFailed(run.tag))
+    else:
+        polar.session.handle(ListFailed(listed.tag))
+    assert flow.retry_at is not None
+    return flow.retry_at - polar.now
+
+
+@pytest.mark.parametrize("apply", [False, True])
+def test_failures_in_a_row_back_off_further_up_to_the_cap(apply: bool) -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    flow = remote(polar).flows[C1]
+    delays = []
+    for _ in range(8):
+        delays.append(fail_once_more(polar, flow, apply=apply))
+        assert polar.tick(polar.now + delays[-1] / 2) == [] and polar.take() == []
+        assert flow.retry_at is not None
+        polar.tick(flow.retry_at)
+        assert [m["type"] for m in polar.take()] == ["snapshot"]
+    ceilings = [min(RETRY_CAP, RETRY_BASE * 2**n) for n in range(8)]
+    assert delays == pytest.approx([c * 0.75 for c in ceilings])
+    assert delays[-1] == pytest.approx(RETRY_CAP * 0.75)
+    # A snapshot applied ends the run of failures: the next failure waits the first delay.
+    listed = listing(polar.snapshot(None))
+    polar.session.handle(PendingListed(listed.tag, {}))
+    run = applying(polar.effects())
+    polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
+    assert (flow.applied, flow.failures) == (True, 0)
+    assert fail_once_more(polar, flow, apply=apply) == pytest.approx(RETRY_BASE * 0.75)
+
+
+def test_a_snapshot_arriving_during_the_backoff_starts_at_once() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    flow = remote(polar).flows[C1]
+    fail_once_more(polar, flow, apply=False)
+    listing(polar.snapshot(None, snapshot_id="snap-2"))  # Polar pushed one meanwhile
+    assert (step(flow), flow.retry_at) == (Step.LISTING, None)
+
+
+@pytest.mark.parametrize("stuck", [Step.LISTING, Step.ASKING, Step.APPLYING])
+def test_a_flow_stuck_in_a_step_asks_polar_again_and_ignores_the_late_answer(
+    stuck: Step, caplog: pytest.LogCaptureFixture
+) -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    polar.now = 50.0
+    listed = listing(polar.snapshot(None))
+    flow = remote(polar).flows[C1]
+    if stuck is Step.ASKING:
+        polar.session.handle(PendingListed(listed.tag, {events("r-count"): [f"{COLD}:e1"]}))
+        [question] = polar.take()
+        answer = {"request_id": question["payload"]["request_id"], "event_ids": ["e1"]}
+    elif stuck is Step.APPLYING:
+        polar.session.handle(PendingListed(listed.tag, {}))
+        run = applying(polar.effects())
+    assert step(flow) is stuck
+    assert polar.session.next_deadline() == 50.0 + STEP_TIMEOUT
+    assert polar.tick(50.0 + STEP_TIMEOUT - 0.01) == [] and polar.take() == []
+    with caplog.at_level(logging.WARNING, logger="outpost"):
+        assert polar.tick(50.0 + STEP_TIMEOUT) == []  # a driver waking at the deadline acts
+    [again] = polar.take()
+    assert again["type"] == "snapshot" and again["payload"]["request_id"] == flow.request_id
+    assert (step(flow), flow.current, flow.tag, flow.retry_at) == (Step.IDLE, None, None, None)
+    assert polar.session.rejections == {"stuck_flow": 1}
+    assert f"outpost rejected stuck_flow: {C1}: no answer while {stuck.value}" in caplog.text
+    # The answer that was lost turns up: it belongs to a flow given up, and changes nothing.
+    if stuck is Step.LISTING:
+        polar.session.handle(PendingListed(listed.tag, {}))
+        assert polar.effects() == []
+    elif stuck is Step.ASKING:
+        assert polar.send({"type": "counted", "payload": answer}) == []
+        assert polar.session.rejections == {"stuck_flow": 1, "counted": 1}
+    else:
+        polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
+        assert polar.session.observations() == []
+        assert polar.effects() == []
+    assert (step(flow), flow.applied) == (Step.IDLE, False)
+    assert polar.take() == []
+    # The fresh request is what the flow now waits for.
+    assert polar.session.next_deadline() == polar.now + REQUEST_TIMEOUT
+
+
+def test_a_step_that_moves_on_in_time_is_not_stuck() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    polar.now = 50.0
+    listed = listing(polar.snapshot(None))
+    assert polar.tick(50.0 + STEP_TIMEOUT - 1) == []  # the listing answers late, but in time
+    polar.session.handle(PendingListed(listed.tag, {events("r-count"): [f"{COLD}:e1"]}))
+    polar.take()
+    # The next step has its own deadline, counted from when it began.
+    assert polar.session.next_deadline() == polar.now + STEP_TIMEOUT
+    assert polar.tick(50.0 + STEP_TIMEOUT + 1) == []
+    assert polar.session.rejections == {}
+    assert step(remote(polar).flows[C1]) is Step.ASKING
+
+
+def test_the_earliest_flow_deadline_wins() -> None:
+    polar = Polar()
+    polar.connect()
+    assert polar.tick(5.0) == []
+    polar.follow()
+    other = Customer("external", "c2")
+    # An unanswered request: asked again after REQUEST_TIMEOUT.
+    assert polar.session.next_deadline() == 5.0 + REQUEST_TIMEOUT
+    # An applied flow has no deadline of its own; nor does the link before its ping.
+    assert polar.tick(6.0) == []
+    listed = listing(polar.snapshot(None, external_customer_id="c2"))
+    assert remote(polar).flows[other].applied
+    assert polar.session.next_deadline() == 5.0 + REQUEST_TIMEOUT
+    polar.session.handle(PendingListed(listed.tag, {}))
+    run = applying(polar.effects())
+    polar.session.handle(ScriptReplied("{}", tag=run.tag))
+    assert polar.session.next_deadline() == 5.0 + REQUEST_TIMEOUT
+    # A flow waiting for a backoff.
+    assert polar.tick(7.0) == []
+    polar.session.handle(ListFailed(listing(polar.snapshot(None)).tag))
+    assert polar.session.next_deadline() == 7.0 + RETRY_BASE * 0.75
 
 
 def test_the_link_closing_for_good_mid_listing_restarts_quietly() -> None:
@@ -667,11 +829,98 @@ def test_an_unsupported_meter_is_refused_before_following() -> None:
 def test_a_disconnected_session_explains_why_it_is_not_ready() -> None:
     polar = Polar()
     polar.session.read(COUNT, "c1")
-    polar.session.handle(IdentityLoaded(state("r-count"), {"rev": "1"}))
+    load_id = polar.load_asked(state("r-count"))
+    polar.session.handle(IdentityLoaded(state("r-count"), {"rev": "1"}, load_id))
     assert polar.session.not_ready_reason(COUNT, "c1", None) == (
         "no snapshot from Polar for external:c1 yet (WebSocket disconnected)"
     )
     assert polar.link.state is LinkState.DISCONNECTED
+
+
+def refused_upgrade(polar: Polar, status: int, body: bytes | None) -> list[Effect]:
+    """Connect when the link wants to; Polar refuses the upgrade. Returns the effects."""
+    polar.now = max(polar.now, polar.link.retry_at)
+    assert polar.tick(polar.now) == [OpenConnection(host="polar.test", port=443, tls=True)]
+    polar.session.handle(ConnectionOpened(polar.now))
+    polar.peer = Peer()
+    polar.effects()
+    polar.session.handle(BytesReceived(polar.now, polar.peer.reject(status, body)))
+    return polar.effects()
+
+
+def test_a_refused_token_is_logged_as_an_error_once_per_cause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    polar = Polar()
+    with caplog.at_level(logging.WARNING, logger="outpost"):
+        assert refused_upgrade(polar, 401, b'{"detail":"invalid token"}') == [CloseConnection()]
+        refused_upgrade(polar, 401, b'{"detail":"invalid token"}')  # the same again: quiet
+        refused_upgrade(polar, 403, b'{"detail":"token revoked"}')
+    errors = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert errors == [
+        (
+            logging.ERROR,
+            "outpost: Polar refused the WebSocket: "
+            "Polar refused the WebSocket with HTTP 401: invalid token",
+        ),
+        (
+            logging.ERROR,
+            "outpost: Polar refused the WebSocket: "
+            "Polar refused the WebSocket with HTTP 403: token revoked",
+        ),
+    ]
+    assert polar.session.link_status() == (
+        "disconnected",
+        "Polar refused the WebSocket with HTTP 403: token revoked",
+    )
+
+
+def test_bytes_that_are_not_a_refusal_log_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    polar = Polar()
+    with caplog.at_level(logging.WARNING, logger="outpost"):
+        polar.connect()
+        polar.send({"type": "configuration", "payload": STANDARD})
+    assert caplog.records == []
+    assert polar.session.link_status() == ("open", None)
+
+
+def test_the_link_status_says_why_it_last_failed() -> None:
+    polar = Polar()
+    assert polar.session.link_status() == ("disconnected", None)
+    polar.connect()
+    polar.session.handle(ConnectionFailed(polar.now, "reset by peer"))
+    assert polar.session.link_status() == ("disconnected", "reset by peer")
+
+
+def test_waiting_for_a_configuration_says_how_the_websocket_is() -> None:
+    polar = Polar(payload=None)
+    assert polar.session.read(COUNT, "c1") is None
+    assert polar.session.not_ready_reason(COUNT, "c1", None) == (
+        "no configuration from Polar yet (WebSocket disconnected)"
+    )
+    refused_upgrade(polar, 401, b'{"detail":"invalid token"}')
+    assert polar.session.not_ready_reason(COUNT, "c1", None) == (
+        "no configuration from Polar yet (WebSocket disconnected: "
+        "Polar refused the WebSocket with HTTP 401: invalid token)"
+    )
+
+
+def test_a_fetched_hash_that_lost_its_snapshot_asks_polar_again() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listed = listing(polar.snapshot(None))
+    polar.session.handle(PendingListed(listed.tag, {}))
+    run = applying(polar.effects())
+    polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
+    polar.session.handle(SubscriberLost())
+    assert polar.session.read(COUNT, "c1") == Fetch(keys=(state("r-count"),))
+    # Redis answers the fetch with a hash that has no snapshot any more (expired, wiped).
+    polar.tick(polar.now + REQUEST_TIMEOUT)
+    assert polar.session.read_fetched(COUNT, "c1", None, {state("r-count"): {"rev": "9"}}) is None
+    [request] = polar.take()
+    assert request["type"] == "snapshot"
+    assert not remote(polar).flows[C1].applied
 
 
 def test_a_meter_missing_from_the_cached_configuration_waits_for_polars() -> None:
@@ -713,8 +962,8 @@ def test_a_state_that_lost_its_snapshot_asks_polar_again() -> None:
     assert polar.session.read(COUNT, "c1") is not None
     # The identity's keys expired (or Redis was wiped): a reload finds no snapshot any more.
     polar.session.handle(SubscriberRestarted())
-    assert polar.effects() == [LoadIdentity(key=state("r-count"))]
-    polar.session.handle(IdentityLoaded(state("r-count"), {"rev": "17962332846298"}))
+    reload = polar.load_asked(state("r-count"))
+    polar.session.handle(IdentityLoaded(state("r-count"), {"rev": "17962332846298"}, reload))
     assert polar.session.read(COUNT, "c1") is None
     # The last request went out under REQUEST_TIMEOUT ago: a Polar whose snapshots keep lacking
     # the reducer must not get a request per read. Later, one goes.

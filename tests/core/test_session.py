@@ -7,6 +7,7 @@ import logging
 import math
 from typing import Any
 
+import attrs
 import pytest
 
 from outpost_core import (
@@ -14,6 +15,7 @@ from outpost_core import (
     ChangePublished,
     ConfigurationReceived,
     Customer,
+    Fetch,
     IdentityLoaded,
     InvalidEvent,
     LoadFailed,
@@ -24,6 +26,7 @@ from outpost_core import (
     Session,
     Settings,
     StoreConfiguration,
+    SubscriberLost,
     SubscriberRestarted,
     Tick,
     UnknownMeter,
@@ -46,6 +49,7 @@ from tests.core._payloads import (
     configuration,
     reducer,
 )
+from tests.core._polar import FixedRandom
 
 NOW = 1_796_223_600_000_000 + 42_000_000  # 42 s into a bucket
 BUCKET = 1_796_223_600_000_000
@@ -57,13 +61,34 @@ def state(reducer_id: str, customer: Customer = C1) -> str:
     return keys.state_key(customer, reducer_id)
 
 
-def configured(payload: Any = STANDARD, settings: Settings | None = None) -> Session:
+def configured(
+    payload: Any = STANDARD, settings: Settings | None = None, *, subscribed: bool = True
+) -> Session:
+    """A session with a configuration; ``subscribed``: Redis confirmed the subscription (as a
+    driver's subscriber does at start), so the copies it loads follow Redis."""
     session = Session(settings)
     session.handle(ConfigurationReceived(payload))
     assert session.effects() == [
         StoreConfiguration(key=keys.CONFIGURATION_KEY, text=_compact(payload))
     ]
+    if subscribed:
+        session.handle(SubscriberRestarted())
+        assert session.effects() == []
     return session
+
+
+def load_asked(session: Session, key: str) -> int:
+    """Drain the effects: one load of ``key``; return its number (for the answer)."""
+    [effect] = session.effects()
+    assert isinstance(effect, LoadIdentity) and effect.key == key
+    return effect.load_id
+
+
+def loads_asked(session: Session) -> dict[str, int]:
+    """Drain the effects: only loads; return each key's load number."""
+    effects = session.effects()
+    assert all(isinstance(e, LoadIdentity) for e in effects)
+    return {e.key: e.load_id for e in effects if isinstance(e, LoadIdentity)}
 
 
 def _compact(payload: Any) -> str:
@@ -95,16 +120,17 @@ def warm(
     reducer_id: str = "r-count",
     fields: dict[str, str] | None = None,
     customer: Customer = C1,
-    **who: str,
+    **who: Any,
 ) -> Balance:
     """First read: None and a load; the load answers; the second read has a balance."""
     who = who or {"external_customer_id": customer.id}
     assert session.read(meter, **who) is None
-    assert session.effects() == [LoadIdentity(key=state(reducer_id, customer))]
-    session.handle(IdentityLoaded(state(reducer_id, customer), fields or snapshot_fields()))
+    key = state(reducer_id, customer)
+    load_id = load_asked(session, key)
+    session.handle(IdentityLoaded(key, fields or snapshot_fields(), load_id))
     assert session.effects() == []
     balance = session.read(meter, **who)
-    assert balance is not None
+    assert isinstance(balance, Balance) and balance.source == "memory"
     return balance
 
 
@@ -188,8 +214,8 @@ def test_a_fresh_session() -> None:
 def test_effects_are_drained() -> None:
     session = configured()
     assert session.effects() == []
-    session.emit(LoadIdentity(key="k"))
-    assert session.effects() == [LoadIdentity(key="k")]
+    session.emit(LoadIdentity(key="k", load_id=1))
+    assert session.effects() == [LoadIdentity(key="k", load_id=1)]
     assert session.effects() == []
 
 
@@ -197,7 +223,7 @@ def test_handle_refuses_what_is_not_an_input() -> None:
     with pytest.raises(UsageError, match="not an input"):
         Session().handle("ScriptReplied")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="not an input"):
-        Session().handle(LoadIdentity(key="k"))  # type: ignore[arg-type]
+        Session().handle(LoadIdentity(key="k", load_id=1))  # type: ignore[arg-type]
 
 
 def test_remote_inputs_without_a_link() -> None:
@@ -375,11 +401,12 @@ def test_track_sends_the_known_revision_of_loaded_copies() -> None:
     run = track(session, name="other_call")  # counts in the four token reducers only
     assert run.keys[1] == state("r-tokens")
     assert run.args[5:7] == ("-1", "7")
-    session.handle(IdentityLoaded(state("r-tokens"), {"rev": "3"}))  # not followed: ignored
+    session.handle(IdentityLoaded(state("r-tokens"), {"rev": "3"}, 1))  # not followed: ignored
     run = track(session)
     assert run.args[5:7] == ("12", "1")  # r-count, followed and loaded
     session.handle(SubscriberRestarted())  # the copy reloads: its revision is unknown meanwhile
     assert track(session).args[5:7] == ("-1", "1")
+    assert list(loads_asked(session)) == [state("r-count")]
 
 
 def test_track_bucket_and_field() -> None:
@@ -433,7 +460,10 @@ def test_read_before_any_configuration_is_none() -> None:
     session = Session()
     assert session.read(COUNT, "c1") is None
     assert session.effects() == []
-    assert session.not_ready_reason(COUNT, "c1", None) == "no configuration from Polar yet"
+    assert session.not_ready_reason(COUNT, "c1", None) == (
+        "no configuration from Polar yet (WebSocket none)"
+    )
+    assert session.link_status() == ("none", None)
 
 
 @pytest.mark.parametrize("meter", ["", None, 3])
@@ -464,7 +494,7 @@ def test_unknown_and_unsupported_meters() -> None:
 def test_first_read_loads_and_waits_for_the_copy() -> None:
     session = configured()
     assert session.read(COUNT, "c1") is None
-    assert session.effects() == [LoadIdentity(key=state("r-count"))]
+    assert session.effects() == [LoadIdentity(key=state("r-count"), load_id=1)]
     assert [m.key for m in session.followed] == [state("r-count")]
     assert session.not_ready_reason(COUNT, "c1", None) == (
         "the local state of external:c1 could not be loaded from Redis"
@@ -477,8 +507,9 @@ def test_first_read_loads_and_waits_for_the_copy() -> None:
 def test_a_copy_without_snapshot_is_not_ready() -> None:
     session = configured()
     session.read(COUNT, "c1")
-    session.effects()
-    session.handle(IdentityLoaded(state("r-count"), {"rev": "4", "n": "1", "a:0": "1 1 1 1"}))
+    load_id = load_asked(session, state("r-count"))
+    fields = {"rev": "4", "n": "1", "a:0": "1 1 1 1"}
+    session.handle(IdentityLoaded(state("r-count"), fields, load_id))
     assert session.read(COUNT, "c1") is None
     assert session.not_ready_reason(COUNT, "c1", None) == (
         "no snapshot for external:c1 in Redis yet (this instance has no access token)"
@@ -507,6 +538,7 @@ def test_balance_of_a_loaded_copy() -> None:
         snapshot_as_of=from_us(NOW - 1),
         snapshot_id=fields.get("sid"),
         revision=7,
+        source="memory",
     )
     assert session.cached_balance(COUNT, "c1", None) is balance
     assert session.read(COUNT, "c1") == balance
@@ -551,6 +583,176 @@ def test_cached_balance_is_none_until_a_read() -> None:
     assert session.cached_balance(COUNT, "c1", None) is None
 
 
+# -- following Redis, and reads from Redis -------------------------------------------------------
+
+
+def test_a_first_read_before_any_subscription_waits_for_it() -> None:
+    session = configured(subscribed=False)
+    assert session.read(COUNT, "c1") is None
+    key = state("r-count")
+    load_id = load_asked(session, key)
+    session.handle(IdentityLoaded(key, snapshot_fields(), load_id))
+    # Loaded, but asked before Redis confirmed the subscription: changes may be missed.
+    assert not session.followed[0].following
+    assert session.read(COUNT, "c1") is None
+    assert session.read(COUNT, "c1", fresh=True) == Fetch(keys=(key,))  # fresh never waits
+    session.handle(SubscriberRestarted())
+    assert (session.subscribed, session.ever_subscribed) == (True, True)
+    session.handle(IdentityLoaded(key, snapshot_fields(), load_asked(session, key)))
+    balance = session.read(COUNT, "c1")
+    assert isinstance(balance, Balance) and balance.source == "memory"
+
+
+def test_a_lost_subscription_sends_reads_to_redis_until_it_is_back() -> None:
+    session = configured()
+    before = warm(session, fields=snapshot_fields(rev=3))
+    key = state("r-count")
+    session.handle(SubscriberLost())
+    assert (session.subscribed, session.ever_subscribed) == (False, True)
+    assert session.effects() == []  # the copy is kept; nothing to load until subscribed again
+    assert session.cached_balance(COUNT, "c1", None) is None
+    assert session.read(COUNT, "c1") == Fetch(keys=(key,))
+    fetched = session.read_fetched(
+        COUNT, "c1", None, {state("r-count"): snapshot_fields(rev=5, n="1")}
+    )
+    assert fetched is not None and fetched.source == "redis"
+    assert (fetched.revision, fetched.pending) == (5, 1)
+    assert attrs.evolve(fetched, source="memory", revision=3, pending=0) == before
+    assert session.cached_balance(COUNT, "c1", None) is None  # a fetched balance is not cached
+    # The copy took the newer hash, but still does not follow.
+    assert session.followed[0].rev == 5
+    assert session.read(COUNT, "c1") == Fetch(keys=(key,))
+    session.handle(SubscriberRestarted())
+    reload = load_asked(session, key)
+    assert session.read(COUNT, "c1") is None  # reloading
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=6), reload))
+    balance = session.read(COUNT, "c1")
+    assert isinstance(balance, Balance) and (balance.source, balance.revision) == ("memory", 6)
+
+
+def test_a_load_asked_while_unsubscribed_does_not_follow() -> None:
+    session = configured()
+    warm(session, fields=snapshot_fields(rev=3))
+    key = state("r-count")
+    session.handle(SubscriberLost())
+    session.handle(ChangePublished(reply(delta(key, 5, "n", "5"))))  # a gap: reload
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=5), load_asked(session, key)))
+    assert session.followed[0].loaded
+    assert session.read(COUNT, "c1") == Fetch(keys=(key,))
+
+
+def test_a_subscription_lost_while_a_load_runs_leaves_the_copy_not_following() -> None:
+    session = configured()
+    session.read(COUNT, "c1")
+    key = state("r-count")
+    load_id = load_asked(session, key)
+    session.handle(SubscriberLost())
+    session.handle(IdentityLoaded(key, snapshot_fields(), load_id))
+    assert session.read(COUNT, "c1") == Fetch(keys=(key,))
+
+
+def test_a_fresh_read_always_fetches() -> None:
+    session = configured()
+    warm(session, fields=snapshot_fields(rev=3))
+    key = state("r-count")
+    assert session.read(COUNT, "c1", fresh=True) == Fetch(keys=(key,))
+    fetched = session.read_fetched(COUNT, "c1", None, {state("r-count"): snapshot_fields(rev=3)})
+    assert fetched is not None and (fetched.source, fetched.revision) == ("redis", 3)
+    balance = session.read(COUNT, "c1")  # the copy still answers from memory
+    assert isinstance(balance, Balance) and (balance.source, balance.revision) == ("memory", 3)
+
+
+def test_a_fresh_read_waits_for_the_copy_and_the_snapshot_like_any_read() -> None:
+    session = configured()
+    assert session.read(COUNT, "c1", fresh=True) is None
+    key = state("r-count")
+    session.handle(IdentityLoaded(key, {"rev": "2"}, load_asked(session, key)))
+    assert session.read(COUNT, "c1", fresh=True) is None  # no snapshot in the copy
+
+
+def test_a_fetched_hash_newer_than_the_copy_updates_it() -> None:
+    session = configured()
+    warm(session, fields=snapshot_fields(rev=3))
+    warm(session, TOKENS, "r-tokens", fields=snapshot_fields(rev=3))
+    session.handle(SubscriberLost())
+    copy = session.followed[0]
+    fetched = session.read_fetched(
+        COUNT, "c1", None, {state("r-count"): snapshot_fields(rev=9, n="4")}
+    )
+    assert fetched is not None and fetched.pending == 4
+    assert (copy.rev, copy.fields["n"]) == (9, "4")
+    older = session.read_fetched(
+        COUNT, "c1", None, {state("r-count"): snapshot_fields(rev=2, n="1")}
+    )
+    assert older is not None and older.pending == 1  # the answer is what Redis said
+    assert (copy.rev, copy.fields["n"]) == (9, "4")  # the copy does not go back
+
+
+def test_a_fetched_hash_does_not_touch_a_copy_that_is_loading() -> None:
+    session = configured()
+    warm(session, fields=snapshot_fields(rev=3))
+    key = state("r-count")
+    session.handle(ScriptReplied(reply({"k": key, "r": 4})))  # reloads
+    load_id = load_asked(session, key)
+    fetched = session.read_fetched(COUNT, "c1", None, {state("r-count"): snapshot_fields(rev=8)})
+    assert fetched is not None and fetched.revision == 8
+    copy = session.followed[0]
+    assert (copy.loaded, copy.rev) == (False, 3)
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=4), load_id))
+    assert session.followed[0].rev == 4
+
+
+def test_a_fetched_hash_without_revision_is_not_offered_to_the_copy() -> None:
+    session = configured()
+    warm(session, fields=snapshot_fields(rev=3))
+    session.handle(SubscriberLost())
+    fields = snapshot_fields()
+    del fields["rev"]
+    fetched = session.read_fetched(COUNT, "c1", None, {state("r-count"): fields})
+    assert fetched is not None and fetched.revision == 0
+    assert session.followed[0].rev == 3
+
+
+def test_a_fetched_hash_for_a_customer_without_a_copy() -> None:
+    # The driver fetched for a read, but the copy is not there any more (a new configuration).
+    session = configured()
+    fetched = session.read_fetched(
+        COUNT, "c2", None, {state("r-count", Customer("external", "c2")): snapshot_fields(rev=3)}
+    )
+    assert fetched is not None and fetched.customer == Customer("external", "c2")
+    assert session.followed == []
+
+
+def test_a_fetched_hash_without_a_snapshot_is_not_a_balance() -> None:
+    session = configured()
+    warm(session, fields=snapshot_fields(rev=3))
+    session.handle(SubscriberLost())
+    assert (
+        session.read_fetched(COUNT, "c1", None, {state("r-count"): {}}) is None
+    )  # expired or wiped
+    assert (
+        session.read_fetched(COUNT, "c1", None, {state("r-count"): {"rev": "4", "n": "1"}}) is None
+    )
+    assert session.followed[0].rev == 4  # the copy still takes the newer hash
+
+
+def test_a_fetched_hash_with_bytes_and_bad_fields() -> None:
+    session = configured()
+    fields: dict[object, object] = {k.encode(): v.encode() for k, v in snapshot_fields().items()}
+    fields[b"\xff"] = b"1"
+    fetched = session.read_fetched(COUNT, "c1", None, {state("r-count"): fields})
+    assert fetched is not None and fetched.revision == 3
+    assert session.rejections == {"state": 1}
+
+
+def test_a_fetched_read_by_customer_id() -> None:
+    session = configured()
+    fetched = session.read_fetched(
+        COUNT, None, UUID.upper(), {state("r-count", Customer("customer", UUID)): snapshot_fields()}
+    )
+    assert fetched is not None and fetched.customer == Customer("customer", UUID)
+
+
 # -- keeping copies current -----------------------------------------------------------------------
 
 
@@ -566,7 +768,7 @@ def test_the_track_reply_updates_the_copy_and_the_balance_at_once() -> None:
     )
     assert session.cached_balance(COUNT, "c1", None) is None  # invalidated
     after = session.read(COUNT, "c1")
-    assert after is not None
+    assert isinstance(after, Balance)
     assert (after.consumed, after.pending, after.undelivered, after.revision) == (3, 1, 1, 4)
     # The same change published on the channel is already applied.
     session.handle(ChangePublished(reply(delta(key, 4, f"a:{BUCKET}", "9 9 9 9")).encode("utf-8")))
@@ -581,7 +783,7 @@ def test_a_full_state_reply_replaces_the_copy() -> None:
     flat = [x for pair in full.items() for x in pair]
     session.handle(ScriptReplied(reply({"k": state("r-count"), "r": 9, "s": flat, "full": 1})))
     balance = session.read(COUNT, "c1")
-    assert balance is not None and (balance.revision, balance.consumed) == (9, 7)
+    assert isinstance(balance, Balance) and (balance.revision, balance.consumed) == (9, 7)
 
 
 def test_changes_of_identities_nobody_follows_are_ignored() -> None:
@@ -608,7 +810,7 @@ def test_a_bare_reply_newer_than_the_copy_reloads_it() -> None:
     session.handle(ScriptReplied(reply({"k": state("r-count"), "r": 3})))
     assert session.effects() == []  # nothing newer: the copy stays
     session.handle(ScriptReplied(reply({"k": state("r-count"), "r": 4})))
-    assert session.effects() == [LoadIdentity(key=state("r-count"))]
+    load_asked(session, state("r-count"))
     assert session.read(COUNT, "c1") is None  # never served without what this instance wrote
 
 
@@ -617,13 +819,13 @@ def test_a_gap_reloads_the_copy_and_held_changes_follow() -> None:
     warm(session, fields=snapshot_fields(rev=3))
     key = state("r-count")
     session.handle(ChangePublished(reply(delta(key, 5, "n", "5"))))
-    assert session.effects() == [LoadIdentity(key=key)]
+    load_id = load_asked(session, key)
     session.handle(ChangePublished(reply(delta(key, 6, "n", "6"))))
     assert session.effects() == []  # held until the load
-    session.handle(IdentityLoaded(key, snapshot_fields(rev=4, n="4")))
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=4, n="4"), load_id))
     assert session.effects() == []
     balance = session.read(COUNT, "c1")
-    assert balance is not None and (balance.revision, balance.pending) == (6, 6)
+    assert isinstance(balance, Balance) and (balance.revision, balance.pending) == (6, 6)
 
 
 def test_a_load_that_leaves_a_gap_loads_again() -> None:
@@ -631,13 +833,14 @@ def test_a_load_that_leaves_a_gap_loads_again() -> None:
     warm(session, fields=snapshot_fields(rev=3))
     key = state("r-count")
     session.handle(ChangePublished(reply(delta(key, 9, "n", "9"))))
-    assert session.effects() == [LoadIdentity(key=key)]
-    session.handle(IdentityLoaded(key, snapshot_fields(rev=5)))  # 6..8 still missing
-    assert session.effects() == [LoadIdentity(key=key)]
-    session.handle(IdentityLoaded(key, snapshot_fields(rev=8)))
+    first = load_asked(session, key)
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=5), first))  # 6..8 still missing
+    second = load_asked(session, key)
+    assert second > first
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=8), second))
     assert session.effects() == []
     balance = session.read(COUNT, "c1")
-    assert balance is not None and (balance.revision, balance.pending) == (9, 9)
+    assert isinstance(balance, Balance) and (balance.revision, balance.pending) == (9, 9)
 
 
 def test_subscriber_restart_reloads_every_copy() -> None:
@@ -645,14 +848,13 @@ def test_subscriber_restart_reloads_every_copy() -> None:
     warm(session)
     warm(session, TOKENS, "r-tokens")
     session.handle(SubscriberRestarted())
-    assert session.effects() == [
-        LoadIdentity(key=state("r-count")),
-        LoadIdentity(key=state("r-tokens")),
-    ]
+    reloads = loads_asked(session)
+    assert list(reloads) == [state("r-count"), state("r-tokens")]
     assert session.read(COUNT, "c1") is None  # not loaded until the reload answers
-    session.handle(IdentityLoaded(state("r-count"), snapshot_fields(rev=20, n="3")))
+    reload = reloads[state("r-count")]
+    session.handle(IdentityLoaded(state("r-count"), snapshot_fields(rev=20, n="3"), reload))
     balance = session.read(COUNT, "c1")
-    assert balance is not None and (balance.revision, balance.pending) == (20, 3)
+    assert isinstance(balance, Balance) and (balance.revision, balance.pending) == (20, 3)
 
 
 def test_an_event_tracked_while_the_copy_reloads_is_never_hidden_by_the_cache() -> None:
@@ -698,49 +900,126 @@ def test_a_change_for_a_reducer_that_left_the_configuration() -> None:
 
 def test_load_answers_for_keys_nobody_follows_are_ignored() -> None:
     session = configured()
-    session.handle(IdentityLoaded("outpost:v1:{0}:external:x:r", {"rev": "1"}))
-    session.handle(LoadFailed("outpost:v1:{0}:external:x:r"))
+    session.handle(IdentityLoaded("outpost:v1:{0}:external:x:r", {"rev": "1"}, 1))
+    session.handle(LoadFailed("outpost:v1:{0}:external:x:r", 1))
     assert session.effects() == []
     assert session.next_deadline() is None
 
 
-def test_a_failed_load_is_retried_after_reload_retry() -> None:
-    session = configured(settings=Settings(reload_retry=2.0))
+def test_a_failed_load_is_retried_with_backoff() -> None:
+    # No generator and no link: the draw is the middle of the range (a delay of 3/4 the ceiling).
+    session = configured(settings=Settings(reload_retry=2.0, reload_cap=5.0))
     session.handle(Tick(100.0))
     session.read(COUNT, "c1")
-    [load] = session.effects()
-    session.handle(LoadFailed(load.key))  # type: ignore[union-attr]
+    key = state("r-count")
+    load_id = load_asked(session, key)
+    session.handle(LoadFailed(key, load_id))
     assert session.effects() == []
-    assert session.next_deadline() == 102.0
-    session.handle(Tick(101.9))
+    assert session.next_deadline() == 100.0 + 2.0 * 0.75
+    session.handle(Tick(101.4))
     assert session.effects() == []
-    session.handle(Tick(102.0))
-    assert session.effects() == [load]
-    assert session.next_deadline() is None
+    for failures, now in [(2, 101.5), (3, 101.5 + 4.0 * 0.75)]:
+        session.handle(Tick(now))
+        load_id = load_asked(session, key)
+        session.handle(LoadFailed(key, load_id))
+        ceiling = min(5.0, 2.0 * 2 ** (failures - 1))
+        assert session.next_deadline() == now + ceiling * 0.75
     session.handle(Tick(200.0))
+    load_id = load_asked(session, key)
+    session.handle(IdentityLoaded(key, snapshot_fields(), load_id))
+    assert session.next_deadline() is None
+    session.handle(Tick(300.0))
     assert session.effects() == []
+    # An answer resets the backoff: the next failure waits the first delay again.
+    session.handle(ChangePublished(reply(delta(key, 9, "n", "9"))))
+    session.handle(LoadFailed(key, load_asked(session, key)))
+    assert session.next_deadline() == 300.0 + 2.0 * 0.75
+
+
+def test_the_backoff_draws_from_the_sessions_generator() -> None:
+    session = Session(Settings(reload_retry=1.0), rng=FixedRandom(0.0))
+    session.handle(ConfigurationReceived(STANDARD, from_cache=True))
+    session.handle(SubscriberRestarted())
+    session.read(COUNT, "c1")
+    session.handle(LoadFailed(state("r-count"), load_asked(session, state("r-count"))))
+    assert session.next_deadline() == 0.5  # the lowest draw: half the ceiling
 
 
 def test_only_due_retries_fire() -> None:
     session = configured()
     session.handle(Tick(10.0))
     session.read(COUNT, "c1")
-    session.handle(LoadFailed(state("r-count")))
+    session.handle(LoadFailed(state("r-count"), load_asked(session, state("r-count"))))
     session.handle(Tick(10.2))
     session.read(TOKENS, "c1")
-    session.handle(LoadFailed(state("r-tokens")))
-    session.effects()
-    assert session.next_deadline() == 10.5
-    session.handle(Tick(10.6))
-    assert session.effects() == [LoadIdentity(key=state("r-count"))]
-    assert session.next_deadline() == 10.7
+    session.handle(LoadFailed(state("r-tokens"), load_asked(session, state("r-tokens"))))
+    assert session.next_deadline() == 10.375
+    session.handle(Tick(10.5))
+    assert list(loads_asked(session)) == [state("r-count")]
+    assert session.next_deadline() == 10.575
 
 
-def test_a_load_in_time_cancels_the_retry() -> None:
+def test_an_unanswered_load_is_asked_again_after_load_timeout() -> None:
+    # A driver task cancelled mid-load loses its answer: the copy must not wait forever.
+    session = configured(settings=Settings(load_timeout=4.0))
+    session.handle(Tick(10.0))
+    session.read(COUNT, "c1")
+    key = state("r-count")
+    first = load_asked(session, key)
+    assert session.next_deadline() == 14.0
+    session.handle(Tick(13.9))
+    assert session.effects() == []
+    session.handle(Tick(14.0))
+    second = load_asked(session, key)
+    assert second == first + 1
+    assert session.next_deadline() == 18.0
+    session.handle(IdentityLoaded(key, {}, first))  # the lost answer turns up: too old
+    assert session.read(COUNT, "c1") is None
+    assert session.next_deadline() == 18.0
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=4), second))
+    balance = session.read(COUNT, "c1")
+    assert isinstance(balance, Balance) and balance.revision == 4
+    assert session.next_deadline() is None
+
+
+def test_an_answer_to_an_older_load_never_moves_the_copy_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Load 1 read the hash before it existed; the subscriber restarted, load 2 read revision 7.
     session = configured()
     session.read(COUNT, "c1")
-    session.handle(LoadFailed(state("r-count")))
+    key = state("r-count")
+    stale = load_asked(session, key)
     session.handle(SubscriberRestarted())
+    latest = load_asked(session, key)
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=7), latest))
+    with caplog.at_level(logging.DEBUG, logger="outpost"):
+        session.handle(IdentityLoaded(key, {}, stale))
+    assert f"outpost ignores load {stale} of {key} (load {latest} is newer)" in caplog.text
+    balance = session.read(COUNT, "c1")
+    assert isinstance(balance, Balance) and balance.revision == 7
+    assert session.effects() == []
+
+
+def test_a_failure_of_an_older_load_is_ignored() -> None:
+    session = configured()
+    session.handle(Tick(50.0))
+    session.read(COUNT, "c1")
+    key = state("r-count")
+    stale = load_asked(session, key)
+    session.handle(SubscriberRestarted())
+    load_asked(session, key)
+    session.handle(LoadFailed(key, stale))
+    assert session.next_deadline() == 50.0 + Settings().load_timeout  # not a retry's
+
+
+def test_a_load_answered_in_time_cancels_the_retry() -> None:
+    session = configured()
+    session.read(COUNT, "c1")
+    session.handle(LoadFailed(state("r-count"), load_asked(session, state("r-count"))))
+    assert session.next_deadline() is not None
+    session.handle(SubscriberRestarted())
+    session.handle(IdentityLoaded(state("r-count"), {}, load_asked(session, state("r-count"))))
     assert session.next_deadline() is None
 
 
@@ -766,17 +1045,17 @@ def test_unreadable_changes_are_rejected_not_raised(
 def test_non_utf8_state_fields_are_rejected_and_skipped() -> None:
     session = configured()
     session.read(COUNT, "c1")
-    session.effects()
+    load_id = load_asked(session, state("r-count"))
     fields: dict[object, object] = {
         k.encode(): v.encode() for k, v in snapshot_fields(n="1").items()
     }
     fields[b"\xffbad"] = b"1"
     fields[b"u"] = b"\xfe"
     fields[b"x"] = 3  # neither text nor bytes
-    session.handle(IdentityLoaded(state("r-count"), fields))
+    session.handle(IdentityLoaded(state("r-count"), fields, load_id))
     assert session.rejections == {"state": 3}
     balance = session.read(COUNT, "c1")
-    assert balance is not None and (balance.pending, balance.undelivered) == (1, 0)
+    assert isinstance(balance, Balance) and (balance.pending, balance.undelivered) == (1, 0)
 
 
 def test_unreadable_state_fields_are_rejected_on_each_load(
@@ -788,7 +1067,8 @@ def test_unreadable_state_fields_are_rejected_on_each_load(
     assert session.rejections == {"state": 2}
     assert "unreadable field n='many'" in caplog.text
     session.handle(SubscriberRestarted())
-    session.handle(IdentityLoaded(state("r-count"), snapshot_fields(n="many")))
+    reload = load_asked(session, state("r-count"))
+    session.handle(IdentityLoaded(state("r-count"), snapshot_fields(n="many"), reload))
     assert session.rejections == {"state": 3}
 
 
@@ -798,3 +1078,63 @@ def test_a_custom_logger_gets_the_warnings(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.WARNING, logger="tests.core.custom"):
         session.handle(ConfigurationReceived(None))
     assert [r.name for r in caplog.records] == ["tests.core.custom"]
+
+
+def test_a_gap_that_loads_keep_leaving_is_reloaded_with_backoff_not_at_once() -> None:
+    # A change held from an incarnation of the hash that is gone: each load reads the empty
+    # hash and the gap remains. The first reload is at once; the next ones back off.
+    session = configured(settings=Settings(reload_retry=1.0, reload_cap=8.0))
+    warm(session, fields=snapshot_fields(rev=3))
+    key = state("r-count")
+    session.handle(Tick(10.0))
+    session.handle(ChangePublished(reply(delta(key, 9, "n", "9"))))
+    first = load_asked(session, key)
+    session.handle(IdentityLoaded(key, {}, first))
+    second = load_asked(session, key)  # the first gap: at once
+    session.handle(IdentityLoaded(key, {}, second))
+    assert session.effects() == []  # the second: later
+    assert session.next_deadline() == 10.0 + 2 * 1.0 * 0.75  # no generator: the middle draw
+    session.handle(Tick(11.4))
+    assert session.effects() == []
+    session.handle(Tick(11.5))
+    third = load_asked(session, key)
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=9), third))
+    assert session.effects() == []
+    balance = session.read(COUNT, "c1")
+    assert isinstance(balance, Balance) and balance.revision == 9
+
+
+def test_not_ready_says_when_only_the_subscription_is_missing() -> None:
+    session = configured(subscribed=False)
+    assert session.read(COUNT, "c1") is None
+    key = state("r-count")
+    session.handle(IdentityLoaded(key, snapshot_fields(), load_asked(session, key)))
+    assert session.read(COUNT, "c1") is None  # a first read waits for the subscription
+    reason = session.not_ready_reason(COUNT, "c1", None)
+    assert reason == "Redis has not confirmed the subscription to the change channels yet"
+
+
+def test_subscription_confirmations_decide_following() -> None:
+    from outpost_core import SubscriptionConfirmed
+
+    session = configured(subscribed=False)
+    for count in range(1, len(keys.ALL_CHANNELS)):
+        session.handle(SubscriptionConfirmed(count))
+        assert not session.subscribed  # not until every channel is confirmed
+    session.handle(SubscriptionConfirmed(len(keys.ALL_CHANNELS)))
+    assert session.subscribed and session.ever_subscribed
+    warm(session)
+    # A client library re-subscribing by itself after a break starts again from 1.
+    session.handle(SubscriptionConfirmed(1))
+    assert not session.subscribed
+    assert isinstance(session.read(COUNT, "c1"), Fetch)
+    session.handle(SubscriptionConfirmed(len(keys.ALL_CHANNELS)))
+    assert session.subscribed
+    load_asked(session, state("r-count"))  # every copy reloads
+
+
+def test_track_counts_the_buckets_it_writes() -> None:
+    session = configured()
+    run = track(session)
+    assert run.buckets == len(run.meter_ids) == 5  # one identity per reducer that counts it
+    assert run.buckets == (len(run.keys) - 1) // 2  # the script's KEYS: outbox, then pairs

@@ -16,12 +16,17 @@ from outpost_core import (
     Balance,
     ConfigurationReceived,
     Customer,
+    Fetch,
     IdentityLoaded,
     InvalidEvent,
+    LoadFailed,
+    LoadIdentity,
     RunScript,
     ScriptReplied,
     Session,
     Settings,
+    SubscriberLost,
+    SubscriberRestarted,
     Tick,
 )
 from outpost_core import _keys as keys
@@ -80,7 +85,12 @@ TOKEN = "polar_oat_very_secret"
         {(1, 2): "tuple keys"},
         Tick(1.5, 7),
         ScriptReplied(b'{"c":{}}', tag=3),
-        IdentityLoaded("k", {b"rev": b"1"}),
+        IdentityLoaded("k", {b"rev": b"1"}, 3),
+        LoadFailed("k", 4),
+        LoadIdentity(key="k", load_id=5),
+        Fetch(keys=("k",)),
+        SubscriberLost(),
+        SubscriberRestarted(),
         RunScript(script="track", keys=("a", "b"), args=("1",), tag=None, meter_ids=("m",)),
         ListPending(tag=1, keys=("k1", "k2")),
         Aggregate.of([1.0, 2.0]),
@@ -230,6 +240,7 @@ def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
 
     recording.handle(ConfigurationReceived(STANDARD, from_cache=True))
     assert to_polar() == []
+    recording.handle(SubscriberRestarted())
     recording.handle(Tick(1.0, WALL))
     to_polar()
     recording.handle(ConnectionOpened(1.0))
@@ -237,9 +248,9 @@ def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
     recording.handle(BytesReceived(1.0, peer.accept()))
     to_polar()
     assert recording.read(COUNT, "c1") is None
-    to_polar()
+    [load] = to_polar()
     state = keys.state_key(C1, "r-count")
-    recording.handle(IdentityLoaded(state, {"rev": "0"}))
+    recording.handle(IdentityLoaded(state, {"rev": "0"}, load.load_id))
     snapshot = {
         "request_id": None,
         "snapshot_id": "snap-1",
@@ -257,6 +268,10 @@ def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
     recording.handle(ScriptReplied(json.dumps({"c": [change]}), tag=apply.tag))
     balance = recording.read(COUNT, "c1")
     assert balance is not None and balance.consumed == 1.0
+    assert recording.read(COUNT, "c1", fresh=True) == Fetch(keys=(state,))
+    fields = {b"rev": b"2", b"cu": str(COLD).encode(), b"p": b"1 1 1 1", b"n": b"1"}
+    fetched = recording.read_fetched(COUNT, "c1", None, {state: fields})
+    assert fetched.source == "redis" and fetched.pending == 1
     run = recording.track(
         name="api_call",
         external_customer_id="c1",
@@ -274,8 +289,22 @@ def test_a_recording_session_is_the_session() -> None:
     records, recording = record_session()
     assert recording.connected  # other attributes pass through
     kinds = [r.get("t") for r in records[1:]]
-    assert kinds.count("input") == 8
-    assert kinds.count("call") == 4
+    assert kinds.count("input") == 9
+    assert kinds.count("call") == 6
+    [fetched] = [r for r in records if r.get("method") == "read_fetched"]
+    assert fetched["args"]["fields"] == encode(
+        {
+            keys.state_key(C1, "r-count"): {
+                b"rev": b"2",
+                b"cu": str(COLD).encode(),
+                b"p": b"1 1 1 1",
+                b"n": b"1",
+            }
+        }
+    )
+    assert decode(fetched["result"]).source == "redis"
+    [fresh] = [r for r in records if r.get("method") == "read" and r["args"]["fresh"]]
+    assert decode(fresh["result"]) == Fetch(keys=(keys.state_key(C1, "r-count"),))
     assert "effects" in kinds
     assert TOKEN not in json.dumps(records)
     assert records[0] == {

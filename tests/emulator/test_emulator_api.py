@@ -133,7 +133,7 @@ def test_cli_without_the_emulator_extra_says_what_to_install() -> None:
     # A plain `pip install polar-outpost` has the `outpost` command but neither Starlette nor
     # uvicorn: both commands answer 2 with the extra to install, not an import traceback.
     hide = "import sys; sys.modules['starlette'] = None; sys.modules['uvicorn'] = None"
-    run = "from outpost_emulator.cli import main; raise SystemExit(main(sys.argv[1:]))"
+    run = "from outpost_sync.cli import main; raise SystemExit(main(sys.argv[1:]))"
     for command in ("emulator", "demo"):
         done = subprocess.run(
             [sys.executable, "-c", f"{hide}; {run}", command],

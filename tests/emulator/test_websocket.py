@@ -39,7 +39,7 @@ def test_snapshot_reply(emu: Emulator, ws: Ws) -> None:
     snap = ws.snapshot(external_customer_id="c1")
     assert set(snap) == {
         "request_id", "snapshot_id", "external_customer_id", "as_of", "cold_until", "reducers",
-        "credited",
+        "credited", "aliases",
     }  # fmt: skip
     assert snap["external_customer_id"] == "c1"
     assert snap["as_of"] == START_US
@@ -69,6 +69,28 @@ def test_snapshot_by_customer_id_covers_external_id_events(
     assert ws.counted(by_id["snapshot_id"], ["x1", "x2"]) == ["x1", "x2"]
     by_external = ws.snapshot(external_customer_id="acme")
     assert by_external["reducers"] == by_id["reducers"]
+
+
+def test_a_snapshot_names_the_customers_other_reference_forms(emu: Emulator, ws: Ws) -> None:
+    customer = emu.create_customer("acme")
+    plain = emu.create_customer()
+    by_id = ws.snapshot(customer_id=customer["id"])
+    assert by_id["aliases"] == {"external_customer_id": "acme"}
+    by_external = ws.snapshot(external_customer_id="acme")
+    assert by_external["aliases"] == {"customer_id": customer["id"]}
+    assert ws.snapshot(customer_id=plain["id"])["aliases"] == {}
+    assert ws.snapshot(external_customer_id="nobody-yet")["aliases"] == {}
+
+
+def test_a_customer_created_for_a_used_external_id_pushes_its_alias(emu: Emulator, ws: Ws) -> None:
+    assert ws.snapshot(external_customer_id="late")["aliases"] == {}
+    ws.snapshot(external_customer_id="other")
+    customer = emu.create_customer("late")
+    pushed = ws.expect("snapshot")
+    assert (pushed["request_id"], pushed["external_customer_id"]) == (None, "late")
+    assert pushed["aliases"] == {"customer_id": customer["id"]}
+    emu.create_customer()  # no external id: no subscriber's customer changed
+    ws.sync_point()
 
 
 def test_unknown_customer_id(ws: Ws) -> None:

@@ -10,8 +10,8 @@ import sys
 import pytest
 import redis
 
-from outpost_emulator import demo
-from outpost_emulator.cli import main as cli_main
+from outpost_sync.cli import demo
+from outpost_sync.cli import main as cli_main
 from tests.support.redis_server import REDIS_SERVER, RedisServer, free_port
 
 
@@ -22,7 +22,7 @@ def test_the_demo_ends_with_an_agreeing_verdict(redis_server: RedisServer) -> No
     env.pop("REDIS_URL", None)
     result = subprocess.run(
         [
-            *(sys.executable, "-m", "outpost_emulator.cli", "demo", "--fast", "--plain"),
+            *(sys.executable, "-m", "outpost_sync.cli", "demo", "--fast", "--plain"),
             *("--redis-url", redis_server.url),
         ],
         capture_output=True,
@@ -57,7 +57,7 @@ def test_demo_help_goes_through_the_cli(capsys: pytest.CaptureFixture[str]) -> N
 def test_redis_from_redis_url(redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", redis_server.url)
     choice = demo.find_redis(None)
-    assert choice.url == redis_server.url and choice.process is None
+    assert choice.url == redis_server.url and choice.server is None
     assert "REDIS_URL" in choice.description
 
 
@@ -74,7 +74,7 @@ def test_database_15_of_a_local_redis(
     monkeypatch.setattr(demo, "LOCAL_REDIS", ("127.0.0.1", redis_server.port))
     choice = demo.find_redis(None)
     assert choice.url == f"redis://127.0.0.1:{redis_server.port}/15"
-    assert choice.process is None and "database 15" in choice.description
+    assert choice.server is None and "database 15" in choice.description
 
 
 @pytest.mark.skipif(REDIS_SERVER is None, reason="needs redis-server on PATH")
@@ -83,15 +83,15 @@ def test_starts_its_own_redis_server_and_stops_it(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(demo, "LOCAL_REDIS", ("127.0.0.1", free_port()))  # nothing listens
     choice = demo.find_redis(None)
     try:
-        assert choice.process is not None and choice.directory is not None
+        assert choice.server is not None
         assert "started for the demo" in choice.description
         client = redis.Redis.from_url(choice.url)
         assert client.ping()
         client.close()
-        directory = choice.directory
+        directory = choice.server.directory
     finally:
         choice.stop()
-    assert choice.process is None and not directory.exists()
+    assert choice.server is None and not directory.exists()
 
 
 def test_without_any_redis_it_says_how_to_get_one(

@@ -12,11 +12,14 @@ import redis
 
 from outpost_core import (
     Aggregate,
+    Balance,
     ChangePublished,
     ConfigurationReceived,
     IdentityLoaded,
+    LoadIdentity,
     ScriptReplied,
     Session,
+    SubscriberRestarted,
 )
 from outpost_core._aggregate import format_number
 from tests.lua._scripts import (
@@ -211,12 +214,14 @@ def test_the_sessions_script_call_and_reply(scripts: Scripts, channel: Channel) 
     }
     session = Session()
     session.handle(ConfigurationReceived(payload))
+    session.handle(SubscriberRestarted())  # as a driver's subscriber confirms at start
     scripts.apply_snapshot(
         {"r1": Aggregate()}, cold_until=BUCKET, as_of=BUCKET + 1, now=BUCKET + 1, credited={"m": 50}
     )
     assert session.read("m", "c1") is None
-    session.effects()
-    session.handle(IdentityLoaded(state_key("r1"), scripts.client.hgetall(state_key("r1"))))
+    [load] = [e for e in session.effects() if isinstance(e, LoadIdentity)]
+    fields = scripts.client.hgetall(state_key("r1"))
+    session.handle(IdentityLoaded(state_key("r1"), fields, load.load_id))
     channel.published()
     run = session.track(
         name="api_call",
@@ -229,11 +234,8 @@ def test_the_sessions_script_call_and_reply(scripts: Scripts, channel: Channel) 
     reply = scripts.run(run.script, run.keys, run.args)
     session.handle(ScriptReplied(reply))
     balance = session.read("m", "c1")
-    assert balance is not None and (balance.consumed, balance.balance, balance.pending) == (
-        12,
-        38,
-        1,
-    )
+    assert isinstance(balance, Balance)
+    assert (balance.consumed, balance.balance, balance.pending) == (12, 38, 1)
     [message] = channel.published()
     session.handle(ChangePublished(message.encode()))
     assert session.effects() == [] and session.rejections == {}

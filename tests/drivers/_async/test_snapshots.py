@@ -3,13 +3,17 @@ against the emulator and real Redis."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 from outpost_async import AsyncOutpost, NotReady
+from outpost_async._backend import sleep
 from outpost_core import BUCKET_US, floor_bucket, to_us
+from outpost_core._remote import STEP_TIMEOUT
 from outpost_emulator import Emulator
+from tests.drivers._async._concurrency import run_concurrently
 from tests.drivers._async._helpers import connect, count_meter, eventually, sum_meter
 from tests.support.redis_server import RedisServer
 
@@ -239,3 +243,43 @@ async def test_malformed_and_unexpected_frames_are_counted_and_survived(
             return await credited(a, meter, "c1") == 15
 
         await eventually(still_working, what="snapshots still applied after the junk")
+
+
+@pytest.mark.anyio
+async def test_a_reader_racing_pushed_snapshots_never_leaves_a_flow_hanging(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    """A read drains the core's effects; those queued by another thread (a flow's next step)
+    must still run, or the customer's flow waits for good (issue 13.1: hung in 3 of 6 runs)."""
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 1000, external_customer_id="c1")
+    async with connect(redis_server, emulator) as a:
+        await a.balance(meter, external_customer_id="c1")
+        done: list[bool] = []
+
+        async def reader() -> None:
+            while not done:
+                await a.balance(meter, external_customer_id="c1")
+                await sleep(0)
+
+        async def pusher() -> None:
+            try:
+                for round_ in range(1, 151):
+                    await a.track("api_call", external_customer_id="c1")
+                    emulator.grant_credits(meter, 1, external_customer_id="c1")  # a push
+
+                    async def seen(expected: float = 1000 + round_) -> bool:
+                        return await credited(a, meter, "c1") == expected
+
+                    # Well under the core's step deadline, which would hide a lost effect.
+                    await eventually(seen, timeout=STEP_TIMEOUT / 2, what=f"push {round_}")
+            finally:
+                done.append(True)
+
+        # Threads (the sync twin) switch far more often than by default, to make the race likely.
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)
+        try:
+            await run_concurrently([reader, reader, reader, pusher])
+        finally:
+            sys.setswitchinterval(interval)

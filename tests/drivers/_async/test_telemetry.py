@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+import outpost_core
 from outpost_async import AsyncOutpost, InvalidEvent
 from outpost_core import semconv
 from outpost_emulator import Emulator
@@ -160,7 +161,7 @@ async def test_the_exporter_reaches_the_relay_tagged_with_organization_and_versi
             for scope in resource_metrics.scope_metrics:
                 names.update(metric.name for metric in scope.metrics)
     assert (semconv.ORGANIZATION, organization) in tags
-    assert (semconv.SDK_VERSION, "0.1.0") in tags
+    assert (semconv.SDK_VERSION, outpost_core.__version__) in tags
     assert {semconv.READ_DURATION, semconv.INGEST_DURATION} <= names
 
 

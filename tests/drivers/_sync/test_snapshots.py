@@ -4,13 +4,17 @@ against the emulator and real Redis."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import pytest
 
 from outpost_core import BUCKET_US, floor_bucket, to_us
+from outpost_core._remote import STEP_TIMEOUT
 from outpost_emulator import Emulator
 from outpost_sync import NotReady, Outpost
+from outpost_sync._backend import sleep
+from tests.drivers._sync._concurrency import run_concurrently
 from tests.drivers._sync._helpers import connect, count_meter, eventually, sum_meter
 from tests.support.redis_server import RedisServer
 
@@ -232,3 +236,42 @@ def test_malformed_and_unexpected_frames_are_counted_and_survived(
             return credited(a, meter, "c1") == 15
 
         eventually(still_working, what="snapshots still applied after the junk")
+
+
+def test_a_reader_racing_pushed_snapshots_never_leaves_a_flow_hanging(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    """A read drains the core's effects; those queued by another thread (a flow's next step)
+    must still run, or the customer's flow waits for good (issue 13.1: hung in 3 of 6 runs)."""
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 1000, external_customer_id="c1")
+    with connect(redis_server, emulator) as a:
+        a.balance(meter, external_customer_id="c1")
+        done: list[bool] = []
+
+        def reader() -> None:
+            while not done:
+                a.balance(meter, external_customer_id="c1")
+                sleep(0)
+
+        def pusher() -> None:
+            try:
+                for round_ in range(1, 151):
+                    a.track("api_call", external_customer_id="c1")
+                    emulator.grant_credits(meter, 1, external_customer_id="c1")  # a push
+
+                    def seen(expected: float = 1000 + round_) -> bool:
+                        return credited(a, meter, "c1") == expected
+
+                    # Well under the core's step deadline, which would hide a lost effect.
+                    eventually(seen, timeout=STEP_TIMEOUT / 2, what=f"push {round_}")
+            finally:
+                done.append(True)
+
+        # Threads (the sync twin) switch far more often than by default, to make the race likely.
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)
+        try:
+            run_concurrently([reader, reader, reader, pusher])
+        finally:
+            sys.setswitchinterval(interval)

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+import outpost_core
 from outpost_core import semconv
 from outpost_emulator import Emulator
 from outpost_sync import InvalidEvent, Outpost
@@ -157,7 +158,7 @@ def test_the_exporter_reaches_the_relay_tagged_with_organization_and_version(
             for scope in resource_metrics.scope_metrics:
                 names.update(metric.name for metric in scope.metrics)
     assert (semconv.ORGANIZATION, organization) in tags
-    assert (semconv.SDK_VERSION, "0.1.0") in tags
+    assert (semconv.SDK_VERSION, outpost_core.__version__) in tags
     assert {semconv.READ_DURATION, semconv.INGEST_DURATION} <= names
 
 

@@ -1,4 +1,3 @@
-# GENERATED from outpost_async/_telemetry.py by scripts/unasync.py: do not edit.
 """Outpost's telemetry through OpenTelemetry (names in ``outpost_core.semconv``).
 
 Instruments and spans come from OpenTelemetry's global providers, so an application's own set-up
@@ -11,20 +10,26 @@ Nothing here ever raises into the caller: telemetry failures are logged and forg
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import metrics, trace
 
-from outpost_core import semconv
+from outpost_core import __version__, semconv
 from outpost_core._observations import LinkChanged, Observation, SnapshotApplied
 
-VERSION = "0.1.0"
+VERSION = __version__
 _CAP = 20_000  # buffered records between two flushes; beyond it, records are counted, not kept
 _FLUSH_EVERY = 1.0
+LAST_EXPORT = 0.75
+"""Seconds the export at close may take. The OTLP exporter (1.45) waits at least 0.8 s before
+its first retry, so within this bound it makes one attempt; at the bound its exporters are shut
+down, which ends any wait for a retry."""
 
 
 class _Instruments:
@@ -56,8 +61,10 @@ class Telemetry:
         token: str | None,
         export_interval: float = 30.0,
         logger: logging.Logger | None = None,
+        ca_bundle: str | None = None,
     ) -> None:
         self.enabled = enabled
+        self._ca_bundle = ca_bundle
         self._relay_url = relay_url
         self._token = token
         self._interval = export_interval
@@ -68,6 +75,8 @@ class Telemetry:
         self._next_flush = 0.0
         self._instruments: list[_Instruments] = []
         self._providers: list[Any] = []
+        self._exporters: list[Any] = []
+        self._quiet = False
         self._connection: list[Any] = []
         self._reconnection: list[Any] = []
         self._reported = (0, 0)
@@ -120,8 +129,8 @@ class Telemetry:
         if not self.enabled or self._providers or not self._relay_url or not self._token:
             return
         try:
-            self._providers = _relay_providers(
-                self._relay_url, self._token, organization_id, self._interval
+            self._providers, self._exporters = _relay_providers(
+                self._relay_url, self._token, organization_id, self._interval, self._ca_bundle
             )
         except ImportError:
             self._log.info("outpost telemetry: install polar-outpost[telemetry] to export it")
@@ -187,18 +196,29 @@ class Telemetry:
         except Exception:  # pragma: no cover - telemetry never breaks the caller
             self._log.exception("outpost telemetry failed")
 
-    def shutdown(self, now: float, received: int, applied: int) -> None:
+    def quiet(self) -> None:
+        """From now until the last export is done, OpenTelemetry's failures are held back: the
+        instance is closing (``shutdown`` reports them as one line)."""
+        if not self._quiet and any(p is not None for p in self._providers):
+            self._quiet = True
+            _QUIET.hold()
+
+    def shutdown(self, now: float, received: int, applied: int, bound: float = LAST_EXPORT) -> None:
+        """Record what is buffered, end the open spans, and export to the relay one last time
+        within ``bound`` seconds. The relay is Polar: when it is down the application is often
+        exiting because of it, so a failure here is one DEBUG line, never a retry or a trace."""
         self.flush(now, received, applied, force=True)
         for span in self._connection + self._reconnection:
             span.end()
         self._connection.clear()
         self._reconnection.clear()
-        for provider in self._providers:
-            if provider is not None:
-                try:
-                    provider.shutdown()
-                except Exception:  # pragma: no cover - the exporter logs its own failures
-                    self._log.exception("outpost telemetry: exporter shutdown failed")
+        self.quiet()
+        providers = [p for p in self._providers if p is not None]
+        self._providers = [None]  # nothing starts again after the close
+        if providers:
+            failure = _shut_down_within(providers, self._exporters, max(bound, 0.0))
+            if failure is not None:
+                self._log.debug("outpost telemetry: the last export failed at close: %s", failure)
 
     def _snapshot(self, seen: SnapshotApplied) -> None:
         attributes: dict[str, Any] = {
@@ -248,9 +268,78 @@ class Telemetry:
             instruments.tracer.start_span(semconv.SPAN_SYNCS, attributes=attributes).end()
 
 
+class _Quiet(logging.Filter):
+    """Holds back OpenTelemetry's log records while an instance closes its exporters: their
+    failures are reported as one DEBUG line instead (the first one is kept)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self.closing = 0
+        self.first: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.closing <= 0:
+            return True
+        if self.first is None and record.levelno >= logging.WARNING:
+            self.first = record.getMessage()
+        return False
+
+    def hold(self) -> None:
+        # On every OpenTelemetry logger: a filter acts only on the logger a record is made on.
+        for name in list(logging.root.manager.loggerDict):
+            if name.startswith("opentelemetry"):
+                logging.getLogger(name).addFilter(self)
+        with self._lock:
+            self.closing += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self.closing -= 1
+            if self.closing == 0:
+                self.first = None
+
+
+_QUIET = _Quiet()
+
+
+def _shut_down_within(providers: list[Any], exporters: list[Any], bound: float) -> str | None:
+    """Shut the providers down (their last export) on a thread of its own, waiting for it at
+    most ``bound`` seconds; then shut the exporters down, which ends their retries. The caller
+    holds OpenTelemetry quiet; that thread releases it when it is done. What went wrong, or
+    ``None``."""
+    failures: list[str] = []
+    heard: list[str | None] = []
+
+    def run() -> None:
+        try:
+            for provider in providers:
+                try:
+                    provider.shutdown()
+                except Exception as exc:  # the SDK should not raise; a failure is only news
+                    failures.append(repr(exc))
+        finally:
+            heard.append(_QUIET.first)
+            _QUIET.release()
+
+    worker = threading.Thread(target=run, name="outpost-telemetry-close", daemon=True)
+    worker.start()
+    worker.join(bound)
+    alive = worker.is_alive()
+    first = heard[0] if heard else _QUIET.first
+    if alive:
+        failures.insert(0, f"not done within {bound:.2f} s" + (f" ({first})" if first else ""))
+        for exporter in exporters:
+            with contextlib.suppress(Exception):
+                exporter.shutdown()
+    elif first is not None:
+        failures.insert(0, first)
+    return failures[0] if failures else None
+
+
 def _relay_providers(
-    relay_url: str, token: str, organization_id: str | None, interval: float
-) -> list[Any]:
+    relay_url: str, token: str, organization_id: str | None, interval: float, ca_bundle: str | None
+) -> tuple[list[Any], list[Any]]:
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
@@ -268,10 +357,13 @@ def _relay_providers(
             semconv.ORGANIZATION: organization_id or "",
         }
     )
-    reader = PeriodicExportingMetricReader(
-        OTLPMetricExporter(endpoint=f"{base}/metrics", headers=headers, timeout=10),
-        export_interval_millis=interval * 1000,
+    metric_exporter = OTLPMetricExporter(
+        endpoint=f"{base}/metrics", headers=headers, timeout=10, certificate_file=ca_bundle
     )
+    span_exporter = OTLPSpanExporter(
+        endpoint=f"{base}/traces", headers=headers, timeout=10, certificate_file=ca_bundle
+    )
+    reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=interval * 1000)
     # close() shuts them down after its last export; OpenTelemetry's own exit hooks would run
     # first (registered later) and make that export, and the second shutdown, fail.
     meter_provider = MeterProvider(
@@ -279,9 +371,6 @@ def _relay_providers(
     )
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     tracer_provider.add_span_processor(
-        BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=f"{base}/traces", headers=headers, timeout=10),
-            schedule_delay_millis=interval * 1000,
-        )
+        BatchSpanProcessor(span_exporter, schedule_delay_millis=interval * 1000)
     )
-    return [meter_provider, tracer_provider]
+    return [meter_provider, tracer_provider], [metric_exporter, span_exporter]

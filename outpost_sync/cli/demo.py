@@ -24,10 +24,7 @@ import os
 import random
 import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -35,7 +32,6 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TextIO
 
 import redis
@@ -44,6 +40,7 @@ from outpost_core import Balance, OutpostError, UnknownMeter
 from outpost_emulator._clock import EmulatorClock
 from outpost_emulator._server import Emulator
 from outpost_emulator._timeutil import BUCKET_US, SEAL_AFTER_US, SECOND_US, floor_bucket, from_us
+from outpost_emulator.redis_server import RedisServer
 from outpost_sync import Outpost
 
 LOCAL_REDIS = ("127.0.0.1", 6379)
@@ -157,21 +154,13 @@ class Stats:
 class RedisChoice:
     url: str
     description: str
-    process: subprocess.Popen[bytes] | None = None
-    directory: Path | None = None
+    server: RedisServer | None = None
+    """The redis-server the demo started (stopped at the end), if it started one."""
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-            self.process = None
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
-            self.directory = None
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
 
 class RedisNotFound(Exception):
@@ -194,53 +183,27 @@ def _probe(url: str, timeout: float = 0.5) -> tuple[int, ...]:
         client.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _start_redis_server(binary: str) -> RedisChoice:
-    directory = Path(tempfile.mkdtemp(prefix="outpost-demo-redis-"))
-    port = _free_port()
-    args = [
-        binary,
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--save", "",
-        "--appendonly", "no",
-        "--dir", str(directory),
-        "--logfile", str(directory / "redis.log"),
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    server = RedisServer(binary=binary)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.close()
+        raise RedisNotFound(f"{binary} did not start: {exc}") from None
     choice = RedisChoice(
-        url=f"redis://127.0.0.1:{port}/0",
-        description=f"a redis-server started for the demo on 127.0.0.1:{port} (stopped at the end)",
-        process=process,
-        directory=directory,
+        url=server.url,
+        description=f"a redis-server started for the demo on 127.0.0.1:{server.port} "
+        "(stopped at the end)",
+        server=server,
     )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            version = _probe(choice.url, timeout=0.2)
-        except redis.RedisError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                log = directory / "redis.log"
-                tail = log.read_text(errors="replace")[-1000:] if log.exists() else ""
-                choice.stop()
-                raise RedisNotFound(f"{binary} did not start:\n{tail}") from None
-            time.sleep(0.02)
-            continue
-        if version < (7,):
-            choice.stop()
-            raise RedisNotFound(
-                f"{binary} is Redis {_dotted(version)}; Outpost needs Redis 7 or newer "
-                "(sharded pub/sub).\n\n" + INSTALL_REDIS
-            )
-        return choice
+    version = _probe(choice.url, timeout=2.0)  # it answers: start() waited for a PING
+    if version < (7,):
+        choice.stop()
+        raise RedisNotFound(
+            f"{binary} is Redis {_dotted(version)}; Outpost needs Redis 7 or newer "
+            "(sharded pub/sub).\n\n" + INSTALL_REDIS
+        )
+    return choice
 
 
 def _dotted(version: tuple[int, ...]) -> str:
@@ -754,11 +717,20 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
         "a redis-server from PATH on a free port)",
     )
     parser.add_argument(
-        "--customers", type=int, default=4, choices=range(1, len(NAMES) + 1), metavar="N"
+        "--customers",
+        type=int,
+        default=4,
+        choices=range(1, len(NAMES) + 1),
+        metavar="N",
+        help=f"how many customers the two instances serve, 1 to {len(NAMES)} (default: 4)",
     )
-    parser.add_argument("--fast", action="store_true", help="run the clock 3x faster (about 7 s)")
     parser.add_argument(
-        "--log", metavar="FILE", help="write the SDK's and the emulator's logs (DEBUG) to FILE"
+        "--fast", action="store_true", help="run the clock 3x faster (about 7 s instead of 20)"
+    )
+    parser.add_argument(
+        "--log",
+        metavar="FILE",
+        help="write the SDK's and the emulator's logs (DEBUG) to FILE (default: none)",
     )
     parser.add_argument(
         "--plain",
@@ -790,8 +762,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"(the demo took {time.monotonic() - started:.1f} s)")
         return status
     except KeyboardInterrupt:
-        print("\noutpost demo: interrupted", file=sys.stderr)
-        return 130
+        print("\noutpost demo: stopped", file=sys.stderr)
+        return 0
     finally:
         if live:
             sys.stdout.write("\x1b[?25h")

@@ -1,0 +1,134 @@
+"""``balance(..., fresh=True)`` against one redis-py ``HGETALL`` of the same state hash, sync and
+async (D11: one Redis round trip, never behind Redis; target: at most 1.3× the bare read)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections import Counter
+
+from bench._emulator import EmulatorProcess
+from bench._env import Env, reducer_of
+from bench._stats import Figure, Side, Target, ns_to_us, round_ratio
+from outpost_async import AsyncOutpost
+from outpost_core import Customer
+from outpost_core import _keys as keys
+from outpost_sync import Outpost
+
+CUSTOMER = "bench-fresh"
+EVENTS = 20  # pending events in the customer's state, spread over buckets as tracked
+TARGET = Target(on="ratio", op="<=", value=1.3)
+SETUP = (
+    "Emulator (own process) on loopback, count meter, credits granted, {e} events tracked for "
+    "the customer (its state hash holds Polar's snapshot and the pending aggregates); one "
+    "instance warmed by a first read. Subject: balance(..., fresh=True), which reads the state "
+    "hash (HGETALL) and computes the balance from it. Baseline: HGETALL of the same key on the "
+    "very client passed to the SDK as redis=, in interleaved rounds. Each call timed alone."
+)
+
+
+def run(env: Env) -> list[Figure]:
+    env.reset()
+    emu, meter = env.emulator, env.meter
+    emu.grant_credits(meter, 1_000_000, external_customer_id=CUSTOMER)
+    key = keys.state_key(Customer("external", CUSTOMER), reducer_of(emu, meter))
+    sync = _sync(env, emu, meter, key)
+    asynchronous = asyncio.run(_async(env, emu, meter, key))
+    return [sync, asynchronous]
+
+
+def _figure(
+    driver: str,
+    bare: list[list[int]],
+    fresh: list[list[int]],
+    sources: Counter[str],
+    fields: int,
+) -> Figure:
+    return Figure(
+        key=f"fresh.{driver}",
+        title=f"balance(fresh=True) {driver} vs redis-py HGETALL of the same key",
+        unit="µs",
+        subject=Side(f"balance(fresh=True) {driver}", [x for r in fresh for x in ns_to_us(r)]),
+        baseline=Side(f"HGETALL {driver}", [x for r in bare for x in ns_to_us(r)]),
+        ratios=[round_ratio(f, b) for f, b in zip(fresh, bare, strict=True)],
+        ratio_meaning="fresh balance() p50 / HGETALL p50 per round (time, lower is better)",
+        setup=SETUP.format(e=EVENTS),
+        target=TARGET,
+        extra={
+            "state_hash_fields": fields,
+            "fresh_reads_from_redis": sources["redis"],
+            "fresh_reads_from_memory": sources["memory"],
+        },
+    )
+
+
+def _sync(env: Env, emu: EmulatorProcess, meter: str, key: str) -> Figure:
+    client = env.client()
+    scale = env.scale
+    bare: list[list[int]] = []
+    fresh: list[list[int]] = []
+    sources: Counter[str] = Counter()
+    with Outpost(access_token=emu.token, server_url=emu.url, redis=client, telemetry=False) as sdk:
+        sdk.balance(meter, external_customer_id=CUSTOMER)
+        for _ in range(EVENTS):
+            sdk.track("api_call", external_customer_id=CUSTOMER)
+        fields = len(client.hgetall(key))
+        pc = time.perf_counter_ns
+        hgetall = client.hgetall
+        read = sdk.balance
+        for _ in range(scale.fresh_rounds):
+            gc.collect()
+            out = [0] * scale.fresh_ops
+            for i in range(scale.fresh_ops):
+                t0 = pc()
+                hgetall(key)
+                out[i] = pc() - t0
+            bare.append(out)
+            gc.collect()
+            out = [0] * scale.fresh_ops
+            for i in range(scale.fresh_ops):
+                t0 = pc()
+                found = read(meter, external_customer_id=CUSTOMER, fresh=True)
+                out[i] = pc() - t0
+                sources[found.source] += 1
+            fresh.append(out)
+    return _figure("sync", bare, fresh, sources, fields)
+
+
+async def _async(env: Env, emu: EmulatorProcess, meter: str, key: str) -> Figure:
+    client = env.async_client()
+    scale = env.scale
+    bare: list[list[int]] = []
+    fresh: list[list[int]] = []
+    sources: Counter[str] = Counter()
+    try:
+        async with AsyncOutpost(
+            access_token=emu.token, server_url=emu.url, redis=client, telemetry=False
+        ) as sdk:
+            await sdk.balance(meter, external_customer_id=CUSTOMER)
+            for _ in range(EVENTS):
+                await sdk.track("api_call", external_customer_id=CUSTOMER)
+            fields = len(await client.hgetall(key))
+            pc = time.perf_counter_ns
+            hgetall = client.hgetall
+            read = sdk.balance
+            for _ in range(scale.fresh_rounds):
+                gc.collect()
+                out = [0] * scale.fresh_ops
+                for i in range(scale.fresh_ops):
+                    t0 = pc()
+                    await hgetall(key)
+                    out[i] = pc() - t0
+                bare.append(out)
+                gc.collect()
+                out = [0] * scale.fresh_ops
+                for i in range(scale.fresh_ops):
+                    t0 = pc()
+                    found = await read(meter, external_customer_id=CUSTOMER, fresh=True)
+                    out[i] = pc() - t0
+                    sources[found.source] += 1
+                fresh.append(out)
+    finally:
+        await client.aclose()
+    return _figure("async", bare, fresh, sources, fields)

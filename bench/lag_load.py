@@ -1,0 +1,367 @@
+"""The cross-instance lag under load (issue 13): two instances track as fast as they can while a
+third reads, sync and async, against a redis-py ``GET`` round trip taken by the reader under the
+same load.
+
+Three processes share one Redis and the emulator: two trackers (``bench._loader``) and the reader
+(here). Each tracker tracks back to back for a customer the reader also follows (HOT, so the
+reader's subscriber applies every change, as it would in an application reading what it tracks)
+and, every 4-8 ms, one event for its own PROBE customer, noting when that ``track()`` returned. A
+poller in the reader reads both PROBE balances in a loop; the k-th PROBE event is seen when the
+PROBE's consumed count reaches k. The lag of a probe is the poller's first sight minus the
+tracker's return (``perf_counter_ns``: CLOCK_MONOTONIC, one clock for every process); a probe never
+seen within ``TIMEOUT_S`` of the round's end counts as ``TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench._emulator import EmulatorProcess
+from bench._env import Env
+from bench._loader import TASKS
+from bench._stats import Figure, Side, percentile, round_ratio
+from bench.lag import TARGET
+from outpost_async import AsyncOutpost
+from outpost_core import Balance
+from outpost_sync import Outpost
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 2.0
+TRACKERS = 2
+SETUP = (
+    "Three processes, each with its own Redis client, all connected to the emulator "
+    "(deliveries and acknowledgements run as in production): two tracking instances, each "
+    "tracking back to back ({how}) for a customer the reader follows, plus one probe event for "
+    "its own customer every 4-8 ms; and the reader, whose poller ({poller}) reads both probe "
+    "customers' balance() in a loop, yielding between reads. Baseline: redis-py GET round trips "
+    "from the reader's process during the same load, 1-3 ms apart."
+)
+
+
+def run(env: Env) -> list[Figure]:
+    env.reset()
+    emu, meter = env.emulator, env.meter
+    sync = _sync(env, emu, meter)
+    asynchronous = asyncio.run(_async(env, emu, meter))
+    return [sync, asynchronous]
+
+
+def _names(driver: str) -> tuple[str, list[str]]:
+    return f"bench-load-hot-{driver}", [f"bench-load-probe-{driver}-{n}" for n in range(TRACKERS)]
+
+
+def _arguments(driver: str, env: Env, emu: EmulatorProcess, meter: str, probe: str) -> list[str]:
+    hot, _ = _names(driver)
+    return [
+        sys.executable,
+        "-m",
+        "bench._loader",
+        driver,
+        env.url,
+        emu.url,
+        emu.token,
+        meter,
+        hot,
+        probe,
+    ]
+
+
+def _last_probes(probes: list[str], answers: list[dict[str, Any]]) -> dict[str, int]:
+    """The last probe event each tracker tracked this round (0 when none)."""
+    return {
+        probe: answer["probes"][-1][0] if answer["probes"] else 0
+        for probe, answer in zip(probes, answers, strict=True)
+    }
+
+
+class _Sight:
+    """What the poller saw: for each probe customer, when its consumed count reached each k."""
+
+    def __init__(self, probes: list[str], moved: Callable[[], None]) -> None:
+        self.moved = moved  # called whenever a probe's count moves
+        self.high = dict.fromkeys(probes, 0)
+        self.seen: dict[str, dict[int, int]] = {p: {} for p in probes}
+        self.sources: Counter[str] = Counter()
+
+    def look(self, probe: str, found: Balance) -> None:
+        self.sources[found.source] += 1
+        count = int(found.consumed)
+        if count > self.high[probe]:
+            now = time.perf_counter_ns()
+            for k in range(self.high[probe] + 1, count + 1):
+                self.seen[probe][k] = now
+            self.high[probe] = count
+            self.moved()
+
+    def has_seen(self, last: dict[str, int]) -> bool:
+        return all(self.high[p] >= k for p, k in last.items())
+
+
+class _Round:
+    """What each round gathers."""
+
+    def __init__(self) -> None:
+        self.lags: list[list[float]] = []
+        self.trips: list[list[float]] = []
+        self.tracks = 0
+        self.seconds = 0.0
+        self.timeouts = 0
+        self.probes = 0
+
+    def add(
+        self, sight: _Sight, probes: list[str], answers: list[dict[str, Any]], trips: list[float]
+    ) -> None:
+        lags = []
+        for probe, answer in zip(probes, answers, strict=True):
+            self.tracks += int(answer["tracks"])
+            for k, returned in answer["probes"]:
+                seen = sight.seen[probe].get(k)
+                if seen is None:
+                    lags.append(TIMEOUT_S * 1e6)
+                    self.timeouts += 1
+                else:
+                    lags.append((seen - returned) / 1000.0)
+        self.probes += len(lags)
+        self.lags.append(lags)
+        self.trips.append(trips)
+
+    def figure(self, driver: str, sight: _Sight, how: str) -> Figure:
+        subject = [x for r in self.lags for x in r]
+        reads = sum(sight.sources.values())
+        from_redis = sight.sources["redis"] / reads if reads else 0.0
+        return Figure(
+            key=f"lag_under_load.{driver}",
+            title=f"track() in one of two busy processes → balance() in a third, {driver}",
+            unit="µs",
+            subject=Side(f"lag under load {driver}", subject),
+            baseline=Side(f"GET under load {driver}", [x for r in self.trips for x in r]),
+            ratios=[round_ratio(s, b) for s, b in zip(self.lags, self.trips, strict=True)],
+            ratio_meaning="lag p50 / GET round-trip p50 per round, both under the same load",
+            setup=how,
+            target=TARGET,
+            extra={
+                "lag_max_us": max(subject) if subject else float("nan"),
+                "lag_p90_us": percentile(subject, 90),
+                "probes": self.probes,
+                "negative_lags": sum(1 for x in subject if x < 0),
+                "negative_note": "a lag is negative when the reader saw the event before the "
+                "tracker's track() call returned: the tracking process was busy (its other "
+                "tracks, its subscriber) or descheduled between Redis's reply and the return",
+                "timeouts": self.timeouts,
+                "timeout_s": TIMEOUT_S,
+                "tracks_per_s_both_trackers": self.tracks / self.seconds if self.seconds else 0.0,
+                "reader_reads": reads,
+                "reader_reads_from_redis_fraction": from_redis,
+            },
+        )
+
+
+def _get_round_trips(call: Callable[[], Any], seconds: float) -> list[float]:
+    pc = time.perf_counter_ns
+    end = pc() + int(seconds * 1e9)
+    out = []
+    while pc() < end:
+        t0 = pc()
+        call()
+        out.append((pc() - t0) / 1000.0)
+        time.sleep(random.uniform(0.001, 0.003))
+    return out
+
+
+# -- sync ------------------------------------------------------------------------------------
+
+
+class _Loader:
+    def __init__(self, arguments: list[str]) -> None:
+        self._process = subprocess.Popen(
+            arguments, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._in, self._out = self._process.stdin, self._process.stdout
+
+    def ready(self) -> None:
+        if self._out.readline().strip() != "ready":
+            raise RuntimeError("a tracking process did not start")
+
+    def go(self, seconds: float) -> None:
+        self._in.write(f"go {seconds}\n")
+        self._in.flush()
+
+    def answer(self) -> dict[str, Any]:
+        answer: dict[str, Any] = json.loads(self._out.readline())
+        return answer
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._in.write("q\n")
+            self._in.close()
+        try:
+            self._process.wait(15)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(5)
+        self._out.close()
+
+
+def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
+    scale = env.scale
+    hot, probes = _names("sync")
+    loaders = [_Loader(_arguments("sync", env, emu, meter, p)) for p in probes]
+    gathered = _Round()
+    progress = threading.Event()
+    sight = _Sight(probes, progress.set)
+    client = env.client()
+    stop = threading.Event()
+    try:
+        for loader in loaders:
+            loader.ready()
+        with Outpost(
+            access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
+        ) as reader:
+            reader.balance(meter, external_customer_id=hot)
+            for probe in probes:
+                reader.balance(meter, external_customer_id=probe)
+
+            def poll() -> None:
+                while not stop.is_set():
+                    for probe in probes:
+                        sight.look(probe, reader.balance(meter, external_customer_id=probe))
+                    time.sleep(0)  # hand the GIL over: the subscriber thread must run
+
+            poller = threading.Thread(target=poll, name="bench-load-poller", daemon=True)
+            poller.start()
+            try:
+                for _ in range(scale.load_rounds):
+                    gc.collect()
+                    for loader in loaders:
+                        loader.go(scale.load_seconds)
+                    started = time.monotonic()
+                    trips = _get_round_trips(lambda: client.get("bench:load"), scale.load_seconds)
+                    answers = [loader.answer() for loader in loaders]
+                    gathered.seconds += time.monotonic() - started
+                    last = _last_probes(probes, answers)
+                    deadline = time.monotonic() + TIMEOUT_S
+                    while True:
+                        progress.clear()
+                        remaining = deadline - time.monotonic()
+                        if sight.has_seen(last) or remaining <= 0:
+                            break
+                        progress.wait(remaining)
+                    gathered.add(sight, probes, answers, trips)
+            finally:
+                stop.set()
+                poller.join(5)
+    finally:
+        for loader in loaders:
+            loader.close()
+    how = SETUP.format(how="one thread", poller="a thread")
+    return gathered.figure("sync", sight, how)
+
+
+# -- async -----------------------------------------------------------------------------------
+
+
+async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
+    scale = env.scale
+    hot, probes = _names("async")
+    children = [
+        await asyncio.create_subprocess_exec(
+            *_arguments("async", env, emu, meter, p),
+            cwd=ROOT,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for p in probes
+    ]
+    gathered = _Round()
+    progress = asyncio.Event()
+    sight = _Sight(probes, progress.set)
+    client = env.async_client()
+    stopped = False
+
+    async def say(child: asyncio.subprocess.Process, line: str) -> None:
+        assert child.stdin is not None
+        child.stdin.write(line.encode() + b"\n")
+        await child.stdin.drain()
+
+    async def hear(child: asyncio.subprocess.Process) -> bytes:
+        assert child.stdout is not None
+        return await child.stdout.readline()
+
+    async def trips(seconds: float) -> list[float]:
+        pc = time.perf_counter_ns
+        end = pc() + int(seconds * 1e9)
+        out = []
+        while pc() < end:
+            t0 = pc()
+            await client.get("bench:load")
+            out.append((pc() - t0) / 1000.0)
+            await asyncio.sleep(random.uniform(0.001, 0.003))
+        return out
+
+    try:
+        for child in children:
+            if (await hear(child)).strip() != b"ready":
+                raise RuntimeError("a tracking process did not start")
+        async with AsyncOutpost(
+            access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
+        ) as reader:
+            await reader.balance(meter, external_customer_id=hot)
+            for probe in probes:
+                await reader.balance(meter, external_customer_id=probe)
+
+            async def poll() -> None:
+                while not stopped:
+                    for probe in probes:
+                        sight.look(probe, await reader.balance(meter, external_customer_id=probe))
+                    await asyncio.sleep(0)
+
+            poller = asyncio.get_running_loop().create_task(poll())
+            try:
+                for _ in range(scale.load_rounds):
+                    gc.collect()
+                    for child in children:
+                        await say(child, f"go {scale.load_seconds}")
+                    started = time.monotonic()
+                    taken = await trips(scale.load_seconds)
+                    answers = [json.loads(await hear(child)) for child in children]
+                    gathered.seconds += time.monotonic() - started
+                    last = _last_probes(probes, answers)
+                    deadline = time.monotonic() + TIMEOUT_S
+                    while True:
+                        progress.clear()
+                        remaining = deadline - time.monotonic()
+                        if sight.has_seen(last) or remaining <= 0:
+                            break
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(progress.wait(), remaining)
+                    gathered.add(sight, probes, answers, taken)
+            finally:
+                stopped = True
+                await poller
+    finally:
+        for child in children:
+            with contextlib.suppress(OSError):
+                await say(child, "q")
+                assert child.stdin is not None
+                child.stdin.close()
+            try:
+                await asyncio.wait_for(child.wait(), 15)
+            except TimeoutError:
+                child.kill()
+                await child.wait()
+        await client.aclose()
+    how = SETUP.format(how=f"{TASKS} tasks", poller="a task in the reader's event loop")
+    return gathered.figure("async", sight, how)

@@ -1,0 +1,70 @@
+"""The one TLS context an instance opens Polar's WebSocket and its ingestion requests with.
+
+``verify`` takes what httpx's ``verify`` takes, so both connections trust the same certificates:
+``True`` is httpx's own default (``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` when set, else certifi's
+bundle), a path is a CA bundle file (or a directory of hashed certificates), and an
+``ssl.SSLContext`` is used as it is. ``False`` is refused: an SDK that bills must not talk to
+whoever answers; a context with verification off can still be passed, deliberately.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+
+import certifi
+
+from outpost_core import UsageError
+
+Verify = ssl.SSLContext | str | os.PathLike[str] | bool
+
+
+def tls_context(verify: Verify) -> ssl.SSLContext:
+    """Build the context once, at construction: a missing or unreadable bundle raises here."""
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    if verify is False:
+        raise UsageError(
+            "verify=False is not supported: pass a CA bundle, or an ssl.SSLContext built for it"
+        )
+    if verify is True:
+        cafile = os.environ.get("SSL_CERT_FILE") or None
+        capath = None if cafile else os.environ.get("SSL_CERT_DIR") or None
+        if cafile is None and capath is None:
+            cafile = certifi.where()
+        return _load(cafile, capath)
+    if not isinstance(verify, str | os.PathLike):
+        raise UsageError(f"verify must be a bool, a path or an ssl.SSLContext, not {verify!r}")
+    path = os.fspath(verify)
+    return _load(None, path) if os.path.isdir(path) else _load(path, None)
+
+
+def _load(cafile: str | None, capath: str | None) -> ssl.SSLContext:
+    try:
+        return ssl.create_default_context(cafile=cafile, capath=capath)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load the CA certificates {cafile or capath!r}: {exc}") from exc
+
+
+def ca_bundle(verify: Verify) -> str | None:
+    """The bundle's path, for clients that take only a path (the telemetry exporter)."""
+    if isinstance(verify, str | os.PathLike):
+        return os.fspath(verify)
+    return None
+
+
+def describe(exc: BaseException, host: str) -> str | None:
+    """A sentence naming a certificate that did not verify, when ``exc`` (or what caused it) is
+    one; ``None`` otherwise."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # httpx wraps httpcore's error, which wraps ssl's
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            why = seen.verify_message or str(seen)
+            return (
+                f"the TLS certificate of {host} did not verify ({why}): pass the CA that signed "
+                "it with verify="
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None

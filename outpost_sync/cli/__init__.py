@@ -1,0 +1,92 @@
+"""The `outpost` command line: `emulator`, `demo`, and the operator's `inspect`, `doctor` and
+`outbox`. Each command reads the SDK's own configuration (`POLAR_ACCESS_TOKEN`, `REDIS_URL`,
+`POLAR_SERVER_URL`, or the flags) and uses the SDK's code: the core computes, the command prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from outpost_core import __version__
+from outpost_emulator.cli import add_emulator_arguments, run_emulator
+
+EMULATOR_EXTRA = ("starlette", "uvicorn")  # what the `emulator` extra installs
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="outpost",
+        description="Polar Outpost: a local copy of usage in your Redis, and the tools around it.",
+    )
+    parser.add_argument("--version", action="version", version=f"outpost {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _emulator_parser(commands)
+    # Every argument after `demo`, options and --help included, goes to the demo's own parser
+    # (a subparser with no "-" options captures `--fast` instead of refusing it).
+    demo = commands.add_parser(
+        "demo",
+        help="run the demo: the emulator, two instances sharing a Redis, a verdict "
+        "(`outpost demo --help` for its options)",
+        prefix_chars="+",
+        add_help=False,
+    )
+    demo.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the demo")
+    from outpost_sync.cli import _doctor, _inspect, _outbox
+
+    _inspect.add_parser(commands)
+    _doctor.add_parser(commands)
+    _outbox.add_parser(commands)
+    return parser
+
+
+def _emulator_parser(commands: Any) -> None:
+    emulator = commands.add_parser(
+        "emulator",
+        help="run a local Polar emulator in the foreground (Ctrl-C stops it)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_emulator_arguments(emulator)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(list(argv) if argv is not None else None)
+    if args.command in ("emulator", "demo"):
+        missing = _missing(EMULATOR_EXTRA)
+        if missing:
+            print(
+                f"outpost {args.command}: {' and '.join(missing)} not installed; they come with "
+                "the emulator extra: pip install 'polar-outpost[emulator]'",
+                file=sys.stderr,
+            )
+            return 2
+    try:
+        if args.command == "demo":
+            module = importlib.import_module("outpost_sync.cli.demo")
+            return int(module.main(list(args.args)))
+        if args.command == "emulator":
+            return run_emulator(args)
+        run: Command = args.run
+        return run(args)
+    except KeyboardInterrupt:
+        print(f"outpost {args.command}: stopped", file=sys.stderr)
+        return 0
+
+
+def _missing(modules: tuple[str, ...]) -> list[str]:
+    missing: list[str] = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

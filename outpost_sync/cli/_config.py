@@ -1,0 +1,69 @@
+"""What every operator command needs: the SDK's configuration (flags over environment over
+defaults, as the SDK reads it), a Redis client, and an HTTP client for Polar's API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import httpx
+import redis
+
+from outpost_core import __version__
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_SERVER_URL = "https://api.polar.sh"
+TIMEOUT = 5.0
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL,
+        help="the Redis the instances share (default: REDIS_URL, else %(default)s)",
+    )
+    parser.add_argument(
+        "--server-url",
+        default=os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL,
+        help="Polar's API (default: POLAR_SERVER_URL, else %(default)s)",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("POLAR_ACCESS_TOKEN"),
+        help="organization access token (default: POLAR_ACCESS_TOKEN)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def redis_client(args: argparse.Namespace) -> redis.Redis:
+    return redis.Redis.from_url(
+        args.redis_url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT
+    )
+
+
+def polar_client(args: argparse.Namespace) -> httpx.Client:
+    headers = {"User-Agent": f"outpost-cli/{__version__}"}
+    if args.token:
+        headers["Authorization"] = f"Bearer {args.token}"
+    return httpx.Client(base_url=args.server_url, headers=headers, timeout=TIMEOUT)
+
+
+def text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def text_map(fields: Any) -> dict[str, str]:
+    return {text(k): text(v) for k, v in (fields or {}).items()}
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+
+
+def fail(command: str, message: str) -> int:
+    print(f"outpost {command}: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,260 @@
+"""`outpost inspect`, `doctor`, `outbox` and the command line around them, against a real Redis
+and the emulator: a healthy setup, then each failure doctor names."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from outpost_core import _keys as keys
+from outpost_emulator import Emulator
+from outpost_sync import Outpost
+from outpost_sync.cli import main
+from tests.drivers._sync._helpers import count_meter, eventually
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.track_and_hang import track_then_get_killed
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = ROOT / "outpost_sync" / "cli" / "schemas"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], schema: str, *argv: str) -> tuple[int, Any]:
+    code, out, _ = run(capsys, *argv, "--json")
+    data = json.loads(out)
+    jsonschema.validate(data, json.loads((SCHEMAS / f"{schema}.json").read_text()))
+    return code, data
+
+
+def where(server: RedisServer, emulator: Emulator, token: str | None = None) -> list[str]:
+    return [
+        "--redis-url", server.url, "--server-url", emulator.url, "--token", token or emulator.token,
+    ]  # fmt: skip
+
+
+def instance(server: RedisServer, emulator: Emulator) -> Outpost:
+    return Outpost(
+        access_token=emulator.token,
+        server_url=emulator.url,
+        redis_url=server.url,
+        clock=emulator.clock,
+        telemetry=False,
+        linger=0.02,
+    )
+
+
+def statuses(data: Any) -> dict[str, str]:
+    return {v["check"]: v["status"] for v in data["verdicts"]}
+
+
+def test_version_and_help_with_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("outpost 0.")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = capsys.readouterr().out
+    for command in ("emulator", "demo", "inspect", "doctor", "outbox"):
+        assert command in help_text
+    with pytest.raises(SystemExit):
+        main(["emulator", "--help"])
+    emulator_help = capsys.readouterr().out
+    assert "address to listen on (default: 127.0.0.1)" in emulator_help
+    assert "port to listen on (default: 8000)" in emulator_help
+
+
+def test_a_healthy_setup(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    with instance(redis_server, emulator) as a:
+        a.balance(meter, external_customer_id="c1")
+        for _ in range(3):
+            a.track("api_call", external_customer_id="c1")
+        assert a.flush(10)
+        code, data = run_json(capsys, "doctor", "doctor", *where(redis_server, emulator))
+        assert code == 0 and data["ok"], data
+        assert set(statuses(data).values()) == {"ok"}
+        checks = {"redis", "redis version", "scripts", "sharded pub/sub", "keys", "outbox"}
+        checks |= {"polar token", "ingest scope", "clock", "websocket"}
+        assert checks <= set(statuses(data))
+        code, text, _ = run(capsys, "doctor", *where(redis_server, emulator))
+        assert code == 0 and "OK    websocket: configuration received" in text
+        code, report = run_json(
+            capsys, "inspect", "inspect", meter, "--external-customer-id", "c1",
+            *where(redis_server, emulator),
+        )  # fmt: skip
+        assert code == 0
+        assert report["local"]["consumed"] == 3 and report["polar"]["consumed"] == 3
+        assert report["local"]["balance"] == report["polar"]["balance"] == 97
+        assert len(report["pending_events"]) == report["local"]["pending"]
+        assert report["difference"]["verdict"] == "same"
+        code, text, _ = run(
+            capsys, "inspect", meter, "--external-customer-id", "c1", *where(redis_server, emulator)
+        )
+        assert code == 0 and "SAME: Local consumption equals Polar's." in text
+        code, status = run_json(capsys, "outbox", "outbox", *where(redis_server, emulator))
+        assert code == 0 and status["stranded"] == 0
+        assert [c["alive"] for c in status["consumers"]] == [True]
+
+
+def test_inspect_explains_undelivered_events(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    with instance(redis_server, emulator) as a:
+        a.balance(meter, external_customer_id="c1")
+        emulator.fault_ingest_error(503, count=1000)  # Polar unavailable: nothing delivered
+        for _ in range(2):
+            a.track("api_call", external_customer_id="c1")
+        code, report = run_json(
+            capsys, "inspect", "inspect", meter, "--external-customer-id", "c1",
+            *where(redis_server, emulator),
+        )  # fmt: skip
+        assert code == 0
+        assert (report["local"]["consumed"], report["polar"]["consumed"]) == (2, 0)
+        assert report["difference"]["verdict"] == "safe"
+        assert "The 2 undelivered events account for all of it." in report["difference"]["text"]
+        assert len(report["difference"]["undelivered"]) == 2
+
+
+def test_doctor_names_redis_down(capsys: pytest.CaptureFixture[str], emulator: Emulator) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    code, data = run_json(
+        capsys, "doctor", "doctor", "--redis-url", url, "--server-url", emulator.url,
+        "--token", emulator.token,
+    )  # fmt: skip
+    assert code == 1 and not data["ok"]
+    assert statuses(data)["redis"] == "fail"
+    assert statuses(data)["websocket"] == "ok"  # the rest is still checked
+
+
+def test_doctor_refuses_redis_6(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    code, data = run_json(
+        capsys, "doctor", "doctor", *where(redis_server, emulator), "--redis-version", "6.2.14"
+    )
+    assert code == 1
+    [version] = [v for v in data["verdicts"] if v["check"] == "redis version"]
+    assert version["status"] == "fail" and "no sharded pub/sub" in version["detail"]
+
+
+def test_doctor_names_a_wrong_token(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    code, data = run_json(capsys, "doctor", "doctor", *where(redis_server, emulator, "wrong"))
+    assert code == 1
+    verdicts = {v["check"]: v for v in data["verdicts"]}
+    assert verdicts["polar token"]["status"] == "fail"
+    assert "HTTP 401" in verdicts["polar token"]["detail"]
+    assert verdicts["websocket"]["status"] == "fail"
+    assert "HTTP 401" in verdicts["websocket"]["detail"]
+
+
+def test_doctor_names_a_clock_ahead_of_polar(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    emulator.set_time(emulator.clock.now() - timedelta(seconds=30))  # Polar 30 s behind us
+    code, data = run_json(capsys, "doctor", "doctor", *where(redis_server, emulator))
+    assert code == 1
+    [clock] = [v for v in data["verdicts"] if v["check"] == "clock"]
+    assert clock["status"] == "fail" and "ahead of Polar" in clock["detail"]
+
+
+def test_stranded_entries_of_a_killed_process_are_named_and_released(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    count_meter(emulator)
+    assert track_then_get_killed(redis_server.url, emulator.url, emulator.token, 50) == 50
+    client = redis_server.client()
+    for key in client.scan_iter(match=keys.heartbeat_key("*")):
+        client.delete(key)  # what its expiry does ten seconds later
+    code, status = run_json(capsys, "outbox", "outbox", *where(redis_server, emulator))
+    assert code == 1 and status["stranded"] == 50 and status["verdict"]["status"] == "fail"
+    code, text, _ = run(capsys, "doctor", *where(redis_server, emulator))
+    assert code == 1 and "50 entries held by gone instances" in text
+    code, released = run_json(
+        capsys, "outbox-release", "outbox", "release", *where(redis_server, emulator)
+    )
+    assert code == 0 and released["moved"] == 50 and len(released["removed_consumers"]) == 1
+    with instance(redis_server, emulator) as survivor:
+        assert survivor.flush(30)  # it takes what was released at its first survey
+
+        def none_left() -> bool:
+            code, data = run_json(capsys, "outbox", "outbox", *where(redis_server, emulator))
+            return bool(code == 0 and data["total"] == 0 and data["stranded"] == 0)
+
+        eventually(none_left, what="the released entries delivered")
+
+
+def test_ctrl_c_stops_the_emulator_with_one_line_and_status_0() -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "outpost_sync.cli", "emulator", "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if "Polar emulator on" in line:
+                break
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, rest
+    assert "Traceback" not in rest
+    assert rest.strip().splitlines()[-1] == "outpost emulator: stopped"
+
+
+def test_ctrl_c_stops_the_demo_with_one_line_and_status_0(redis_server: RedisServer) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "outpost_sync.cli",
+            "demo",
+            "--plain",
+            "--redis-url",
+            redis_server.url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert process.stdout is not None
+        process.stdout.readline()  # it runs
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "outpost demo: stopped"

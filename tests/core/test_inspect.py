@@ -1,0 +1,146 @@
+"""`outpost inspect`'s report and its explanation, without I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from outpost_core import Customer, parse_configuration
+from outpost_core._inspect import PendingEvent, explain, inspection, parse_events
+
+NOW = 1_800_000_000_000_000
+BUCKET = 1_799_999_700_000_000
+CONFIGURATION = {
+    "reducers": [
+        {
+            "id": "r1",
+            "filter": {"conjunction": "and", "clauses": []},
+            "aggregation": {"func": "sum", "property": "tokens"},
+            "meter_ids": ["m1"],
+        },
+        {
+            "id": "r2",
+            "filter": {"conjunction": "and", "clauses": []},
+            "aggregation": {"func": "count"},
+            "meter_ids": ["m2"],
+        },
+    ]
+}
+C1 = Customer("external", "c1")
+STATE = {
+    "rev": "7",
+    "cu": str(BUCKET),
+    "sa": str(NOW - 2_000_000),
+    "sid": "s-1",
+    "p": "2 10 4 6",
+    "c:m1": "100",
+    "c:m2": "5",
+    f"a:{BUCKET}": "2 5 2 3",
+    "n": "2",
+    "u": "1",
+}
+EVENTS = {f"{BUCKET}:e1": "2", f"{BUCKET}:e2": f"3 {NOW - 1_000_000}"}
+
+
+def reducer(meter: str) -> Any:
+    found = parse_configuration(CONFIGURATION).reducer_for(meter)
+    assert found is not None
+    return found
+
+
+def report(polar: dict[str, Any] | None, meter: str = "m1", **fields: Any) -> dict[str, Any]:
+    return inspection(
+        meter_id=meter,
+        customer=C1,
+        reducer=reducer(meter),
+        state_fields=fields.get("state", STATE),
+        event_fields=fields.get("events", EVENTS),
+        now_us=NOW,
+        polar_meter=polar,
+    )
+
+
+def test_parse_events_sorts_and_names_what_it_cannot_read() -> None:
+    events, problems = parse_events(
+        {
+            f"{BUCKET + 300_000_000}:b": "1",
+            f"{BUCKET}:a": f"2 {NOW}",
+            "x:y": "1",
+            f"{BUCKET}:": "1",
+            f"{BUCKET}:c": "nan?",
+            f"{BUCKET}:d": "1 later",
+        }
+    )
+    assert [e.event_id for e in events] == ["a", "b"]
+    assert events[0] == PendingEvent("a", BUCKET, 2.0, NOW)
+    assert len(problems) == 4
+
+
+def test_the_local_side_of_the_report() -> None:
+    data = report({"consumed_units": 15, "credited_units": 100, "balance": 85})
+    local = data["local"]
+    assert (local["balance"], local["credited"], local["consumed"]) == (85, 100, 15)
+    assert local["polar_part"] == {"count": 2, "sum": 10, "min": 4, "max": 6}
+    assert local["local_part"] == {"count": 2, "sum": 5, "min": 2, "max": 3}
+    assert (local["pending"], local["undelivered"], local["revision"]) == (2, 1, 7)
+    assert local["snapshot_age_s"] == 2.0 and local["snapshot_id"] == "s-1"
+    assert data["buckets"] == [
+        {"start": "2027-01-15T07:55:00+00:00", "count": 2, "sum": 5, "min": 2, "max": 3}
+    ]
+    assert [e["acknowledged"] for e in data["pending_events"]] == [False, True]
+    assert data["pending_events"][1]["acknowledged_age_s"] == 1.0
+    assert data["difference"]["verdict"] == "same"
+
+
+def test_no_snapshot_yet() -> None:
+    data = report(None, state={"rev": "1"}, events={})
+    assert data["local"]["cold_until"] is None and data["local"]["snapshot_age_s"] is None
+    assert data["polar"] is None and data["difference"]["verdict"] == "unknown"
+
+
+def test_undelivered_events_account_for_the_difference() -> None:
+    data = report({"consumed_units": 13, "credited_units": 100, "balance": 87})
+    assert data["difference"]["verdict"] == "safe"
+    assert "The 1 undelivered events account for all of it." in data["difference"]["text"]
+
+
+def test_all_pending_events_account_for_the_difference() -> None:
+    data = report({"consumed_units": 10, "credited_units": 100, "balance": 90})
+    assert "The 2 pending events account for all of it." in data["difference"]["text"]
+
+
+def test_a_difference_no_group_of_events_explains() -> None:
+    data = report({"consumed_units": 14, "credited_units": 100, "balance": 86})
+    assert "1 events are undelivered and 1 acknowledged" in data["difference"]["text"]
+
+
+def test_count_meters_count_events() -> None:
+    data = report({"consumed_units": 3, "credited_units": 5, "balance": 2}, meter="m2")
+    assert data["local"]["consumed"] == 4
+    assert "The 1 undelivered events account for all of it." in data["difference"]["text"]
+
+
+def test_a_local_balance_above_polar_is_flagged() -> None:
+    data = report({"consumed_units": 20, "credited_units": 100, "balance": 80})
+    assert data["difference"]["verdict"] == "above_polar"
+    assert "BELOW Polar's" in data["difference"]["text"]
+
+
+def test_credits_that_differ() -> None:
+    more = report({"consumed_units": 15, "credited_units": 50, "balance": 35})
+    assert more["difference"]["verdict"] == "above_polar"
+    assert "Credits differ (local 100, Polar 50)" in more["difference"]["text"]
+    fewer = report({"consumed_units": 15, "credited_units": 150, "balance": 135})
+    assert fewer["difference"]["verdict"] == "same"
+
+
+def test_polar_numbers_that_are_not_numbers() -> None:
+    data = report({"consumed_units": "x", "credited_units": True, "balance": None})
+    assert data["polar"] == {"credited": None, "consumed": None, "balance": None}
+    assert explain("sum", 1.0, 1.0, [], data["polar"])["verdict"] == "unknown"
+    partial = explain("sum", 1.0, 1.0, [], {"consumed": 1.0, "credited": None, "balance": None})
+    assert partial["verdict"] == "same"
+
+
+def test_unreadable_fields_are_listed() -> None:
+    data = report(None, state={**STATE, "n": "many"}, events={"junk": "1"})
+    assert data["unreadable_fields"] == ["junk='1'", "n='many'"]

@@ -1,0 +1,107 @@
+"""Fail-over between instances (D14): heartbeats, hand-back on close, removal of dead consumers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from outpost_async import AsyncOutpost
+from outpost_core import _keys
+from outpost_core._delivery import GROUP
+from outpost_emulator import Emulator
+from tests.drivers._async._helpers import connect, count_meter, eventually
+from tests.drivers._async.test_metering import counters
+from tests.support.redis_server import RedisServer
+from tests.support.track_and_hang import track_then_get_killed
+
+
+def consumers(server: RedisServer) -> set[str]:
+    """Every consumer of the outbox group, on every shard."""
+    client: Any = server.client()
+    names: set[str] = set()
+    for stream in _keys.ALL_OUTBOXES:
+        if client.exists(stream):
+            names |= {c["name"].decode() for c in client.xinfo_consumers(stream, GROUP)}
+    return names
+
+
+@pytest.mark.anyio
+async def test_a_killed_instance_s_events_are_delivered_within_30_s_with_default_settings(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    count_meter(emulator)
+    tracked = track_then_get_killed(redis_server.url, emulator.url, emulator.token, 500)
+    assert tracked == 500
+    (dead,) = consumers(redis_server)  # it read (holds) its events, and never posted them
+    assert counters(emulator)["events"] == 0
+    async with connect(redis_server, emulator) as survivor:
+        # Started right after the crash: its heartbeat expires within 10 s, then it is taken.
+        assert await survivor.flush(30)
+        seen = counters(emulator)
+        assert (seen["events"], seen["events_duplicate"]) == (500, 0)
+
+        async def dead_consumer_removed() -> bool:
+            return dead not in consumers(redis_server)
+
+        await eventually(dead_consumer_removed, 10, "the dead consumer left the group")
+    assert consumers(redis_server) == set()  # the survivor left too, holding nothing
+
+
+@pytest.mark.anyio
+async def test_a_closing_instance_hands_back_what_it_could_not_deliver(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    count_meter(emulator)
+    async with connect(redis_server, emulator) as first:
+        await first.track("api_call", external_customer_id="c1")
+        assert await first.flush(10)  # the configuration is cached in Redis for the next ones
+    wrong = AsyncOutpost(
+        access_token="not-a-token",
+        server_url=emulator.url,
+        redis_url=redis_server.url,
+        clock=emulator.clock,
+        telemetry=False,
+        linger=0.02,
+    )
+    try:
+        for _ in range(20):
+            await wrong.track("api_call", external_customer_id="c2")
+
+        async def stalled() -> bool:
+            return wrong.delivery_stalled is not None
+
+        await eventually(stalled, 10, "the instance with a wrong token stalled")
+    finally:
+        await wrong.close(timeout=0.5)  # it holds them, and Polar refuses its token
+    async with connect(redis_server, emulator) as good:
+        assert await good.flush(10)  # its first survey finds them handed back
+    seen = counters(emulator)
+    assert (seen["events"], seen["events_duplicate"]) == (21, 0)
+    assert consumers(redis_server) == set()
+
+
+@pytest.mark.anyio
+async def test_short_lived_instances_leave_the_outbox_group(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    count_meter(emulator)
+    for n in range(100):
+        async with connect(redis_server, emulator, requests_per_minute=0) as a:
+            await a.track("api_call", external_customer_id=f"c{n}")
+    assert counters(emulator)["events"] == 100
+    assert consumers(redis_server) == set()
+
+
+@pytest.mark.anyio
+async def test_delivery_and_surveys_go_on_after_redis_loses_its_data(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    count_meter(emulator)
+    async with connect(redis_server, emulator, heartbeat=0.4) as a:
+        await a.track("api_call", external_customer_id="c1")
+        assert await a.flush(10)
+        redis_server.client().flushall()  # streams and groups gone: surveys meet "no such key"
+        await a.track("api_call", external_customer_id="c1")
+        assert await a.flush(10)
+    assert counters(emulator)["events"] == 2
