@@ -3,7 +3,7 @@
  * after and the messages published, in the README's normal form. */
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { Redis } from "ioredis";
@@ -14,7 +14,9 @@ import { CONFORMANCE } from "../support/paths.js";
 import { RedisServer, waitFor } from "../support/redisServer.js";
 
 type Json = any; // eslint-disable-line @typescript-eslint/no-explicit-any
-const SCRIPTS = ["track", "acknowledge", "confirm", "apply_snapshot"];
+/** Every composed script this SDK carries (and so may run), each of which must have its vectors. */
+const SCRIPTS = Object.keys(SCRIPT_TEXT).sort(byCodePoint);
+const VECTOR_FILES = readdirSync(join(CONFORMANCE, "lua")).filter((name) => name.endsWith(".jsonl")).sort(byCodePoint);
 const SENTINEL = "outpost:conformance:sentinel";
 const FRESH = 10 ** 12;
 
@@ -144,6 +146,10 @@ describe("the Lua vectors, through a real redis-server", () => {
     const out = messages.splice(0).filter(([channel]) => channel !== SENTINEL);
     return out;
   }
+
+  it("every vector file is for a script this SDK carries, and every script has one", () => {
+    assert.deepEqual(VECTOR_FILES, SCRIPTS.map((script) => `${script}.jsonl`));
+  });
 
   for (const script of SCRIPTS) {
     const { header, cases } = read(script);
