@@ -1,0 +1,82 @@
+/** Parsing the changes our scripts reply with and publish: `{"c": [change, ...]}`, a change being
+ * `{"k": state key, "r": revision, "s": [field, value, ...], "d": [field, ...], "full": 1?}`. Lua's
+ * cjson writes an empty list as `{}`, so an empty object is read as an empty list. */
+
+import { isObject } from "./aggregate.js";
+
+export interface Change {
+  readonly key: string;
+  readonly rev: number;
+  /** null when the script did not send content (the caller did not follow the identity). */
+  readonly set: readonly [string, string][] | null;
+  readonly deleted: readonly string[];
+  readonly full: boolean;
+}
+
+/** A reply or message that is not what our scripts write. */
+export class Malformed extends Error {}
+
+const UTF8 = new TextDecoder("utf-8", { fatal: true });
+
+/** Text from a peer: a string, or bytes that must be UTF-8; null otherwise. */
+export function textOf(value: unknown): string | null {
+  if (typeof value === "string") return value;
+  if (value instanceof Uint8Array) {
+    try {
+      return UTF8.decode(value);
+    } catch {
+      return null;
+    }
+  }
+  return null;
+}
+
+/** The changes of a reply or message; null for a duplicate-track reply. */
+export function parseChanges(raw: unknown): Change[] | null {
+  let text: string;
+  if (raw instanceof Uint8Array) {
+    const decoded = textOf(raw);
+    if (decoded === null) throw new Malformed("not UTF-8");
+    text = decoded;
+  } else if (typeof raw === "string") {
+    text = raw;
+  } else {
+    throw new Malformed(`expected JSON text, got ${raw === null ? "NoneType" : typeof raw}`);
+  }
+  let obj: unknown;
+  try {
+    obj = JSON.parse(text);
+  } catch {
+    throw new Malformed("not JSON");
+  }
+  if (!isObject(obj)) throw new Malformed("not a JSON object");
+  if (obj.dup === 1) return null;
+  return list(obj.c, "c").map(change);
+}
+
+function list(value: unknown, where: string): unknown[] {
+  if (isObject(value) && Object.keys(value).length === 0) return [];
+  if (!Array.isArray(value)) throw new Malformed(`'${where}' is not a list`);
+  return value;
+}
+
+function strings(value: unknown, where: string): string[] {
+  const items = list(value, where);
+  if (!items.every((item) => typeof item === "string")) throw new Malformed(`'${where}' holds a non-string`);
+  return items as string[];
+}
+
+function change(item: unknown): Change {
+  if (!isObject(item)) throw new Malformed("a change is not an object");
+  const { k: key, r: rev } = item;
+  if (typeof key !== "string" || !Number.isSafeInteger(rev) || (rev as number) < 0) {
+    throw new Malformed("a change needs a key and a revision");
+  }
+  if (!("s" in item)) return { key, rev: rev as number, set: null, deleted: [], full: false };
+  const flat = strings(item.s, "s");
+  if (flat.length % 2) throw new Malformed("'s' holds an odd number of items");
+  const pairs: [string, string][] = [];
+  for (let i = 0; i < flat.length; i += 2) pairs.push([flat[i] as string, flat[i + 1] as string]);
+  const deleted = strings(item.d ?? [], "d");
+  return { key, rev: rev as number, set: pairs, deleted, full: item.full === 1 };
+}

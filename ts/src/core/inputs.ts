@@ -1,0 +1,36 @@
+/** What happened, as the driver reports it to the core: plain, past-tense, serialisable. The same
+ * inputs as outpost_core/_inputs.py, fields in camelCase, told apart by `kind`. */
+
+/** Fields of a Redis hash as a client answers them: text or bytes, in a Map or an object. */
+export type RawFields = Map<unknown, unknown> | Record<string, unknown>;
+
+export type Input =
+  /** Polar's configuration payload arrived (WebSocket) or was read from the Redis cache. */
+  | { kind: "ConfigurationReceived"; payload: unknown; fromCache: boolean }
+  /** A script of ours answered (the raw reply, bytes or text). */
+  | { kind: "ScriptReplied"; reply: unknown; tag: number | null }
+  /** A tagged script could not run (Redis failed). */
+  | { kind: "ScriptFailed"; tag: number }
+  /** A message arrived on one of the shard channels. */
+  | { kind: "ChangePublished"; data: unknown }
+  /** The pub/sub connection (re)subscribed: messages may have been missed while it was down. */
+  | { kind: "SubscriberRestarted" }
+  /** HGETALL key answered. */
+  | { kind: "IdentityLoaded"; key: string; fields: RawFields }
+  /** HGETALL key failed; the core asks again later. */
+  | { kind: "LoadFailed"; key: string }
+  /** The client is closing: say goodbye to Polar and stop reconnecting. */
+  | { kind: "Closing" }
+  /** Time passed: now is monotonic seconds, wallUs the wall clock in µs since the epoch. */
+  | { kind: "Tick"; now: number; wallUs: number }
+  /** The fields of each events hash a ListPending asked for. */
+  | { kind: "PendingListed"; tag: number; fields: Map<string, unknown[]> | Record<string, unknown[]> }
+  | { kind: "ListFailed"; tag: number }
+  /** The TCP (and TLS) connection to Polar is open. */
+  | { kind: "ConnectionOpened"; now: number }
+  /** Opening failed, or the open connection broke. */
+  | { kind: "ConnectionFailed"; now: number; reason: string }
+  /** Bytes from the WebSocket connection; empty means the peer closed it. */
+  | { kind: "BytesReceived"; now: number; data: Uint8Array };
+
+export type InputKind = Input["kind"];

@@ -1,0 +1,125 @@
+/** Customer identities and the Redis key layout, version 1 (conformance/README.md §1).
+ *
+ * Every key of one customer carries the same hash tag, `{<shard>}`: the CRC-32 of the identity
+ * modulo 16. External ids are percent-encoded where they could break the layout and kept as they
+ * are otherwise, so keys stay readable and no two ids share a key. */
+
+export const VERSION = 1;
+export const PREFIX = `outpost:v${VERSION}:`;
+export const SHARDS = 16;
+export const CONFIGURATION_KEY = `${PREFIX}configuration`;
+
+export type CustomerKind = "external" | "customer";
+
+const UTF8 = new TextEncoder();
+
+export class Customer {
+  constructor(
+    readonly kind: CustomerKind,
+    readonly id: string,
+  ) {}
+
+  /** `external:<id>` or `customer:<id>`, the design document's identity prefix. */
+  get tag(): string {
+    return `${this.kind}:${this.id}`;
+  }
+
+  get shard(): number {
+    return shardOf(this.kind, this.id);
+  }
+
+  /** The identity field of Polar's API: external_customer_id or customer_id. */
+  wire(): Record<string, string> {
+    return this.kind === "external" ? { external_customer_id: this.id } : { customer_id: this.id };
+  }
+
+  toString(): string {
+    return this.tag;
+  }
+}
+
+const CRC_TABLE = (() => {
+  const table = new Uint32Array(256);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    table[n] = c >>> 0;
+  }
+  return table;
+})();
+
+/** The IEEE CRC-32 (zlib's), unsigned. */
+export function crc32(bytes: Uint8Array): number {
+  let crc = 0xffffffff;
+  for (const byte of bytes) crc = (CRC_TABLE[(crc ^ byte) & 0xff] as number) ^ (crc >>> 8);
+  return (crc ^ 0xffffffff) >>> 0;
+}
+
+const shards = new Map<string, number>();
+
+function shardOf(kind: string, id: string): number {
+  const tag = `${kind}:${id}`;
+  let shard = shards.get(tag);
+  if (shard === undefined) {
+    shard = crc32(UTF8.encode(tag)) % SHARDS;
+    if (shards.size > 65536) shards.clear(); // keys are built on every track(): cache the hot ones
+    shards.set(tag, shard);
+  }
+  return shard;
+}
+
+// Python's `c.isspace() or not c.isprintable()`: every separator and unprintable character.
+const UNSAFE = /^[%:{}\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}]$/u;
+
+/** Percent-encode what could break a key; everything else stays readable. */
+export function encodeComponent(text: string): string {
+  let out = "";
+  for (const char of text) {
+    if (UNSAFE.test(char)) {
+      for (const byte of UTF8.encode(char)) out += "%" + byte.toString(16).toUpperCase().padStart(2, "0");
+    } else {
+      out += char;
+    }
+  }
+  return out;
+}
+
+export function tagOf(shard: number): string {
+  return `${PREFIX}{${shard}}:`;
+}
+
+export function customerPrefix(customer: Customer): string {
+  return `${tagOf(customer.shard)}${customer.kind}:${encodeComponent(customer.id)}`;
+}
+
+/** The hash of one identity: revision, Polar's totals, cold_until, local aggregates. */
+export function stateKey(customer: Customer, reducerId: string): string {
+  return `${customerPrefix(customer)}:${encodeComponent(reducerId)}`;
+}
+
+/** The hash of the identity's pending events, beside its state hash (same hash tag). */
+export function eventsKey(state: string): string {
+  return `${state}:ev`;
+}
+
+/** The sharded pub/sub channel every change of the shard's identities is published on; instances
+ * on database N > 0 use the namespace `dbN` (pub/sub ignores numbered databases). */
+export function channel(shard: number, namespace = ""): string {
+  return `${tagOf(shard)}changes${namespace ? `:${namespace}` : ""}`;
+}
+
+export function allChannels(namespace = ""): string[] {
+  return Array.from({ length: SHARDS }, (_, shard) => channel(shard, namespace));
+}
+
+export function namespaceOfDatabase(db: number): string {
+  return db ? `db${db}` : "";
+}
+
+/** The stream of events waiting for delivery to Polar. */
+export function outboxKey(shard: number): string {
+  return `${tagOf(shard)}outbox`;
+}
+
+export const ALL_CHANNELS = allChannels();
+export const ALL_OUTBOXES = Array.from({ length: SHARDS }, (_, shard) => outboxKey(shard));

@@ -1,0 +1,164 @@
+/** The in-memory copy of one identity's state hash, kept in revision order.
+ *
+ * A change whose revision is the next one applies in place; an older one is ignored; a full state
+ * replaces the copy when it is not older; anything else is a gap, and the copy reloads the hash.
+ * Changes that arrive while a load is in flight wait for it, then apply in order. */
+
+import { Aggregate, EMPTY, parseNumber } from "./aggregate.js";
+import type { Change } from "./changes.js";
+import type { Customer } from "./keys.js";
+import { reprString } from "./pyrepr.js";
+
+export enum Offer {
+  APPLIED = "applied",
+  IGNORED = "ignored",
+  HELD = "held",
+  GAP = "gap",
+}
+
+/** What a read needs, derived from the state hash. */
+export interface IdentityState {
+  readonly revision: number;
+  readonly coldUntil: number | null;
+  readonly asOf: number | null;
+  readonly snapshotId: string | null;
+  readonly polar: Aggregate;
+  readonly local: Aggregate;
+  readonly credits: ReadonlyMap<string, number>;
+  readonly pending: number;
+  readonly undelivered: number;
+  readonly problems: readonly string[];
+}
+
+export class Mirror {
+  rev = -1;
+  fields = new Map<string, string>();
+  loaded = false;
+  held: Change[] = [];
+  private derived: IdentityState | null = null;
+  /** The warm-path keys whose cached balance this copy answers (callers' spellings). */
+  readonly readKeys = new Set<string>();
+
+  constructor(
+    readonly key: string,
+    readonly customer: Customer,
+    readonly reducerId: string,
+  ) {}
+
+  offer(change: Change): Offer {
+    if (change.set === null) {
+      // The script sent no content: a newer revision than the copy's means the copy is behind
+      // something this instance wrote: reload rather than serve it without it.
+      if (this.loaded && change.rev > this.rev) {
+        this.unload();
+        return Offer.GAP;
+      }
+      return Offer.IGNORED;
+    }
+    if (!this.loaded) {
+      this.held.push(change);
+      return Offer.HELD;
+    }
+    if (change.full) {
+      if (change.rev < this.rev) return Offer.IGNORED;
+      this.fields = new Map(change.set);
+      this.rev = change.rev;
+      this.derived = null;
+      return Offer.APPLIED;
+    }
+    if (change.rev <= this.rev) return Offer.IGNORED;
+    if (change.rev !== this.rev + 1) {
+      this.unload();
+      this.held.push(change);
+      return Offer.GAP;
+    }
+    for (const [name, value] of change.set) this.fields.set(name, value);
+    for (const name of change.deleted) this.fields.delete(name);
+    this.rev = change.rev;
+    this.derived = null;
+    return Offer.APPLIED;
+  }
+
+  /** Forget the copy's currency: it reloads, and changes wait for the load. */
+  unload(): void {
+    this.loaded = false;
+  }
+
+  /** Install a loaded hash, then the held changes; false when a gap remains. */
+  loadedWith(fields: Map<string, string>): boolean {
+    const rev = parseInt10(fields.get("rev")) || 0;
+    const held = [...this.held].sort((a, b) => a.rev - b.rev);
+    this.held = [];
+    // A load older than the copy is a read that crossed this instance's own newer writes: keep
+    // the copy. Only a hash that is gone (no revision at all) replaces a newer copy.
+    if (rev >= this.rev || rev === 0) {
+      this.fields = new Map(fields);
+      this.rev = rev;
+      this.derived = null;
+    }
+    this.loaded = true;
+    for (const change of held) {
+      if (this.offer(change) === Offer.GAP) {
+        this.held.push(...held.filter((c) => c.rev > change.rev));
+        return false;
+      }
+    }
+    return true;
+  }
+
+  get state(): IdentityState {
+    this.derived ??= derive(this.rev, this.fields);
+    return this.derived;
+  }
+}
+
+/** A decimal integer as the scripts write it (ASCII digits, an optional '-'); null otherwise. */
+export function parseInt10(text: string | undefined): number | null {
+  if (text === undefined || !/^-?[0-9]+$/.test(text)) return null;
+  return Number(text);
+}
+
+function derive(rev: number, fields: Map<string, string>): IdentityState {
+  const problems: string[] = [];
+  let local = EMPTY;
+  const credits = new Map<string, number>();
+  let polar = EMPTY;
+  for (const [name, text] of fields) {
+    if (name.startsWith("a:")) {
+      const agg = Aggregate.decode(text);
+      if (agg === null || parseInt10(name.slice(2)) === null) problems.push(`${name}=${reprString(text)}`);
+      else local = local.merge(agg);
+    } else if (name.startsWith("c:")) {
+      const units = parseNumber(text);
+      if (units === null) problems.push(`${name}=${reprString(text)}`);
+      else credits.set(name.slice(2), units);
+    }
+  }
+  const p = fields.get("p");
+  if (p !== undefined) {
+    const parsed = Aggregate.decode(p);
+    if (parsed === null) problems.push(`p=${reprString(p)}`);
+    else polar = parsed;
+  }
+  const counters: Record<string, number> = {};
+  for (const name of ["rev", "cu", "sa", "n", "u"]) {
+    const raw = fields.get(name);
+    const value = parseInt10(raw);
+    if (raw !== undefined && value === null) problems.push(`${name}=${reprString(raw)}`);
+    counters[name] = value ?? -1;
+  }
+  const cu = counters.cu as number;
+  const sa = counters.sa as number;
+  return {
+    revision: rev,
+    coldUntil: cu >= 0 ? cu : null,
+    asOf: sa >= 0 ? sa : null,
+    snapshotId: fields.get("sid") ?? null,
+    polar,
+    local,
+    credits,
+    pending: Math.max(counters.n as number, 0),
+    undelivered: Math.max(counters.u as number, 0),
+    problems,
+  };
+}

@@ -1,0 +1,423 @@
+/** Polar's side of the session: the WebSocket link, configuration, and snapshot flows
+ * (outpost_core/_remote.py). */
+
+import { formatNumber, isObject } from "./aggregate.js";
+import { type Effect, type RunScript, runScript } from "./effects.js";
+import { type Customer, channel, eventsKey, stateKey } from "./keys.js";
+import { type Link, LinkState, Unreadable } from "./link.js";
+import type { Observation } from "./observations.js";
+import { repr, reprString } from "./pyrepr.js";
+import { CustomerFlow, MAX_IDS_PER_QUESTION, MalformedSnapshot, type Snapshot, Step, parseSnapshot } from "./snapshots.js";
+import { textOf } from "./changes.js";
+
+/** Seconds before a snapshot request with no answer is sent again. */
+export const REQUEST_TIMEOUT = 5.0;
+
+/** What the remote side needs of the session. */
+export interface Host {
+  emit(effect: Effect): void;
+  configure(payload: unknown): void;
+  knownRev(stateKey: string): number;
+  reject(kind: string, detail: string): void;
+  observe(observation: Observation): void;
+  consumed(customer: Customer, reducerId: string): Map<string, number>;
+  readonly pendingLimitUs: number;
+  readonly channelNamespace: string;
+}
+
+export class Remote {
+  readonly flows = new Map<string, CustomerFlow>();
+  private readonly tags = new Map<number, CustomerFlow>();
+  private readonly questions = new Map<string, CustomerFlow>();
+  private ids = 1;
+  wallUs = 0;
+  now = 0;
+  snapshotsApplied = 0;
+  snapshotsReceived = 0;
+
+  constructor(
+    private readonly host: Host,
+    readonly link: Link,
+  ) {}
+
+  private nextId(): number {
+    return this.ids++;
+  }
+
+  // -- link plumbing --------------------------------------------------------------------------
+
+  tick(now: number): void {
+    this.now = now;
+    const before = this.link.state;
+    this.link.tick(now);
+    this.afterLink(before);
+    if (this.link.wantsConnection(now)) {
+      const t = this.link.target;
+      this.host.emit({ kind: "OpenConnection", host: t.host, port: t.port, tls: t.tls });
+    }
+    for (const flow of this.flows.values()) {
+      const unanswered = flow.requestId !== null && now - flow.requestedAt > REQUEST_TIMEOUT;
+      if (flow.step === Step.IDLE && !flow.applied && (flow.requestId === null || unanswered)) {
+        this.request(flow);
+      }
+    }
+    this.flush();
+  }
+
+  close(): void {
+    this.link.close();
+    this.flush();
+  }
+
+  opened(now: number): void {
+    this.now = now;
+    this.link.opened(now);
+    this.flush();
+  }
+
+  failed(now: number, reason: string): void {
+    const wasOpen = this.link.state === LinkState.OPEN;
+    this.link.failed(now, reason);
+    this.abandon();
+    if (wasOpen) this.host.observe({ kind: "LinkChanged", state: "closed", reason, connections: this.link.connections });
+  }
+
+  received(data: Uint8Array, now: number): void {
+    this.now = now;
+    let before = this.link.state;
+    const connections = this.link.connections;
+    const messages = this.link.receive(data, now);
+    if (this.link.connections > connections) {
+      // the upgrade was accepted in these bytes
+      this.onOpen();
+      before = LinkState.OPEN;
+    }
+    for (const message of messages) this.message(message);
+    this.afterLink(before);
+  }
+
+  /** After the link ran: send what it queued; when it dropped its connection, have the driver
+   * close the socket and forget what was in flight on it. */
+  private afterLink(before: LinkState): void {
+    this.flush();
+    const dropped = this.link.state === LinkState.DISCONNECTED;
+    if (dropped && (before === LinkState.HANDSHAKING || before === LinkState.OPEN)) {
+      this.host.emit({ kind: "CloseConnection" });
+      this.abandon();
+      if (before === LinkState.OPEN) {
+        this.host.observe({ kind: "LinkChanged", state: "closed", reason: this.link.lastError, connections: this.link.connections });
+      }
+    }
+  }
+
+  private flush(): void {
+    const data = this.link.dataToSend();
+    if (data.length) this.host.emit({ kind: "SendBytes", data });
+  }
+
+  private onOpen(): void {
+    this.host.observe({ kind: "LinkChanged", state: "open", reason: null, connections: this.link.connections });
+    this.link.send({ type: "configuration" });
+    for (const flow of this.flows.values()) {
+      flow.reset();
+      this.request(flow);
+    }
+  }
+
+  private abandon(): void {
+    for (const flow of this.flows.values()) flow.reset();
+    this.tags.clear();
+    this.questions.clear();
+  }
+
+  // -- customers ------------------------------------------------------------------------------
+
+  follow(customer: Customer): CustomerFlow {
+    let flow = this.flows.get(customer.tag);
+    if (flow === undefined) {
+      flow = new CustomerFlow(customer);
+      this.flows.set(customer.tag, flow);
+      this.request(flow);
+      this.flush();
+    }
+    return flow;
+  }
+
+  /** The customer's state in Redis has no snapshot although this instance applied one (its keys
+   * expired, or Redis was wiped): ask Polar for one again, at most once per REQUEST_TIMEOUT. */
+  lost(customer: Customer): void {
+    const flow = this.follow(customer);
+    const recent = flow.requestedAt > 0 && this.now - flow.requestedAt < REQUEST_TIMEOUT;
+    if (flow.applied && flow.step === Step.IDLE && !recent) {
+      flow.applied = false;
+      this.request(flow);
+      this.flush();
+    }
+  }
+
+  private request(flow: CustomerFlow): void {
+    const requestId = `s${this.nextId()}`;
+    const payload = { request_id: requestId, ...flow.customer.wire() };
+    if (this.link.send({ type: "snapshot", payload })) {
+      flow.requestId = requestId;
+      flow.requestedAt = this.now;
+    }
+  }
+
+  // -- messages -------------------------------------------------------------------------------
+
+  private message(message: unknown): void {
+    if (message instanceof Unreadable) {
+      this.host.reject("frame", `text frame that is not JSON: ${reprString(message.excerpt)}`);
+      return;
+    }
+    if (!isObject(message) || typeof message.type !== "string") {
+      this.host.reject("frame", "frame without a type");
+      return;
+    }
+    const payload = message.payload;
+    switch (message.type) {
+      case "configuration":
+        this.host.configure(payload);
+        break;
+      case "snapshot":
+        this.snapshot(payload);
+        break;
+      case "counted":
+        this.counted(payload);
+        break;
+      case "error":
+        this.error(payload);
+        break;
+      default:
+        this.host.reject("frame", `unknown message type ${reprString(message.type)}`);
+    }
+  }
+
+  private snapshot(payload: unknown): void {
+    let snapshot: Snapshot;
+    try {
+      snapshot = parseSnapshot(payload);
+    } catch (exc) {
+      if (!(exc instanceof MalformedSnapshot)) throw exc;
+      this.host.reject("snapshot", exc.message);
+      return;
+    }
+    this.snapshotsReceived += 1;
+    let flow = this.flows.get(snapshot.customer.tag);
+    if (flow === undefined) {
+      // Unasked-for (Polar pushes only what was asked): apply it, but never ask for more.
+      flow = new CustomerFlow(snapshot.customer, true);
+      this.flows.set(snapshot.customer.tag, flow);
+    }
+    if (snapshot.requestId !== null && snapshot.requestId === flow.requestId) flow.requestId = null;
+    if (flow.offer(snapshot)) this.start(flow);
+  }
+
+  private start(flow: CustomerFlow): void {
+    const current = flow.current as Snapshot;
+    const tag = this.nextId();
+    this.tags.set(tag, flow);
+    flow.step = Step.LISTING;
+    const keys = [...current.reducers.keys()].map((reducerId) => eventsKey(stateKey(flow.customer, reducerId)));
+    this.host.emit({ kind: "ListPending", tag, keys });
+  }
+
+  listed(tag: number, fields: Map<string, unknown[]> | Record<string, unknown[]>): void {
+    const flow = this.tags.get(tag);
+    this.tags.delete(tag);
+    if (flow === undefined || flow.step !== Step.LISTING || flow.current === null) return;
+    const coldUntil = flow.current.coldUntil;
+    const entries = fields instanceof Map ? [...fields.entries()] : Object.entries(fields);
+    for (const [key, names] of entries) {
+      for (const raw of names) {
+        const name = raw instanceof Uint8Array ? textOf(raw) : String(raw);
+        if (name === null) {
+          this.host.reject("state", `${key}: field that is not UTF-8 text: ${repr(raw)}`);
+          continue;
+        }
+        const colon = name.indexOf(":");
+        const bucket = colon < 0 ? name : name.slice(0, colon);
+        const eventId = colon < 0 ? "" : name.slice(colon + 1);
+        if (!/^[0-9]+$/.test(bucket) || !eventId) {
+          this.host.reject("state", `${key}: unreadable field ${reprString(name)}`);
+          continue;
+        }
+        if (Number(bucket) < coldUntil) {
+          const list = flow.candidates.get(eventId) ?? [];
+          list.push(`${key}\n${name}`);
+          flow.candidates.set(eventId, list);
+        }
+      }
+    }
+    if (flow.candidates.size === 0) {
+      this.apply(flow);
+      return;
+    }
+    flow.step = Step.ASKING;
+    const ids = [...flow.candidates.keys()].sort(byCodePoint);
+    for (let start = 0; start < ids.length; start += MAX_IDS_PER_QUESTION) {
+      const requestId = `q${this.nextId()}`;
+      const payload = {
+        request_id: requestId,
+        snapshot_id: flow.current.snapshotId,
+        event_ids: ids.slice(start, start + MAX_IDS_PER_QUESTION),
+      };
+      if (!this.link.send({ type: "counted", payload })) {
+        this.restart(flow);
+        return;
+      }
+      flow.questions.add(requestId);
+      this.questions.set(requestId, flow);
+    }
+    this.flush();
+  }
+
+  listFailed(tag: number): void {
+    const flow = this.tags.get(tag);
+    this.tags.delete(tag);
+    if (flow !== undefined) this.restart(flow);
+  }
+
+  private counted(payload: unknown): void {
+    const requestId = isObject(payload) ? payload.request_id : undefined;
+    let flow: CustomerFlow | undefined;
+    if (typeof requestId === "string") {
+      flow = this.questions.get(requestId);
+      this.questions.delete(requestId);
+    }
+    if (flow === undefined || !isObject(payload)) {
+      this.host.reject("counted", `answer to no question: ${repr(requestId)}`);
+      return;
+    }
+    const ids = payload.event_ids;
+    if (!Array.isArray(ids)) {
+      this.host.reject("counted", "event_ids is not a list");
+      this.restart(flow);
+      return;
+    }
+    flow.questions.delete(requestId as string);
+    for (const id of ids) if (typeof id === "string" && flow.candidates.has(id)) flow.counted.add(id);
+    if (flow.questions.size === 0 && flow.step === Step.ASKING) this.apply(flow);
+  }
+
+  private error(payload: unknown): void {
+    if (!isObject(payload)) {
+      this.host.reject("error", "error frame without a payload");
+      return;
+    }
+    const { request_id: requestId, code } = payload;
+    let flow: CustomerFlow | undefined;
+    if (typeof requestId === "string") {
+      flow = this.questions.get(requestId);
+      this.questions.delete(requestId);
+    }
+    if (flow !== undefined && code === "snapshot_expired") {
+      this.restart(flow);
+      return;
+    }
+    this.host.reject("error", `Polar answered ${repr(code)}: ${repr(payload.message)}`);
+    if (flow !== undefined) this.restart(flow);
+  }
+
+  /** Give up the snapshot in progress and ask for a fresh one. */
+  private restart(flow: CustomerFlow): void {
+    for (const requestId of flow.questions) this.questions.delete(requestId);
+    flow.reset();
+    this.request(flow);
+    this.flush();
+  }
+
+  // -- applying -------------------------------------------------------------------------------
+
+  private apply(flow: CustomerFlow): void {
+    const snapshot = flow.current as Snapshot;
+    flow.step = Step.APPLYING;
+    flow.before = new Map([...snapshot.reducers.keys()].map((r) => [r, this.host.consumed(flow.customer, r)]));
+    const tag = this.nextId();
+    this.tags.set(tag, flow);
+    const counted = new Map<string, string[]>();
+    for (const eventId of [...flow.counted].sort(byCodePoint)) {
+      for (const pair of flow.candidates.get(eventId) ?? []) {
+        const cut = pair.indexOf("\n");
+        const key = pair.slice(0, cut);
+        const list = counted.get(key) ?? [];
+        list.push(pair.slice(cut + 1));
+        counted.set(key, list);
+      }
+    }
+    this.host.emit(applyScript(snapshot, counted, this.host, this.wallUs, tag));
+  }
+
+  applied(tag: number): void {
+    const flow = this.tags.get(tag);
+    this.tags.delete(tag);
+    if (flow === undefined || flow.step !== Step.APPLYING) return;
+    flow.applied = true;
+    this.snapshotsApplied += 1;
+    const snapshot = flow.current as Snapshot;
+    const meters: string[] = [];
+    const before: number[] = [];
+    const after: number[] = [];
+    for (const [reducerId, old] of flow.before) {
+      for (const [meterId, value] of this.host.consumed(flow.customer, reducerId)) {
+        meters.push(meterId);
+        before.push(old.get(meterId) ?? Number.NaN);
+        after.push(value);
+      }
+    }
+    this.host.observe({
+      kind: "SnapshotApplied",
+      customer: flow.customer.tag,
+      snapshotId: snapshot.snapshotId,
+      coldUntil: snapshot.coldUntil,
+      counted: flow.counted.size,
+      meterIds: meters,
+      localConsumed: before,
+      polarConsumed: after,
+    });
+    if (flow.finish() !== null) this.start(flow);
+  }
+
+  applyFailed(tag: number): void {
+    const flow = this.tags.get(tag);
+    this.tags.delete(tag);
+    if (flow !== undefined) this.restart(flow);
+  }
+}
+
+/** Python's sorted() of strings: by code point. */
+export function byCodePoint(a: string, b: string): number {
+  if (a === b) return 0;
+  const x = [...a];
+  const y = [...b];
+  for (let i = 0; i < Math.min(x.length, y.length); i++) {
+    const p = (x[i] as string).codePointAt(0) as number;
+    const q = (y[i] as string).codePointAt(0) as number;
+    if (p !== q) return p - q;
+  }
+  return x.length - y.length;
+}
+
+function applyScript(snapshot: Snapshot, counted: Map<string, string[]>, host: Host, wallUs: number, tag: number): RunScript {
+  const customer = snapshot.customer;
+  const keys: string[] = [];
+  const args = [
+    channel(customer.shard, host.channelNamespace),
+    String(wallUs),
+    String(host.pendingLimitUs),
+    String(snapshot.coldUntil),
+    String(snapshot.asOf),
+    snapshot.snapshotId,
+    String(snapshot.credited.size),
+  ];
+  for (const [meterId, units] of snapshot.credited) args.push(meterId, formatNumber(units));
+  for (const [reducerId, aggregate] of snapshot.reducers) {
+    const state = stateKey(customer, reducerId);
+    const events = eventsKey(state);
+    const names = counted.get(events) ?? [];
+    keys.push(state, events);
+    args.push(String(host.knownRev(state)), aggregate.encode(), String(names.length), ...names);
+  }
+  return runScript("apply_snapshot", keys, args, tag);
+}

@@ -1,0 +1,443 @@
+/** The Outpost state machine: everything the drivers do not need sockets for
+ * (outpost_core/_session.py; its docstring explains the flows).
+ *
+ * Inputs go through handle(); the requests the core makes of the driver accumulate in an outbox
+ * the driver drains with effects(), then runs, then reports back. Peer misbehaviour (garbage in
+ * Redis, a malformed message) is never raised: it is counted in `rejections` and logged. Caller
+ * mistakes raise at once. */
+
+import { formatNumber } from "./aggregate.js";
+import { type Balance, computeBalance } from "./balance.js";
+import { Malformed, parseChanges, textOf } from "./changes.js";
+import { type Configuration, type Reducer, parseConfiguration } from "./configuration.js";
+import { type Effect, type RunScript, runScript } from "./effects.js";
+import { InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError } from "./errors.js";
+import { buildEvent, customerOf } from "./event.js";
+import { InvalidDefinition } from "./filters.js";
+import type { Input, RawFields } from "./inputs.js";
+import { CONFIGURATION_KEY, type Customer, channel, eventsKey, outboxKey, stateKey } from "./keys.js";
+import { type Link, LinkState } from "./link.js";
+import { Mirror, Offer } from "./mirror.js";
+import type { Observation } from "./observations.js";
+import { repr, reprFloat, reprString } from "./pyrepr.js";
+import { Remote } from "./remote.js";
+import { HOUR_US, floorBucket } from "./time.js";
+
+/** The largest magnitude track() accepts for a value a reducer counts: Lua sums a bucket's values
+ * in doubles, and a few values near 1e308 overflow to inf, which no reader accepts. */
+export const MAX_VALUE = 1e300;
+
+export interface Settings {
+  /** Seconds a first read waits for its snapshot before NotReady. */
+  snapshotTimeout: number;
+  /** How long an acknowledged event no snapshot counts stays pending (design document: 1 h). */
+  pendingLimitUs: number;
+  /** Seconds before a failed load is tried again. */
+  reloadRetry: number;
+  /** Appended to the change channels (dbN for Redis database N > 0). */
+  channelNamespace: string;
+}
+
+export function makeSettings(overrides: Partial<Settings> = {}): Settings {
+  const settings: Settings = { snapshotTimeout: 5.0, pendingLimitUs: HOUR_US, reloadRetry: 0.5, channelNamespace: "", ...overrides };
+  if (!(Number.isFinite(settings.snapshotTimeout) && settings.snapshotTimeout >= 0)) {
+    throw new UsageError("snapshot_timeout must be a finite number of seconds, not negative");
+  }
+  if (!(Number.isFinite(settings.reloadRetry) && settings.reloadRetry > 0)) {
+    throw new UsageError("reload_retry must be a positive, finite number of seconds");
+  }
+  if (settings.pendingLimitUs <= 0) throw new UsageError("pending_limit_us must be positive");
+  return settings;
+}
+
+export interface Logger {
+  debug(message: string): void;
+  warn(message: string): void;
+}
+
+const SILENT: Logger = { debug: () => {}, warn: () => {} };
+
+export interface TrackArgs {
+  name: unknown;
+  externalCustomerId?: unknown;
+  customerId?: unknown;
+  metadata?: unknown;
+  timestampUs: number;
+  nowUs: number;
+  eventId: string;
+}
+
+/** (meter id, external customer id, customer id): the warm path's lookup key. */
+function readKey(meterId: string, externalCustomerId: string | null, customerId: string | null): string {
+  return `${meterId}\u0000${externalCustomerId ?? "\u0001"}\u0000${customerId ?? "\u0001"}`;
+}
+
+export class Session {
+  readonly settings: Settings;
+  readonly remote: Remote | null;
+  readonly log: Logger;
+  configuration: Configuration | null = null;
+  private configurationText: string | null = null;
+  private configurationFromPolar = false;
+  private readonly mirrors = new Map<string, Mirror>();
+  private readonly balances = new Map<string, Balance>();
+  private outbox: Effect[] = [];
+  private observed: Observation[] = [];
+  private readonly retryAt = new Map<string, number>();
+  private now = 0;
+  readonly rejections = new Map<string, number>();
+
+  /** `link` is the WebSocket to Polar; without one (no access token) the session reads whatever
+   * snapshots other instances apply to the shared Redis. */
+  constructor(settings: Settings = makeSettings(), logger: Logger = SILENT, link: Link | null = null) {
+    this.settings = settings;
+    this.log = logger;
+    this.remote = link === null ? null : new Remote(this, link);
+  }
+
+  // -- driver plumbing ------------------------------------------------------------------------
+
+  /** Take one input. Then drain effects() and run them. */
+  handle(event: Input): void {
+    const remote = this.remote;
+    switch (event.kind) {
+      case "ScriptReplied":
+        this.changes(event.reply);
+        if (event.tag !== null && remote !== null) remote.applied(event.tag);
+        break;
+      case "ChangePublished":
+        this.changes(event.data);
+        break;
+      case "BytesReceived":
+      case "ConnectionOpened":
+      case "ConnectionFailed":
+        if (remote === null) throw new UsageError(`${event.kind} but this session has no link`);
+        if (event.kind === "BytesReceived") remote.received(event.data, event.now);
+        else if (event.kind === "ConnectionOpened") remote.opened(event.now);
+        else remote.failed(event.now, event.reason);
+        break;
+      case "PendingListed":
+        remote?.listed(event.tag, event.fields);
+        break;
+      case "ListFailed":
+        remote?.listFailed(event.tag);
+        break;
+      case "ScriptFailed":
+        remote?.applyFailed(event.tag);
+        break;
+      case "IdentityLoaded":
+        this.loaded(event.key, event.fields);
+        break;
+      case "LoadFailed":
+        if (this.mirrors.has(event.key)) this.retryAt.set(event.key, this.now + this.settings.reloadRetry);
+        break;
+      case "SubscriberRestarted":
+        for (const mirror of this.mirrors.values()) {
+          mirror.unload();
+          this.invalidate(mirror);
+          this.load(mirror);
+        }
+        break;
+      case "ConfigurationReceived":
+        this.configureFrom(event.payload, event.fromCache);
+        break;
+      case "Closing":
+        remote?.close();
+        break;
+      case "Tick":
+        this.tick(event.now, event.wallUs);
+        break;
+      default:
+        throw new UsageError(`not an input: ${repr(event)}`);
+    }
+  }
+
+  /** Drain what the driver must do now, in order. */
+  effects(): Effect[] {
+    const out = this.outbox;
+    this.outbox = [];
+    return out;
+  }
+
+  /** Drain what happened that telemetry may record (no action needed). */
+  observations(): Observation[] {
+    const out = this.observed;
+    this.observed = [];
+    return out;
+  }
+
+  /** The earliest monotonic time at which a Tick has work to do. */
+  nextDeadline(): number | null {
+    const deadlines = [...this.retryAt.values()];
+    const link = this.remote?.link.nextDeadline() ?? null;
+    if (link !== null) deadlines.push(link);
+    return deadlines.length ? Math.min(...deadlines) : null;
+  }
+
+  /** Whether the WebSocket to Polar is open. */
+  get connected(): boolean {
+    return this.remote !== null && this.remote.link.state === LinkState.OPEN;
+  }
+
+  // -- what the remote side needs (see remote.ts Host) ----------------------------------------
+
+  emit(effect: Effect): void {
+    this.outbox.push(effect);
+  }
+
+  configure(payload: unknown): void {
+    this.configureFrom(payload, false);
+  }
+
+  knownRev(key: string): number {
+    const mirror = this.mirrors.get(key);
+    return mirror !== undefined && mirror.loaded ? mirror.rev : -1;
+  }
+
+  reject(kind: string, detail: string): void {
+    this.rejections.set(kind, (this.rejections.get(kind) ?? 0) + 1);
+    this.log.warn(`outpost rejected ${kind}: ${detail}`);
+  }
+
+  observe(observation: Observation): void {
+    this.observed.push(observation);
+  }
+
+  /** Per meter of the reducer: the consumption this instance reads now (empty if unknown). */
+  consumed(customer: Customer, reducerId: string): Map<string, number> {
+    const mirror = this.mirrors.get(stateKey(customer, reducerId));
+    const reducer = this.configuration?.reducers.get(reducerId);
+    if (mirror === undefined || !mirror.loaded || reducer === undefined) return new Map();
+    if (!reducer.aggregation.bucketed()) return new Map();
+    const state = mirror.state;
+    const quantity = state.polar.merge(state.local).quantity(reducer.aggregation.func);
+    return new Map(reducer.meterIds.map((m) => [m, quantity]));
+  }
+
+  get pendingLimitUs(): number {
+    return this.settings.pendingLimitUs;
+  }
+
+  get channelNamespace(): string {
+    return this.settings.channelNamespace;
+  }
+
+  // -- configuration --------------------------------------------------------------------------
+
+  private configureFrom(payload: unknown, fromCache: boolean): void {
+    let configuration: Configuration;
+    let text: string;
+    try {
+      configuration = parseConfiguration(payload);
+      text = JSON.stringify(payload);
+    } catch (exc) {
+      if (!(exc instanceof InvalidDefinition || exc instanceof TypeError)) throw exc;
+      this.reject("configuration", `unusable configuration: ${exc.message}`);
+      return;
+    }
+    for (const problem of configuration.problems) this.reject("configuration", problem);
+    if (text === this.configurationText) {
+      if (!fromCache) this.configurationFromPolar = true; // Polar confirmed the cached one
+      return;
+    }
+    if (fromCache && this.configurationFromPolar) return; // what Polar sent beats any cache
+    this.configuration = configuration;
+    this.configurationText = text;
+    this.configurationFromPolar = !fromCache;
+    this.balances.clear();
+    if (!fromCache) this.outbox.push({ kind: "StoreConfiguration", key: CONFIGURATION_KEY, text });
+  }
+
+  // -- writes ---------------------------------------------------------------------------------
+
+  /** Validate an event and return the script that tracks it. Throws InvalidEvent for input Polar
+   * would refuse, NotReady when no configuration has arrived yet. The driver runs the script,
+   * then hands the reply to handle() as ScriptReplied. */
+  track(args: TrackArgs): RunScript {
+    const customer = customerOf(args.externalCustomerId, args.customerId);
+    const { timestampUs, nowUs, eventId } = args;
+    if (!Number.isSafeInteger(timestampUs)) throw new UsageError("timestamp_us must be an integer number of microseconds");
+    if (timestampUs > nowUs) throw new InvalidEvent("timestamp is in the future; Polar refuses such events");
+    if (timestampUs < 0) {
+      // A negative bucket makes events-hash fields ("-3:id") the Lua scripts cannot parse.
+      throw new InvalidEvent("timestamp is before 1970; outpost cannot bucket such events");
+    }
+    const event = buildEvent({ eventId, name: args.name, customer, metadata: args.metadata, timestampUs });
+    if (this.configuration === null) {
+      throw new NotReady("no configuration from Polar yet: cannot tell which meters count it");
+    }
+    const bucket = floorBucket(timestampUs);
+    const shard = customer.shard;
+    const keys = [outboxKey(shard)];
+    const values: string[] = [];
+    const states: string[] = [];
+    const meterIds: string[] = [];
+    const reducers = this.configuration.reducers;
+    for (const [reducerId, value] of this.configuration.contributions(event.view())) {
+      if (Math.abs(value) > MAX_VALUE) {
+        throw new InvalidEvent(
+          `${reducerId} counts a value of ${reprFloat(value)}; outpost refuses values beyond ` +
+            "±1e+300 (a bucket's sum of them would overflow)",
+        );
+      }
+      meterIds.push(...(reducers.get(reducerId) as Reducer).meterIds);
+      const state = stateKey(customer, reducerId);
+      keys.push(state, eventsKey(state));
+      values.push(String(this.knownRev(state)), formatNumber(value));
+      states.push(state);
+    }
+    const scriptArgs = [
+      channel(shard, this.settings.channelNamespace),
+      `${bucket}:${eventId}`,
+      String(bucket),
+      JSON.stringify(event.ingestItem()),
+      JSON.stringify(states),
+      ...values,
+    ];
+    return runScript("track", keys, scriptArgs, null, meterIds);
+  }
+
+  // -- reads ----------------------------------------------------------------------------------
+
+  /** The warm path: a balance computed since the last change, or null. */
+  cachedBalance(meterId: string, externalCustomerId: string | null, customerId: string | null): Balance | null {
+    return this.balances.get(readKey(meterId, externalCustomerId, customerId)) ?? null;
+  }
+
+  /** The balance from memory, or null while its copy is not ready. null also starts what makes it
+   * ready (a load); wait for a change and ask again. Throws UnknownMeter, UnsupportedMeter or
+   * InvalidEvent (a bad customer argument) at once. */
+  read(meterId: string, externalCustomerId: string | null = null, customerId: string | null = null): Balance | null {
+    if (typeof meterId !== "string" || !meterId) {
+      throw new UsageError(`meter_id must be a non-empty string, got ${repr(meterId)}`);
+    }
+    const customer = customerOf(externalCustomerId, customerId);
+    const reducer = this.reducer(meterId, true);
+    if (reducer === null) return null;
+    const mirror = this.follow(customer, reducer.id);
+    if (!mirror.loaded) return null;
+    if (mirror.state.coldUntil === null) {
+      this.remote?.lost(customer); // e.g. its keys expired: ask Polar again
+      return null;
+    }
+    if (this.remote !== null && !this.remote.follow(customer).applied) return null;
+    const balance = computeBalance(meterId, customer, reducer.aggregation.func, mirror.state);
+    const key = readKey(meterId, externalCustomerId ?? null, customerId ?? null);
+    this.balances.set(key, balance);
+    mirror.readKeys.add(key);
+    return balance;
+  }
+
+  /** Why read() returns null, for the NotReady message. Throws UnknownMeter when the meter is
+   * still missing from the configuration. */
+  notReadyReason(meterId: string, externalCustomerId: string | null, customerId: string | null): string {
+    const reducer = this.reducer(meterId, false);
+    if (reducer === null) return "no configuration from Polar yet";
+    const customer = customerOf(externalCustomerId, customerId);
+    const mirror = this.mirrors.get(stateKey(customer, reducer.id));
+    if (mirror === undefined || !mirror.loaded) return `the local state of ${customer} could not be loaded from Redis`;
+    if (this.remote === null) return `no snapshot for ${customer} in Redis yet (this instance has no access token)`;
+    const link = this.remote.link;
+    let status: string = link.state;
+    if (link.state !== LinkState.OPEN && link.lastError) status += `: ${link.lastError}`;
+    return `no snapshot from Polar for ${customer} yet (WebSocket ${status})`;
+  }
+
+  private reducer(meterId: string, waiting: boolean): Reducer | null {
+    if (this.configuration === null) return null;
+    const reducer = this.configuration.reducerFor(meterId);
+    if (reducer === null) {
+      if (waiting && this.remote !== null && !this.configurationFromPolar) {
+        return null; // the cached configuration may predate the meter: wait for Polar's
+      }
+      throw new UnknownMeter(`meter ${reprString(meterId)} is not in Polar's configuration`);
+    }
+    if (!reducer.aggregation.bucketed()) {
+      throw new UnsupportedMeter(
+        `meter ${reprString(meterId)} aggregates with ${reprString(reducer.aggregation.func)}, which cannot ` +
+          "be reduced into buckets; read it from Polar's API instead",
+      );
+    }
+    return reducer;
+  }
+
+  private follow(customer: Customer, reducerId: string): Mirror {
+    const key = stateKey(customer, reducerId);
+    let mirror = this.mirrors.get(key);
+    if (mirror === undefined) {
+      mirror = new Mirror(key, customer, reducerId);
+      this.mirrors.set(key, mirror);
+      this.load(mirror);
+      this.remote?.follow(customer);
+    }
+    return mirror;
+  }
+
+  /** The identities this instance keeps a copy of (for inspection). */
+  get followed(): Mirror[] {
+    return [...this.mirrors.values()];
+  }
+
+  // -- keeping copies current -----------------------------------------------------------------
+
+  private load(mirror: Mirror): void {
+    this.log.debug(`outpost loads ${mirror.key} (copy at revision ${mirror.rev})`);
+    this.retryAt.delete(mirror.key);
+    this.outbox.push({ kind: "LoadIdentity", key: mirror.key });
+  }
+
+  private changes(raw: unknown): void {
+    let changes;
+    try {
+      changes = parseChanges(raw);
+    } catch (exc) {
+      if (!(exc instanceof Malformed)) throw exc;
+      this.reject("change", `unreadable change from Redis: ${exc.message}`);
+      return;
+    }
+    for (const change of changes ?? []) {
+      const mirror = this.mirrors.get(change.key);
+      if (mirror === undefined) continue;
+      const outcome = mirror.offer(change);
+      // Applied, or waiting behind a load: either way the cached balance is stale.
+      if (outcome !== Offer.IGNORED) this.invalidate(mirror);
+      if (outcome === Offer.GAP) this.load(mirror);
+    }
+  }
+
+  private loaded(key: string, fields: RawFields): void {
+    const mirror = this.mirrors.get(key);
+    if (mirror === undefined) return;
+    const text = new Map<string, string>();
+    const entries = fields instanceof Map ? [...fields.entries()] : Object.entries(fields);
+    for (const [name, value] of entries) {
+      const nameS = textOf(name);
+      const valueS = textOf(value);
+      if (nameS === null || valueS === null) {
+        this.reject("state", `${key}: field that is not UTF-8 text`);
+        continue;
+      }
+      text.set(nameS, valueS);
+    }
+    this.log.debug(`outpost loaded ${key} at revision ${text.get("rev") ?? "None"}`);
+    if (!mirror.loadedWith(text)) this.load(mirror);
+    for (const problem of mirror.state.problems) this.reject("state", `${key}: unreadable field ${problem}`);
+    this.invalidate(mirror);
+  }
+
+  private invalidate(mirror: Mirror): void {
+    for (const key of mirror.readKeys) this.balances.delete(key);
+    mirror.readKeys.clear();
+  }
+
+  private tick(now: number, wallUs: number): void {
+    this.now = now;
+    if (this.remote !== null) {
+      this.remote.wallUs = wallUs;
+      this.remote.tick(now);
+    }
+    for (const [key, due] of [...this.retryAt]) {
+      if (due <= now) this.load(this.mirrors.get(key) as Mirror);
+    }
+  }
+}

@@ -1,0 +1,136 @@
+/** Polar's snapshots: parsing them, and the per-customer flow that applies them
+ * (outpost_core/_snapshots.py). A snapshot is applied in three steps, one customer at a time:
+ * list the pending events of the customer's identities, ask Polar which of those before
+ * cold_until the snapshot counts, then run apply_snapshot with the answer. */
+
+import { Aggregate, isNumber, isObject } from "./aggregate.js";
+import { Customer } from "./keys.js";
+import { reprString } from "./pyrepr.js";
+import { BUCKET_US } from "./time.js";
+
+export const MAX_IDS_PER_QUESTION = 10_000;
+
+/** A snapshot payload that does not follow docs/protocol.md. */
+export class MalformedSnapshot extends Error {}
+
+export interface Snapshot {
+  readonly snapshotId: string;
+  readonly requestId: string | null;
+  readonly customer: Customer;
+  readonly asOf: number;
+  readonly coldUntil: number;
+  readonly reducers: ReadonlyMap<string, Aggregate>;
+  readonly credited: ReadonlyMap<string, number>;
+}
+
+export function newerThan(a: Snapshot, b: Snapshot): boolean {
+  return a.coldUntil > b.coldUntil || (a.coldUntil === b.coldUntil && a.asOf > b.asOf);
+}
+
+export function parseSnapshot(payload: unknown): Snapshot {
+  if (!isObject(payload)) throw new MalformedSnapshot("payload is not an object");
+  const { snapshot_id: snapshotId, request_id: requestId } = payload;
+  if (typeof snapshotId !== "string" || !snapshotId) throw new MalformedSnapshot("snapshot_id missing");
+  if (requestId !== undefined && requestId !== null && typeof requestId !== "string") {
+    throw new MalformedSnapshot("request_id is not a string");
+  }
+  const customer = customerIn(payload);
+  const { as_of: asOf, cold_until: coldUntil } = payload;
+  for (const [name, value] of [["as_of", asOf], ["cold_until", coldUntil]] as const) {
+    if (!Number.isSafeInteger(value) || (value as number) < 0) {
+      throw new MalformedSnapshot(`${name} is not a non-negative integer`);
+    }
+  }
+  if ((coldUntil as number) % BUCKET_US) throw new MalformedSnapshot("cold_until is not a bucket boundary");
+  const { reducers: rawReducers, credited: rawCredited } = payload;
+  if (!isObject(rawReducers) || !isObject(rawCredited)) {
+    throw new MalformedSnapshot("reducers and credited must be objects");
+  }
+  const reducers = new Map<string, Aggregate>();
+  for (const [reducerId, obj] of Object.entries(rawReducers)) {
+    const aggregate = Aggregate.fromWire(obj);
+    if (aggregate === null) throw new MalformedSnapshot(`reducer ${reprString(reducerId)} has no valid aggregate`);
+    reducers.set(reducerId, aggregate);
+  }
+  const credited = new Map<string, number>();
+  for (const [meterId, units] of Object.entries(rawCredited)) {
+    if (!isNumber(units)) throw new MalformedSnapshot(`credited[${reprString(meterId)}] is not a number`);
+    credited.set(meterId, units);
+  }
+  return {
+    snapshotId,
+    requestId: (requestId as string | undefined) ?? null,
+    customer,
+    asOf: asOf as number,
+    coldUntil: coldUntil as number,
+    reducers,
+    credited,
+  };
+}
+
+export function customerIn(payload: Record<string, unknown>): Customer {
+  const external = payload.external_customer_id ?? null;
+  const internal = payload.customer_id ?? null;
+  if (typeof external === "string" && internal === null) return new Customer("external", external);
+  if (typeof internal === "string" && external === null) return new Customer("customer", internal);
+  throw new MalformedSnapshot("exactly one of external_customer_id and customer_id must be a string");
+}
+
+export enum Step {
+  IDLE = "idle",
+  LISTING = "listing",
+  ASKING = "asking",
+  APPLYING = "applying",
+}
+
+export class CustomerFlow {
+  /** The snapshot request in flight (null once answered, or when none was sent). */
+  requestId: string | null = null;
+  requestedAt = 0;
+  step = Step.IDLE;
+  current: Snapshot | null = null;
+  waiting: Snapshot | null = null;
+  /** Event id → the events-hash fields holding it, for the pending events before cold_until. */
+  readonly candidates = new Map<string, string[]>();
+  readonly questions = new Set<string>();
+  readonly counted = new Set<string>();
+  /** Per reducer, per meter: the consumption read before the snapshot in progress. */
+  before = new Map<string, Map<string, number>>();
+
+  constructor(
+    readonly customer: Customer,
+    /** Whether this instance applied a snapshot of this customer since it started following it. */
+    public applied = false,
+  ) {}
+
+  /** Take a snapshot; true when it should start now. */
+  offer(snapshot: Snapshot): boolean {
+    if (this.step === Step.IDLE) {
+      this.current = snapshot;
+      return true;
+    }
+    if (this.waiting === null || newerThan(snapshot, this.waiting)) this.waiting = snapshot;
+    return false;
+  }
+
+  /** The link dropped: whatever was in progress is abandoned (it is asked for again). */
+  reset(): void {
+    this.step = Step.IDLE;
+    this.current = this.waiting = null;
+    this.requestId = null;
+    this.candidates.clear();
+    this.questions.clear();
+    this.counted.clear();
+  }
+
+  /** The current snapshot is done; return the next one to start, if any. */
+  finish(): Snapshot | null {
+    this.step = Step.IDLE;
+    this.candidates.clear();
+    this.questions.clear();
+    this.counted.clear();
+    this.current = this.waiting;
+    this.waiting = null;
+    return this.current;
+  }
+}

@@ -1,0 +1,843 @@
+/** The Outpost client for Node: a thin driver that moves replies and messages between Redis,
+ * Polar and the sans-IO core (../core), and runs the effects the core asks for. It mirrors the
+ * Python SDK's AsyncOutpost method for method: track(), balance(), flush(), close().
+ *
+ * JavaScript runs one callback at a time, so the core needs no lock: each call into it runs to
+ * its end before any other input is handed to it. */
+
+import { randomBytes, randomUUID } from "node:crypto";
+import { hostname } from "node:os";
+import { connect as netConnect, type Socket } from "node:net";
+import { connect as tlsConnect } from "node:tls";
+import { Redis } from "ioredis";
+import type { Balance } from "../core/balance.js";
+import { Delivery, type DeliverySettings, GROUP, type Action, type Outcome, makeDeliverySettings, retryAfter, withKnownRevs } from "../core/delivery.js";
+import type { Effect, RunScript } from "../core/effects.js";
+import { InvalidEvent, NotReady, OutpostClosed, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "../core/errors.js";
+import type { Input } from "../core/inputs.js";
+import { ALL_OUTBOXES, CONFIGURATION_KEY, allChannels, namespaceOfDatabase } from "../core/keys.js";
+import { Link, Target } from "../core/link.js";
+import { SCRIPT_SHA1, SCRIPT_TEXT } from "../core/scripts.generated.js";
+import { type Logger, Session, makeSettings } from "../core/session.js";
+import { toUs } from "../core/time.js";
+import { Signal, monotonic, sleep, wallUs } from "./signal.js";
+import { Telemetry, customerAttribute } from "./telemetry.js";
+import { Traces } from "./traces.js";
+
+export const DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0";
+export const DEFAULT_SERVER_URL = "https://api.polar.sh";
+const POLL = 0.25; // seconds between two looks at the core's deadlines
+const SETTLE = 0.1; // seconds a waiting read sleeps at most between two looks at its copy
+const USER_AGENT = "outpost-node/0.1.0";
+
+export type DroppedCallback = (events: unknown[], reason: string) => unknown;
+
+export interface Clock {
+  now(): Date;
+}
+
+export interface OutpostOptions {
+  /** Polar organization access token (default: env POLAR_ACCESS_TOKEN). */
+  accessToken?: string;
+  /** Redis to keep the state in (default: env REDIS_URL, else local Redis). */
+  redisUrl?: string;
+  /** An existing ioredis client to use instead of redisUrl; close() does not close it. */
+  redis?: Redis;
+  /** Polar's API (default: env POLAR_SERVER_URL, else https://api.polar.sh). */
+  serverUrl?: string;
+  /** Seconds a first read waits for Polar's snapshot before NotReady. */
+  snapshotTimeout?: number;
+  /** Deliveries of a batch before its events are dropped. */
+  maxAttempts?: number;
+  /** Called with the events Polar will never count, and why. */
+  onDropped?: DroppedCallback;
+  /** false (or env POLAR_OUTPOST_TELEMETRY=0) records nothing. */
+  telemetry?: boolean;
+  /** Where event timestamps come from. */
+  clock?: Clock;
+  /** Ingestion requests this instance may have open at once. */
+  maxInFlight?: number;
+  batchSize?: number;
+  linger?: number;
+  claimIdle?: number;
+  retryBase?: number;
+  logger?: Logger;
+  /** Where telemetry is exported (Polar's relay; default: serverUrl) and every how many seconds. */
+  telemetryUrl?: string;
+  telemetryInterval?: number;
+  /** A directory to write conformance traces to (session.jsonl, delivery-<n>.jsonl): every input
+   * of the core and its answers, replayable by this core and the Python one. Debugging only. */
+  recordTo?: string;
+}
+
+export interface TrackOptions {
+  externalCustomerId?: string;
+  customerId?: string;
+  metadata?: Record<string, unknown>;
+  timestamp?: Date;
+  eventId?: string;
+}
+
+export interface CustomerOptions {
+  externalCustomerId?: string;
+  customerId?: string;
+}
+
+const CONSOLE: Logger = {
+  debug: () => {},
+  warn: (message) => console.warn(message),
+};
+
+/** Replies of this instance's own scripts, to recognise (and skip) their echo on the channel. */
+class Echoes {
+  private readonly expected = new Map<string, number>();
+  constructor(private readonly size = 4096) {}
+
+  expect(reply: unknown): void {
+    if (typeof reply !== "string") return;
+    this.expected.set(reply, (this.expected.get(reply) ?? 0) + 1);
+    if (this.expected.size > this.size) this.expected.delete(this.expected.keys().next().value as string);
+  }
+
+  seen(data: string): boolean {
+    const count = this.expected.get(data);
+    if (count === undefined) return false;
+    if (count > 1) this.expected.set(data, count - 1);
+    else this.expected.delete(data);
+    return true;
+  }
+}
+
+interface LinkSocket {
+  socket: Socket;
+  reported: boolean;
+}
+
+export class Outpost {
+  private readonly redis: Redis;
+  private readonly ownsRedis: boolean;
+  private readonly channels: string[];
+  private readonly accessToken: string | null;
+  private readonly serverUrl: string;
+  private readonly core: Session;
+  private readonly log: Logger;
+  private readonly deliverySettings: DeliverySettings;
+  private readonly maxInFlight: number;
+  private readonly onDropped: DroppedCallback | null;
+  private readonly deliveries: Delivery[] = [];
+  private readonly connections: Redis[] = [];
+  private readonly telemetry: Telemetry;
+  private readonly clock: Clock | null;
+  private readonly traces: Traces;
+  private readonly signal = new Signal();
+  private readonly echoes = new Echoes();
+  private readonly consumer = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  private readonly workers: Promise<void>[] = [];
+  /** Aborts the ingestion requests in flight when the instance closes. */
+  private readonly closing = new AbortController();
+  private subscriber: Redis | null = null;
+  private link: LinkSocket | null = null;
+  private flushing = 0;
+  private settling = 0;
+  private starting: Promise<void> | null = null;
+  private closed = false;
+  private isSubscribed = false;
+
+  constructor(options: OutpostOptions = {}) {
+    const maxInFlight = options.maxInFlight ?? 1;
+    if (maxInFlight < 1) throw new UsageError("max_in_flight must be at least 1");
+    this.log = options.logger ?? CONSOLE;
+    this.ownsRedis = options.redis === undefined;
+    this.redis = options.redis ?? connectRedis(options.redisUrl ?? process.env.REDIS_URL ?? DEFAULT_REDIS_URL);
+    // Pub/sub ignores numbered databases: name the channels after ours.
+    const namespace = namespaceOfDatabase(Number(this.redis.options.db ?? 0));
+    this.channels = allChannels(namespace);
+    this.accessToken = options.accessToken ?? process.env.POLAR_ACCESS_TOKEN ?? null;
+    this.serverUrl = options.serverUrl ?? process.env.POLAR_SERVER_URL ?? DEFAULT_SERVER_URL;
+    this.traces = new Traces(options.recordTo ?? null);
+    const link = this.accessToken ? new Link(Target.of(this.serverUrl), this.accessToken, this.traces.rng(0), (n) => randomBytes(n)) : null;
+    const settings = makeSettings({ snapshotTimeout: options.snapshotTimeout ?? 5.0, channelNamespace: namespace });
+    this.core = this.traces.session(new Session(settings, this.log, link), settings, link === null ? null : this.serverUrl);
+    const claimIdle = options.claimIdle ?? 300;
+    this.deliverySettings = makeDeliverySettings({
+      batchSize: options.batchSize ?? 500,
+      linger: options.linger ?? 0.2,
+      maxAttempts: options.maxAttempts ?? 10,
+      claimIdle,
+      claimInterval: Math.min(30, claimIdle / 2),
+      backoffBase: options.retryBase ?? 0.5,
+      channelNamespace: namespace,
+    });
+    this.maxInFlight = maxInFlight;
+    this.onDropped = options.onDropped ?? null;
+    this.telemetry = new Telemetry(
+      (options.telemetry ?? true) && process.env.POLAR_OUTPOST_TELEMETRY !== "0",
+      { url: options.telemetryUrl ?? this.serverUrl, token: this.accessToken, interval: options.telemetryInterval ?? 30 },
+      (message) => this.log.warn(message),
+    );
+    this.clock = options.clock ?? null;
+  }
+
+  // -- lifecycle ------------------------------------------------------------------------------
+
+  /** Start the background work (the first call of any method does it too). */
+  async start(): Promise<this> {
+    await this.ensureStarted();
+    return this;
+  }
+
+  private ensureStarted(): Promise<void> {
+    if (this.closed) return Promise.reject(new OutpostClosed("this Outpost instance is closed"));
+    this.starting ??= this.startNow();
+    return this.starting;
+  }
+
+  private async startNow(): Promise<void> {
+    await this.readCachedConfiguration();
+    this.subscribe();
+    this.workers.push(this.tickLoop());
+    if (this.accessToken) {
+      for (let n = 0; n < this.maxInFlight; n++) {
+        const started = monotonic();
+        const delivery = this.traces.delivery(n, new Delivery(this.deliverySettings, this.traces.rng(n + 1), started), this.deliverySettings, started);
+        this.deliveries.push(delivery);
+        // A blocking XREADGROUP needs a connection of its own: ioredis pipelines one socket.
+        const connection = this.redis.duplicate();
+        connection.on("error", () => {});
+        this.connections.push(connection);
+        this.workers.push(this.deliveryLoop(delivery, connection));
+      }
+    } else {
+      this.log.warn("outpost has no access token: events stay queued in Redis until an instance with a token delivers them");
+    }
+  }
+
+  /** Deliver every event queued when the call started, by any instance. Resolves true once each
+   * was delivered or dropped (and reported), false if some were still queued after `timeout`
+   * seconds (they stay queued, nothing is lost). */
+  async flush(timeout = 10.0): Promise<boolean> {
+    await this.ensureStarted();
+    const marks = await this.outboxMarks();
+    const deadline = monotonic() + timeout;
+    this.flushing += 1;
+    this.signal.fire();
+    try {
+      for (;;) {
+        const version = this.signal.version;
+        if (!this.settling && (await this.outboxSettled(marks))) return true;
+        const remaining = deadline - monotonic();
+        if (remaining <= 0) return false;
+        await this.signal.wait(version, Math.min(remaining, 0.05));
+      }
+    } finally {
+      this.flushing -= 1;
+    }
+  }
+
+  /** Flush (up to `timeout` seconds), stop the background work and release connections. Safe to
+   * call twice. */
+  async close(timeout = 10.0): Promise<void> {
+    if (this.closed) return;
+    if (this.starting !== null && this.deliveries.length) {
+      try {
+        await this.flush(timeout);
+      } catch {
+        // Redis down: the events stay queued in Redis for another instance
+      }
+    }
+    this.feed({ kind: "Closing" }); // a close frame to Polar while the socket is still open
+    this.closed = true;
+    this.closing.abort();
+    this.signal.fire();
+    const link = this.link;
+    this.link = null;
+    if (link !== null) {
+      link.reported = true;
+      link.socket.end(); // after the close frame Closing queued; destroyed if Polar lingers
+      setTimeout(() => link.socket.destroy(), 1000).unref();
+    }
+    for (const connection of this.connections) connection.disconnect();
+    this.subscriber?.disconnect();
+    await Promise.allSettled(this.workers);
+    await this.telemetry.shutdown(monotonic(), ...this.syncCounts());
+    if (this.ownsRedis) this.redis.disconnect();
+    await this.traces.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  /** Why delivery to Polar is stalled (a rejected token, a wrong URL), or null. */
+  get deliveryStalled(): string | null {
+    return this.deliveries.find((d) => d.stalled)?.stalled ?? null;
+  }
+
+  /** Whether the WebSocket to Polar is open. */
+  get connected(): boolean {
+    return this.core.connected;
+  }
+
+  /** Whether the copies are following Redis's change channels right now. */
+  get subscribed(): boolean {
+    return this.isSubscribed;
+  }
+
+  /** How many inputs from peers were rejected, by kind (each was logged). */
+  get rejections(): Record<string, number> {
+    const counts = Object.fromEntries(this.core.rejections);
+    const outbox = this.deliveries.reduce((n, d) => n + d.rejectedEntries, 0);
+    if (outbox) counts.outbox_entry = outbox;
+    return counts;
+  }
+
+  // -- track ----------------------------------------------------------------------------------
+
+  /** Record one event; resolve to its id (sent to Polar as external_id). When it resolves, the
+   * event is in Redis: every read, on every instance sharing the Redis, counts it, and it will
+   * reach Polar or be reported to onDropped.
+   *
+   * Rejects with InvalidEvent (Polar would refuse it; nothing was written), NotReady (no
+   * configuration within snapshotTimeout) or RedisUnavailable (a retry with the same eventId is
+   * then safe). */
+  async track(name: string, options: TrackOptions = {}): Promise<string> {
+    await this.ensureStarted();
+    const started = performance.now();
+    const customer = this.telemetry.enabled ? customerAttribute(options.externalCustomerId, options.customerId) : "";
+    try {
+      const [eventId, run] = await this.trackNow(name, options);
+      this.telemetry.tracked(customer, run.meterIds, (performance.now() - started) / 1000, "ok", (run.keys.length - 1) / 2);
+      return eventId;
+    } catch (exc) {
+      const outcome = exc instanceof InvalidEvent ? "invalid" : exc instanceof NotReady ? "not_ready" : exc instanceof RedisUnavailable ? "redis_error" : null;
+      if (outcome !== null) this.telemetry.tracked(customer, [], (performance.now() - started) / 1000, outcome, 0);
+      throw exc;
+    }
+  }
+
+  private async trackNow(name: string, options: TrackOptions): Promise<[string, RunScript]> {
+    const nowUs = this.nowUs();
+    let timestampUs = nowUs;
+    if (options.timestamp !== undefined) {
+      if (!(options.timestamp instanceof Date) || Number.isNaN(options.timestamp.getTime())) {
+        throw new InvalidEvent("timestamp must be a valid Date");
+      }
+      timestampUs = toUs(options.timestamp);
+    }
+    const eventId = options.eventId ?? randomUUID().replaceAll("-", "");
+    if (typeof eventId !== "string") throw new InvalidEvent("event_id must be a string");
+    const args = {
+      name,
+      externalCustomerId: options.externalCustomerId,
+      customerId: options.customerId,
+      metadata: options.metadata,
+      timestampUs,
+      nowUs,
+      eventId,
+    };
+    let run: RunScript;
+    try {
+      run = this.core.track(args);
+    } catch (exc) {
+      if (!(exc instanceof NotReady)) throw exc;
+      await this.waitForConfiguration();
+      run = this.core.track(args);
+    }
+    const reply = await this.script(run.script, run.keys, run.args);
+    this.echoes.expect(reply);
+    this.core.handle({ kind: "ScriptReplied", reply, tag: null });
+    const effects = this.core.effects();
+    if (effects.length) await this.run(effects);
+    return [eventId, run];
+  }
+
+  private async script(name: string, keys: string[], args: string[], client: Redis = this.redis): Promise<unknown> {
+    try {
+      try {
+        return await client.evalsha(SCRIPT_SHA1[name] as string, keys.length, ...keys, ...args);
+      } catch (exc) {
+        if (!String(exc).includes("NOSCRIPT")) throw exc;
+        return await client.eval(SCRIPT_TEXT[name] as string, keys.length, ...keys, ...args);
+      }
+    } catch (exc) {
+      throw new RedisUnavailable(`Redis failed running ${name}: ${String(exc)}`);
+    }
+  }
+
+  private async waitForConfiguration(): Promise<void> {
+    const deadline = monotonic() + this.core.settings.snapshotTimeout;
+    while (this.core.configuration === null) {
+      const remaining = deadline - monotonic();
+      if (remaining <= 0) throw new NotReady("no configuration from Polar yet: cannot tell which meters count the event");
+      const version = this.signal.version;
+      await this.readCachedConfiguration();
+      await this.signal.wait(version, Math.min(remaining, SETTLE));
+    }
+  }
+
+  // -- balance --------------------------------------------------------------------------------
+
+  /** The customer's balance of a meter, from memory once warm. The first read of a customer
+   * waits for its state (and Polar's snapshot) up to snapshotTimeout; later reads cost no
+   * network call. Rejects with NotReady, UnknownMeter or UnsupportedMeter. */
+  balance(meterId: string, customer: CustomerOptions = {}): Promise<Balance> {
+    // The warm path is not an async function: no frame of its own, one resolved promise.
+    if (this.closed) return Promise.reject(new OutpostClosed("this Outpost instance is closed"));
+    const external = customer.externalCustomerId ?? null;
+    const internal = customer.customerId ?? null;
+    const telemetry = this.telemetry.enabled;
+    const started = telemetry ? performance.now() : 0;
+    const cached = this.core.cachedBalance(meterId, external, internal);
+    if (cached !== null) {
+      if (telemetry) this.telemetry.readDone(meterId, customerAttribute(external, internal), (performance.now() - started) / 1000, "warm");
+      return Promise.resolve(cached);
+    }
+    return this.coldBalance(meterId, external, internal, started);
+  }
+
+  private async coldBalance(meterId: string, external: string | null, internal: string | null, started: number): Promise<Balance> {
+    let outcome = "not_ready";
+    try {
+      const found = await this.balanceWhenReady(meterId, external, internal);
+      outcome = "cold";
+      return found;
+    } catch (exc) {
+      if (exc instanceof UnknownMeter) outcome = "unknown_meter";
+      else if (exc instanceof UnsupportedMeter) outcome = "unsupported_meter";
+      throw exc;
+    } finally {
+      if (this.telemetry.enabled) this.telemetry.readDone(meterId, customerAttribute(external, internal), (performance.now() - started) / 1000, outcome);
+    }
+  }
+
+  private async balanceWhenReady(meterId: string, external: string | null, internal: string | null): Promise<Balance> {
+    await this.ensureStarted();
+    const deadline = monotonic() + this.core.settings.snapshotTimeout;
+    for (;;) {
+      const version = this.signal.version;
+      const found = this.core.read(meterId, external, internal);
+      const effects = this.core.effects();
+      if (found !== null) return found;
+      if (effects.length) {
+        await this.run(effects);
+        continue;
+      }
+      const remaining = deadline - monotonic();
+      if (remaining <= 0) {
+        const reason = this.core.notReadyReason(meterId, external, internal);
+        throw new NotReady(`${reason} after ${this.core.settings.snapshotTimeout} s`);
+      }
+      if (this.core.configuration === null) await this.readCachedConfiguration();
+      await this.signal.wait(version, Math.min(remaining, SETTLE));
+    }
+  }
+
+  // -- driving the core -----------------------------------------------------------------------
+
+  /** Run effects, and those their outcomes cause, until the core asks for nothing more. */
+  private async run(effects: Effect[]): Promise<void> {
+    while (effects.length) {
+      for (const effect of effects) {
+        switch (effect.kind) {
+          case "LoadIdentity":
+            await this.load(effect.key);
+            break;
+          case "StoreConfiguration":
+            try {
+              await this.redis.set(effect.key, effect.text);
+            } catch (exc) {
+              this.log.warn(`outpost could not cache the configuration: ${String(exc)}`);
+            }
+            break;
+          case "RunScript": {
+            let reply: unknown;
+            try {
+              reply = await this.script(effect.script, effect.keys, effect.args);
+            } catch (exc) {
+              this.log.warn(`outpost: ${String(exc)}`);
+              if (effect.tag !== null) this.core.handle({ kind: "ScriptFailed", tag: effect.tag });
+              continue;
+            }
+            this.core.handle({ kind: "ScriptReplied", reply, tag: effect.tag });
+            break;
+          }
+          case "SendBytes":
+            this.send(effect.data);
+            break;
+          case "ListPending":
+            await this.listPending(effect.tag, effect.keys);
+            break;
+          case "OpenConnection":
+            this.open(effect.host, effect.port, effect.tls);
+            break;
+          case "CloseConnection":
+            this.dropSocket();
+            break;
+        }
+      }
+      effects = this.core.effects();
+    }
+    const seen = this.core.observations();
+    if (seen.length) this.telemetry.observe(seen);
+    this.signal.fire();
+  }
+
+  /** Hand one input to the core and run what it asks for (in the background). */
+  private feed(input: Input): void {
+    this.core.handle(input);
+    const effects = this.core.effects();
+    if (effects.length || input.kind !== "Tick") {
+      this.run(effects).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
+    }
+  }
+
+  private tick(): void {
+    this.feed({ kind: "Tick", now: monotonic(), wallUs: this.nowUs() });
+  }
+
+  private untilDeadline(): number {
+    const deadline = this.core.nextDeadline();
+    if (deadline === null) return POLL;
+    return Math.min(Math.max(deadline - monotonic(), 0), POLL);
+  }
+
+  /** Time passes for the core: ticks at its deadlines, and at least every POLL seconds. */
+  private async tickLoop(): Promise<void> {
+    while (!this.closed) {
+      const version = this.signal.version;
+      this.tick();
+      if (this.telemetry.enabled) {
+        const organization = this.core.configuration?.organizationId;
+        if (organization !== undefined) this.telemetry.exportToRelay(organization);
+        this.telemetry.flush(monotonic(), ...this.syncCounts());
+      }
+      await this.signal.wait(version, this.untilDeadline());
+    }
+  }
+
+  private async load(key: string): Promise<void> {
+    let fields: Record<string, string>;
+    try {
+      fields = await this.redis.hgetall(key);
+    } catch (exc) {
+      this.log.warn(`outpost could not load ${key}: ${String(exc)}`);
+      this.core.handle({ kind: "LoadFailed", key });
+      return;
+    }
+    this.core.handle({ kind: "IdentityLoaded", key, fields });
+  }
+
+  private async listPending(tag: number, keys: string[]): Promise<void> {
+    const fields = new Map<string, unknown[]>();
+    try {
+      for (const key of keys) fields.set(key, await this.redis.hkeys(key));
+    } catch (exc) {
+      this.log.warn(`outpost could not list pending events: ${String(exc)}`);
+      this.core.handle({ kind: "ListFailed", tag });
+      return;
+    }
+    this.core.handle({ kind: "PendingListed", tag, fields });
+  }
+
+  private async readCachedConfiguration(): Promise<void> {
+    let text: string | null;
+    try {
+      text = await this.redis.get(CONFIGURATION_KEY);
+    } catch (exc) {
+      this.log.warn(`outpost could not read the cached configuration: ${String(exc)}`);
+      return;
+    }
+    if (text === null) return;
+    let payload: unknown = text;
+    try {
+      payload = JSON.parse(text);
+    } catch {
+      payload = text;
+    }
+    this.core.handle({ kind: "ConfigurationReceived", payload, fromCache: true });
+    await this.run(this.core.effects());
+  }
+
+  // -- Redis's change channels ----------------------------------------------------------------
+
+  /** Follow every shard's change channel; after any (re)subscription, reload the copies. */
+  private subscribe(): void {
+    const subscriber = this.redis.duplicate({ autoResubscribe: false, maxRetriesPerRequest: null });
+    this.subscriber = subscriber;
+    subscriber.on("error", (exc: unknown) => {
+      if (!this.closed) this.log.warn(`outpost lost its Redis subscription: ${String(exc)}`);
+    });
+    subscriber.on("close", () => {
+      this.isSubscribed = false;
+    });
+    subscriber.on("smessage", (_channel: string, message: string) => {
+      if (this.echoes.seen(message)) return; // this instance's own change, already applied
+      this.core.handle({ kind: "ChangePublished", data: message });
+      this.core.handle({ kind: "Tick", now: monotonic(), wallUs: this.nowUs() });
+      this.run(this.core.effects()).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
+    });
+    subscriber.on("ready", () => {
+      subscriber.ssubscribe(...this.channels).then(
+        () => {
+          if (this.closed) return;
+          this.isSubscribed = true;
+          this.feed({ kind: "SubscriberRestarted" });
+        },
+        (exc: unknown) => this.log.warn(`outpost could not subscribe: ${String(exc)}`),
+      );
+    });
+  }
+
+  // -- the WebSocket's socket -----------------------------------------------------------------
+
+  private open(host: string, port: number, tls: boolean): void {
+    if (this.closed) return;
+    const socket = tls ? tlsConnect({ host, port, servername: host }) : netConnect({ host, port });
+    const link: LinkSocket = { socket, reported: false };
+    let opened = false;
+    const fail = (reason: string) => {
+      if (link.reported) return;
+      link.reported = true;
+      if (this.link === link) this.link = null;
+      socket.destroy();
+      this.feed({ kind: "ConnectionFailed", now: monotonic(), reason });
+    };
+    const timer = setTimeout(() => fail("cannot connect: timed out"), 10_000);
+    socket.setNoDelay(true);
+    socket.once(tls ? "secureConnect" : "connect", () => {
+      clearTimeout(timer);
+      if (link.reported || this.closed) return socket.destroy();
+      opened = true;
+      this.link = link;
+      this.feed({ kind: "ConnectionOpened", now: monotonic() });
+    });
+    socket.on("data", (data: Buffer) => {
+      if (link.reported) return;
+      this.feed({ kind: "BytesReceived", now: monotonic(), data: new Uint8Array(data) });
+    });
+    socket.on("end", () => {
+      if (link.reported) return;
+      link.reported = true; // the core learns of the end from the empty read
+      if (this.link === link) this.link = null;
+      this.feed({ kind: "BytesReceived", now: monotonic(), data: new Uint8Array(0) });
+      socket.destroy();
+    });
+    socket.on("error", (exc: Error) => {
+      clearTimeout(timer);
+      fail(opened ? `connection lost: ${exc.message}` : `cannot connect: ${exc.message}`);
+    });
+    socket.on("close", () => {
+      clearTimeout(timer);
+      fail("connection lost: closed");
+    });
+  }
+
+  private send(data: Uint8Array): void {
+    const link = this.link;
+    if (link === null || link.socket.destroyed) return; // asked again on reconnect
+    link.socket.write(data);
+  }
+
+  /** The core dropped the connection: close the socket without telling it again. */
+  private dropSocket(): void {
+    const link = this.link;
+    this.link = null;
+    if (link === null) return;
+    link.reported = true;
+    link.socket.end();
+    setTimeout(() => link.socket.destroy(), 1000).unref();
+  }
+
+  // -- delivery -------------------------------------------------------------------------------
+
+  private async deliveryLoop(delivery: Delivery, connection: Redis): Promise<void> {
+    await this.retrying(() => this.createGroups(connection), undefined);
+    while (!this.closed) {
+      delivery.flushing = this.flushing > 0;
+      const action = delivery.poll(monotonic());
+      const outcome = await this.act(action, connection);
+      const rejected = delivery.rejectedEntries;
+      delivery.handle(outcome, monotonic(), this.nowUs());
+      if (delivery.rejectedEntries > rejected) {
+        this.log.warn(`outpost removed ${delivery.rejectedEntries - rejected} unreadable outbox entries`);
+      }
+      if (delivery.stalled && outcome.kind === "BatchAnswered") this.log.warn(`outpost delivery is stalled: ${delivery.stalled}`);
+      if (outcome.kind === "Settled") this.signal.fire();
+    }
+  }
+
+  /** Do one delivery action. Redis failures are retried until they succeed (or the instance
+   * closes): settling must not be skipped, and a read can simply wait. */
+  private act(action: Action, connection: Redis): Promise<Outcome> {
+    const nothing: Outcome =
+      action.kind === "ReadOutbox" || action.kind === "ClaimStale"
+        ? { kind: "OutboxRead", entries: [] }
+        : action.kind === "SettleScript"
+          ? { kind: "Settled", reply: null }
+          : action.kind === "PostBatch"
+            ? { kind: "BatchFailed", reason: "closing", maybeSent: false }
+            : action.kind === "ReportDropped"
+              ? { kind: "Reported" }
+              : { kind: "Done" };
+    return this.retrying(() => this.actOnce(action, connection), nothing);
+  }
+
+  /** call() until Redis answers; `closing` (nothing done, the work stays queued in Redis) once
+   * the instance is closing. */
+  private async retrying<T>(call: () => Promise<T>, closing: T): Promise<T> {
+    let backoff = 0.05;
+    for (;;) {
+      try {
+        return await call();
+      } catch (exc) {
+        if (this.closed) return closing;
+        if (String(exc).includes("NOGROUP")) {
+          // Redis lost its data (a restart without AOF); a failure here is retried too.
+          await this.createGroups(this.redis).catch(() => {});
+        } else {
+          this.log.warn(`outpost delivery: Redis failed (${String(exc)}); retrying`);
+          if (process.env.OUTPOST_DEBUG) console.log((exc as Error).stack);
+        }
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, 2);
+      }
+    }
+  }
+
+  private async actOnce(action: Action, connection: Redis): Promise<Outcome> {
+    switch (action.kind) {
+      case "ReadOutbox": {
+        const block = Math.trunc(action.block * 1000);
+        const args: (string | number)[] = ["GROUP", GROUP, this.consumer, "COUNT", action.count];
+        if (block > 0) args.push("BLOCK", block);
+        args.push("STREAMS", ...ALL_OUTBOXES, ...ALL_OUTBOXES.map(() => ">"));
+        // (ioredis's generic call() unwraps a one-stream answer: use the command's own method)
+        const xreadgroup = connection.xreadgroup.bind(connection) as unknown as (...a: (string | number)[]) => Promise<unknown>;
+        const reply = (await xreadgroup(...args)) as [string, [string, string[] | null][]][] | null;
+        const entries: [string, string, Map<string, string>][] = [];
+        for (const [stream, listing] of reply ?? []) {
+          for (const [id, flat] of listing ?? []) if (Array.isArray(flat)) entries.push([stream, id, pairs(flat)]);
+        }
+        return { kind: "OutboxRead", entries };
+      }
+      case "PostBatch":
+        return this.post(action.body);
+      case "SettleScript": {
+        // Told which revisions this instance holds, the script replies with what changed, so
+        // this instance's copies (and a flush() waiting on them) see it at once.
+        const call = withKnownRevs(action, (state) => this.core.knownRev(state));
+        this.settling += 1;
+        try {
+          const reply = await this.script(call.script, call.keys, call.args, connection);
+          this.core.handle({ kind: "ScriptReplied", reply, tag: null });
+          await this.run(this.core.effects());
+          return { kind: "Settled", reply };
+        } finally {
+          this.settling -= 1;
+        }
+      }
+      case "ReportDropped":
+        if (this.onDropped === null) {
+          this.log.warn(`outpost dropped ${action.events.length} events: ${action.reason}`);
+        } else {
+          try {
+            await this.onDropped([...action.events], action.reason);
+          } catch (exc) {
+            this.log.warn(`outpost: onDropped threw ${String(exc)}`);
+          }
+        }
+        return { kind: "Reported" };
+      case "RefreshClaim": {
+        const byStream = new Map<string, string[]>();
+        for (const [stream, id] of action.entries) byStream.set(stream, [...(byStream.get(stream) ?? []), id]);
+        for (const [stream, ids] of byStream) await connection.call("XCLAIM", stream, GROUP, this.consumer, 0, ...ids, "JUSTID");
+        return { kind: "Done" };
+      }
+      case "ClaimStale": {
+        const entries: [string, string, Map<string, string>][] = [];
+        for (const stream of ALL_OUTBOXES) {
+          const reply = (await connection.call("XAUTOCLAIM", stream, GROUP, this.consumer, Math.trunc(action.minIdle * 1000), "0-0", "COUNT", action.count)) as [string, [string, string[] | null][]];
+          for (const [id, flat] of reply[1] ?? []) if (Array.isArray(flat)) entries.push([stream, id, pairs(flat)]);
+        }
+        return { kind: "OutboxRead", entries };
+      }
+      case "Sleep": {
+        const version = this.signal.version;
+        await this.signal.wait(version, Math.min(action.until - monotonic(), POLL));
+        return { kind: "Done" };
+      }
+    }
+  }
+
+  private async post(body: Uint8Array): Promise<Outcome> {
+    let response: Response;
+    try {
+      response = await fetch(new URL("/v1/events/ingest", this.serverUrl), {
+        method: "POST",
+        body,
+        headers: { authorization: `Bearer ${this.accessToken}`, "content-type": "application/json", "user-agent": USER_AGENT },
+        signal: AbortSignal.any([AbortSignal.timeout(30_000), this.closing.signal]),
+      });
+    } catch (exc) {
+      const code = (exc as { cause?: { code?: string } }).cause?.code ?? "";
+      const refused = ["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT"];
+      if (refused.includes(code)) return { kind: "BatchFailed", reason: `could not connect to Polar: ${code}`, maybeSent: false };
+      return { kind: "BatchFailed", reason: `ingestion request failed: ${String(exc)}`, maybeSent: true };
+    }
+    let content: Uint8Array;
+    try {
+      content = new Uint8Array(await response.arrayBuffer());
+    } catch (exc) {
+      return { kind: "BatchFailed", reason: `ingestion request failed: ${String(exc)}`, maybeSent: true };
+    }
+    const wait = retryAfter(response.headers.get("retry-after"), this.nowUs());
+    return { kind: "BatchAnswered", status: response.status, body: content, retryAfter: wait };
+  }
+
+  private async createGroups(client: Redis): Promise<void> {
+    for (const stream of ALL_OUTBOXES) {
+      try {
+        await client.xgroup("CREATE", stream, GROUP, "0", "MKSTREAM");
+      } catch (exc) {
+        if (!String(exc).includes("BUSYGROUP")) throw exc;
+      }
+    }
+  }
+
+  private async outboxMarks(): Promise<Map<string, string>> {
+    const marks = new Map<string, string>();
+    for (const stream of ALL_OUTBOXES) {
+      const last = await this.redis.xrevrange(stream, "+", "-", "COUNT", 1);
+      if (last.length && last[0]) marks.set(stream, last[0][0]);
+    }
+    return marks;
+  }
+
+  private async outboxSettled(marks: Map<string, string>): Promise<boolean> {
+    for (const [stream, mark] of marks) {
+      if ((await this.redis.xrange(stream, "-", mark, "COUNT", 1)).length) return false;
+    }
+    return true;
+  }
+
+  private syncCounts(): [number, number] {
+    const remote = this.core.remote;
+    return remote === null ? [0, 0] : [remote.snapshotsReceived, remote.snapshotsApplied];
+  }
+
+  private nowUs(): number {
+    return this.clock === null ? wallUs() : toUs(this.clock.now());
+  }
+}
+
+function pairs(flat: string[]): Map<string, string> {
+  const out = new Map<string, string>();
+  for (let i = 0; i + 1 < flat.length; i += 2) out.set(flat[i] as string, flat[i + 1] as string);
+  return out;
+}
+
+function connectRedis(url: string): Redis {
+  const client = new Redis(url, { maxRetriesPerRequest: 2 });
+  client.on("error", () => {}); // each failed command reports it; ioredis reconnects by itself
+  return client;
+}

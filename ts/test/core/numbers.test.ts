@@ -1,0 +1,60 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { Aggregate, formatNumber, parseNumber } from "../../src/core/aggregate.js";
+import { Customer, encodeComponent, stateKey } from "../../src/core/keys.js";
+import { iso, isoPython } from "../../src/core/time.js";
+
+describe("numbers as lib.lua's fmt writes them (conformance/README.md §2)", () => {
+  const cases: [number, string][] = [
+    [0.1 + 0.2, "0.30000000000000004"],
+    [1e16, "1e+16"],
+    [12345678901234568, "12345678901234568"],
+    [2.5e-7, "2.5e-07"],
+    [9007199254740992, "9007199254740992"],
+    [5e-324, "4.94065645841247e-324"],
+    [-0, "0"],
+    [1.5, "1.5"],
+    [-1e21, "-1e+21"],
+    [123456.789, "123456.789"],
+    [1e-5, "1e-05"],
+    [1 / 3, "0.3333333333333333"],
+    [2 ** 53 - 1, "9007199254740991"],
+  ];
+  for (const [value, text] of cases) {
+    it(`${value} → ${text}`, () => {
+      assert.equal(formatNumber(value), text);
+      assert.equal(parseNumber(text), value === 0 ? 0 : value);
+    });
+  }
+
+  it("refuses what tonumber would not read the same", () => {
+    for (const text of ["", "1.", ".5", "0x10", "inf", "nan", "1e999", " 1", "+1"]) assert.equal(parseNumber(text), null, text);
+  });
+
+  it("encodes and decodes aggregates", () => {
+    assert.equal(new Aggregate().encode(), "0 0 - -");
+    assert.equal(Aggregate.of([3, 0.5, 10]).encode(), "3 13.5 0.5 10");
+    assert.deepEqual(Aggregate.decode("3 13.5 0.5 10"), Aggregate.of([3, 0.5, 10]));
+    for (const bad of ["1 1 - -", "0 1 - -", "2 3 5 1", "x 1 1 1", "1 1 1"]) assert.equal(Aggregate.decode(bad), null, bad);
+  });
+});
+
+describe("the key layout (conformance/README.md §1)", () => {
+  it("shards as the README's examples", () => {
+    assert.equal(new Customer("external", "c1").shard, 10);
+    assert.equal(new Customer("external", "acme:{eu} 1").shard, 2);
+    assert.equal(new Customer("external", "c:2 {x}").shard, 7);
+  });
+
+  it("percent-encodes what could break a key, and only that", () => {
+    assert.equal(encodeComponent("acme:{eu} 1"), "acme%3A%7Beu%7D%201");
+    assert.equal(encodeComponent("é\u200b😀"), "é%E2%80%8B😀");
+    assert.equal(stateKey(new Customer("external", "c1"), "r-count"), "outpost:v1:{10}:external:c1:r-count");
+  });
+
+  it("writes times as Polar and Python do", () => {
+    assert.equal(iso(1796278427466728), "2026-12-03T06:13:47.466728Z");
+    assert.equal(isoPython(1796278200000000), "2026-12-03T06:10:00+00:00");
+    assert.equal(isoPython(1796278427463142), "2026-12-03T06:13:47.463142+00:00");
+  });
+});

@@ -1,0 +1,103 @@
+/** The session without I/O: configuration, copies, reads and the rejections of bad peer input. */
+
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError } from "../../src/core/errors.js";
+import { Session, makeSettings } from "../../src/core/session.js";
+
+const CONFIGURATION = {
+  organization_id: "org",
+  reducers: [
+    { id: "r-count", filter: { conjunction: "and", clauses: [] }, aggregation: { func: "count" }, meter_ids: ["m-count"] },
+    { id: "r-unique", filter: { conjunction: "and", clauses: [] }, aggregation: { func: "unique", property: "user" }, meter_ids: ["m-unique"] },
+    { id: "r-tokens", filter: { conjunction: "and", clauses: [] }, aggregation: { func: "sum", property: "tokens" }, meter_ids: ["m-tokens"] },
+    { id: "bad", filter: { conjunction: "xor", clauses: [] }, aggregation: { func: "count" }, meter_ids: ["m-bad"] },
+  ],
+};
+const KEY = "outpost:v1:{10}:external:c1:r-count";
+
+function configured(): Session {
+  const session = new Session();
+  session.handle({ kind: "ConfigurationReceived", payload: CONFIGURATION, fromCache: false });
+  return session;
+}
+
+describe("the session", () => {
+  it("stores Polar's configuration, leaves a malformed reducer out, and prefers Polar's to a cache", () => {
+    const session = configured();
+    assert.equal(session.rejections.get("configuration"), 1);
+    const [store] = session.effects();
+    assert.equal(store?.kind, "StoreConfiguration");
+    session.handle({ kind: "ConfigurationReceived", payload: { reducers: [] }, fromCache: true });
+    assert.ok(session.configuration?.reducers.has("r-count"), "a cached configuration does not replace Polar's");
+    session.handle({ kind: "ConfigurationReceived", payload: "garbage", fromCache: false });
+    assert.equal(session.rejections.get("configuration"), 2);
+  });
+
+  it("raises at once for a caller's mistakes", () => {
+    assert.throws(() => new Session().track({ name: "a", externalCustomerId: "c1", timestampUs: 1, nowUs: 1, eventId: "e" }), NotReady);
+    const session = configured();
+    const base = { name: "a", externalCustomerId: "c1", timestampUs: 1, nowUs: 1, eventId: "e" };
+    assert.throws(() => session.track({ ...base, timestampUs: 2 }), /in the future/);
+    assert.throws(() => session.track({ ...base, timestampUs: -1, nowUs: 1 }), /before 1970/);
+    assert.throws(() => session.track({ ...base, customerId: "x" }), /exactly one/);
+    assert.throws(() => session.track({ ...base, metadata: { tokens: 1e301 } }), InvalidEvent);
+    assert.throws(() => session.read("m-nope", "c1"), UnknownMeter);
+    assert.throws(() => session.read("m-unique", "c1"), UnsupportedMeter);
+    assert.throws(() => session.read("", "c1"), UsageError);
+    assert.throws(() => makeSettings({ snapshotTimeout: -1 }), UsageError);
+    assert.throws(() => makeSettings({ reloadRetry: 0 }), UsageError);
+    assert.throws(() => makeSettings({ pendingLimitUs: 0 }), UsageError);
+    assert.throws(() => session.handle({ kind: "BytesReceived", now: 0, data: new Uint8Array() }), UsageError);
+  });
+
+  it("tracks into every reducer the event counts in, with the revision it holds", () => {
+    const session = configured();
+    const run = session.track({ name: "a", externalCustomerId: "c1", metadata: { user: "u" }, timestampUs: 300_000_001, nowUs: 300_000_001, eventId: "e1" });
+    assert.deepEqual(run.keys, ["outpost:v1:{10}:outbox", KEY, `${KEY}:ev`]);
+    assert.deepEqual(run.args.slice(1, 3), ["300000000:e1", "300000000"]);
+    assert.deepEqual(run.args.slice(5), ["-1", "1"]);
+    assert.deepEqual(run.meterIds, ["m-count"]);
+  });
+
+  it("follows a copy: load, deltas in order, gaps reload, a failed load retries", () => {
+    const session = configured();
+    session.effects();
+    assert.equal(session.read("m-count", "c1"), null);
+    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY }]);
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields: new Map([["rev", "5"], ["cu", "0"], ["p", "2 2 1 1"], ["a:300000000", "1 1 1 1"], ["c:m-count", "10"], ["n", "1"], ["u", "1"]]) });
+    const balance = session.read("m-count", "c1");
+    assert.equal(balance?.consumed, 3);
+    assert.equal(balance?.balance, 7);
+    assert.equal(session.cachedBalance("m-count", "c1", null), balance);
+    session.handle({ kind: "ChangePublished", data: JSON.stringify({ c: [{ k: KEY, r: 6, s: ["a:300000000", "2 2 1 1"], d: {} }] }) });
+    assert.equal(session.cachedBalance("m-count", "c1", null), null);
+    assert.equal(session.read("m-count", "c1")?.consumed, 4);
+    session.handle({ kind: "ChangePublished", data: JSON.stringify({ c: [{ k: KEY, r: 9, s: [], d: [] }] }) });
+    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY }]);
+    assert.equal(session.read("m-count", "c1"), null);
+    session.handle({ kind: "Tick", now: 1, wallUs: 0 });
+    session.handle({ kind: "LoadFailed", key: KEY });
+    assert.equal(session.nextDeadline(), 1.5);
+    session.handle({ kind: "Tick", now: 1.5, wallUs: 0 });
+    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY }]);
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields: { rev: "8", cu: "0", "a:300000000": "3 3 1 1" } });
+    assert.equal(session.read("m-count", "c1")?.revision, 9);
+    session.handle({ kind: "SubscriberRestarted" });
+    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY }]);
+  });
+
+  it("counts and logs what a peer got wrong, and carries on", () => {
+    const warnings: string[] = [];
+    const session = new Session(makeSettings(), { debug: () => {}, warn: (m) => warnings.push(m) });
+    session.handle({ kind: "ConfigurationReceived", payload: CONFIGURATION, fromCache: false });
+    session.read("m-count", "c1");
+    for (const data of ["not json", "[]", '{"c":[1]}', '{"c":[{"k":"x"}]}', '{"c":[{"k":"x","r":1,"s":["a"]}]}', '{"c":[{"k":"x","r":1,"s":[1,2]}]}', new Uint8Array([0xff]), 42]) {
+      session.handle({ kind: "ChangePublished", data });
+    }
+    assert.equal(session.rejections.get("change"), 8);
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields: new Map<unknown, unknown>([["rev", "x"], ["a:1", "garbage"], ["c:m", "nan"], ["p", "1"], [new Uint8Array([0xff]), "1"]]) });
+    assert.equal(session.rejections.get("state"), 5);
+    assert.equal(warnings.length, 14); // and the malformed reducer of the configuration
+  });
+});

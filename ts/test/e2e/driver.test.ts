@@ -1,0 +1,177 @@
+/** The driver end to end: a real redis-server and the Python emulator of Polar, both started here. */
+
+import assert from "node:assert/strict";
+import { after, afterEach, before, describe, it } from "node:test";
+import { NotReady, Outpost, type OutpostOptions, RedisUnavailable } from "../../src/index.js";
+import { CALLS_FILTER, Emulator } from "../support/emulator.js";
+import { eventually, uniqueCustomer } from "../support/eventually.js";
+import { RedisServer } from "../support/redisServer.js";
+
+describe("the driver against the emulator", () => {
+  let redis: RedisServer;
+  let emulator: Emulator;
+  let calls: string;
+  const open: Outpost[] = [];
+
+  before(async () => {
+    [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
+    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
+  });
+  // Every instance on this Redis delivers any instance's events: close each test's own.
+  afterEach(async () => {
+    await Promise.allSettled(open.splice(0).map((o) => o.close(2)));
+  });
+  after(async () => {
+    await Promise.all([redis.stop(), emulator.stop()]);
+  });
+
+  function connect(options: OutpostOptions = {}): Outpost {
+    const outpost = new Outpost({
+      accessToken: emulator.token,
+      serverUrl: emulator.url,
+      redisUrl: redis.url,
+      telemetry: false,
+      linger: 0.02,
+      retryBase: 0.05,
+      logger: { debug: () => {}, warn: () => {} },
+      ...options,
+    });
+    open.push(outpost);
+    return outpost;
+  }
+
+  it("answers a first read once Polar's snapshot is applied, and counts what it tracked", async () => {
+    const outpost = connect();
+    const customer = uniqueCustomer();
+    const first = await outpost.balance(calls, { externalCustomerId: customer });
+    assert.equal(first.consumed, 0);
+    assert.ok(first.coldUntil instanceof Date);
+    await outpost.track("api_call", { externalCustomerId: customer });
+    await outpost.track("other", { externalCustomerId: customer });
+    const after = await outpost.balance(calls, { externalCustomerId: customer });
+    assert.equal(after.consumed, 1);
+    assert.equal(after.pending, 1);
+    assert.equal(after.balance, -1);
+  });
+
+  it("delivers on flush(): Polar counts the events, and a later snapshot settles them", async () => {
+    const outpost = connect();
+    const customer = uniqueCustomer();
+    await outpost.balance(calls, { externalCustomerId: customer });
+    for (let i = 0; i < 3; i++) await outpost.track("api_call", { externalCustomerId: customer, metadata: { i } });
+    assert.equal(await outpost.flush(10), true);
+    const meter = await emulator.customerMeter(calls, customer);
+    assert.equal(meter.consumed_units, 3);
+    const balance = await outpost.balance(calls, { externalCustomerId: customer });
+    assert.equal(balance.consumed, 3);
+    assert.equal(balance.undelivered, 0);
+  });
+
+  it("raises NotReady when Polar's snapshot comes too late, and answers once it came", async () => {
+    const outpost = connect({ snapshotTimeout: 0.3 });
+    const customer = uniqueCustomer();
+    await outpost.start();
+    await eventually(() => outpost.connected, "the WebSocket to open");
+    await emulator.admin("faults", { snapshot_delay: 1.0 });
+    try {
+      await assert.rejects(outpost.balance(calls, { externalCustomerId: customer }), NotReady);
+      await eventually(async () => {
+        try {
+          await outpost.balance(calls, { externalCustomerId: customer });
+          return true;
+        } catch (exc) {
+          if (exc instanceof NotReady) return false;
+          throw exc;
+        }
+      }, "the delayed snapshot to be applied");
+    } finally {
+      await emulator.admin("faults", { clear: true });
+    }
+  });
+
+  it("applies the snapshots Polar pushes (a credit grant)", async () => {
+    const outpost = connect();
+    const customer = uniqueCustomer();
+    assert.equal((await outpost.balance(calls, { externalCustomerId: customer })).credited, 0);
+    await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 100 });
+    await eventually(async () => (await outpost.balance(calls, { externalCustomerId: customer })).credited === 100, "the pushed credit");
+  });
+
+  it("reconnects after Polar drops the WebSocket, and asks for its customers again", async () => {
+    const outpost = connect();
+    const customer = uniqueCustomer();
+    await outpost.balance(calls, { externalCustomerId: customer });
+    await emulator.admin("faults", { drop_websockets: "close" });
+    await eventually(() => !outpost.connected, "the drop to be noticed");
+    await eventually(() => outpost.connected, "the WebSocket to reopen");
+    await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 7 });
+    await eventually(async () => (await outpost.balance(calls, { externalCustomerId: customer })).credited === 7, "a credit after the reconnection");
+  });
+
+  it("drops alone the one event Polar refuses (422) and delivers the rest", async () => {
+    const dropped: [unknown[], string][] = [];
+    const outpost = connect({ onDropped: (events, reason) => void dropped.push([events, reason]) });
+    const customer = uniqueCustomer();
+    await outpost.balance(calls, { externalCustomerId: customer });
+    await outpost.track("api_call", { externalCustomerId: customer });
+    const bad = await outpost.track("api_call", { customerId: "5da96107-6e1c-4db9-9f06-ff2ab930d318" });
+    await outpost.track("api_call", { externalCustomerId: customer });
+    assert.equal(await outpost.flush(10), true);
+    assert.equal(dropped.length, 1);
+    const [events, reason] = dropped[0] as [Record<string, unknown>[], string];
+    assert.deepEqual(events.map((e) => e.external_id), [bad]);
+    assert.match(reason, /422/);
+    assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
+  });
+
+  it("survives a Redis restart: tracking fails while it is down, then copies and subscriptions come back", async () => {
+    const a = connect();
+    const b = connect();
+    const customer = uniqueCustomer();
+    await a.balance(calls, { externalCustomerId: customer });
+    await b.balance(calls, { externalCustomerId: customer });
+    redis.kill();
+    await assert.rejects(a.track("api_call", { externalCustomerId: customer }), RedisUnavailable);
+    await eventually(() => !a.subscribed, "the subscription to drop");
+    await redis.start(); // the same port, empty: the copies reload and ask Polar again
+    await eventually(() => a.subscribed && b.subscribed, "both instances to subscribe again", 20);
+    await eventually(async () => {
+      try {
+        await b.track("api_call", { externalCustomerId: customer });
+        return true;
+      } catch (exc) {
+        if (exc instanceof RedisUnavailable) return false;
+        throw exc;
+      }
+    }, "Redis to take writes again", 20);
+    await eventually(async () => {
+      try {
+        return (await a.balance(calls, { externalCustomerId: customer })).consumed >= 1;
+      } catch (exc) {
+        if (exc instanceof NotReady) return false;
+        throw exc;
+      }
+    }, "the first instance to read the second one's event", 20);
+  });
+
+  it("close() does not wait for an ingestion request Polar hangs: it is aborted, the events stay queued", async () => {
+    const outpost = connect();
+    const customer = uniqueCustomer();
+    await outpost.balance(calls, { externalCustomerId: customer });
+    const ingests = async (): Promise<number> => (await emulator.admin("state")).counters.http_ingest ?? 0;
+    const before = await ingests();
+    await emulator.admin("faults", { ingest_hang: { seconds: 60, count: 1 } });
+    try {
+      await outpost.track("api_call", { externalCustomerId: customer });
+      await eventually(async () => (await ingests()) > before, "the ingest to reach Polar");
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error("close() waited for the hung request")), 20_000);
+      });
+      await Promise.race([outpost.close(0.2), deadline]);
+      clearTimeout(timer);
+    } finally {
+      await emulator.admin("faults", { clear: true });
+    }
+  });
+});

@@ -1,0 +1,119 @@
+/** One TypeScript and one Python instance on one Redis and one emulator: each reads what the other
+ * tracked; delivery, settling and snapshots interoperate. */
+
+import assert from "node:assert/strict";
+import { after, afterEach, before, describe, it } from "node:test";
+import { Outpost, type OutpostOptions } from "../../src/index.js";
+import { CALLS_FILTER, Emulator } from "../support/emulator.js";
+import { eventually, uniqueCustomer } from "../support/eventually.js";
+import { PythonPeer } from "../support/pythonPeer.js";
+import { RedisServer } from "../support/redisServer.js";
+
+describe("a TypeScript and a Python instance sharing one Redis", () => {
+  let redis: RedisServer;
+  let emulator: Emulator;
+  let calls: string;
+  let tokens: string;
+  const open: { close(timeout?: number): Promise<void> }[] = [];
+
+  before(async () => {
+    [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
+    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
+    tokens = await emulator.createMeter("tokens", CALLS_FILTER, { func: "sum", property: "tokens" });
+  });
+  afterEach(async () => {
+    await Promise.allSettled(open.splice(0).map((o) => o.close(5)));
+  });
+  after(async () => Promise.all([redis.stop(), emulator.stop()]));
+
+  function typescript(options: OutpostOptions = {}): Outpost {
+    const outpost = new Outpost({
+      accessToken: emulator.token,
+      serverUrl: emulator.url,
+      redisUrl: redis.url,
+      telemetry: false,
+      linger: 0.02,
+      logger: { debug: () => {}, warn: () => {} },
+      ...options,
+    });
+    open.push(outpost);
+    return outpost;
+  }
+
+  async function python(options: Record<string, unknown> = {}): Promise<PythonPeer> {
+    const peer = await PythonPeer.start({
+      access_token: emulator.token,
+      server_url: emulator.url,
+      redis_url: redis.url,
+      linger: 0.02,
+      ...options,
+    });
+    open.push(peer);
+    return peer;
+  }
+
+  it("each reads what the other tracked", async () => {
+    const ts = typescript();
+    const py = await python();
+    const customer = uniqueCustomer();
+    const read = { meter_id: tokens, external_customer_id: customer };
+    await ts.balance(tokens, { externalCustomerId: customer });
+    await py.call("balance", read);
+    await ts.track("api_call", { externalCustomerId: customer, metadata: { tokens: 5 } });
+    await ts.track("api_call", { externalCustomerId: customer, metadata: { tokens: 2.5 } });
+    await eventually(async () => (await py.call("balance", read)).consumed === 7.5, "Python to see the TypeScript events");
+    await py.call("track", { name: "api_call", external_customer_id: customer, metadata: { tokens: 10 } });
+    await eventually(async () => (await ts.balance(tokens, { externalCustomerId: customer })).consumed === 17.5, "TypeScript to see the Python event");
+    const fromTs = await ts.balance(tokens, { externalCustomerId: customer });
+    const fromPy = await py.call("balance", read);
+    assert.equal(fromTs.revision, fromPy.revision);
+    assert.equal(fromTs.pending, 3);
+    assert.equal(fromPy.pending, 3);
+  });
+
+  it("delivers each other's events, and both see them settled by Polar's snapshot", async () => {
+    // The TypeScript instance has no token: only the Python one delivers, the TypeScript events too.
+    const ts = typescript({ accessToken: "", serverUrl: emulator.url });
+    const py = await python();
+    const customer = uniqueCustomer();
+    const read = { meter_id: calls, external_customer_id: customer };
+    await py.call("balance", read); // Python asks Polar for the customer's snapshot
+    await eventually(async () => {
+      try {
+        await ts.balance(calls, { externalCustomerId: customer });
+        return true;
+      } catch {
+        return false;
+      }
+    }, "the TypeScript instance to read the snapshot Python applied");
+    for (let i = 0; i < 3; i++) await ts.track("api_call", { externalCustomerId: customer, metadata: { i } });
+    await py.call("track", { name: "api_call", external_customer_id: customer });
+    assert.equal(await py.call("flush", { timeout: 10 }), true);
+    assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 4);
+    await eventually(async () => (await ts.balance(calls, { externalCustomerId: customer })).undelivered === 0, "the acknowledgements to reach TypeScript");
+    assert.equal((await ts.balance(calls, { externalCustomerId: customer })).consumed, 4);
+    assert.equal((await py.call("balance", read)).consumed, 4);
+  });
+
+  it("Python reads what the TypeScript instance delivered and the snapshots it applied", async () => {
+    const ts = typescript();
+    const py = await python({ access_token: "" });
+    const customer = uniqueCustomer();
+    const read = { meter_id: calls, external_customer_id: customer };
+    await ts.balance(calls, { externalCustomerId: customer });
+    await py.call("balance", read);
+    await py.call("track", { name: "api_call", external_customer_id: customer });
+    await ts.track("api_call", { externalCustomerId: customer });
+    assert.equal(await ts.flush(10), true);
+    assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
+    await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 50 });
+    await eventually(async () => (await py.call("balance", read)).credited === 50, "Python to see the snapshot TypeScript applied");
+    const fromPy = await py.call("balance", read);
+    const fromTs = await ts.balance(calls, { externalCustomerId: customer });
+    assert.equal(fromPy.consumed, 2);
+    assert.equal(fromPy.undelivered, 0);
+    assert.equal(fromPy.snapshot_id, fromTs.snapshotId);
+    assert.equal(fromPy.balance, 48);
+    assert.equal(fromTs.balance, 48);
+  });
+});

@@ -1,0 +1,52 @@
+/** The Express example against a real redis-server and the emulator. */
+
+import assert from "node:assert/strict";
+import type { Server } from "node:http";
+import { once } from "node:events";
+import { after, before, describe, it } from "node:test";
+import { createApp } from "../../examples/express/app.js";
+import { Outpost } from "../../src/index.js";
+import { CALLS_FILTER, Emulator } from "../support/emulator.js";
+import { uniqueCustomer } from "../support/eventually.js";
+import { RedisServer } from "../support/redisServer.js";
+
+describe("the Express example", () => {
+  let redis: RedisServer;
+  let emulator: Emulator;
+  let outpost: Outpost;
+  let server: Server;
+  let base: string;
+
+  before(async () => {
+    [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
+    const meter = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
+    outpost = new Outpost({ accessToken: emulator.token, serverUrl: emulator.url, redisUrl: redis.url, telemetry: false, logger: { debug: () => {}, warn: () => {} } });
+    server = createApp(outpost, meter).listen(0, "127.0.0.1");
+    await once(server, "listening");
+    const address = server.address();
+    base = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`;
+    // Credits for one customer: two calls
+    await emulator.admin("credits", { meter_id: meter, external_customer_id: "paying", units: 2 });
+  });
+  after(async () => {
+    server.close();
+    await outpost.close(5);
+    await Promise.all([redis.stop(), emulator.stop()]);
+  });
+
+  it("serves while the balance lasts, then answers 402", async () => {
+    const get = () => fetch(`${base}/generate`, { headers: { "X-Customer-Id": "paying" } });
+    const first = await get();
+    assert.equal(first.status, 200);
+    assert.deepEqual(await first.json(), { customer: "paying", result: "generated", balance: 1 });
+    assert.equal((await get()).status, 200);
+    const refused = await get();
+    assert.equal(refused.status, 402);
+    assert.equal(((await refused.json()) as { consumed: number }).consumed, 2);
+  });
+
+  it("refuses a customer without credits, and a request naming no customer", async () => {
+    assert.equal((await fetch(`${base}/generate?customer=${uniqueCustomer()}`)).status, 402);
+    assert.equal((await fetch(`${base}/generate`)).status, 400);
+  });
+});

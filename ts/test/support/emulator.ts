@@ -1,0 +1,85 @@
+/** The Python emulator of Polar (`outpost emulator`), started by the tests on a free loopback
+ * port, and its admin API (docs/emulator.md). */
+
+import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { REPO } from "./paths.js";
+import { freePort, waitFor } from "./redisServer.js";
+
+export const PYTHON = join(REPO, ".venv", "bin", "python");
+const OUTPOST = join(REPO, ".venv", "bin", "outpost");
+
+export class Emulator {
+  readonly token = "polar_oat_ts_tests";
+  port = 0;
+  private process: ChildProcess | null = null;
+  private log = "";
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  static async start(): Promise<Emulator> {
+    if (!existsSync(OUTPOST)) throw new Error(`${OUTPOST} is missing: run ./dev once (it creates .venv)`);
+    const emulator = new Emulator();
+    emulator.port = await freePort();
+    const args = ["emulator", "--host", "127.0.0.1", "--port", String(emulator.port), "--token", emulator.token, "--log-level", "warning"];
+    const child = spawn(OUTPOST, args, { stdio: ["ignore", "ignore", "pipe"] });
+    emulator.process = child;
+    child.stderr?.on("data", (chunk: Buffer) => {
+      emulator.log = (emulator.log + chunk.toString()).slice(-4000);
+    });
+    await waitFor(
+      "the emulator to answer",
+      async () => {
+        if (child.exitCode !== null) throw new Error(`the emulator exited: ${emulator.log}`);
+        try {
+          return (await fetch(`${emulator.url}/__emulator/clock`)).ok ? true : undefined;
+        } catch {
+          return undefined;
+        }
+      },
+      30,
+    );
+    return emulator;
+  }
+
+  async stop(): Promise<void> {
+    const child = this.process;
+    this.process = null;
+    if (child === null || child.exitCode !== null) return;
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    child.kill("SIGTERM");
+    await exited;
+  }
+
+  async admin(name: string, body?: unknown): Promise<any> {
+    const response = await fetch(`${this.url}/__emulator/${name}`, {
+      method: body === undefined ? "GET" : "POST",
+      body: body === undefined ? undefined : JSON.stringify(body),
+      headers: { "content-type": "application/json" },
+    });
+    const answer: unknown = await response.json();
+    if (!response.ok) throw new Error(`admin ${name} answered ${response.status}: ${JSON.stringify(answer)}`);
+    return answer;
+  }
+
+  /** A meter (as POST /v1/meters/); returns its id. */
+  async createMeter(name: string, filter: unknown, aggregation: unknown): Promise<string> {
+    const response = await fetch(`${this.url}/v1/meters/`, {
+      method: "POST",
+      body: JSON.stringify({ name, filter, aggregation }),
+      headers: { "content-type": "application/json", authorization: `Bearer ${this.token}` },
+    });
+    const meter = (await response.json()) as { id: string };
+    if (!response.ok) throw new Error(`creating a meter answered ${response.status}: ${JSON.stringify(meter)}`);
+    return meter.id;
+  }
+
+  async customerMeter(meterId: string, externalCustomerId: string): Promise<any> {
+    return this.admin("customer-meter", { meter_id: meterId, external_customer_id: externalCustomerId });
+  }
+}
+
+export const CALLS_FILTER = { conjunction: "and", clauses: [{ property: "name", operator: "eq", value: "api_call" }] };

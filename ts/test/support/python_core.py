@@ -1,0 +1,50 @@
+"""The Python core's answers to a batch of questions, for the TypeScript differential tests: JSON
+in on stdin, JSON out on stdout. Started with the repository's .venv."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from outpost_core import Customer
+from outpost_core._aggregate import format_number
+from outpost_core._event import build_event, customer_of
+from outpost_core._filters import EventView, parse_filter
+from outpost_core._keys import state_key
+from outpost_core.errors import OutpostError
+
+
+def event_error(case: dict[str, Any]) -> Any:
+    try:
+        customer = customer_of(case.get("external_customer_id"), case.get("customer_id"))
+        event = build_event(
+            event_id="e1",
+            name=case.get("name"),
+            customer=customer,
+            metadata=case.get("metadata"),
+            timestamp_us=0,
+        )
+    except OutpostError as exc:
+        return [type(exc).__name__, str(exc)]
+    return event.ingest_item()["metadata"]
+
+
+def matches(filter_: Any, event: dict[str, Any]) -> bool:
+    view = EventView(name=event["name"], timestamp_s=0, metadata=event["metadata"])
+    return parse_filter(filter_).matches(view)
+
+
+def main() -> None:
+    batch = json.load(sys.stdin)
+    out = {
+        "numbers": [format_number(x) for x in batch["numbers"]],
+        "keys": [state_key(Customer("external", i), "r") for i in batch["keys"]],
+        "filters": [matches(f, e) for f, e in batch["filters"]],
+        "events": [event_error(case) for case in batch["events"]],
+    }
+    sys.stdout.write(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
