@@ -213,6 +213,7 @@ def test_ctrl_c_stops_the_emulator_with_one_line_and_status_0() -> None:
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         cwd=ROOT,
+        preexec_fn=_ctrl_c_as_at_a_terminal,
     )
     try:
         assert process.stderr is not None
@@ -246,6 +247,7 @@ def test_ctrl_c_stops_the_demo_with_one_line_and_status_0(redis_server: RedisSer
         text=True,
         env=env,
         cwd=ROOT,
+        preexec_fn=_ctrl_c_as_at_a_terminal,
     )
     try:
         assert process.stdout is not None
@@ -258,3 +260,8 @@ def test_ctrl_c_stops_the_demo_with_one_line_and_status_0(redis_server: RedisSer
     assert process.returncode == 0, err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "outpost demo: stopped"
+
+
+def _ctrl_c_as_at_a_terminal() -> None:
+    # A runner started in the background inherits SIGINT ignored; a user's terminal does not.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
