@@ -13,15 +13,15 @@ from ._budget import BudgetAnswered, TakeRequest
 from ._configuration import Configuration, Reducer, parse_configuration
 from ._delivery import (
     GROUP,
-    Action,
     BatchAnswered,
     BatchFailed,
     ClaimStale,
     Delivery,
+    DeliveryEffect,
+    DeliveryInput,
     DeliverySettings,
     Done,
     OutboxRead,
-    Outcome,
     PostBatch,
     ReadOutbox,
     RefreshClaim,
@@ -80,6 +80,7 @@ from ._liveness import (
     hand_back,
 )
 from ._outage import Outage, Report
+from ._replies import StreamEntry, claimed_entries, lost_its_data, stream_entries, text_of
 from ._scripts import SHA1 as SCRIPT_SHA1
 from ._scripts import TEXT as SCRIPT_TEXT
 from ._session import Session, Settings
@@ -104,7 +105,6 @@ __all__ = [
     "GROUP",
     "SCRIPT_SHA1",
     "SCRIPT_TEXT",
-    "Action",
     "Aggregate",
     "Balance",
     "BatchAnswered",
@@ -124,6 +124,8 @@ __all__ = [
     "ConsumersListed",
     "Customer",
     "Delivery",
+    "DeliveryEffect",
+    "DeliveryInput",
     "DeliverySettings",
     "Done",
     "Echoes",
@@ -144,7 +146,6 @@ __all__ = [
     "OpenConnection",
     "Outage",
     "OutboxRead",
-    "Outcome",
     "OutpostClosed",
     "OutpostError",
     "PendingListed",
@@ -168,6 +169,7 @@ __all__ = [
     "Settled",
     "Sleep",
     "StoreConfiguration",
+    "StreamEntry",
     "SubscriberLost",
     "SubscriberRestarted",
     "SubscriptionConfirmed",
@@ -178,14 +180,18 @@ __all__ = [
     "UnknownMeter",
     "UnsupportedMeter",
     "UsageError",
+    "claimed_entries",
     "event_id_of",
     "floor_bucket",
     "from_us",
     "hand_back",
     "keys",
+    "lost_its_data",
     "nothing_done",
     "parse_configuration",
     "retry_after",
+    "stream_entries",
+    "text_of",
     "timestamp_us_of",
     "to_us",
     "with_known_revs",

@@ -6,9 +6,14 @@ Theory of operation
 so an event that ``track()`` returned for is durable before delivery starts. Each instance runs
 one (or ``max_in_flight``) delivery loops; each loop owns a :class:`Delivery` and repeats::
 
-    action = delivery.poll(now)     # what to do next
-    ...do it...                     # XREADGROUP, POST, a script, a callback, or sleep
-    delivery.handle(outcome)        # what came of it
+    effect = delivery.next_effect(now)      # what to do next
+    ...do it...                             # XREADGROUP, POST, a script, a callback, or sleep
+    delivery.handle(input, now, wall_us)    # what came of it
+
+This is the session's vocabulary (inputs in through ``handle()``, effects out) with one
+difference: a session may ask for many effects at once and drains them with ``effects()``, while
+every effect of a loop is a request whose answer is its next input, so a loop asks for one at a
+time.
 
 A loop reads up to ``batch_size`` entries, lingers up to ``linger`` seconds for more, and posts
 one batch. With a shared request budget (``requests_per_minute``, ``_budget``) it first takes a
@@ -68,6 +73,7 @@ from ._liveness import (
     SurveyConsumers,
 )
 from ._random import Random
+from ._replies import text_of
 from .errors import UsageError
 
 GROUP = "outpost"
@@ -126,7 +132,7 @@ class OutboxEntry:
     """The state keys of the identities it counts in."""
 
 
-# -- actions (what the loop must do next) ---------------------------------------------------
+# -- effects (what the loop must do next) ---------------------------------------------------
 
 
 @attrs.frozen(slots=True)
@@ -147,9 +153,13 @@ class ClaimStale:
 
 @attrs.frozen(slots=True)
 class RefreshClaim:
-    """``XCLAIM ... JUSTID`` the batch's entries to this consumer, resetting their idle time."""
+    """``XCLAIM ... JUSTID`` the batch's entries to this consumer, resetting their idle time
+    (one command a stream: :meth:`by_stream`)."""
 
     entries: tuple[tuple[str, str], ...]
+
+    def by_stream(self) -> dict[str, list[str]]:
+        return _by_stream(self.entries)
 
 
 @attrs.frozen(slots=True)
@@ -185,7 +195,7 @@ class Sleep:
     until: float
 
 
-Action = (
+DeliveryEffect = (
     ReadOutbox
     | ClaimStale
     | RefreshClaim
@@ -201,13 +211,14 @@ Action = (
 )
 
 
-# -- outcomes ---------------------------------------------------------------------------------
+# -- inputs (what came of an effect) -------------------------------------------------------
 
 
 @attrs.frozen(slots=True)
 class OutboxRead:
-    entries: Sequence[tuple[str, str, Mapping[Any, Any]]]
-    """(stream, entry id, fields) as Redis answered."""
+    entries: Sequence[tuple[object, object, Mapping[Any, Any]]]  # StreamEntry, spelt out: a
+    # trace decodes the tuples back from this annotation
+    """(stream, entry id, fields) as Redis answered (``stream_entries``)."""
 
 
 @attrs.frozen(slots=True)
@@ -242,7 +253,7 @@ class Done:
     """The previous action (claim refresh, claim) finished; nothing to report."""
 
 
-Outcome = (
+DeliveryInput = (
     OutboxRead
     | BatchAnswered
     | BatchFailed
@@ -308,7 +319,7 @@ class Delivery:
         self._granted_at: float | None = None  # when the request taken from the budget may go
         self._buffer_since: float | None = None
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
-        self._work: list[Action] = []  # settle scripts and reports of the batch that ended
+        self._work: list[DeliveryEffect] = []  # settle scripts and reports of the batch that ended
         self._awaiting: type | None = None
         self._next_claim = now
         self._live = bool(settings.consumer)
@@ -316,7 +327,7 @@ class Delivery:
         self._next_survey = now
         self._surveyed: dict[str, set[str]] = {}
         self._checking: tuple[str, ...] = ()
-        self._reclaims: list[Action] = []
+        self._reclaims: list[DeliveryEffect] = []
         self.consumers_removed = 0
         """Consumers of dead instances this loop removed from the outbox group."""
         self.flushing = False
@@ -330,14 +341,14 @@ class Delivery:
 
     # -- the loop's questions -----------------------------------------------------------------
 
-    def poll(self, now: float) -> Action:
+    def next_effect(self, now: float) -> DeliveryEffect:
         if self._awaiting is not None:
             raise UsageError(f"report the outcome of the last action first ({self._awaiting})")
         action = self._choose(now)
         self._awaiting = type(action)
         return action
 
-    def _choose(self, now: float) -> Action:
+    def _choose(self, now: float) -> DeliveryEffect:
         s = self.settings
         if self._work:
             return self._work.pop(0)
@@ -371,7 +382,7 @@ class Delivery:
             count=s.batch_size, block=s.flush_block if self.flushing else s.read_block
         )
 
-    def _liveness(self, now: float) -> Action | None:
+    def _liveness(self, now: float) -> DeliveryEffect | None:
         """Beat, then survey the group and take what dead instances hold: before any batch, so
         neither waits behind a batch that waits for Polar."""
         s = self.settings
@@ -393,7 +404,7 @@ class Delivery:
     def _held(self) -> list[OutboxEntry]:
         return [e for b in self._batches for e in b.entries] + self._buffer
 
-    def _gate(self, now: float, *, reading: bool) -> Action | None:
+    def _gate(self, now: float, *, reading: bool) -> DeliveryEffect | None:
         """``None`` when a request may go now; else take one from the budget, or wait for the one
         taken (reading more meanwhile, while the batch has room: it grows instead of idling)."""
         if not self._budgeted:
@@ -431,7 +442,7 @@ class Delivery:
 
     # -- outcomes -----------------------------------------------------------------------------
 
-    def handle(self, outcome: Outcome, now: float, wall_us: int) -> None:
+    def handle(self, outcome: DeliveryInput, now: float, wall_us: int) -> None:
         """Report what came of the last action; ``now`` is monotonic seconds, ``wall_us`` the
         wall clock (acknowledgement times are compared with snapshot times)."""
         expected, self._awaiting = self._awaiting, None
@@ -499,7 +510,7 @@ class Delivery:
                 continue  # claimed back while this loop still holds it: it is here already
             entry = _entry(stream, entry_id, fields)
             if entry is None:
-                stream_s, id_s = _text(stream), _text(entry_id)
+                stream_s, id_s = text_of(stream), text_of(entry_id)
                 if stream_s in _SHARD_OF_STREAM and id_s is not None:
                     malformed.append((stream_s, id_s))  # removed, so it is not read again
                 self.rejected_entries += 1
@@ -641,7 +652,7 @@ def _settle_call(
     return SettleScript(script=script, keys=tuple(keys), args=tuple(args))
 
 
-def nothing_done(action: Action) -> Outcome:
+def nothing_done(action: DeliveryEffect) -> DeliveryInput:
     """The outcome a closing instance reports for an action it could not run (Redis failed while
     it closed): nothing happened, so the work stays queued in Redis for another instance. Whatever
     was held is taken again by a live instance; no heartbeat counts as alive; nothing is taken."""
@@ -680,7 +691,7 @@ def _event(item: bytes) -> dict[str, Any]:
     return event if isinstance(event, dict) else {"unreadable": item.decode(errors="replace")}
 
 
-def _by_stream(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
+def _by_stream(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for stream, entry_id in pairs:
         out.setdefault(stream, []).append(entry_id)
@@ -692,15 +703,6 @@ _BODY_OVERHEAD = len(b'{"events":[]}')
 
 def _body(entries: Sequence[OutboxEntry]) -> bytes:
     return b'{"events":[' + b",".join(e.item for e in entries) + b"]}"
-
-
-def _text(value: object) -> str | None:
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    return value if isinstance(value, str) else None
 
 
 def _field(fields: Mapping[Any, Any], name: str) -> bytes | None:
@@ -729,13 +731,13 @@ def _entry(stream: object, entry_id: object, fields: Mapping[Any, Any]) -> Outbo
     stored, to be joined into bodies as they are: it is not parsed here (the cost of delivery
     was mostly that), only checked to be one JSON object's text; one that is not valid JSON
     inside gets a 400 or 422 from Polar, which bisection narrows down to it."""
-    stream_s, id_s = _text(stream), _text(entry_id)
+    stream_s, id_s = text_of(stream), text_of(entry_id)
     if stream_s not in _SHARD_OF_STREAM or id_s is None:
         return None
     item, field, states = _field(fields, "e"), _field(fields, "f"), _field(fields, "k")
     if item is None or field is None or states is None:
         return None
-    field_s, state_keys = _text(field), _states(states)
+    field_s, state_keys = text_of(field), _states(states)
     if field_s is None or state_keys is None:
         return None
     if not (item.startswith(b"{") and item.endswith(b"}")):

@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from . import _keys
+from ._replies import text_of
 
 # -- actions --------------------------------------------------------------------------------------
 
@@ -102,15 +103,6 @@ def beat(consumer: str, heartbeat: float) -> Beat:
     return Beat(_keys.heartbeat_key(consumer), max(1, round(heartbeat * 1000)))
 
 
-def _text(value: object) -> str | None:
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    return value if isinstance(value, str) else None
-
-
 def consumers_of(listing: Sequence[tuple[str, Any]], me: str) -> tuple[dict[str, set[str]], int]:
     """Every other consumer of each outbox stream, and how many listed items were unreadable."""
     out: dict[str, set[str]] = {}
@@ -118,7 +110,7 @@ def consumers_of(listing: Sequence[tuple[str, Any]], me: str) -> tuple[dict[str,
     for stream, reply in listing:
         for item in reply if isinstance(reply, list) else [reply]:
             raw = item.get("name", item.get(b"name")) if isinstance(item, Mapping) else None
-            name = _text(raw)
+            name = text_of(raw)
             if name is None or stream not in _keys.ALL_OUTBOXES:
                 rejected += 1
             elif name != me:

@@ -65,6 +65,7 @@ from ._mirror import Mirror, Offer, derive_state
 from ._observations import Observation
 from ._random import Random
 from ._remote import Remote
+from ._replies import text_of
 from ._time import HOUR_US, floor_bucket
 from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError
 
@@ -566,7 +567,7 @@ class Session:
     def _text_fields(self, key: str, fields: Mapping[object, object]) -> dict[str, str]:
         text: dict[str, str] = {}
         for name, value in fields.items():
-            name_s, value_s = _text(name), _text(value)
+            name_s, value_s = text_of(name), text_of(value)
             if name_s is None or value_s is None:
                 self._reject("state", f"{key}: field that is not UTF-8 text")
                 continue
@@ -643,17 +644,6 @@ class Session:
     def _reject(self, kind: str, detail: str) -> None:
         self.rejections[kind] += 1
         self.log.warning("outpost rejected %s: %s", kind, detail)
-
-
-def _text(value: object) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    return None
 
 
 def _suffix(error: str | None) -> str:

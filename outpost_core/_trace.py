@@ -7,8 +7,10 @@ the seed of its random generator); each following line is one of:
 * ``{"t": "call", "method": "track"|"read", "args": {...}, "result": <value>}`` or with
   ``"error": [<class name>, <message>]``;
 * ``{"t": "effects", "effects": [<value>, ...]}``: one drain of ``Session.effects()``;
-* ``{"t": "poll", "now": s, "action": <value>}`` and
-  ``{"t": "outcome", "now": s, "wall_us": µs, "outcome": <value>}`` for a delivery loop.
+* ``{"t": "poll", "now": s, "action": <value>}`` (one ``Delivery.next_effect``) and
+  ``{"t": "outcome", "now": s, "wall_us": µs, "outcome": <value>}`` (one ``Delivery.handle``) for
+  a delivery loop: the words of the format's first version, kept so that recorded traces and the
+  TypeScript replayer read on unchanged.
 
 Values are JSON with tagged objects: an attrs instance is ``{"$kind": <class>, <field>: ...}``,
 bytes are ``{"$bytes": <hex>}``, mappings with non-string keys ``{"$map": [[k, v], ...]}``,
@@ -209,7 +211,8 @@ class RecordingSession:
 
 
 class RecordingDelivery:
-    """A ``Delivery`` that records its polls and outcomes to a sink."""
+    """A ``Delivery`` that records its effects and inputs to a sink (the format calls them
+    ``poll`` and ``outcome`` records, the names of its first version)."""
 
     def __init__(self, delivery: Any, sink: Sink) -> None:
         self._delivery = delivery
@@ -224,8 +227,8 @@ class RecordingDelivery:
         else:
             setattr(self._delivery, name, value)
 
-    def poll(self, now: float) -> Any:
-        action = self._delivery.poll(now)
+    def next_effect(self, now: float) -> Any:
+        action = self._delivery.next_effect(now)
         flushing = self._delivery.flushing
         self._sink({"t": "poll", "now": now, "flushing": flushing, "action": encode(action)})
         return action
@@ -315,7 +318,7 @@ def replay_delivery(records: Iterable[Record], rng: RandomFactory) -> list[Misma
     for number, record in enumerate(lines, start=2):
         if record["t"] == "poll":
             delivery.flushing = bool(record.get("flushing"))
-            action = encode(delivery.poll(record["now"]))
+            action = encode(delivery.next_effect(record["now"]))
             if action != record["action"]:
                 mismatches.append(Mismatch(number, "action", record["action"], action))
                 break  # the recorded outcomes answer the recorded actions, not these

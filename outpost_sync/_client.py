@@ -37,7 +37,6 @@ from outpost_core import (
     CONFIGURATION_KEY,
     GROUP,
     SCRIPT_TEXT,
-    Action,
     Balance,
     BatchAnswered,
     BatchFailed,
@@ -54,6 +53,8 @@ from outpost_core import (
     ConnectionOpened,
     ConsumersListed,
     Delivery,
+    DeliveryEffect,
+    DeliveryInput,
     DeliverySettings,
     Done,
     Echoes,
@@ -72,7 +73,6 @@ from outpost_core import (
     OpenConnection,
     Outage,
     OutboxRead,
-    Outcome,
     OutpostClosed,
     PendingListed,
     PostBatch,
@@ -94,6 +94,7 @@ from outpost_core import (
     SettleScript,
     Sleep,
     StoreConfiguration,
+    StreamEntry,
     SubscriberLost,
     SubscriberRestarted,
     SubscriptionConfirmed,
@@ -105,12 +106,15 @@ from outpost_core import (
     UnsupportedMeter,
     UsageError,
     __version__,
+    claimed_entries,
     event_id_of,
     hand_back,
     keys,
+    lost_its_data,
     nothing_done,
     retry_after,
     semconv,
+    stream_entries,
     timestamp_us_of,
     to_us,
     with_known_revs,
@@ -963,7 +967,7 @@ class Outpost:
             self._retrying(outage, self._create_groups, None)  # Redis may be down at start
             while not self._closed:
                 delivery.flushing = self._flushing > 0
-                action = delivery.poll(time.monotonic())
+                action = delivery.next_effect(time.monotonic())
                 outcome = self._act(outage, action)
                 rejected = delivery.rejected_entries
                 delivery.handle(outcome, time.monotonic(), self._now_us())
@@ -981,7 +985,7 @@ class Outpost:
 
         return loop
 
-    def _act(self, outage: Outage, action: Action) -> Outcome:
+    def _act(self, outage: Outage, action: DeliveryEffect) -> DeliveryInput:
         """Do one delivery action. Redis failures are retried until they succeed (or the instance
         closes): settling must not be skipped, and a read can simply wait."""
         return self._retrying(outage, lambda: self._act_once(action), nothing_done(action))
@@ -995,11 +999,9 @@ class Outpost:
             except (RedisError, OSError) as exc:
                 if self._closed:
                     return closing
-                if isinstance(exc, ResponseError) and (
-                    "NOGROUP" in str(exc) or "no such key" in str(exc)
-                ):
-                    # Redis lost its data (restart without AOF, FLUSHDB): a read says NOGROUP,
-                    # a survey (XINFO) "no such key". A failure here is retried too.
+                if isinstance(exc, ResponseError) and lost_its_data(str(exc)):
+                    # Redis lost its data (restart without AOF, FLUSHDB). A failure here is
+                    # retried too.
                     with contextlib.suppress(RedisError, OSError):
                         self._create_groups()
                     sleep(0.05)
@@ -1009,7 +1011,7 @@ class Outpost:
             self._redis_answered(outage)
             return result
 
-    def _act_once(self, action: Action | ForgetHeartbeat) -> Outcome:
+    def _act_once(self, action: DeliveryEffect | ForgetHeartbeat) -> DeliveryInput:
         if isinstance(action, ReadOutbox) and self._cluster is not None:
             return self._read_outboxes_one_by_one(action)
         if isinstance(action, ReadOutbox):
@@ -1021,7 +1023,7 @@ class Outpost:
                 count=action.count,
                 block=block if block > 0 else None,
             )
-            return OutboxRead(_stream_entries(reply))
+            return OutboxRead(stream_entries(reply))
         if isinstance(action, PostBatch):
             return self._post(action)
         if isinstance(action, SettleScript):
@@ -1049,11 +1051,12 @@ class Outpost:
                     self._log.exception("outpost: on_dropped raised")
             return Reported()
         if isinstance(action, RefreshClaim):
-            for stream, ids in _group_ids(action.entries).items():
-                self._redis.xclaim(stream, GROUP, self._consumer, 0, ids, justid=True)
+            for stream, ids in action.by_stream().items():
+                claimed: list[Any] = ids  # redis-py's stub wants a list of its own union
+                self._redis.xclaim(stream, GROUP, self._consumer, 0, claimed, justid=True)
             return Done()
         if isinstance(action, ClaimStale):
-            entries: list[tuple[str, str, Any]] = []
+            entries: list[StreamEntry] = []
             for stream in keys.ALL_OUTBOXES:
                 reply = self._redis.xautoclaim(
                     stream,
@@ -1063,7 +1066,7 @@ class Outpost:
                     start_id="0-0",
                     count=action.count,
                 )
-                entries += [(stream, i, f) for i, f in _entries(reply[1]) if f is not None]
+                entries += claimed_entries(stream, reply)
             return OutboxRead(entries)
         if isinstance(action, Beat):
             self._redis.set(action.key, b"1", px=action.ttl_ms)
@@ -1092,10 +1095,10 @@ class Outpost:
             return Done()
         raise AssertionError(f"unknown delivery action {action!r}")  # pragma: no cover
 
-    def _read_outboxes_one_by_one(self, action: ReadOutbox) -> Outcome:
+    def _read_outboxes_one_by_one(self, action: ReadOutbox) -> DeliveryInput:
         """A cluster refuses one read across slots: each shard's stream is read on its own, and
         an empty round waits a little before the next (no blocking read spans the streams)."""
-        entries: list[tuple[str, str, Any]] = []
+        entries: list[StreamEntry] = []
         start = random.randrange(len(keys.ALL_OUTBOXES))  # no shard always read first
         for offset in range(len(keys.ALL_OUTBOXES)):
             stream = keys.ALL_OUTBOXES[(start + offset) % len(keys.ALL_OUTBOXES)]
@@ -1103,13 +1106,13 @@ class Outpost:
             if left <= 0:
                 break
             reply = self._redis.xreadgroup(GROUP, self._consumer, {stream: ">"}, count=left)
-            entries += _stream_entries(reply)
+            entries += stream_entries(reply)
         if not entries and action.block > 0:
             version = self._signal.version
             self._signal.wait(version, min(action.block, _CLUSTER_POLL * 5))
         return OutboxRead(entries)
 
-    def _post(self, action: PostBatch) -> Outcome:
+    def _post(self, action: PostBatch) -> DeliveryInput:
         assert self._http is not None
         try:
             response = self._http.post(
@@ -1194,32 +1197,6 @@ class Outpost:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _entries(listing: Any) -> list[tuple[str, Any]]:
-    return [(_text(entry_id), fields) for entry_id, fields in listing or []]
-
-
-def _stream_entries(reply: Any) -> list[tuple[str, str, Any]]:
-    """XREADGROUP's answer (RESP2 list or RESP3 dict) as (stream, id, fields)."""
-    streams = reply.items() if isinstance(reply, dict) else (reply or [])
-    out: list[tuple[str, str, Any]] = []
-    for stream, listing in streams:
-        if isinstance(listing, list) and listing and isinstance(listing[0], list):
-            listing = listing[0]  # RESP3 wraps each stream's entries once more
-        out += [(_text(stream), i, f) for i, f in _entries(listing) if f is not None]
-    return out
-
-
-def _group_ids(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for stream, entry_id in pairs:
-        out.setdefault(stream, []).append(entry_id)
-    return out
 
 
 def _redis_from_url(url: str) -> Redis | RedisCluster:

@@ -132,15 +132,15 @@ from outpost_core import (
 from outpost_core import _keys as keys
 from outpost_core._delivery import (
     GROUP,
-    Action,
     BatchAnswered,
     BatchFailed,
     ClaimStale,
     Delivery,
+    DeliveryEffect,
+    DeliveryInput,
     DeliverySettings,
     Done,
     OutboxRead,
-    Outcome,
     PostBatch,
     ReadOutbox,
     RefreshClaim,
@@ -459,7 +459,7 @@ class OutpostModel(RuleBasedStateMachine):
         )
         self.delivery.flushing = True
         self.delivery_clock = 0.0
-        self.waiting: Action | None = None
+        self.waiting: DeliveryEffect | None = None
         self.b.handle(ConfigurationReceived(CONFIGURATION, from_cache=True))
         self.tick()
         assert self.a.session.connected, "the WebSocket did not open"
@@ -507,14 +507,14 @@ class OutpostModel(RuleBasedStateMachine):
 
     # -- delivery, driven as the drivers drive it ---------------------------------------------
 
-    def next_action(self) -> Action:
+    def next_action(self) -> DeliveryEffect:
         action, self.waiting = self.waiting, None
         if action is None:
             self.delivery_clock += 1000.0  # past any backoff: the rules decide what happens
-            action = self.delivery.poll(self.delivery_clock)
+            action = self.delivery.next_effect(self.delivery_clock)
         return action
 
-    def report(self, outcome: Outcome) -> None:
+    def report(self, outcome: DeliveryInput) -> None:
         self.delivery.handle(outcome, self.delivery_clock, self.polar.now)
 
     def settle(self, action: SettleScript) -> None:
@@ -562,7 +562,7 @@ class OutpostModel(RuleBasedStateMachine):
             else:  # pragma: no cover
                 raise AssertionError(f"unknown delivery action {action!r}")
 
-    def post(self, batch: PostBatch, outcome: str) -> Outcome:
+    def post(self, batch: PostBatch, outcome: str) -> DeliveryInput:
         """What Polar makes of one attempt: store (or not), and what the SDK hears."""
         items = json.loads(batch.body)["events"]
         events = [self.tracked[item["external_id"]] for item in items]
@@ -989,6 +989,7 @@ def run_model(
     test()
 
 
+@pytest.mark.timeout(900)  # a hang guard, not a limit: 600 examples take minutes on a busy machine
 def test_outpost_against_a_model_of_polar(model: type[OutpostModel]) -> None:
     run_model(model, seed_=None if SEED is None else int(SEED))
 

@@ -39,12 +39,12 @@ class Loop:
     def step(self, outcome: Any, now: float | None = None) -> Any:
         if now is not None:
             self.now = now
-        action = self.delivery.poll(self.now)
+        action = self.delivery.next_effect(self.now)
         self.delivery.handle(outcome, self.now, WALL)
         return action
 
-    def poll(self) -> Any:
-        return self.delivery.poll(self.now)
+    def next_effect(self) -> Any:
+        return self.delivery.next_effect(self.now)
 
     def report(self, outcome: Any) -> None:
         self.delivery.handle(outcome, self.now, WALL)
@@ -109,14 +109,14 @@ def test_a_request_is_taken_before_each_post_and_the_batch_grows_while_waiting()
     assert loop.step(OutboxRead(entries("c", "d"))) == ReadOutbox(count=2, block=0.5)
     assert loop.step(OutboxRead([]), now=0.2) == ReadOutbox(count=2, block=0.3)
     loop.now = 0.5
-    assert loop.poll() == PostBatch(body("b", "c", "d"), 3)
+    assert loop.next_effect() == PostBatch(body("b", "c", "d"), 3)
 
 
 def test_a_full_batch_waits_for_the_budget_without_reading() -> None:
     loop = Loop(batch_bytes=1024)
     loop.step(OutboxRead([big("a", 600), big("b", 600)]))
     assert loop.step(BudgetAnswered(b"2000000")) == TAKE
-    assert loop.poll() == Sleep(2.0)  # the buffer holds a batch's worth already
+    assert loop.next_effect() == Sleep(2.0)  # the buffer holds a batch's worth already
 
 
 def test_a_retry_takes_a_request_too() -> None:
@@ -126,7 +126,7 @@ def test_a_retry_takes_a_request_too() -> None:
     loop.step(BatchAnswered(500))  # retried after a backoff of 0.5 s
     loop.step(Done(), now=0.5)  # refresh the claim
     assert loop.step(BudgetAnswered(1_000_000)) == TAKE
-    assert loop.poll() == Sleep(1.5)  # a batch in flight does not read more
+    assert loop.next_effect() == Sleep(1.5)  # a batch in flight does not read more
 
 
 def test_an_unreadable_budget_reply_is_counted_and_the_request_goes() -> None:
@@ -134,17 +134,17 @@ def test_an_unreadable_budget_reply_is_counted_and_the_request_goes() -> None:
     loop.step(OutboxRead(entries("a")))
     loop.step(BudgetAnswered(b"junk"))
     assert loop.delivery.rejected_entries == 1
-    assert loop.poll() == PostBatch(body("a"), 1)
+    assert loop.next_effect() == PostBatch(body("a"), 1)
 
 
 def test_batches_stay_under_batch_bytes() -> None:
     loop = Loop(batch_bytes=2048, requests_per_minute=0.0)
     loop.step(OutboxRead([big(i, 900) for i in "abcd"]))
-    first = loop.poll()
+    first = loop.next_effect()
     assert first.size == 2 and len(first.body) <= 2048
     loop.report(BatchAnswered(200))
     loop.step(Settled())
-    assert loop.poll().size == 2
+    assert loop.next_effect().size == 2
 
 
 def test_an_event_too_large_for_any_batch_is_dropped_and_reported() -> None:
@@ -158,10 +158,10 @@ def test_an_event_too_large_for_any_batch_is_dropped_and_reported() -> None:
     assert isinstance(confirm, SettleScript) and confirm.script == "confirm"
     assert "1-huge" in confirm.args
     assert loop.step(BudgetAnswered(0)) == TAKE
-    assert loop.poll() == PostBatch(body("a"), 1)
+    assert loop.next_effect() == PostBatch(body("a"), 1)
 
 
 def test_without_a_budget_nothing_is_taken() -> None:
     loop = Loop(requests_per_minute=0.0)
     loop.step(OutboxRead(entries("a")))
-    assert loop.poll() == PostBatch(body("a"), 1)
+    assert loop.next_effect() == PostBatch(body("a"), 1)

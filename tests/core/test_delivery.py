@@ -62,32 +62,32 @@ def body(*ids: str) -> bytes:
 
 
 class Loop:
-    """Drives a Delivery as a driver's loop does: poll, then report."""
+    """Drives a Delivery as a driver's loop does: the next effect, then what came of it."""
 
     def __init__(self, settings: DeliverySettings | None = None, draw: float = 0.5) -> None:
         settings = settings or DeliverySettings()
         self.delivery = Delivery(settings, FixedRandom(draw), now=0.0)
         self.now = 0.0
-        assert self.poll() == ClaimStale(min_idle=300.0, count=settings.batch_size)
+        assert self.next_effect() == ClaimStale(min_idle=300.0, count=settings.batch_size)
         self.report(Done())
 
-    def poll(self, now: float | None = None) -> Any:
+    def next_effect(self, now: float | None = None) -> Any:
         if now is not None:
             self.now = now
-        return self.delivery.poll(self.now)
+        return self.delivery.next_effect(self.now)
 
     def report(self, outcome: Any) -> None:
         self.delivery.handle(outcome, self.now, WALL)
 
     def read(self, *ids: str) -> None:
-        assert isinstance(self.poll(), ReadOutbox)
+        assert isinstance(self.next_effect(), ReadOutbox)
         self.report(OutboxRead(entries(*ids)))
 
     def post(self, now: float | None = None) -> PostBatch:
-        action = self.poll(now)
+        action = self.next_effect(now)
         if isinstance(action, RefreshClaim):
             self.report(Done())
-            action = self.poll()
+            action = self.next_effect()
         assert isinstance(action, PostBatch), action
         return action
 
@@ -95,7 +95,7 @@ class Loop:
         """Run the ``count`` settle scripts and reports a batch left."""
         out = []
         for _ in range(count):
-            action = self.poll()
+            action = self.next_effect()
             assert isinstance(action, SettleScript | ReportDropped), action
             out.append(action)
             self.report(Settled() if isinstance(action, SettleScript) else Reported())
@@ -145,31 +145,31 @@ def test_one_question_at_a_time() -> None:
     delivery = Delivery(DeliverySettings(), FixedRandom(), now=0.0)
     with pytest.raises(UsageError, match="no action outstanding"):
         delivery.handle(Done(), 0.0, WALL)
-    delivery.poll(0.0)
+    delivery.next_effect(0.0)
     with pytest.raises(UsageError, match="report the outcome of the last action first"):
-        delivery.poll(0.0)
+        delivery.next_effect(0.0)
     with pytest.raises(UsageError, match="not a delivery outcome"):
         delivery.handle("done", 0.0, WALL)  # type: ignore[arg-type]
 
 
 def test_an_outcome_for_another_action_is_a_usage_error() -> None:
     loop = Loop()
-    assert isinstance(loop.poll(), ReadOutbox)
+    assert isinstance(loop.next_effect(), ReadOutbox)
     with pytest.raises(UsageError):
         loop.report(BatchAnswered(200))
 
 
 def test_reads_linger_then_post_then_acknowledge() -> None:
     loop = Loop()
-    assert loop.poll() == ReadOutbox(count=500, block=0.5)
+    assert loop.next_effect() == ReadOutbox(count=500, block=0.5)
     loop.report(OutboxRead([]))
     assert loop.delivery.idle
-    assert loop.poll(1.0) == ReadOutbox(count=500, block=0.5)
+    assert loop.next_effect(1.0) == ReadOutbox(count=500, block=0.5)
     loop.report(OutboxRead(entries("a", "b")))
     assert not loop.delivery.idle
-    assert loop.poll(1.05) == ReadOutbox(count=498, block=pytest.approx(0.15))
+    assert loop.next_effect(1.05) == ReadOutbox(count=498, block=pytest.approx(0.15))
     loop.report(OutboxRead(entries("c")))
-    assert loop.poll(1.2) == PostBatch(body=body("a", "b", "c"), size=3)
+    assert loop.next_effect(1.2) == PostBatch(body=body("a", "b", "c"), size=3)
     loop.report(BatchAnswered(200, b'{"inserted":3,"duplicates":0}'))
     assert loop.work(1) == [settle("acknowledge", ["a", "b", "c"], ["a", "b", "c"])]
     assert loop.delivery.idle
@@ -179,35 +179,35 @@ def test_reads_linger_then_post_then_acknowledge() -> None:
 def test_a_read_never_blocks_longer_than_read_block() -> None:
     loop = Loop(DeliverySettings(linger=5.0, read_block=0.5))
     loop.read("a")
-    assert loop.poll() == ReadOutbox(count=499, block=0.5)
+    assert loop.next_effect() == ReadOutbox(count=499, block=0.5)
 
 
 def test_a_full_buffer_posts_at_once_and_keeps_the_rest() -> None:
     loop = Loop(DeliverySettings(batch_size=2))
     loop.read("a", "b", "c")
-    assert loop.poll() == PostBatch(body=body("a", "b"), size=2)
+    assert loop.next_effect() == PostBatch(body=body("a", "b"), size=2)
     loop.report(BatchAnswered(204))
     loop.work(1)
     # The rest has lingered as long as the first two: it goes next.
-    assert loop.poll(0.3) == PostBatch(body=body("c"), size=1)
+    assert loop.next_effect(0.3) == PostBatch(body=body("c"), size=1)
 
 
 def test_flushing_posts_without_lingering_and_reads_blocking_briefly() -> None:
     loop = Loop()
     loop.delivery.flushing = True
     # Never 0 (no BLOCK at all): a read that returns at once would spin Redis during a flush.
-    assert loop.poll() == ReadOutbox(count=500, block=0.01)
+    assert loop.next_effect() == ReadOutbox(count=500, block=0.01)
     loop.report(OutboxRead(entries("a")))
-    assert loop.poll() == PostBatch(body=body("a"), size=1)
+    assert loop.next_effect() == PostBatch(body=body("a"), size=1)
 
 
 def test_stale_entries_are_claimed_every_claim_interval() -> None:
     loop = Loop(DeliverySettings(claim_interval=30.0))
-    assert isinstance(loop.poll(29.9), ReadOutbox)
+    assert isinstance(loop.next_effect(29.9), ReadOutbox)
     loop.report(OutboxRead([]))
-    assert loop.poll(30.0) == ClaimStale(min_idle=300.0, count=500)
+    assert loop.next_effect(30.0) == ClaimStale(min_idle=300.0, count=500)
     loop.report(OutboxRead(entries("old")))
-    assert loop.poll(30.3) == PostBatch(body=body("old"), size=1)
+    assert loop.next_effect(30.3) == PostBatch(body=body("old"), size=1)
 
 
 REDIS_ID: Any = b"1-c"  # ids as Redis answers them: bytes
@@ -215,7 +215,7 @@ REDIS_ID: Any = b"1-c"  # ids as Redis answers them: bytes
 
 def test_entries_of_several_streams_and_identities_settle_per_stream() -> None:
     loop = Loop()
-    assert isinstance(loop.poll(), ReadOutbox)
+    assert isinstance(loop.next_effect(), ReadOutbox)
     loop.report(
         OutboxRead(
             [
@@ -269,11 +269,11 @@ def test_entries_of_several_streams_and_identities_settle_per_stream() -> None:
 )
 def test_malformed_entries_are_counted_and_removed(bad: tuple[Any, Any, Any]) -> None:
     loop = Loop()
-    assert isinstance(loop.poll(), ReadOutbox)
+    assert isinstance(loop.next_effect(), ReadOutbox)
     loop.report(OutboxRead([bad, *entries("ok")]))
     assert loop.delivery.rejected_entries == 1
     if isinstance(bad[1], str):  # an id Redis could have written: remove the entry
-        assert loop.poll() == SettleScript(
+        assert loop.next_effect() == SettleScript(
             script="confirm",
             keys=(STREAM,),
             args=(keys.channel(3), GROUP, str(WALL), "1", bad[1]),
@@ -284,7 +284,7 @@ def test_malformed_entries_are_counted_and_removed(bad: tuple[Any, Any, Any]) ->
 
 def test_entries_read_by_a_client_that_decodes_replies() -> None:
     loop = Loop()
-    assert isinstance(loop.poll(), ReadOutbox)
+    assert isinstance(loop.next_effect(), ReadOutbox)
     decoded = {k.decode(): v.decode() for k, v in fields("a").items()}
     loop.report(OutboxRead([(STREAM, "1-a", decoded)]))
     assert loop.post(1.0) == PostBatch(body=body("a"), size=1)
@@ -292,18 +292,18 @@ def test_entries_read_by_a_client_that_decodes_replies() -> None:
 
 def test_an_event_that_is_not_json_inside_its_braces_is_dropped_as_it_reads() -> None:
     loop = Loop()
-    assert isinstance(loop.poll(), ReadOutbox)
+    assert isinstance(loop.next_effect(), ReadOutbox)
     loop.report(OutboxRead([(STREAM, "1-a", {**fields("a"), b"e": b"{bad}"})]))
     loop.post(1.0)
     loop.report(BatchAnswered(400))  # Polar cannot parse the body
-    report = loop.poll()
+    report = loop.next_effect()
     assert report.events == ({"unreadable": "{bad}"},)
 
 
 @pytest.mark.parametrize("stream", [STREAM.encode(), "not-an-outbox"])
 def test_an_entry_of_an_unknown_or_undecoded_stream(stream: Any) -> None:
     loop = Loop()
-    assert isinstance(loop.poll(), ReadOutbox)
+    assert isinstance(loop.next_effect(), ReadOutbox)
     loop.report(OutboxRead([(stream, "1-x", {b"e": b"{}"})]))
     assert loop.delivery.rejected_entries == 1
 
@@ -326,9 +326,9 @@ def test_a_422_that_names_its_events_drops_them_and_sends_the_rest_at_once() -> 
         settle("confirm", ["b"], ["b"]),
     ]
     assert loop.delivery.dropped == 1
-    assert loop.poll() == RefreshClaim(((STREAM, "1-a"), (STREAM, "1-c")))
+    assert loop.next_effect() == RefreshClaim(((STREAM, "1-a"), (STREAM, "1-c")))
     loop.report(Done())
-    assert loop.poll() == PostBatch(body=body("a", "c"), size=2)
+    assert loop.next_effect() == PostBatch(body=body("a", "c"), size=2)
     loop.report(BatchAnswered(200))
     assert loop.work(1) == [settle("acknowledge", ["a", "c"], ["a", "c"])]
 
@@ -339,17 +339,19 @@ def test_before_an_attempt_every_held_entry_is_claimed_again_and_none_is_read_tw
     # posted again.
     loop = Loop(DeliverySettings(batch_size=2, linger=5.0))
     loop.read("a", "b", "c")
-    assert loop.poll(1.0) == PostBatch(body=body("a", "b"), size=2)
+    assert loop.next_effect(1.0) == PostBatch(body=body("a", "b"), size=2)
     loop.report(BatchAnswered(503))
-    assert isinstance(loop.poll(), Sleep)
+    assert isinstance(loop.next_effect(), Sleep)
     loop.report(Done())
-    assert loop.poll(3.0) == RefreshClaim(((STREAM, "1-a"), (STREAM, "1-b"), (STREAM, "1-c")))
+    assert loop.next_effect(3.0) == RefreshClaim(
+        ((STREAM, "1-a"), (STREAM, "1-b"), (STREAM, "1-c"))
+    )
     loop.report(Done())
-    assert loop.poll() == PostBatch(body=body("a", "b"), size=2)
+    assert loop.next_effect() == PostBatch(body=body("a", "b"), size=2)
     loop.report(BatchAnswered(200))
     loop.work(1)
     # A claim of stale entries brings back one this loop holds: it is not buffered twice.
-    assert isinstance(loop.poll(400.0), ClaimStale)
+    assert isinstance(loop.next_effect(400.0), ClaimStale)
     loop.report(OutboxRead(entries("c", "d")))
     assert loop.post() == PostBatch(body=body("c", "d"), size=2)
 
@@ -426,7 +428,7 @@ def test_timestamps_in_polars_future_wait_for_its_clock_and_drop_nothing() -> No
     loop.post(1.0)
     loop.report(BatchAnswered(422, too_early(0, 1)))
     assert loop.delivery.stalled is not None and "clock is ahead" in loop.delivery.stalled
-    assert loop.poll() == Sleep(2.0)
+    assert loop.next_effect() == Sleep(2.0)
     loop.report(Done())
     assert loop.post(2.0) == PostBatch(body=body("a", "b"), size=2)
     loop.report(BatchAnswered(200))
@@ -448,7 +450,7 @@ def test_other_refusals_of_a_timestamp_drop_the_event(answer: bytes) -> None:
     loop.read("a")
     loop.post(1.0)
     loop.report(BatchAnswered(422, answer))
-    assert isinstance(loop.poll(), ReportDropped)
+    assert isinstance(loop.next_effect(), ReportDropped)
     assert loop.delivery.dropped == 1
 
 
@@ -461,7 +463,7 @@ def test_a_configuration_mistake_stalls_without_using_attempts(status: int) -> N
     assert loop.delivery.stalled == (
         f"Polar answered {status}: check the access token and server URL"
     )
-    assert loop.poll(2.0) == Sleep(31.0)
+    assert loop.next_effect(2.0) == Sleep(31.0)
     loop.report(Done())
     loop.post(31.0)
     loop.report(BatchAnswered(status))  # still no drop, whatever max_attempts says
@@ -478,7 +480,7 @@ def test_a_certificate_that_does_not_verify_stalls_without_using_attempts() -> N
     reason = "the TLS certificate of polar did not verify (self-signed certificate)"
     loop.report(BatchFailed(reason, maybe_sent=False, stalls=True))
     assert loop.delivery.stalled == reason
-    assert loop.poll(2.0) == Sleep(31.0)
+    assert loop.next_effect(2.0) == Sleep(31.0)
     loop.report(Done())
     loop.post(31.0)
     loop.report(BatchFailed(reason, maybe_sent=False, stalls=True))
@@ -494,11 +496,11 @@ def test_rate_limits_wait_for_retry_after_and_use_no_attempt() -> None:
     loop.read("a")
     loop.post(1.0)
     loop.report(BatchAnswered(429, b"", retry_after=7.0))
-    assert loop.poll() == Sleep(8.0)
+    assert loop.next_effect() == Sleep(8.0)
     loop.report(Done())
     loop.post(8.0)
     loop.report(BatchAnswered(429))  # no Retry-After: the backoff of a second wait
-    assert loop.poll() == Sleep(8.0 + 1.0 * 0.75)
+    assert loop.next_effect() == Sleep(8.0 + 1.0 * 0.75)
     assert loop.delivery.rate_limited == 2
     assert loop.delivery.dropped == 0
 
@@ -510,7 +512,7 @@ def test_server_errors_retry_with_backoff_then_drop() -> None:
     waits = []
     for _ in range(3):
         loop.report(BatchAnswered(500))
-        sleep = loop.poll()
+        sleep = loop.next_effect()
         assert isinstance(sleep, Sleep)
         waits.append(sleep.until - loop.now)
         loop.report(Done())
@@ -528,11 +530,11 @@ def test_retry_after_on_a_server_error_is_honoured_when_longer() -> None:
     loop.read("a")
     loop.post(1.0)
     loop.report(BatchAnswered(503, retry_after=10.0))
-    assert loop.poll() == Sleep(11.0)
+    assert loop.next_effect() == Sleep(11.0)
     loop.report(Done())
     loop.post(11.0)
     loop.report(BatchAnswered(503, retry_after=0.1))
-    assert loop.poll() == Sleep(11.0 + 2.0 * 0.75)
+    assert loop.next_effect() == Sleep(11.0 + 2.0 * 0.75)
 
 
 def test_a_batch_that_may_have_reached_polar_is_acknowledged_when_dropped() -> None:
@@ -583,7 +585,7 @@ def test_an_outage_waits_as_long_as_it_takes_and_drops_nothing(
     waits = []
     for _ in range(12):
         loop.report(failure)
-        sleep = loop.poll()
+        sleep = loop.next_effect()
         assert isinstance(sleep, Sleep)
         waits.append(sleep.until - loop.now)
         loop.report(Done())

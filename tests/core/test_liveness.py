@@ -69,7 +69,7 @@ class Live:
         """Poll, report ``outcome``; return the action."""
         if now is not None:
             self.now = now
-        action = self.delivery.poll(self.now)
+        action = self.delivery.next_effect(self.now)
         self.delivery.handle(outcome, self.now, WALL)
         return action
 
@@ -91,13 +91,13 @@ def test_a_loop_beats_surveys_and_takes_what_dead_instances_hold() -> None:
     assert loop.step(Reclaimed(OTHER, '{"e": {}, "d": {}}')) == Reclaim(OTHER, ME, 500, (DEAD,))
     assert loop.delivery.consumers_removed == 1
     assert isinstance(loop.step(Done()), ClaimStale)
-    action = loop.delivery.poll(loop.now)  # the taken entries wait in the buffer
+    action = loop.delivery.next_effect(loop.now)  # the taken entries wait in the buffer
     assert isinstance(action, ReadOutbox) and action.count == 498
     loop.delivery.handle(OutboxRead([]), loop.now, WALL)
     # Two seconds later (a quarter of the heartbeat): beat and survey again, before the batch.
     assert loop.step(Done(), now=2.0) == Beat(keys.heartbeat_key(ME), 8000)
     assert loop.step(listing((STREAM, [ME]))) == SurveyConsumers()  # nobody else: no check
-    assert isinstance(loop.delivery.poll(loop.now), PostBatch)
+    assert isinstance(loop.delivery.next_effect(loop.now), PostBatch)
 
 
 def test_beats_come_before_a_batch_waiting_for_polar() -> None:
@@ -107,7 +107,7 @@ def test_beats_come_before_a_batch_waiting_for_polar() -> None:
     loop.step(OutboxRead([]))  # claim stale
     loop.step(OutboxRead(entries("a")))  # read
     assert isinstance(loop.step(BatchAnswered(429, retry_after=60.0)), PostBatch)
-    assert isinstance(loop.delivery.poll(1.0), Sleep)
+    assert isinstance(loop.delivery.next_effect(1.0), Sleep)
     loop.delivery.handle(Done(), 1.0, WALL)
     assert loop.step(Done(), now=2.0) == Beat(keys.heartbeat_key(ME), 8000)
 

@@ -396,22 +396,22 @@ def record_delivery(seed: int = 11) -> list[Record]:
         b"k": b"[]",
     }
     now = 0.0
-    delivery.poll(now)
+    delivery.next_effect(now)
     delivery.handle(Done(), now, WALL)
-    assert isinstance(delivery.poll(now), ReadOutbox)
+    assert isinstance(delivery.next_effect(now), ReadOutbox)
     delivery.handle(OutboxRead([(stream, "1-0", entry)]), now, WALL)
     delivery.flushing = True  # forwarded to the delivery
     assert delivery.flushing
-    assert isinstance(delivery.poll(now), PostBatch)
+    assert isinstance(delivery.next_effect(now), PostBatch)
     delivery.handle(BatchAnswered(503), now, WALL)  # a backoff with jitter from the generator
-    sleep = delivery.poll(now)
+    sleep = delivery.next_effect(now)
     delivery.handle(Done(), now, WALL)
     now = sleep.until
-    assert isinstance(delivery.poll(now), RefreshClaim)
+    assert isinstance(delivery.next_effect(now), RefreshClaim)
     delivery.handle(Done(), now, WALL)
-    assert isinstance(delivery.poll(now), PostBatch)
+    assert isinstance(delivery.next_effect(now), PostBatch)
     delivery.handle(BatchAnswered(200), now, WALL)
-    delivery.poll(now)
+    delivery.next_effect(now)
     delivery.handle(Settled(), now, WALL)
     assert delivery.idle
     return records

@@ -1,5 +1,7 @@
 """A process that tracks events, says so, then hangs before delivering any: the test kills it
 with SIGKILL. Its batches are read (claimed) but never posted: linger is far longer than the test.
+It says so only once its delivery loop has read every event, so all of them are held by it when it
+dies (on a loaded machine the loop may otherwise not have read the last ones yet).
 
     python -m tests.support.track_and_hang REDIS_URL SERVER_URL TOKEN COUNT
 """
@@ -11,8 +13,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
+import redis
+
+from outpost_core import GROUP, keys
 from outpost_sync import Outpost
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,9 +57,25 @@ def track_events(redis_url: str, server_url: str, token: str, count: str) -> Out
     )
     for n in range(int(count)):
         outpost.track("api_call", external_customer_id=f"c{n % 7}")
+    _wait_until_read(redis_url, int(count))
     sys.stdout.write(f"tracked {count}\n")
     sys.stdout.flush()
     return outpost
+
+
+def _wait_until_read(redis_url: str, count: int) -> None:
+    """Until the outbox group holds ``count`` entries read and not settled (or 30 s)."""
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            held = sum(client.xpending(s, GROUP)["pending"] for s in keys.ALL_OUTBOXES)
+        except redis.ResponseError:  # NOGROUP: the delivery loop has not created it yet
+            held = 0
+        if held >= count:
+            break
+        time.sleep(0.01)
+    client.close()
 
 
 def main() -> None:
