@@ -140,7 +140,7 @@ _CLUSTER_POLL = 0.01  # seconds a cluster subscriber waits on each node in turn
 _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
 _T = TypeVar("_T")
 _CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
-_SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
+_RECHECK = 0.1  # seconds a waiting read (or track) sleeps at most between two looks
 _USER_AGENT = f"outpost-python/{__version__}"
 DroppedCallback = Callable[[list[dict[str, Any]], str], Any]
 
@@ -570,7 +570,7 @@ class AsyncOutpost:
                 )
             version = self._signal.version
             await self._read_cached_configuration()
-            await self._signal.wait(version, min(remaining, _SETTLE))
+            await self._signal.wait(version, min(remaining, _RECHECK))
 
     # -- balance ------------------------------------------------------------------------------
 
@@ -662,7 +662,7 @@ class AsyncOutpost:
                 raise NotReady(f"{reason} after {self._core.settings.snapshot_timeout} s")
             if self._core.configuration is None:
                 await self._read_cached_configuration()
-            await self._signal.wait(version, min(remaining, _SETTLE))
+            await self._signal.wait(version, min(remaining, _RECHECK))
 
     async def _fetch(
         self,
@@ -722,33 +722,35 @@ class AsyncOutpost:
         self._signal.fire()
 
     async def _run_one(self, effect: Effect) -> None:
-        if isinstance(effect, LoadIdentity):
-            await self._load(effect)
-        elif isinstance(effect, StoreConfiguration):
-            try:
-                await self._redis.set(effect.key, effect.text)
-            except RedisError as exc:
-                self._log.debug("outpost could not cache the configuration: %s", exc)
-        elif isinstance(effect, RunScript):
-            try:
-                reply = await self._script(effect)
-            except RedisUnavailable as exc:
-                self._redis_failed(self._state_outage, exc)
-                if effect.tag is not None:
-                    with self._lock:
-                        self._core.handle(ScriptFailed(effect.tag))
-                return
-            self._redis_answered(self._state_outage)
-            with self._lock:
-                self._core.handle(ScriptReplied(reply, effect.tag))
-        elif isinstance(effect, SendBytes):
-            await self._send(effect.data)
-        elif isinstance(effect, ListPending):
-            await self._list_pending(effect)
-        elif isinstance(effect, OpenConnection):
-            self._want_open = effect
-        elif isinstance(effect, CloseConnection):
-            self._drop_stream = True
+        await _SESSION_EFFECTS[type(effect)](self, effect)
+
+    async def _store_configuration(self, effect: StoreConfiguration) -> None:
+        try:
+            await self._redis.set(effect.key, effect.text)
+        except RedisError as exc:
+            self._log.debug("outpost could not cache the configuration: %s", exc)
+
+    async def _run_script_effect(self, effect: RunScript) -> None:
+        try:
+            reply = await self._script(effect)
+        except RedisUnavailable as exc:
+            self._redis_failed(self._state_outage, exc)
+            if effect.tag is not None:
+                with self._lock:
+                    self._core.handle(ScriptFailed(effect.tag))
+            return
+        self._redis_answered(self._state_outage)
+        with self._lock:
+            self._core.handle(ScriptReplied(reply, effect.tag))
+
+    async def _send_bytes(self, effect: SendBytes) -> None:
+        await self._send(effect.data)
+
+    async def _open_connection(self, effect: OpenConnection) -> None:
+        self._want_open = effect  # the link loop opens it
+
+    async def _close_connection(self, effect: CloseConnection) -> None:
+        self._drop_stream = True  # the link loop closes it
 
     def _redis_failed(self, outage: Outage, exc: BaseException) -> float:
         """Count a Redis failure of one loop; log what the outage says; return the delay."""
@@ -883,7 +885,7 @@ class AsyncOutpost:
                         continue  # this instance's own change, already applied from the reply
                     with self._lock:
                         if message is not None:
-                            self._take_message(message)
+                            self._message_to_core(message)
                         self._core.handle(Tick(time.monotonic(), self._now_us()))
                         effects = self._core.effects()
                     if effects or message is not None:
@@ -925,7 +927,7 @@ class AsyncOutpost:
                                     self._core.handle(SubscriberRestarted())
                                     self._subscriber_back()
                             else:
-                                self._take_message(message)
+                                self._message_to_core(message)
                         self._core.handle(Tick(time.monotonic(), self._now_us()))
                         effects = self._core.effects()
                     if effects or message is not None:
@@ -970,17 +972,9 @@ class AsyncOutpost:
                 delivery.flushing = self._flushing > 0
                 action = delivery.next_effect(time.monotonic())
                 outcome = await self._act(outage, action)
-                rejected = delivery.rejected_entries
                 delivery.handle(outcome, time.monotonic(), self._now_us())
-                if delivery.rejected_entries > rejected:
-                    count = delivery.rejected_entries - rejected
-                    self._log.warning(
-                        "outpost removed %d unreadable outbox entries (or rejected replies)",
-                        count,
-                    )
-                stalls = isinstance(outcome, BatchFailed) and outcome.stalls
-                if delivery.stalled and (isinstance(outcome, BatchAnswered) or stalls):
-                    self._log.error("outpost delivery is stalled: %s", delivery.stalled)
+                for report in delivery.reports():
+                    _log_report(self._log, report)
                 if isinstance(outcome, Settled):
                     self._signal.fire()
 
@@ -1013,88 +1007,99 @@ class AsyncOutpost:
             return result
 
     async def _act_once(self, action: DeliveryEffect | ForgetHeartbeat) -> DeliveryInput:
-        if isinstance(action, ReadOutbox) and self._cluster is not None:
+        result: DeliveryInput = await _DELIVERY_EFFECTS[type(action)](self, action)
+        return result
+
+    async def _read_outbox(self, action: ReadOutbox) -> DeliveryInput:
+        if self._cluster is not None:
             return await self._read_outboxes_one_by_one(action)
-        if isinstance(action, ReadOutbox):
-            block = int(action.block * 1000)
-            reply = await self._redis.xreadgroup(
+        block = int(action.block * 1000)
+        reply = await self._redis.xreadgroup(
+            GROUP,
+            self._consumer,
+            dict.fromkeys(keys.ALL_OUTBOXES, ">"),
+            count=action.count,
+            block=block if block > 0 else None,
+        )
+        return OutboxRead(stream_entries(reply))
+
+    async def _settle(self, action: SettleScript) -> DeliveryInput:
+        # Told which revisions this instance holds, the script replies with what changed, so
+        # this instance's copies (and a flush() waiting on them) see it at once.
+        with self._lock:
+            action = with_known_revs(action, self._core.known_rev)
+        self._settling += 1
+        try:
+            reply = await self._run_script(action.script, action.keys, action.args)
+            with self._lock:
+                self._core.handle(ScriptReplied(reply))
+                effects = self._core.effects()
+            await self._run(effects)
+        finally:
+            self._settling -= 1
+        return Settled(reply)
+
+    async def _report_dropped(self, action: ReportDropped) -> DeliveryInput:
+        if self._on_dropped is None:
+            self._log.error("outpost dropped %d events: %s", len(action.events), action.reason)
+        else:
+            try:
+                await call_back(self._on_dropped, list(action.events), action.reason)
+            except Exception:
+                self._log.exception("outpost: on_dropped raised")
+        return Reported()
+
+    async def _refresh_claim(self, action: RefreshClaim) -> DeliveryInput:
+        for stream, ids in action.by_stream().items():
+            claimed: list[Any] = ids  # redis-py's stub wants a list of its own union
+            await self._redis.xclaim(stream, GROUP, self._consumer, 0, claimed, justid=True)
+        return Done()
+
+    async def _claim_stale(self, action: ClaimStale) -> DeliveryInput:
+        entries: list[StreamEntry] = []
+        for stream in keys.ALL_OUTBOXES:
+            reply = await self._redis.xautoclaim(
+                stream,
                 GROUP,
                 self._consumer,
-                dict.fromkeys(keys.ALL_OUTBOXES, ">"),
+                int(action.min_idle * 1000),
+                start_id="0-0",
                 count=action.count,
-                block=block if block > 0 else None,
             )
-            return OutboxRead(stream_entries(reply))
-        if isinstance(action, PostBatch):
-            return await self._post(action)
-        if isinstance(action, SettleScript):
-            # Told which revisions this instance holds, the script replies with what changed, so
-            # this instance's copies (and a flush() waiting on them) see it at once.
-            with self._lock:
-                action = with_known_revs(action, self._core.known_rev)
-            self._settling += 1
-            try:
-                reply = await self._run_script(action.script, action.keys, action.args)
-                with self._lock:
-                    self._core.handle(ScriptReplied(reply))
-                    effects = self._core.effects()
-                await self._run(effects)
-            finally:
-                self._settling -= 1
-            return Settled(reply)
-        if isinstance(action, ReportDropped):
-            if self._on_dropped is None:
-                self._log.error("outpost dropped %d events: %s", len(action.events), action.reason)
-            else:
-                try:
-                    await call_back(self._on_dropped, list(action.events), action.reason)
-                except Exception:
-                    self._log.exception("outpost: on_dropped raised")
-            return Reported()
-        if isinstance(action, RefreshClaim):
-            for stream, ids in action.by_stream().items():
-                claimed: list[Any] = ids  # redis-py's stub wants a list of its own union
-                await self._redis.xclaim(stream, GROUP, self._consumer, 0, claimed, justid=True)
-            return Done()
-        if isinstance(action, ClaimStale):
-            entries: list[StreamEntry] = []
-            for stream in keys.ALL_OUTBOXES:
-                reply = await self._redis.xautoclaim(
-                    stream,
-                    GROUP,
-                    self._consumer,
-                    int(action.min_idle * 1000),
-                    start_id="0-0",
-                    count=action.count,
-                )
-                entries += claimed_entries(stream, reply)
-            return OutboxRead(entries)
-        if isinstance(action, Beat):
-            await self._redis.set(action.key, b"1", px=action.ttl_ms)
-            return Done()
-        if isinstance(action, SurveyConsumers):
-            listing: list[tuple[str, Any]] = []
-            for stream in keys.ALL_OUTBOXES:
-                listing.append((stream, await self._redis.xinfo_consumers(stream, GROUP)))
-            return ConsumersListed(listing)
-        if isinstance(action, CheckHeartbeats):
-            return HeartbeatsChecked(await self._redis.mget(action.keys))
-        if isinstance(action, Reclaim):
-            args = [GROUP, action.taker, str(action.count), *action.consumers]
-            reply = await self._run_script("reclaim", (action.stream,), args)
-            return Reclaimed(action.stream, reply)
-        if isinstance(action, TakeRequest):
-            args = [str(action.per_minute), str(action.capacity), ""]  # "": Redis's clock
-            reply = await self._run_script("budget", (action.key,), args)
-            return BudgetAnswered(reply)
-        if isinstance(action, ForgetHeartbeat):
-            await self._redis.delete(action.key)
-            return Done()
-        if isinstance(action, Sleep):
-            version = self._signal.version
-            await self._signal.wait(version, min(action.until - time.monotonic(), _POLL))
-            return Done()
-        raise AssertionError(f"unknown delivery action {action!r}")  # pragma: no cover
+            entries += claimed_entries(stream, reply)
+        return OutboxRead(entries)
+
+    async def _beat(self, action: Beat) -> DeliveryInput:
+        await self._redis.set(action.key, b"1", px=action.ttl_ms)
+        return Done()
+
+    async def _survey(self, action: SurveyConsumers) -> DeliveryInput:
+        listing: list[tuple[str, Any]] = []
+        for stream in keys.ALL_OUTBOXES:
+            listing.append((stream, await self._redis.xinfo_consumers(stream, GROUP)))
+        return ConsumersListed(listing)
+
+    async def _check_heartbeats(self, action: CheckHeartbeats) -> DeliveryInput:
+        return HeartbeatsChecked(await self._redis.mget(action.keys))
+
+    async def _reclaim(self, action: Reclaim) -> DeliveryInput:
+        args = [GROUP, action.taker, str(action.count), *action.consumers]
+        reply = await self._run_script("reclaim", (action.stream,), args)
+        return Reclaimed(action.stream, reply)
+
+    async def _take_request(self, action: TakeRequest) -> DeliveryInput:
+        args = [str(action.per_minute), str(action.capacity), ""]  # "": Redis's clock
+        reply = await self._run_script("budget", (action.key,), args)
+        return BudgetAnswered(reply)
+
+    async def _forget_heartbeat(self, action: ForgetHeartbeat) -> DeliveryInput:
+        await self._redis.delete(action.key)
+        return Done()
+
+    async def _sleep(self, action: Sleep) -> DeliveryInput:
+        version = self._signal.version
+        await self._signal.wait(version, min(action.until - time.monotonic(), _POLL))
+        return Done()
 
     async def _read_outboxes_one_by_one(self, action: ReadOutbox) -> DeliveryInput:
         """A cluster refuses one read across slots: each shard's stream is read on its own, and
@@ -1185,7 +1190,7 @@ class AsyncOutpost:
             return (0, 0)
         return (remote.snapshots_received, remote.snapshots_applied)
 
-    def _take_message(self, message: dict[str, Any]) -> None:
+    def _message_to_core(self, message: dict[str, Any]) -> None:
         """One message of the subscription, to the core (which decides what it means)."""
         kind = message.get("type")
         if kind in ("smessage", b"smessage"):
@@ -1198,6 +1203,34 @@ class AsyncOutpost:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
+
+
+# The driver is two dispatch tables: each effect the core asks for, and the method that does it
+# and reports what came of it. An effect missing here fails at once (KeyError), in any test.
+_SESSION_EFFECTS: dict[type, Callable[[AsyncOutpost, Any], Awaitable[None]]] = {
+    LoadIdentity: AsyncOutpost._load,
+    StoreConfiguration: AsyncOutpost._store_configuration,
+    RunScript: AsyncOutpost._run_script_effect,
+    SendBytes: AsyncOutpost._send_bytes,
+    ListPending: AsyncOutpost._list_pending,
+    OpenConnection: AsyncOutpost._open_connection,
+    CloseConnection: AsyncOutpost._close_connection,
+}
+_DELIVERY_EFFECTS: dict[type, Callable[[AsyncOutpost, Any], Awaitable[DeliveryInput]]] = {
+    ReadOutbox: AsyncOutpost._read_outbox,
+    PostBatch: AsyncOutpost._post,
+    SettleScript: AsyncOutpost._settle,
+    ReportDropped: AsyncOutpost._report_dropped,
+    RefreshClaim: AsyncOutpost._refresh_claim,
+    ClaimStale: AsyncOutpost._claim_stale,
+    Beat: AsyncOutpost._beat,
+    SurveyConsumers: AsyncOutpost._survey,
+    CheckHeartbeats: AsyncOutpost._check_heartbeats,
+    Reclaim: AsyncOutpost._reclaim,
+    TakeRequest: AsyncOutpost._take_request,
+    ForgetHeartbeat: AsyncOutpost._forget_heartbeat,
+    Sleep: AsyncOutpost._sleep,
+}
 
 
 def _redis_from_url(url: str) -> Redis | RedisCluster:

@@ -55,6 +55,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -72,6 +73,7 @@ from ._liveness import (
     Reclaimed,
     SurveyConsumers,
 )
+from ._outage import Report
 from ._random import Random
 from ._replies import text_of
 from .errors import UsageError
@@ -336,6 +338,7 @@ class Delivery:
         self.rejected_entries = 0
         self.rate_limited = 0
         self._wall_us = 0
+        self._reports: list[Report] = []
         self.stalled: str | None = None
         """Why delivery is stalled (a 401/403/404), for operators; ``None`` when it is not."""
 
@@ -455,6 +458,23 @@ class Delivery:
                 f"{type(outcome).__name__} is not a delivery outcome that answers "
                 f"{expected.__name__}"
             )
+        rejected = self.rejected_entries
+        self._take(outcome, now)
+        if self.rejected_entries > rejected:
+            count = self.rejected_entries - rejected
+            message = f"outpost removed {count} unreadable outbox entries (or rejected replies)"
+            self._reports.append(Report(logging.WARNING, message))
+        stalls = isinstance(outcome, BatchFailed) and outcome.stalls
+        if self.stalled and (isinstance(outcome, BatchAnswered) or stalls):
+            message = f"outpost delivery is stalled: {self.stalled}"
+            self._reports.append(Report(logging.ERROR, message))
+
+    def reports(self) -> list[Report]:
+        """Drain what the loop must log (unreadable entries removed, a stall and why)."""
+        out, self._reports = self._reports, []
+        return out
+
+    def _take(self, outcome: DeliveryInput, now: float) -> None:
         if isinstance(outcome, OutboxRead):
             self._read(outcome, now)
         elif isinstance(outcome, BatchAnswered):

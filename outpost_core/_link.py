@@ -72,6 +72,15 @@ class LinkSettings:
 
 
 class Link:
+    """The WebSocket to Polar as a state machine (:class:`LinkState`): when to connect, the
+    upgrade and its refusal, messages in and out, pings and a dead connection's detection.
+
+    The driver opens the connection when :meth:`wants_connection` says so, feeds what it reads to
+    :meth:`receive`, writes what :meth:`data_to_send` returns, reports :meth:`opened` and
+    :meth:`failed`, and calls :meth:`tick` by :meth:`next_deadline`. A session drives it through
+    :class:`~outpost_core._remote.Remote`; only tests drive it alone.
+    """
+
     def __init__(
         self, target: Target, token: str, rng: Random, settings: LinkSettings | None = None
     ) -> None:

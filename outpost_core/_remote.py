@@ -35,8 +35,9 @@ RETRY_CAP = 10.0
 doubling up to RETRY_CAP, with jitter."""
 
 
-class Host(Protocol):
-    """What the remote side needs of the session."""
+class SessionHooks(Protocol):
+    """What Polar's side needs of the session that owns it: a place for its effects, rejections
+    and observations, and the session's reads of its own state and settings."""
 
     def emit(self, effect: Effect) -> None: ...
     def configure(self, payload: object) -> None: ...
@@ -60,8 +61,8 @@ class Remote:
     backoff. So no lost answer can leave a customer without snapshots until the link reconnects.
     """
 
-    def __init__(self, host: Host, link: Link, rng: Random) -> None:
-        self._host = host
+    def __init__(self, session: SessionHooks, link: Link, rng: Random) -> None:
+        self._session = session
         self.link = link
         self._rng = rng
         self.flows: dict[Customer, CustomerFlow] = {}
@@ -86,12 +87,12 @@ class Remote:
         if self.link.wants_connection(now):
             t = self.link.target
             timeout = self.link.settings.connect_timeout
-            self._host.emit(OpenConnection(host=t.host, port=t.port, tls=t.tls, timeout=timeout))
+            self._session.emit(OpenConnection(host=t.host, port=t.port, tls=t.tls, timeout=timeout))
         for flow in self.flows.values():
             if flow.step is not Step.IDLE:
                 if now - flow.since >= STEP_TIMEOUT:
                     step = flow.step.value
-                    self._host.reject("stuck_flow", f"{flow.customer}: no answer while {step}")
+                    self._session.reject("stuck_flow", f"{flow.customer}: no answer while {step}")
                     self._restart(flow)
                 continue
             if flow.retry_at is not None:
@@ -130,7 +131,7 @@ class Remote:
         self.link.failed(now, reason)
         self._abandon()
         if was_open:
-            self._host.observe(LinkChanged("closed", reason, self.link.connections))
+            self._session.observe(LinkChanged("closed", reason, self.link.connections))
 
     def received(self, data: bytes, now: float) -> None:
         self.now = now
@@ -149,19 +150,19 @@ class Remote:
         self._flush()
         dropped = self.link.state is LinkState.DISCONNECTED
         if dropped and before in (LinkState.HANDSHAKING, LinkState.OPEN):
-            self._host.emit(CloseConnection())
+            self._session.emit(CloseConnection())
             self._abandon()
             if before is LinkState.OPEN:
                 reason = self.link.last_error
-                self._host.observe(LinkChanged("closed", reason, self.link.connections))
+                self._session.observe(LinkChanged("closed", reason, self.link.connections))
 
     def _flush(self) -> None:
         data = self.link.data_to_send()
         if data:
-            self._host.emit(SendBytes(data))
+            self._session.emit(SendBytes(data))
 
     def _on_open(self) -> None:
-        self._host.observe(LinkChanged("open", None, self.link.connections))
+        self._session.observe(LinkChanged("open", None, self.link.connections))
         self.link.send({"type": "configuration"})
         for flow in self.flows.values():
             flow.reset()
@@ -206,14 +207,14 @@ class Remote:
 
     def _message(self, message: object) -> None:
         if isinstance(message, _Unreadable):
-            self._host.reject("frame", f"text frame that is not JSON: {message.excerpt!r}")
+            self._session.reject("frame", f"text frame that is not JSON: {message.excerpt!r}")
             return
         if not isinstance(message, Mapping) or not isinstance(message.get("type"), str):
-            self._host.reject("frame", "frame without a type")
+            self._session.reject("frame", "frame without a type")
             return
         kind, payload = message["type"], message.get("payload")
         if kind == "configuration":
-            self._host.configure(payload)
+            self._session.configure(payload)
         elif kind == "snapshot":
             self._snapshot(payload)
         elif kind == "counted":
@@ -221,13 +222,13 @@ class Remote:
         elif kind == "error":
             self._error(payload)
         else:
-            self._host.reject("frame", f"unknown message type {kind!r}")
+            self._session.reject("frame", f"unknown message type {kind!r}")
 
     def _snapshot(self, payload: object) -> None:
         try:
             snapshot = parse_snapshot(payload)
         except Malformed as exc:
-            self._host.reject("snapshot", str(exc))
+            self._session.reject("snapshot", str(exc))
             return
         self.snapshots_received += 1
         flow = self.flows.get(snapshot.customer)
@@ -236,7 +237,7 @@ class Remote:
             flow = self.flows[snapshot.customer] = CustomerFlow(snapshot.customer, applied=True)
         if self.aliases.get(snapshot.customer, ()) != snapshot.aliases:
             self.aliases[snapshot.customer] = snapshot.aliases
-            self._host.aliases_changed(snapshot.customer, snapshot.aliases)
+            self._session.aliases_changed(snapshot.customer, snapshot.aliases)
         if snapshot.request_id is not None and snapshot.request_id == flow.request_id:
             flow.request_id = None
         if flow.offer(snapshot):
@@ -251,7 +252,7 @@ class Remote:
             _keys.events_key(_keys.state_key(flow.customer, reducer_id))
             for reducer_id in flow.current.reducers
         )
-        self._host.emit(ListPending(tag=tag, keys=keys))
+        self._session.emit(ListPending(tag=tag, keys=keys))
 
     def listed(self, tag: int, fields: Mapping[str, list[Any]]) -> None:
         flow = self._tags.pop(tag, None)
@@ -263,12 +264,12 @@ class Remote:
                 try:
                     name = raw.decode() if isinstance(raw, bytes) else str(raw)
                 except UnicodeDecodeError:
-                    self._host.reject("state", f"{key}: field that is not UTF-8 text: {raw!r}")
+                    self._session.reject("state", f"{key}: field that is not UTF-8 text: {raw!r}")
                     continue
                 bucket, _, event_id = name.partition(":")
                 # ASCII digits only: isdigit() alone passes "²", which int() refuses.
                 if not (bucket.isascii() and bucket.isdigit()) or not event_id:
-                    self._host.reject("state", f"{key}: unreadable field {name!r}")
+                    self._session.reject("state", f"{key}: unreadable field {name!r}")
                     continue
                 if int(bucket) < cold_until:
                     flow.candidates.setdefault(event_id, []).append(f"{key}\n{name}")
@@ -301,11 +302,11 @@ class Remote:
         request_id = payload.get("request_id") if isinstance(payload, Mapping) else None
         flow = self._questions.pop(request_id, None) if isinstance(request_id, str) else None
         if flow is None or not isinstance(payload, Mapping):
-            self._host.reject("counted", f"answer to no question: {request_id!r}")
+            self._session.reject("counted", f"answer to no question: {request_id!r}")
             return
         ids = payload.get("event_ids")
         if not isinstance(ids, list):
-            self._host.reject("counted", "event_ids is not a list")
+            self._session.reject("counted", "event_ids is not a list")
             self._restart(flow)
             return
         flow.questions.discard(request_id)
@@ -315,14 +316,14 @@ class Remote:
 
     def _error(self, payload: object) -> None:
         if not isinstance(payload, Mapping):
-            self._host.reject("error", "error frame without a payload")
+            self._session.reject("error", "error frame without a payload")
             return
         request_id, code = payload.get("request_id"), payload.get("code")
         flow = self._questions.pop(request_id, None) if isinstance(request_id, str) else None
         if flow is not None and code == "snapshot_expired":
             self._restart(flow)
             return
-        self._host.reject("error", f"Polar answered {code!r}: {payload.get('message')!r}")
+        self._session.reject("error", f"Polar answered {code!r}: {payload.get('message')!r}")
         if flow is not None:
             self._restart(flow)
 
@@ -352,7 +353,7 @@ class Remote:
     def _apply(self, flow: CustomerFlow) -> None:
         snapshot = flow.current
         assert snapshot is not None
-        flow.before = {r: self._host.consumed(flow.customer, r) for r in snapshot.reducers}
+        flow.before = {r: self._session.consumed(flow.customer, r) for r in snapshot.reducers}
         tag = next(self._ids)
         self._tags[tag] = flow
         flow.step, flow.since, flow.tag = Step.APPLYING, self.now, tag
@@ -361,7 +362,7 @@ class Remote:
             for pair in flow.candidates[event_id]:
                 key, _, name = pair.partition("\n")
                 counted.setdefault(key, []).append(name)
-        self._host.emit(_apply_script(snapshot, counted, self._host, self.wall_us, tag))
+        self._session.emit(_apply_script(snapshot, counted, self._session, self.wall_us, tag))
 
     def applied(self, tag: int) -> None:
         flow = self._tags.pop(tag, None)
@@ -375,12 +376,12 @@ class Remote:
         before: list[float] = []
         after: list[float] = []
         for reducer_id, old in flow.before.items():
-            new = self._host.consumed(flow.customer, reducer_id)
+            new = self._session.consumed(flow.customer, reducer_id)
             for meter_id, value in new.items():
                 meters.append(meter_id)
                 before.append(old.get(meter_id, float("nan")))
                 after.append(value)
-        self._host.observe(
+        self._session.observe(
             SnapshotApplied(
                 customer=flow.customer.tag,
                 snapshot_id=snapshot.snapshot_id,
@@ -401,14 +402,18 @@ class Remote:
 
 
 def _apply_script(
-    snapshot: Snapshot, counted: Mapping[str, list[str]], host: Host, wall_us: int, tag: int
+    snapshot: Snapshot,
+    counted: Mapping[str, list[str]],
+    session: SessionHooks,
+    wall_us: int,
+    tag: int,
 ) -> RunScript:
     customer = snapshot.customer
     keys: list[str] = []
     args = [
-        _keys.channel(customer.shard, host.channel_namespace),
+        _keys.channel(customer.shard, session.channel_namespace),
         str(wall_us),
-        str(host.pending_limit_us),
+        str(session.pending_limit_us),
         str(snapshot.cold_until),
         str(snapshot.as_of),
         snapshot.snapshot_id,
@@ -421,7 +426,7 @@ def _apply_script(
         events = _keys.events_key(state)
         names = counted.get(events, [])
         keys += (state, events)
-        args += (str(host.known_rev(state)), aggregate.encode(), str(len(names)), *names)
+        args += (str(session.known_rev(state)), aggregate.encode(), str(len(names)), *names)
     return RunScript(script="apply_snapshot", keys=tuple(keys), args=tuple(args), tag=tag)
 
 

@@ -107,6 +107,15 @@ ReadKey = tuple[str, str | None, str | None]
 
 
 class Session:
+    """One Outpost instance's state machine: Polar's configuration, the copies of the identities
+    it reads, and (with an access token) Polar's side, the WebSocket and its snapshot flows.
+
+    The driver calls :meth:`track` and :meth:`read` for its caller, hands every input to
+    :meth:`handle`, runs what :meth:`effects` drains and reports each answer back as an input,
+    and wakes it with a :class:`Tick` by :meth:`next_deadline`. Not thread-safe: the driver holds
+    one lock around every call.
+    """
+
     def __init__(
         self,
         settings: Settings | None = None,
@@ -240,7 +249,7 @@ class Session:
         """Whether the WebSocket to Polar is open."""
         return self.remote is not None and self.remote.link.state is LinkState.OPEN
 
-    # -- what the remote side needs (see _remote.Host) ----------------------------------------
+    # -- what Polar's side needs (see _remote.SessionHooks) ------------------------------------
 
     def emit(self, effect: Effect) -> None:
         self._effects.append(effect)

@@ -141,7 +141,7 @@ _CLUSTER_POLL = 0.01  # seconds a cluster subscriber waits on each node in turn
 _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
 _T = TypeVar("_T")
 _CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
-_SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
+_RECHECK = 0.1  # seconds a waiting read (or track) sleeps at most between two looks
 _USER_AGENT = f"outpost-python/{__version__}"
 DroppedCallback = Callable[[list[dict[str, Any]], str], Any]
 
@@ -571,7 +571,7 @@ class Outpost:
                 )
             version = self._signal.version
             self._read_cached_configuration()
-            self._signal.wait(version, min(remaining, _SETTLE))
+            self._signal.wait(version, min(remaining, _RECHECK))
 
     # -- balance ------------------------------------------------------------------------------
 
@@ -661,7 +661,7 @@ class Outpost:
                 raise NotReady(f"{reason} after {self._core.settings.snapshot_timeout} s")
             if self._core.configuration is None:
                 self._read_cached_configuration()
-            self._signal.wait(version, min(remaining, _SETTLE))
+            self._signal.wait(version, min(remaining, _RECHECK))
 
     def _fetch(
         self,
@@ -721,33 +721,35 @@ class Outpost:
         self._signal.fire()
 
     def _run_one(self, effect: Effect) -> None:
-        if isinstance(effect, LoadIdentity):
-            self._load(effect)
-        elif isinstance(effect, StoreConfiguration):
-            try:
-                self._redis.set(effect.key, effect.text)
-            except RedisError as exc:
-                self._log.debug("outpost could not cache the configuration: %s", exc)
-        elif isinstance(effect, RunScript):
-            try:
-                reply = self._script(effect)
-            except RedisUnavailable as exc:
-                self._redis_failed(self._state_outage, exc)
-                if effect.tag is not None:
-                    with self._lock:
-                        self._core.handle(ScriptFailed(effect.tag))
-                return
-            self._redis_answered(self._state_outage)
-            with self._lock:
-                self._core.handle(ScriptReplied(reply, effect.tag))
-        elif isinstance(effect, SendBytes):
-            self._send(effect.data)
-        elif isinstance(effect, ListPending):
-            self._list_pending(effect)
-        elif isinstance(effect, OpenConnection):
-            self._want_open = effect
-        elif isinstance(effect, CloseConnection):
-            self._drop_stream = True
+        _SESSION_EFFECTS[type(effect)](self, effect)
+
+    def _store_configuration(self, effect: StoreConfiguration) -> None:
+        try:
+            self._redis.set(effect.key, effect.text)
+        except RedisError as exc:
+            self._log.debug("outpost could not cache the configuration: %s", exc)
+
+    def _run_script_effect(self, effect: RunScript) -> None:
+        try:
+            reply = self._script(effect)
+        except RedisUnavailable as exc:
+            self._redis_failed(self._state_outage, exc)
+            if effect.tag is not None:
+                with self._lock:
+                    self._core.handle(ScriptFailed(effect.tag))
+            return
+        self._redis_answered(self._state_outage)
+        with self._lock:
+            self._core.handle(ScriptReplied(reply, effect.tag))
+
+    def _send_bytes(self, effect: SendBytes) -> None:
+        self._send(effect.data)
+
+    def _open_connection(self, effect: OpenConnection) -> None:
+        self._want_open = effect  # the link loop opens it
+
+    def _close_connection(self, effect: CloseConnection) -> None:
+        self._drop_stream = True  # the link loop closes it
 
     def _redis_failed(self, outage: Outage, exc: BaseException) -> float:
         """Count a Redis failure of one loop; log what the outage says; return the delay."""
@@ -882,7 +884,7 @@ class Outpost:
                         continue  # this instance's own change, already applied from the reply
                     with self._lock:
                         if message is not None:
-                            self._take_message(message)
+                            self._message_to_core(message)
                         self._core.handle(Tick(time.monotonic(), self._now_us()))
                         effects = self._core.effects()
                     if effects or message is not None:
@@ -924,7 +926,7 @@ class Outpost:
                                     self._core.handle(SubscriberRestarted())
                                     self._subscriber_back()
                             else:
-                                self._take_message(message)
+                                self._message_to_core(message)
                         self._core.handle(Tick(time.monotonic(), self._now_us()))
                         effects = self._core.effects()
                     if effects or message is not None:
@@ -969,17 +971,9 @@ class Outpost:
                 delivery.flushing = self._flushing > 0
                 action = delivery.next_effect(time.monotonic())
                 outcome = self._act(outage, action)
-                rejected = delivery.rejected_entries
                 delivery.handle(outcome, time.monotonic(), self._now_us())
-                if delivery.rejected_entries > rejected:
-                    count = delivery.rejected_entries - rejected
-                    self._log.warning(
-                        "outpost removed %d unreadable outbox entries (or rejected replies)",
-                        count,
-                    )
-                stalls = isinstance(outcome, BatchFailed) and outcome.stalls
-                if delivery.stalled and (isinstance(outcome, BatchAnswered) or stalls):
-                    self._log.error("outpost delivery is stalled: %s", delivery.stalled)
+                for report in delivery.reports():
+                    _log_report(self._log, report)
                 if isinstance(outcome, Settled):
                     self._signal.fire()
 
@@ -1012,88 +1006,99 @@ class Outpost:
             return result
 
     def _act_once(self, action: DeliveryEffect | ForgetHeartbeat) -> DeliveryInput:
-        if isinstance(action, ReadOutbox) and self._cluster is not None:
+        result: DeliveryInput = _DELIVERY_EFFECTS[type(action)](self, action)
+        return result
+
+    def _read_outbox(self, action: ReadOutbox) -> DeliveryInput:
+        if self._cluster is not None:
             return self._read_outboxes_one_by_one(action)
-        if isinstance(action, ReadOutbox):
-            block = int(action.block * 1000)
-            reply = self._redis.xreadgroup(
+        block = int(action.block * 1000)
+        reply = self._redis.xreadgroup(
+            GROUP,
+            self._consumer,
+            dict.fromkeys(keys.ALL_OUTBOXES, ">"),
+            count=action.count,
+            block=block if block > 0 else None,
+        )
+        return OutboxRead(stream_entries(reply))
+
+    def _settle(self, action: SettleScript) -> DeliveryInput:
+        # Told which revisions this instance holds, the script replies with what changed, so
+        # this instance's copies (and a flush() waiting on them) see it at once.
+        with self._lock:
+            action = with_known_revs(action, self._core.known_rev)
+        self._settling += 1
+        try:
+            reply = self._run_script(action.script, action.keys, action.args)
+            with self._lock:
+                self._core.handle(ScriptReplied(reply))
+                effects = self._core.effects()
+            self._run(effects)
+        finally:
+            self._settling -= 1
+        return Settled(reply)
+
+    def _report_dropped(self, action: ReportDropped) -> DeliveryInput:
+        if self._on_dropped is None:
+            self._log.error("outpost dropped %d events: %s", len(action.events), action.reason)
+        else:
+            try:
+                call_back(self._on_dropped, list(action.events), action.reason)
+            except Exception:
+                self._log.exception("outpost: on_dropped raised")
+        return Reported()
+
+    def _refresh_claim(self, action: RefreshClaim) -> DeliveryInput:
+        for stream, ids in action.by_stream().items():
+            claimed: list[Any] = ids  # redis-py's stub wants a list of its own union
+            self._redis.xclaim(stream, GROUP, self._consumer, 0, claimed, justid=True)
+        return Done()
+
+    def _claim_stale(self, action: ClaimStale) -> DeliveryInput:
+        entries: list[StreamEntry] = []
+        for stream in keys.ALL_OUTBOXES:
+            reply = self._redis.xautoclaim(
+                stream,
                 GROUP,
                 self._consumer,
-                dict.fromkeys(keys.ALL_OUTBOXES, ">"),
+                int(action.min_idle * 1000),
+                start_id="0-0",
                 count=action.count,
-                block=block if block > 0 else None,
             )
-            return OutboxRead(stream_entries(reply))
-        if isinstance(action, PostBatch):
-            return self._post(action)
-        if isinstance(action, SettleScript):
-            # Told which revisions this instance holds, the script replies with what changed, so
-            # this instance's copies (and a flush() waiting on them) see it at once.
-            with self._lock:
-                action = with_known_revs(action, self._core.known_rev)
-            self._settling += 1
-            try:
-                reply = self._run_script(action.script, action.keys, action.args)
-                with self._lock:
-                    self._core.handle(ScriptReplied(reply))
-                    effects = self._core.effects()
-                self._run(effects)
-            finally:
-                self._settling -= 1
-            return Settled(reply)
-        if isinstance(action, ReportDropped):
-            if self._on_dropped is None:
-                self._log.error("outpost dropped %d events: %s", len(action.events), action.reason)
-            else:
-                try:
-                    call_back(self._on_dropped, list(action.events), action.reason)
-                except Exception:
-                    self._log.exception("outpost: on_dropped raised")
-            return Reported()
-        if isinstance(action, RefreshClaim):
-            for stream, ids in action.by_stream().items():
-                claimed: list[Any] = ids  # redis-py's stub wants a list of its own union
-                self._redis.xclaim(stream, GROUP, self._consumer, 0, claimed, justid=True)
-            return Done()
-        if isinstance(action, ClaimStale):
-            entries: list[StreamEntry] = []
-            for stream in keys.ALL_OUTBOXES:
-                reply = self._redis.xautoclaim(
-                    stream,
-                    GROUP,
-                    self._consumer,
-                    int(action.min_idle * 1000),
-                    start_id="0-0",
-                    count=action.count,
-                )
-                entries += claimed_entries(stream, reply)
-            return OutboxRead(entries)
-        if isinstance(action, Beat):
-            self._redis.set(action.key, b"1", px=action.ttl_ms)
-            return Done()
-        if isinstance(action, SurveyConsumers):
-            listing: list[tuple[str, Any]] = []
-            for stream in keys.ALL_OUTBOXES:
-                listing.append((stream, self._redis.xinfo_consumers(stream, GROUP)))
-            return ConsumersListed(listing)
-        if isinstance(action, CheckHeartbeats):
-            return HeartbeatsChecked(self._redis.mget(action.keys))
-        if isinstance(action, Reclaim):
-            args = [GROUP, action.taker, str(action.count), *action.consumers]
-            reply = self._run_script("reclaim", (action.stream,), args)
-            return Reclaimed(action.stream, reply)
-        if isinstance(action, TakeRequest):
-            args = [str(action.per_minute), str(action.capacity), ""]  # "": Redis's clock
-            reply = self._run_script("budget", (action.key,), args)
-            return BudgetAnswered(reply)
-        if isinstance(action, ForgetHeartbeat):
-            self._redis.delete(action.key)
-            return Done()
-        if isinstance(action, Sleep):
-            version = self._signal.version
-            self._signal.wait(version, min(action.until - time.monotonic(), _POLL))
-            return Done()
-        raise AssertionError(f"unknown delivery action {action!r}")  # pragma: no cover
+            entries += claimed_entries(stream, reply)
+        return OutboxRead(entries)
+
+    def _beat(self, action: Beat) -> DeliveryInput:
+        self._redis.set(action.key, b"1", px=action.ttl_ms)
+        return Done()
+
+    def _survey(self, action: SurveyConsumers) -> DeliveryInput:
+        listing: list[tuple[str, Any]] = []
+        for stream in keys.ALL_OUTBOXES:
+            listing.append((stream, self._redis.xinfo_consumers(stream, GROUP)))
+        return ConsumersListed(listing)
+
+    def _check_heartbeats(self, action: CheckHeartbeats) -> DeliveryInput:
+        return HeartbeatsChecked(self._redis.mget(action.keys))
+
+    def _reclaim(self, action: Reclaim) -> DeliveryInput:
+        args = [GROUP, action.taker, str(action.count), *action.consumers]
+        reply = self._run_script("reclaim", (action.stream,), args)
+        return Reclaimed(action.stream, reply)
+
+    def _take_request(self, action: TakeRequest) -> DeliveryInput:
+        args = [str(action.per_minute), str(action.capacity), ""]  # "": Redis's clock
+        reply = self._run_script("budget", (action.key,), args)
+        return BudgetAnswered(reply)
+
+    def _forget_heartbeat(self, action: ForgetHeartbeat) -> DeliveryInput:
+        self._redis.delete(action.key)
+        return Done()
+
+    def _sleep(self, action: Sleep) -> DeliveryInput:
+        version = self._signal.version
+        self._signal.wait(version, min(action.until - time.monotonic(), _POLL))
+        return Done()
 
     def _read_outboxes_one_by_one(self, action: ReadOutbox) -> DeliveryInput:
         """A cluster refuses one read across slots: each shard's stream is read on its own, and
@@ -1184,7 +1189,7 @@ class Outpost:
             return (0, 0)
         return (remote.snapshots_received, remote.snapshots_applied)
 
-    def _take_message(self, message: dict[str, Any]) -> None:
+    def _message_to_core(self, message: dict[str, Any]) -> None:
         """One message of the subscription, to the core (which decides what it means)."""
         kind = message.get("type")
         if kind in ("smessage", b"smessage"):
@@ -1197,6 +1202,34 @@ class Outpost:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
+
+
+# The driver is two dispatch tables: each effect the core asks for, and the method that does it
+# and reports what came of it. An effect missing here fails at once (KeyError), in any test.
+_SESSION_EFFECTS: dict[type, Callable[[Outpost, Any], None]] = {
+    LoadIdentity: Outpost._load,
+    StoreConfiguration: Outpost._store_configuration,
+    RunScript: Outpost._run_script_effect,
+    SendBytes: Outpost._send_bytes,
+    ListPending: Outpost._list_pending,
+    OpenConnection: Outpost._open_connection,
+    CloseConnection: Outpost._close_connection,
+}
+_DELIVERY_EFFECTS: dict[type, Callable[[Outpost, Any], DeliveryInput]] = {
+    ReadOutbox: Outpost._read_outbox,
+    PostBatch: Outpost._post,
+    SettleScript: Outpost._settle,
+    ReportDropped: Outpost._report_dropped,
+    RefreshClaim: Outpost._refresh_claim,
+    ClaimStale: Outpost._claim_stale,
+    Beat: Outpost._beat,
+    SurveyConsumers: Outpost._survey,
+    CheckHeartbeats: Outpost._check_heartbeats,
+    Reclaim: Outpost._reclaim,
+    TakeRequest: Outpost._take_request,
+    ForgetHeartbeat: Outpost._forget_heartbeat,
+    Sleep: Outpost._sleep,
+}
 
 
 def _redis_from_url(url: str) -> Redis | RedisCluster:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import Any
 
 import pytest
 
-from outpost_core import UsageError
+from outpost_core import Report, UsageError
 from outpost_core import _keys as keys
 from outpost_core._delivery import (
     GROUP,
@@ -489,6 +490,35 @@ def test_a_certificate_that_does_not_verify_stalls_without_using_attempts() -> N
     loop.report(BatchAnswered(202))
     assert loop.delivery.stalled is None
     assert [a.script for a in loop.work(1) if isinstance(a, SettleScript)] == ["acknowledge"]
+
+
+def test_a_stall_is_reported_at_every_refused_attempt_and_not_once_it_ends() -> None:
+    loop = Loop(DeliverySettings(stall_delay=30.0))
+    loop.read("a")
+    loop.post(1.0)
+    loop.report(BatchAnswered(401))
+    message = (
+        "outpost delivery is stalled: Polar answered 401: check the access token and server URL"
+    )
+    assert loop.delivery.reports() == [Report(logging.ERROR, message)]
+    assert loop.delivery.reports() == []  # drained
+    loop.post(31.0)
+    loop.report(BatchFailed("untrusted", maybe_sent=False, stalls=True))
+    assert loop.delivery.reports() == [
+        Report(logging.ERROR, "outpost delivery is stalled: untrusted")
+    ]
+    loop.post(61.0)
+    loop.report(BatchAnswered(202))
+    assert loop.delivery.reports() == []
+
+
+def test_unreadable_entries_are_reported_once_per_input() -> None:
+    loop = Loop()
+    assert isinstance(loop.next_effect(), ReadOutbox)
+    loop.report(OutboxRead([(STREAM, "1-x", {b"e": b"not json"}), (STREAM, "1-y", {})]))
+    assert loop.delivery.reports() == [
+        Report(logging.WARNING, "outpost removed 2 unreadable outbox entries (or rejected replies)")
+    ]
 
 
 def test_rate_limits_wait_for_retry_after_and_use_no_attempt() -> None:

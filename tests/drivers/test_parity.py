@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import typing
 
 import outpost_async
 import outpost_sync
@@ -42,3 +43,16 @@ def test_same_public_methods_and_signatures() -> None:
 
 def test_same_exports() -> None:
     assert set(outpost_sync.__all__) - {"Outpost"} == set(outpost_async.__all__) - {"AsyncOutpost"}
+
+
+def test_each_driver_does_every_effect_the_core_asks_for_and_no_other() -> None:
+    """A driver is two dispatch tables (docs/driver-howto.md): one method for each effect."""
+    from outpost_async import _client as async_client
+    from outpost_core import DeliveryEffect, Effect, ForgetHeartbeat
+    from outpost_sync import _client as sync_client
+
+    session = set(typing.get_args(Effect))
+    delivery = {*typing.get_args(DeliveryEffect), ForgetHeartbeat}
+    for client in (async_client, sync_client):
+        assert set(client._SESSION_EFFECTS) == session
+        assert set(client._DELIVERY_EFFECTS) == delivery

@@ -57,15 +57,15 @@ def track_events(redis_url: str, server_url: str, token: str, count: str) -> Out
     )
     for n in range(int(count)):
         outpost.track("api_call", external_customer_id=f"c{n % 7}")
-    _wait_until_read(redis_url, int(count))
+    _wait_until_read(outpost, int(count))
     sys.stdout.write(f"tracked {count}\n")
     sys.stdout.flush()
     return outpost
 
 
-def _wait_until_read(redis_url: str, count: int) -> None:
+def _wait_until_read(outpost: Outpost, count: int) -> None:
     """Until the outbox group holds ``count`` entries read and not settled (or 30 s)."""
-    client = redis.Redis.from_url(redis_url)
+    client = outpost._redis  # one Redis or a cluster, as the URL said
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -75,7 +75,6 @@ def _wait_until_read(redis_url: str, count: int) -> None:
         if held >= count:
             break
         time.sleep(0.01)
-    client.close()
 
 
 def main() -> None:
