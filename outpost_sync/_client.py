@@ -15,7 +15,6 @@ import logging
 import os
 import random
 import socket
-import ssl
 import time
 import uuid
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from outpost_async._shared.telemetry import LAST_EXPORT, Telemetry
-from outpost_async._shared.tls import Verify, ca_bundle, describe, tls_context
+from outpost_async._shared.tls import Verify, ca_bundle, cannot_connect, describe, tls_context
 from outpost_async._shared.traces import Traces
 from outpost_core import (
     CONFIGURATION_KEY,
@@ -802,9 +801,7 @@ class Outpost:
                 tls = self._tls if want.tls else None
                 stream = open_stream(want.host, want.port, tls, timeout=want.timeout)
             except (OSError, TimeoutError) as exc:
-                reason = describe(exc, want.host) or (
-                    f"cannot connect to {want.host}:{want.port}: {_connect_error(exc)}"
-                )
+                reason = cannot_connect(exc, want.host, want.port)
                 self._feed(ConnectionFailed(time.monotonic(), reason))
                 continue
             self._stream, self._drop_stream = stream, False
@@ -1257,21 +1254,6 @@ class Status:
     """The error of a Redis outage in progress, or ``None`` while Redis answers."""
     delivery_stalled: str | None
     """Why delivery to Polar is stalled, or ``None``."""
-
-
-def _connect_error(exc: BaseException) -> str:
-    """What went wrong opening a connection, in the words an operator searches for."""
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused (nothing listens there)"
-    if isinstance(exc, socket.gaierror):
-        return f"the name does not resolve ({exc.strerror or exc})"
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"TLS certificate not trusted ({exc.verify_message or exc})"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS failed ({exc})"
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    return str(exc) or type(exc).__name__
 
 
 def _log_report(log: logging.Logger, report: Report | None) -> None:

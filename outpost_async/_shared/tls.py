@@ -10,6 +10,7 @@ whoever answers; a context with verification off can still be passed, deliberate
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 
 import certifi
@@ -68,3 +69,24 @@ def describe(exc: BaseException, host: str) -> str | None:
             )
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def cannot_connect(exc: BaseException, host: str, port: int) -> str:
+    """Why a connection to ``host:port`` could not be opened, in the words an operator searches
+    for (a certificate that did not verify says how to fix it)."""
+    return describe(exc, host) or f"cannot connect to {host}:{port}: {_reason(exc)}"
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong opening a connection, in the words an operator searches for."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (nothing listens there)"
+    if isinstance(exc, socket.gaierror):
+        return f"the name does not resolve ({exc.strerror or exc})"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS certificate not trusted ({exc.verify_message or exc})"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS failed ({exc})"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
