@@ -162,7 +162,7 @@ def _parse_clause(obj: object) -> Clause:
     prop, op, value = obj.get("property"), obj.get("operator"), obj.get("value")
     if not isinstance(prop, str) or not prop:
         raise InvalidDefinition("a clause needs a property")
-    if op not in OPERATORS and op not in _LIKE:
+    if not isinstance(op, str) or (op not in OPERATORS and op not in _LIKE):
         raise InvalidDefinition(f"unknown operator {op!r}")
     if isinstance(value, str):
         if len(value) > 1000:

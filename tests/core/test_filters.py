@@ -330,6 +330,8 @@ def test_filters_nest_to_33_levels_and_no_deeper() -> None:
         ({"conjunction": "and", "clauses": [clause("p", "in", 1)]}, "unknown operator"),
         ({"conjunction": "and", "clauses": [clause("p", "EQ", 1)]}, "unknown operator"),
         ({"conjunction": "and", "clauses": [clause("p", None, 1)]}, "unknown operator"),
+        ({"conjunction": "and", "clauses": [clause("p", ["eq"], 1)]}, "unknown operator"),
+        ({"conjunction": "and", "clauses": [clause("p", {"eq": 1}, 1)]}, "unknown operator"),
         ({"conjunction": "and", "clauses": [clause("p", "eq", "x" * 1001)]}, "1000"),
         ({"conjunction": "and", "clauses": [clause("p", "eq", 2**31)]}, "32 bits"),
         ({"conjunction": "and", "clauses": [clause("p", "eq", -(2**31) - 1)]}, "32 bits"),
