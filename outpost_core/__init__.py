@@ -83,6 +83,7 @@ from ._outage import Outage, Report
 from ._scripts import SHA1 as SCRIPT_SHA1
 from ._scripts import TEXT as SCRIPT_TEXT
 from ._session import Session, Settings
+from ._telemetry import Recorder, read_outcome, track_outcome
 from ._time import BUCKET_US, floor_bucket, from_us, to_us
 from .errors import (
     InvalidEvent,
@@ -152,6 +153,7 @@ __all__ = [
     "ReadOutbox",
     "Reclaim",
     "Reclaimed",
+    "Recorder",
     "RedisUnavailable",
     "Reducer",
     "RefreshClaim",
@@ -185,8 +187,10 @@ __all__ = [
     "keys",
     "nothing_done",
     "parse_configuration",
+    "read_outcome",
     "retry_after",
     "timestamp_us_of",
     "to_us",
+    "track_outcome",
     "with_known_revs",
 ]

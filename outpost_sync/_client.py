@@ -62,7 +62,6 @@ from outpost_core import (
     ForgetHeartbeat,
     HeartbeatsChecked,
     IdentityLoaded,
-    InvalidEvent,
     Link,
     ListFailed,
     ListPending,
@@ -101,18 +100,18 @@ from outpost_core import (
     TakeRequest,
     Target,
     Tick,
-    UnknownMeter,
-    UnsupportedMeter,
     UsageError,
     __version__,
     event_id_of,
     hand_back,
     keys,
     nothing_done,
+    read_outcome,
     retry_after,
     semconv,
     timestamp_us_of,
     to_us,
+    track_outcome,
     with_known_revs,
 )
 from outpost_sync._backend import (
@@ -473,29 +472,11 @@ class Outpost:
             return self._track(
                 name, external_customer_id, customer_id, metadata, timestamp, event_id, started
             )
-        except InvalidEvent:
-            self._record_track(external_customer_id, customer_id, (), started, semconv.INVALID)
+        except BaseException as exc:
+            outcome = track_outcome(exc)
+            if outcome is not None and self._telemetry.enabled:
+                self._telemetry.tracked(external_customer_id, customer_id, (), started, outcome)
             raise
-        except NotReady:
-            self._record_track(external_customer_id, customer_id, (), started, semconv.NOT_READY)
-            raise
-        except RedisUnavailable:
-            self._record_track(external_customer_id, customer_id, (), started, semconv.REDIS_ERROR)
-            raise
-
-    def _record_track(
-        self,
-        external_customer_id: Any,
-        customer_id: Any,
-        meter_ids: tuple[str, ...],
-        started: int,
-        outcome: str,
-        buckets: int = 0,
-    ) -> None:
-        if self._telemetry.enabled:
-            ext = external_customer_id if isinstance(external_customer_id, str) else None
-            cid = customer_id if isinstance(customer_id, str) else None
-            self._telemetry.tracked(ext, cid, meter_ids, started, outcome, buckets)
 
     def _track(
         self,
@@ -533,9 +514,10 @@ class Outpost:
             effects = self._core.effects()
         if effects:
             self._run(effects)
-        self._record_track(
-            external_customer_id, customer_id, run.meter_ids, started, semconv.OK, run.buckets
-        )
+        if self._telemetry.enabled:
+            self._telemetry.tracked(
+                external_customer_id, customer_id, run.meter_ids, started, semconv.OK, run.buckets
+            )
         return event_id
 
     def _script(self, run: RunScript) -> Any:
@@ -594,30 +576,27 @@ class Outpost:
         """
         if self._closed:
             raise OutpostClosed("this Outpost instance is closed")
-        telemetry = self._telemetry
-        started = time.perf_counter_ns() if telemetry.enabled else 0
         if not fresh:
             cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
             if cached is not None:
-                if telemetry.enabled:
-                    telemetry.read(
-                        meter_id, external_customer_id, customer_id, started, semconv.WARM
-                    )
+                warm = self._telemetry.warm
+                if warm is not None:  # counted, not timed (outpost_core._telemetry)
+                    key = (meter_id, external_customer_id, customer_id)
+                    warm[key] = warm.get(key, 0) + 1
                 return cached
-        outcome = semconv.NOT_READY
+        if not self._telemetry.enabled:
+            return self._balance_when_ready(meter_id, external_customer_id, customer_id, fresh)
+        started = time.perf_counter_ns()
+        error: BaseException | None = None
         try:
-            found = self._balance_when_ready(meter_id, external_customer_id, customer_id, fresh)
-            outcome = semconv.COLD
-            return found
-        except UnknownMeter:
-            outcome = semconv.UNKNOWN_METER
-            raise
-        except UnsupportedMeter:
-            outcome = semconv.UNSUPPORTED_METER
+            return self._balance_when_ready(meter_id, external_customer_id, customer_id, fresh)
+        except BaseException as exc:
+            error = exc
             raise
         finally:
-            if telemetry.enabled:
-                telemetry.read(meter_id, external_customer_id, customer_id, started, outcome)
+            self._telemetry.read(
+                (meter_id, external_customer_id, customer_id), started, read_outcome(error)
+            )
 
     def _balance_when_ready(
         self,
