@@ -273,6 +273,7 @@ class AsyncOutpost:
             logger=self._log,
             ca_bundle=ca_bundle(verify),
         )
+        self._warm_reads = self._telemetry.warm  # the hottest path reads it without a hop
         self._clock = clock
         self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
         self._lock = CoreLock()
@@ -578,10 +579,9 @@ class AsyncOutpost:
         if not fresh:
             cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
             if cached is not None:
-                warm = self._telemetry.warm
+                warm = self._warm_reads
                 if warm is not None:  # counted, not timed (outpost_core._telemetry)
-                    key = (meter_id, external_customer_id, customer_id)
-                    warm[key] = warm.get(key, 0) + 1
+                    warm[(meter_id, external_customer_id, customer_id)] += 1
                 return cached
         if not self._telemetry.enabled:
             return await self._balance_when_ready(

@@ -8,7 +8,7 @@ Theory of operation:
 
 - **Warm reads** are the hottest path there is (a dict lookup), so they are counted, not timed:
   the driver adds one to ``Recorder.warm[(meter_id, external_customer_id, customer_id)]`` itself
-  (no call), and :meth:`Recorder.drain` reports each key's increase since the last drain as one
+  (no call, no clock), and :meth:`Recorder.drain` reports each key's increase since the last drain as one
   counter record. Counts stay cumulative, so a thread that increments while a drain runs loses
   nothing; a key idle for a whole interval is pruned.
 - **Other reads and writes** carry their duration and outcome, buffered (bounded: beyond
@@ -24,6 +24,7 @@ Theory of operation:
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -136,8 +137,9 @@ class Recorder:
     """Telemetry records of one instance, from its hot paths to the adapter (see the module)."""
 
     def __init__(self, *, export_interval: float = 30.0, cap: int = CAP) -> None:
-        self.warm: dict[ReadKey, int] = {}
-        """Warm reads so far, per key: the driver increments it inline."""
+        self.warm: defaultdict[ReadKey, int] = defaultdict(int)
+        """Warm reads so far, per key: the driver increments it inline (``warm[key] += 1``: no
+        call; two threads racing on one key may lose an increment, telemetry can live with it)."""
         self._warm_reported: dict[ReadKey, int] = {}
         self._reads: list[tuple[ReadKey, int, str]] = []
         self._tracks: list[tuple[str, tuple[str, ...], int, str, int]] = []

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,7 +93,7 @@ class Telemetry:
         self._interval = export_interval
         self._log = logger or logging.getLogger("outpost")
         self._recorder = Recorder(export_interval=export_interval)
-        self.warm: dict[ReadKey, int] | None = self._recorder.warm if enabled else None
+        self.warm: defaultdict[ReadKey, int] | None = self._recorder.warm if enabled else None
         self._instruments: list[_Instruments] = []
         self._providers: list[Any] = []
         self._exporters: list[Any] = []
