@@ -8,9 +8,9 @@ Theory of operation:
 
 - **Warm reads** are the hottest path there is (a dict lookup), so they are counted, not timed:
   the driver adds one to ``Recorder.warm[(meter_id, external_customer_id, customer_id)]`` itself
-  (no call, no clock), and :meth:`Recorder.drain` reports each key's increase since the last drain as one
-  counter record. Counts stay cumulative, so a thread that increments while a drain runs loses
-  nothing; a key idle for a whole interval is pruned.
+  (no call, no clock), and :meth:`Recorder.drain` reports each key's increase since the last
+  drain as one counter record. Counts stay cumulative, so a thread that increments while a
+  drain runs loses nothing; a key idle for a whole interval is pruned.
 - **Other reads and writes** carry their duration and outcome, buffered (bounded: beyond
   ``cap`` records a drain they are counted as overflow, not kept) until the drain turns them into
   histogram records. Buckets written are summed per customer and meters.
