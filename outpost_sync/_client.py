@@ -852,9 +852,15 @@ class Outpost:
             try:
                 pubsub.ssubscribe(*self._channels)
                 while not self._closed:
-                    message = pubsub.get_message(timeout=_POLL)
-                    if message is not None and self._echoes.seen(message.get("data")):
-                        continue  # this instance's own change, already applied from the reply
+                    # get_message() in two steps, so that this instance's own change (already
+                    # applied from the script's reply) is dropped before redis-py makes a
+                    # message of it: the echo of every track() costs the least it can.
+                    response = pubsub.parse_response(block=False, timeout=_POLL)
+                    if _is_echo(response, self._echoes):
+                        continue
+                    message = None
+                    if response is not None:
+                        message = pubsub.handle_message(response)
                     with self._lock:
                         if message is not None:
                             self._take_message(message)
@@ -1173,6 +1179,17 @@ class Outpost:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
+
+
+def _is_echo(response: Any, echoes: Echoes) -> bool:
+    """Whether a raw pub/sub reply is an ``smessage`` this instance expects back (its data is
+    the very text a script of this instance replied with); forgets it if so."""
+    return (
+        isinstance(response, list)
+        and len(response) == 3
+        and response[0] in (b"smessage", "smessage")
+        and echoes.seen(response[2])
+    )
 
 
 def _text(value: Any) -> str:
