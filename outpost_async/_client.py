@@ -302,6 +302,8 @@ class AsyncOutpost:
         await self.close()
 
     async def _ensure_started(self) -> None:
+        if self._started and not self._closed:
+            return  # every call passes here: no lock once started
         if self._closed:
             raise OutpostClosed("this Outpost instance is closed")
         with self._lock:

@@ -303,6 +303,8 @@ class Outpost:
         self.close()
 
     def _ensure_started(self) -> None:
+        if self._started and not self._closed:
+            return  # every call passes here: no lock once started
         if self._closed:
             raise OutpostClosed("this Outpost instance is closed")
         with self._lock:
