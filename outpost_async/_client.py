@@ -273,7 +273,8 @@ class AsyncOutpost:
             logger=self._log,
             ca_bundle=ca_bundle(verify),
         )
-        self._warm_reads = self._telemetry.warm  # the hottest path reads it without a hop
+        if self._telemetry.enabled:
+            self._core.count_warm_reads()
         self._clock = clock
         self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
         self._lock = CoreLock()
@@ -390,7 +391,9 @@ class AsyncOutpost:
             if self._deliveries:
                 await self._hand_back()
             bound = min(LAST_EXPORT, deadline - time.monotonic())
-            self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), bound=bound)
+            with self._lock:
+                warm = self._core.warm_reads()
+            self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), warm, bound=bound)
         if self._http is not None:
             await self._http.aclose()
         if self._owns_redis:
@@ -581,10 +584,7 @@ class AsyncOutpost:
         if not fresh:
             cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
             if cached is not None:
-                warm = self._warm_reads
-                if warm is not None:  # counted, not timed (outpost_core._telemetry)
-                    warm[(meter_id, external_customer_id, customer_id)] += 1
-                return cached
+                return cached  # counted by the core for telemetry, not timed
         if not self._telemetry.enabled:
             return await self._balance_when_ready(
                 meter_id, external_customer_id, customer_id, fresh
@@ -1163,7 +1163,11 @@ class AsyncOutpost:
         configuration = self._core.configuration
         if configuration is not None and configuration.organization_id is not None:
             telemetry.export_to_relay(configuration.organization_id)
-        telemetry.flush(time.monotonic(), *self._sync_counts())
+        now = time.monotonic()
+        if telemetry.due(now):
+            with self._lock:
+                warm = self._core.warm_reads()
+            telemetry.flush(now, *self._sync_counts(), warm)
 
     def _sync_counts(self) -> tuple[int, int]:
         remote = self._core.remote

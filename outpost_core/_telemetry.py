@@ -7,10 +7,8 @@ instruments and spans. Nothing here knows OpenTelemetry, so the policy is tested
 Theory of operation:
 
 - **Warm reads** are the hottest path there is (a dict lookup), so they are counted, not timed:
-  the driver adds one to ``Recorder.warm[(meter_id, external_customer_id, customer_id)]`` itself
-  (no call, no clock), and :meth:`Recorder.drain` reports each key's increase since the last
-  drain as one counter record. Counts stay cumulative, so a thread that increments while a
-  drain runs loses nothing; a key idle for a whole interval is pruned.
+  the session counts them beside each cached balance (:meth:`Session.warm_reads`), and
+  :meth:`Recorder.drain` turns the counts since the last drain into one counter record per read.
 - **Other reads and writes** carry their duration and outcome, buffered (bounded: beyond
   ``cap`` records a drain they are counted as overflow, not kept) until the drain turns them into
   histogram records. Buckets written are summed per customer and meters.
@@ -24,7 +22,6 @@ Theory of operation:
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -137,10 +134,6 @@ class Recorder:
     """Telemetry records of one instance, from its hot paths to the adapter (see the module)."""
 
     def __init__(self, *, export_interval: float = 30.0, cap: int = CAP) -> None:
-        self.warm: defaultdict[ReadKey, int] = defaultdict(int)
-        """Warm reads so far, per key: the driver increments it inline (``warm[key] += 1``: no
-        call; two threads racing on one key may lose an increment, telemetry can live with it)."""
-        self._warm_reported: dict[ReadKey, int] = {}
         self._reads: list[tuple[ReadKey, int, str]] = []
         self._tracks: list[tuple[str, tuple[str, ...], int, str, int]] = []
         self._cap = cap
@@ -181,8 +174,17 @@ class Recorder:
         """Whether a drain is due at ``now`` (monotonic seconds)."""
         return now >= self._next_flush
 
-    def drain(self, now: float, received: int, applied: int, *, force: bool = False) -> Drained:
-        """Everything recorded since the last drain, aggregated; the syncs report when due."""
+    def drain(
+        self,
+        now: float,
+        received: int,
+        applied: int,
+        warm: Mapping[ReadKey, int] | None = None,
+        *,
+        force: bool = False,
+    ) -> Drained:
+        """Everything recorded since the last drain, aggregated, with the warm reads counted
+        meanwhile (``warm``); the syncs report when due."""
         self._next_flush = now + FLUSH_EVERY
         reads, self._reads = self._reads, []
         tracks, self._tracks = self._tracks, []
@@ -226,31 +228,14 @@ class Recorder:
                 Record(n, {semconv.CUSTOMER: customer, semconv.METERS: list(meters)})
                 for (customer, meters), n in buckets.items()
             ),
-            warm=self._warm_increases(),
+            warm=tuple(
+                Record(n, {semconv.METER: key[0], semconv.CUSTOMER: customer_attribute(*key[1:])})
+                for key, n in (warm or {}).items()
+                if n > 0
+            ),
             spans=spans,
             overflow=overflow,
         )
-
-    def _warm_increases(self) -> tuple[Record, ...]:
-        records = []
-        reported = self._warm_reported
-        for key, count in list(self.warm.items()):
-            increase = count - reported.get(key, 0)
-            if increase > 0:
-                reported[key] = count
-                records.append(
-                    Record(
-                        increase,
-                        {
-                            semconv.METER: key[0],
-                            semconv.CUSTOMER: customer_attribute(key[1], key[2]),
-                        },
-                    )
-                )
-            else:  # idle for an interval: forget it (a read racing this starts it again)
-                del self.warm[key]
-                reported.pop(key, None)
-        return tuple(records)
 
     def observe(self, observations: Sequence[Observation]) -> list[SpanOp]:
         """The spans the core's observations make."""

@@ -274,7 +274,8 @@ class Outpost:
             logger=self._log,
             ca_bundle=ca_bundle(verify),
         )
-        self._warm_reads = self._telemetry.warm  # the hottest path reads it without a hop
+        if self._telemetry.enabled:
+            self._core.count_warm_reads()
         self._clock = clock
         self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
         self._lock = CoreLock()
@@ -391,7 +392,9 @@ class Outpost:
             if self._deliveries:
                 self._hand_back()
             bound = min(LAST_EXPORT, deadline - time.monotonic())
-            self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), bound=bound)
+            with self._lock:
+                warm = self._core.warm_reads()
+            self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), warm, bound=bound)
         if self._http is not None:
             self._http.close()
         if self._owns_redis:
@@ -582,10 +585,7 @@ class Outpost:
         if not fresh:
             cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
             if cached is not None:
-                warm = self._warm_reads
-                if warm is not None:  # counted, not timed (outpost_core._telemetry)
-                    warm[(meter_id, external_customer_id, customer_id)] += 1
-                return cached
+                return cached  # counted by the core for telemetry, not timed
         if not self._telemetry.enabled:
             return self._balance_when_ready(meter_id, external_customer_id, customer_id, fresh)
         started = time.perf_counter_ns()
@@ -1160,7 +1160,11 @@ class Outpost:
         configuration = self._core.configuration
         if configuration is not None and configuration.organization_id is not None:
             telemetry.export_to_relay(configuration.organization_id)
-        telemetry.flush(time.monotonic(), *self._sync_counts())
+        now = time.monotonic()
+        if telemetry.due(now):
+            with self._lock:
+                warm = self._core.warm_reads()
+            telemetry.flush(now, *self._sync_counts(), warm)
 
     def _sync_counts(self) -> tuple[int, int]:
         remote = self._core.remote

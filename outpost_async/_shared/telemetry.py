@@ -5,8 +5,8 @@ receives them; when the optional ``telemetry`` extra is installed, a private pai
 also exports them every 30 seconds to Polar's relay, tagged with the organization and the SDK
 version. What to record and when is the core's :class:`~outpost_core._telemetry.Recorder`; this
 module only turns what it drains into instruments and spans. The hot paths append to its buffers
-(a warm read only counts); ``flush``, called by the driver about once a second, records them into
-the instruments, off the hot path.
+(a warm read is counted by the session); ``flush``, called by the driver about once a second,
+records them into the instruments, off the hot path.
 Nothing here ever raises into the caller: telemetry failures are logged and forgotten.
 """
 
@@ -16,8 +16,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -70,11 +69,7 @@ class _Instruments:
 
 
 class Telemetry:
-    """The OpenTelemetry side of :class:`outpost_core._telemetry.Recorder` (its policy).
-
-    ``warm`` is the recorder's warm-read counts (``None`` when telemetry is off): the driver
-    increments it inline on its hottest path.
-    """
+    """The OpenTelemetry side of :class:`outpost_core._telemetry.Recorder` (its policy)."""
 
     def __init__(
         self,
@@ -93,7 +88,6 @@ class Telemetry:
         self._interval = export_interval
         self._log = logger or logging.getLogger("outpost")
         self._recorder = Recorder(export_interval=export_interval)
-        self.warm: defaultdict[ReadKey, int] | None = self._recorder.warm if enabled else None
         self._instruments: list[_Instruments] = []
         self._providers: list[Any] = []
         self._exporters: list[Any] = []
@@ -177,12 +171,24 @@ class Telemetry:
                         span.set_attribute(name, value)
                     span.end()
 
-    def flush(self, now: float, received: int, applied: int, force: bool = False) -> None:
-        """Record what was buffered and counted; report syncs every export interval."""
+    def due(self, now: float) -> bool:
+        """Whether :meth:`flush` records anything at ``now`` (monotonic seconds)."""
+        return self.enabled and self._recorder.due(now)
+
+    def flush(
+        self,
+        now: float,
+        received: int,
+        applied: int,
+        warm: Mapping[ReadKey, int] | None = None,
+        force: bool = False,
+    ) -> None:
+        """Record what was buffered, and the warm reads counted meanwhile (``warm``, from
+        ``Session.warm_reads``); report syncs every export interval."""
         if not self.enabled or not (force or self._recorder.due(now)):
             return
         try:
-            drained = self._recorder.drain(now, received, applied, force=force)
+            drained = self._recorder.drain(now, received, applied, warm, force=force)
             for instruments in self._instruments:
                 instruments.record(drained)
         except Exception:  # pragma: no cover - telemetry never breaks the caller
@@ -195,11 +201,18 @@ class Telemetry:
             self._quiet = True
             _QUIET.hold()
 
-    def shutdown(self, now: float, received: int, applied: int, bound: float = LAST_EXPORT) -> None:
+    def shutdown(
+        self,
+        now: float,
+        received: int,
+        applied: int,
+        warm: Mapping[ReadKey, int] | None = None,
+        bound: float = LAST_EXPORT,
+    ) -> None:
         """Record what is buffered, end the open spans, and export to the relay one last time
         within ``bound`` seconds. The relay is Polar: when it is down the application is often
         exiting because of it, so a failure here is one DEBUG line, never a retry or a trace."""
-        self.flush(now, received, applied, force=True)
+        self.flush(now, received, applied, warm, force=True)
         if self.enabled:
             self._apply(self._recorder.close())
         self.quiet()

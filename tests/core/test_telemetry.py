@@ -38,18 +38,12 @@ def test_customer_attribute() -> None:
     assert customer_attribute(3, 4) == "customer:"  # a rejected call's bad arguments
 
 
-def test_warm_reads_are_counted_and_reported_as_increases() -> None:
-    r = Recorder()
-    key = ("m", "acme", None)
-    r.warm[key] = 3
-    first = r.drain(0.0, 0, 0)
-    assert [(w.value, dict(w.attributes)) for w in first.warm] == [
+def test_warm_reads_are_one_counter_record_per_read() -> None:
+    drained = Recorder().drain(0.0, 0, 0, {("m", "acme", None): 3, ("m", None, "c1"): 0})
+    assert [(w.value, dict(w.attributes)) for w in drained.warm] == [
         (3, {s.METER: "m", s.CUSTOMER: "external:acme"})
     ]
-    r.warm[key] += 2  # counts stay cumulative: an increment racing a drain is not lost
-    assert [w.value for w in r.drain(1.0, 0, 0).warm] == [2]
-    assert r.drain(2.0, 0, 0).warm == ()  # idle for an interval: pruned
-    assert key not in r.warm
+    assert Recorder().drain(0.0, 0, 0).warm == ()
 
 
 def test_timed_records_carry_their_attributes_and_are_bounded() -> None:
