@@ -253,6 +253,7 @@ def machine(env: Env) -> dict[str, Any]:
         "httpx": _version("httpx"),
         "asyncio_loop": "asyncio (default policy)",
         "timer_overhead_ns": timer_overhead_ns(),
+        "telemetry_env": os.environ.get("POLAR_OUTPOST_TELEMETRY", "1"),
         "load_average_at_start": list(load) if load else None,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "scale": asdict(env.scale),

@@ -64,14 +64,20 @@ class Side:
 
 @dataclass(frozen=True)
 class Target:
-    """A target on the figure's ``ratio`` or on the subject's ``p99``."""
+    """A target on the figure's ``ratio``, on the subject's ``p99`` or ``p50``, or on ``delta``
+    (the subject's p50 minus the baseline's: what the subject adds, in the figure's unit)."""
 
-    on: Literal["ratio", "p99"]
+    on: Literal["ratio", "p99", "p50", "delta"]
     op: Literal["<=", ">="]
     value: float
 
     def holds(self, figure: Figure) -> bool:
-        actual = figure.ratio if self.on == "ratio" else figure.subject.p99
+        actual = {
+            "ratio": lambda: figure.ratio,
+            "p99": lambda: figure.subject.p99,
+            "p50": lambda: figure.subject.p50,
+            "delta": lambda: figure.subject.p50 - figure.baseline.p50,
+        }[self.on]()
         if not math.isfinite(actual):
             return False
         return actual <= self.value if self.op == "<=" else actual >= self.value

@@ -26,7 +26,7 @@ from outpost_sync import Outpost
 def _sync(redis_url: str, server_url: str, token: str, meter: str, customer: str, key: str) -> None:
     publisher = redis.Redis.from_url(redis_url, health_check_interval=HEALTH_CHECK_INTERVAL)
     with Outpost(
-        access_token=token, server_url=server_url, redis_url=redis_url, telemetry=False
+        access_token=token, server_url=server_url, redis_url=redis_url, telemetry=True
     ) as sdk:
         sdk.balance(meter, external_customer_id=customer)
         publisher.ping()
@@ -49,7 +49,7 @@ async def _async(
     loop = asyncio.get_running_loop()
     publisher = redis.asyncio.Redis.from_url(redis_url, health_check_interval=HEALTH_CHECK_INTERVAL)
     async with AsyncOutpost(
-        access_token=token, server_url=server_url, redis_url=redis_url, telemetry=False
+        access_token=token, server_url=server_url, redis_url=redis_url, telemetry=True
     ) as sdk:
         await sdk.balance(meter, external_customer_id=customer)
         await publisher.ping()

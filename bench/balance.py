@@ -1,10 +1,14 @@
-"""Warm ``balance()`` against one redis-py ``GET``, sync and async (D10: at least 100× faster)."""
+"""Warm ``balance()`` against one redis-py ``GET``, sync and async (D16: at least 300× faster with
+telemetry on), telemetry on (``balance.*``) and off (``balance.*.telemetry_off``), and what
+telemetry adds to a warm read (``balance.*.telemetry``: at most 0.15 µs)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import time
+from collections.abc import Callable
+from typing import Any
 
 from bench._emulator import EmulatorProcess
 from bench._env import Env
@@ -15,12 +19,14 @@ from outpost_sync import Outpost
 CUSTOMER = "bench-balance"
 GET_KEY = "bench:get"
 GET_VALUE = b"x" * 64
-TARGET = Target(on="ratio", op=">=", value=100.0)
+TARGET = Target(on="ratio", op=">=", value=300.0)
+TELEMETRY_TARGET = Target(on="delta", op="<=", value=0.15)
 SETUP = (
-    "Emulator (own process) on loopback, count meter, credits granted; one instance warmed by a "
-    "first read. The baseline GET runs on the very client (same pool, same parser) passed to "
-    "the SDK as redis=. Each call is timed alone with perf_counter_ns (the timer's own cost is "
-    "included on both sides)."
+    "Emulator (own process) on loopback, count meter, credits granted; two instances (telemetry "
+    "on, exporting through the emulator's relay, and off) warmed by a first read. Each round "
+    "times GETs, then the telemetry-on instance's reads, then the other's. The baseline GET runs "
+    "on the very client (same pool, same parser) passed to the SDK as redis=. Each call is timed "
+    "alone with perf_counter_ns (the timer's own cost is included on both sides)."
 )
 
 
@@ -30,38 +36,88 @@ def run(env: Env) -> list[Figure]:
     emu.grant_credits(meter, 1_000_000, external_customer_id=CUSTOMER)
     sync = _sync(env, emu, meter)
     asynchronous = asyncio.run(_async(env, emu, meter))
-    return [sync, asynchronous]
+    return [*sync, *asynchronous]
 
 
-def _figure(
-    key: str, driver: str, gets: list[list[int]], reads: list[list[int]], misses: int
-) -> Figure:
-    return Figure(
-        key=key,
-        title=f"warm balance() {driver} vs redis-py GET",
-        unit="µs",
-        subject=Side(f"balance() {driver}", [x for r in reads for x in ns_to_us(r)]),
-        baseline=Side(f"GET {driver}", [x for r in gets for x in ns_to_us(r)]),
-        ratios=[round_ratio(g, b) for g, b in zip(gets, reads, strict=True)],
-        ratio_meaning="GET p50 / balance() p50 per round (how many times faster)",
-        setup=SETUP,
-        target=TARGET,
-        extra={"cold_reads": misses},
+class _Rounds:
+    def __init__(self) -> None:
+        self.gets: list[list[int]] = []
+        self.reads: dict[bool, list[list[int]]] = {True: [], False: []}
+        self.misses = 0
+
+
+def _figures(driver: str, rounds: _Rounds) -> list[Figure]:
+    figures = []
+    for telemetry in (True, False):
+        reads = rounds.reads[telemetry]
+        suffix = "" if telemetry else ".telemetry_off"
+        figures.append(
+            Figure(
+                key=f"balance.{driver}{suffix}",
+                title=f"warm balance() {driver}, telemetry {'on' if telemetry else 'off'} "
+                "vs redis-py GET",
+                unit="µs",
+                subject=Side(f"balance() {driver}", [x for r in reads for x in ns_to_us(r)]),
+                baseline=Side(f"GET {driver}", [x for r in rounds.gets for x in ns_to_us(r)]),
+                ratios=[round_ratio(g, b) for g, b in zip(rounds.gets, reads, strict=True)],
+                ratio_meaning="GET p50 / balance() p50 per round (how many times faster)",
+                setup=SETUP,
+                target=TARGET,
+                extra={"cold_reads": rounds.misses, "telemetry": telemetry},
+            )
+        )
+    on, off = figures
+    figures.append(
+        Figure(
+            key=f"balance.{driver}.telemetry",
+            title=f"warm balance() {driver}: telemetry on vs off",
+            unit="µs",
+            subject=Side(f"balance() {driver}, telemetry on", on.subject.samples),
+            baseline=Side(f"balance() {driver}, telemetry off", off.subject.samples),
+            ratios=[
+                round_ratio(a, b)
+                for a, b in zip(rounds.reads[True], rounds.reads[False], strict=True)
+            ],
+            ratio_meaning="telemetry-on p50 / telemetry-off p50 per round; the target is on "
+            "the difference of the p50s (µs telemetry adds to a warm read)",
+            setup=SETUP,
+            target=TELEMETRY_TARGET,
+        )
     )
+    return figures
 
 
-def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
+def _instance(emu: EmulatorProcess, client: Any, telemetry: bool) -> dict[str, Any]:
+    return dict(access_token=emu.token, server_url=emu.url, redis=client, telemetry=telemetry)
+
+
+def _timed_reads(read: Callable[..., Any], meter: str, ops: int) -> tuple[list[int], bool]:
+    """``ops`` warm reads, each timed; whether the cached balance was recomputed meanwhile."""
+    pc = time.perf_counter_ns
+    gc.collect()
+    out = [0] * ops
+    first = read(meter, external_customer_id=CUSTOMER)
+    for i in range(ops):
+        t0 = pc()
+        read(meter, external_customer_id=CUSTOMER)
+        out[i] = pc() - t0
+    return out, read(meter, external_customer_id=CUSTOMER) is not first
+
+
+def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     client = env.client()
     client.set(GET_KEY, GET_VALUE)
     scale = env.scale
-    gets: list[list[int]] = []
-    reads: list[list[int]] = []
-    misses = 0
-    with Outpost(access_token=emu.token, server_url=emu.url, redis=client, telemetry=False) as sdk:
-        sdk.balance(meter, external_customer_id=CUSTOMER)
+    rounds = _Rounds()
+    with (
+        Outpost(**_instance(emu, client, True)) as on,
+        Outpost(**_instance(emu, client, False)) as off,
+    ):
+        sdks = {True: on, False: off}
+        for sdk in sdks.values():
+            sdk.balance(meter, external_customer_id=CUSTOMER)
         pc = time.perf_counter_ns
         get = client.get
-        read = sdk.balance
         for _ in range(scale.balance_rounds):
             gc.collect()
             out = [0] * scale.get_ops
@@ -69,38 +125,29 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
                 t0 = pc()
                 get(GET_KEY)
                 out[i] = pc() - t0
-            gets.append(out)
-            gc.collect()
-            out = [0] * scale.balance_ops
-            first = read(meter, external_customer_id=CUSTOMER)
-            for i in range(scale.balance_ops):
-                t0 = pc()
-                read(meter, external_customer_id=CUSTOMER)
-                out[i] = pc() - t0
-            if read(meter, external_customer_id=CUSTOMER) is not first:
-                misses += 1  # the cached balance was recomputed during the round
-            reads.append(out)
-    return _figure("balance.sync", "sync", gets, reads, misses)
+            rounds.gets.append(out)
+            for telemetry, sdk in sdks.items():
+                reads, missed = _timed_reads(sdk.balance, meter, scale.balance_ops)
+                rounds.reads[telemetry].append(reads)
+                rounds.misses += missed
+    return _figures("sync", rounds)
 
 
-async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
+async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     client = env.async_client()
     await client.set(GET_KEY, GET_VALUE)
     scale = env.scale
-    gets: list[list[int]] = []
-    reads: list[list[int]] = []
-    misses = 0
+    rounds = _Rounds()
     try:
-        async with AsyncOutpost(
-            access_token=emu.token,
-            server_url=emu.url,
-            redis=client,
-            telemetry=False,
-        ) as sdk:
-            await sdk.balance(meter, external_customer_id=CUSTOMER)
+        async with (
+            AsyncOutpost(**_instance(emu, client, True)) as on,
+            AsyncOutpost(**_instance(emu, client, False)) as off,
+        ):
+            sdks = {True: on, False: off}
+            for sdk in sdks.values():
+                await sdk.balance(meter, external_customer_id=CUSTOMER)
             pc = time.perf_counter_ns
             get = client.get
-            read = sdk.balance
             for _ in range(scale.balance_rounds):
                 gc.collect()
                 out = [0] * scale.get_ops
@@ -108,17 +155,18 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
                     t0 = pc()
                     await get(GET_KEY)
                     out[i] = pc() - t0
-                gets.append(out)
-                gc.collect()
-                out = [0] * scale.balance_ops
-                first = await read(meter, external_customer_id=CUSTOMER)
-                for i in range(scale.balance_ops):
-                    t0 = pc()
-                    await read(meter, external_customer_id=CUSTOMER)
-                    out[i] = pc() - t0
-                if await read(meter, external_customer_id=CUSTOMER) is not first:
-                    misses += 1
-                reads.append(out)
+                rounds.gets.append(out)
+                for telemetry, sdk in sdks.items():
+                    gc.collect()
+                    read = sdk.balance
+                    reads = [0] * scale.balance_ops
+                    first = await read(meter, external_customer_id=CUSTOMER)
+                    for i in range(scale.balance_ops):
+                        t0 = pc()
+                        await read(meter, external_customer_id=CUSTOMER)
+                        reads[i] = pc() - t0
+                    rounds.reads[telemetry].append(reads)
+                    rounds.misses += await read(meter, external_customer_id=CUSTOMER) is not first
     finally:
         await client.aclose()
-    return _figure("balance.async", "async", gets, reads, misses)
+    return _figures("async", rounds)

@@ -18,6 +18,9 @@ with a reading instance started for the sample (its very first read, issue 20's 
 closed after. Baseline of both: the warm-customer lag of the same rounds.
 The JSON says where the reads were answered from (``Balance.source``: memory, or Redis when the copy
 was not following Redis yet).
+
+Every instance runs with telemetry on, as a user runs it; ``POLAR_OUTPOST_TELEMETRY=0 python -m
+bench --only lag`` gives the same rows with it off (the child inherits the variable).
 """
 
 from __future__ import annotations
@@ -281,7 +284,7 @@ def _newcomer_sync(
     """A new instance's first read of a new customer, then the child's track, then its reads."""
     name = newcomers.fresh_customer("sync")
     with Outpost(
-        access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
+        access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=True
     ) as newcomer:
         first = newcomer.balance(meter, external_customer_id=name)
         newcomers.first[first.source] += 1
@@ -319,7 +322,7 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     child = _Child(_arguments("sync", env, emu, meter))
     try:
         with Outpost(
-            access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
+            access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=True
         ) as reader:
             reader.balance(meter, external_customer_id=CUSTOMER)
 
@@ -420,7 +423,7 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
         if (await child_out.readline()).strip() != b"ready":
             raise RuntimeError("the tracking process did not start")
         async with AsyncOutpost(
-            access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
+            access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=True
         ) as reader:
             await reader.balance(meter, external_customer_id=CUSTOMER)
 
@@ -470,7 +473,7 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
                 nonlocal new_timeouts
                 name = newcomers.fresh_customer("async")
                 async with AsyncOutpost(
-                    access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
+                    access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=True
                 ) as instance:
                     first = await instance.balance(meter, external_customer_id=name)
                     newcomers.first[first.source] += 1

@@ -75,7 +75,6 @@ from outpost_core import (
     ForgetHeartbeat,
     HeartbeatsChecked,
     IdentityLoaded,
-    InvalidEvent,
     Link,
     ListFailed,
     ListPending,
@@ -114,8 +113,6 @@ from outpost_core import (
     TakeRequest,
     Target,
     Tick,
-    UnknownMeter,
-    UnsupportedMeter,
     UsageError,
     __version__,
     claimed_entries,
@@ -124,11 +121,13 @@ from outpost_core import (
     keys,
     lost_its_data,
     nothing_done,
+    read_outcome,
     retry_after,
     semconv,
     stream_entries,
     timestamp_us_of,
     to_us,
+    track_outcome,
     with_known_revs,
 )
 
@@ -277,6 +276,9 @@ class AsyncOutpost:
             logger=self._log,
             ca_bundle=ca_bundle(verify),
         )
+        if self._telemetry.enabled:
+            self._core.count_warm_reads()
+        self._cached = self._core.cached
         self._clock = clock
         self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
         self._lock = CoreLock()
@@ -305,6 +307,8 @@ class AsyncOutpost:
         await self.close()
 
     async def _ensure_started(self) -> None:
+        if self._started and not self._closed:
+            return  # every call passes here: no lock once started
         if self._closed:
             raise OutpostClosed("this Outpost instance is closed")
         with self._lock:
@@ -391,7 +395,9 @@ class AsyncOutpost:
             if self._deliveries:
                 await self._hand_back()
             bound = min(LAST_EXPORT, deadline - time.monotonic())
-            self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), bound=bound)
+            with self._lock:
+                warm = self._core.warm_reads()
+            self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), warm, bound=bound)
         if self._http is not None:
             await self._http.aclose()
         if self._owns_redis:
@@ -475,29 +481,11 @@ class AsyncOutpost:
             return await self._track(
                 name, external_customer_id, customer_id, metadata, timestamp, event_id, started
             )
-        except InvalidEvent:
-            self._record_track(external_customer_id, customer_id, (), started, semconv.INVALID)
+        except BaseException as exc:
+            outcome = track_outcome(exc)
+            if outcome is not None and self._telemetry.enabled:
+                self._telemetry.tracked(external_customer_id, customer_id, (), started, outcome)
             raise
-        except NotReady:
-            self._record_track(external_customer_id, customer_id, (), started, semconv.NOT_READY)
-            raise
-        except RedisUnavailable:
-            self._record_track(external_customer_id, customer_id, (), started, semconv.REDIS_ERROR)
-            raise
-
-    def _record_track(
-        self,
-        external_customer_id: Any,
-        customer_id: Any,
-        meter_ids: tuple[str, ...],
-        started: int,
-        outcome: str,
-        buckets: int = 0,
-    ) -> None:
-        if self._telemetry.enabled:
-            ext = external_customer_id if isinstance(external_customer_id, str) else None
-            cid = customer_id if isinstance(customer_id, str) else None
-            self._telemetry.tracked(ext, cid, meter_ids, started, outcome, buckets)
 
     async def _track(
         self,
@@ -535,9 +523,10 @@ class AsyncOutpost:
             effects = self._core.effects()
         if effects:
             await self._run(effects)
-        self._record_track(
-            external_customer_id, customer_id, run.meter_ids, started, semconv.OK, run.buckets
-        )
+        if self._telemetry.enabled:
+            self._telemetry.tracked(
+                external_customer_id, customer_id, run.meter_ids, started, semconv.OK, run.buckets
+            )
         return event_id
 
     async def _script(self, run: RunScript) -> Any:
@@ -596,32 +585,28 @@ class AsyncOutpost:
         """
         if self._closed:
             raise OutpostClosed("this Outpost instance is closed")
-        telemetry = self._telemetry
-        started = time.perf_counter_ns() if telemetry.enabled else 0
-        if not fresh:
-            cached = self._core.cached_balance(meter_id, external_customer_id, customer_id)
+        if not fresh:  # the warm path: Session.cached_balance, inlined
+            cached = self._cached.get((meter_id, external_customer_id, customer_id))
             if cached is not None:
-                if telemetry.enabled:
-                    telemetry.read(
-                        meter_id, external_customer_id, customer_id, started, semconv.WARM
-                    )
-                return cached
-        outcome = semconv.NOT_READY
-        try:
-            found = await self._balance_when_ready(
+                cached.hits += 1  # counted for telemetry, not timed
+                return cached.balance
+        if not self._telemetry.enabled:
+            return await self._balance_when_ready(
                 meter_id, external_customer_id, customer_id, fresh
             )
-            outcome = semconv.COLD
-            return found
-        except UnknownMeter:
-            outcome = semconv.UNKNOWN_METER
-            raise
-        except UnsupportedMeter:
-            outcome = semconv.UNSUPPORTED_METER
+        started = time.perf_counter_ns()
+        error: BaseException | None = None
+        try:
+            return await self._balance_when_ready(
+                meter_id, external_customer_id, customer_id, fresh
+            )
+        except BaseException as exc:
+            error = exc
             raise
         finally:
-            if telemetry.enabled:
-                telemetry.read(meter_id, external_customer_id, customer_id, started, outcome)
+            self._telemetry.read(
+                (meter_id, external_customer_id, customer_id), started, read_outcome(error)
+            )
 
     async def _balance_when_ready(
         self,
@@ -877,9 +862,15 @@ class AsyncOutpost:
             try:
                 await pubsub.ssubscribe(*self._channels)
                 while not self._closed:
-                    message = await pubsub.get_message(timeout=_POLL)
-                    if message is not None and self._echoes.seen(message.get("data")):
-                        continue  # this instance's own change, already applied from the reply
+                    # get_message() in two steps, so that this instance's own change (already
+                    # applied from the script's reply) is dropped before redis-py makes a
+                    # message of it: the echo of every track() costs the least it can.
+                    response = await pubsub.parse_response(block=False, timeout=_POLL)
+                    if _is_echo(response, self._echoes):
+                        continue
+                    message = None
+                    if response is not None:
+                        message = await pubsub.handle_message(response)
                     with self._lock:
                         if message is not None:
                             self._message_to_core(message)
@@ -1179,7 +1170,11 @@ class AsyncOutpost:
         configuration = self._core.configuration
         if configuration is not None and configuration.organization_id is not None:
             telemetry.export_to_relay(configuration.organization_id)
-        telemetry.flush(time.monotonic(), *self._sync_counts())
+        now = time.monotonic()
+        if telemetry.due(now):
+            with self._lock:
+                warm = self._core.warm_reads()
+            telemetry.flush(now, *self._sync_counts(), warm)
 
     def _sync_counts(self) -> tuple[int, int]:
         remote = self._core.remote
@@ -1200,6 +1195,17 @@ class AsyncOutpost:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
+
+
+def _is_echo(response: Any, echoes: Echoes) -> bool:
+    """Whether a raw pub/sub reply is an ``smessage`` this instance expects back (its data is
+    the very text a script of this instance replied with); forgets it if so."""
+    return (
+        isinstance(response, list)
+        and len(response) == 3
+        and response[0] in (b"smessage", "smessage")
+        and echoes.seen(response[2])
+    )
 
 
 # The driver is two dispatch tables: each effect the core asks for, and the method that does it

@@ -84,6 +84,7 @@ from ._replies import StreamEntry, claimed_entries, lost_its_data, stream_entrie
 from ._scripts import SHA1 as SCRIPT_SHA1
 from ._scripts import TEXT as SCRIPT_TEXT
 from ._session import Session, Settings
+from ._telemetry import Recorder, read_outcome, track_outcome
 from ._time import BUCKET_US, floor_bucket, from_us, to_us
 from .errors import (
     InvalidEvent,
@@ -153,6 +154,7 @@ __all__ = [
     "ReadOutbox",
     "Reclaim",
     "Reclaimed",
+    "Recorder",
     "RedisUnavailable",
     "Reducer",
     "RefreshClaim",
@@ -189,10 +191,12 @@ __all__ = [
     "lost_its_data",
     "nothing_done",
     "parse_configuration",
+    "read_outcome",
     "retry_after",
     "stream_entries",
     "text_of",
     "timestamp_us_of",
     "to_us",
+    "track_outcome",
     "with_known_revs",
 ]

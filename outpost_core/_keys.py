@@ -21,6 +21,7 @@ import attrs
 VERSION = 1
 PREFIX = f"outpost:v{VERSION}:"
 SHARDS = 16
+_TAGS = tuple(f"{PREFIX}{{{shard}}}:" for shard in range(SHARDS))  # built once: on every track()
 CONFIGURATION_KEY = f"{PREFIX}configuration"
 
 CustomerKind = Literal["external", "customer"]
@@ -68,7 +69,8 @@ def _shard(kind: str, id: str) -> int:
 
 
 def tag_of(shard: int) -> str:
-    return f"{PREFIX}{{{shard}}}:"
+    """The hash tag of a shard (0 .. SHARDS - 1)."""
+    return _TAGS[shard]
 
 
 def customer_prefix(customer: Customer) -> str:

@@ -103,6 +103,18 @@ class Settings:
 
 
 ReadKey = tuple[str, str | None, str | None]
+
+
+class CachedBalance:
+    """A computed balance, and how many warm reads it answered."""
+
+    __slots__ = ("balance", "hits")
+
+    def __init__(self, balance: Balance) -> None:
+        self.balance = balance
+        self.hits = 0
+
+
 """(meter id, external customer id, customer id): the warm path's lookup key."""
 
 
@@ -136,7 +148,13 @@ class Session:
         self._mirrors: dict[str, Mirror] = {}
         self._customer_mirrors: dict[Customer, list[Mirror]] = {}
         """Each customer's copies, one per reducer read (an alias change invalidates them)."""
-        self._balances: dict[ReadKey, Balance] = {}
+        self._balances: dict[ReadKey, CachedBalance] = {}
+        self.cached: Mapping[ReadKey, CachedBalance] = self._balances
+        """The balances computed since their last change, by read (meter id, external customer
+        id, customer id): :meth:`cached_balance` without the call, for a driver's hottest path
+        (it adds one to ``hits`` of the balance it returns). Always the same mapping."""
+        self._warm_reads: collections.Counter[ReadKey] | None = None
+        """Warm reads of balances no longer cached, once :meth:`count_warm_reads` was called."""
         self._effects: list[Effect] = []
         self._observations: list[Observation] = []
         self._retry_at: dict[str, float] = {}
@@ -315,7 +333,8 @@ class Session:
         self.configuration = configuration
         self._configuration_text = text
         self._configuration_from_polar = not from_cache
-        self._balances.clear()
+        for key in list(self._balances):
+            self._uncache(key)
         if not from_cache:
             self._effects.append(StoreConfiguration(key=_keys.CONFIGURATION_KEY, text=text))
 
@@ -394,8 +413,38 @@ class Session:
     def cached_balance(
         self, meter_id: str, external_customer_id: str | None, customer_id: str | None
     ) -> Balance | None:
-        """The warm path: a balance computed since the last change, or ``None``."""
-        return self._balances.get((meter_id, external_customer_id, customer_id))
+        """The warm path: a balance computed since the last change, or ``None``. Counted: a warm
+        read is too quick to time, so telemetry reports how many there were
+        (:meth:`warm_reads`)."""
+        cached = self._balances.get((meter_id, external_customer_id, customer_id))
+        if cached is None:
+            return None
+        cached.hits += 1  # racing threads may lose one: a count for telemetry, nothing more
+        return cached.balance
+
+    def count_warm_reads(self) -> None:
+        """Count warm reads from now on, for :meth:`warm_reads`."""
+        if self._warm_reads is None:
+            self._warm_reads = collections.Counter()
+            for cached in self._balances.values():
+                cached.hits = 0
+
+    def warm_reads(self) -> dict[ReadKey, int]:
+        """The warm reads since the last call, per read (meter id, external customer id,
+        customer id); empty unless :meth:`count_warm_reads` was called."""
+        if self._warm_reads is None:
+            return {}
+        counts, self._warm_reads = self._warm_reads, collections.Counter()
+        for key, cached in list(self._balances.items()):
+            hits, cached.hits = cached.hits, 0
+            if hits:
+                counts[key] += hits
+        return dict(counts)
+
+    def _uncache(self, key: ReadKey) -> None:
+        cached = self._balances.pop(key, None)
+        if cached is not None and cached.hits and self._warm_reads is not None:
+            self._warm_reads[key] += cached.hits
 
     def read(
         self,
@@ -446,7 +495,8 @@ class Session:
                 m.read_keys.add((meter_id, external_customer_id, customer_id))
         balance = compute_balance(meter_id, customer, reducer.aggregation.func, state, aliases)
         key = (meter_id, external_customer_id, customer_id)
-        self._balances[key] = balance
+        self._uncache(key)  # a fresh read replaces it: keep its count
+        self._balances[key] = CachedBalance(balance)
         mirror.read_keys.add(key)
         return balance
 
@@ -634,7 +684,7 @@ class Session:
 
     def _invalidate(self, mirror: Mirror) -> None:
         for key in mirror.read_keys:
-            self._balances.pop(key, None)
+            self._uncache(key)
         mirror.read_keys.clear()
 
     def _tick(self, now: float, wall_us: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 
 BUCKET_US = 300_000_000
@@ -35,5 +36,11 @@ def from_us(t_us: int) -> datetime:
 
 def iso(t_us: int) -> str:
     """ISO-8601 with microseconds and ``Z``, the form sent to Polar's ingestion API."""
+    seconds, micros = divmod(t_us, 1_000_000)
+    return f"{_iso_second(seconds)}.{micros:06d}Z"
+
+
+@functools.lru_cache(maxsize=64)  # track() stamps most events within the same few seconds
+def _iso_second(seconds: int) -> str:
     # isoformat pads the year to four digits (strftime("%Y") does not) and is fast C code.
-    return from_us(t_us).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    return from_us(seconds * 1_000_000).replace(tzinfo=None).isoformat(timespec="seconds")

@@ -9,7 +9,11 @@ INSTRUMENTATION = "outpost"
 INGEST_DURATION = "outpost.ingest.duration"
 """Histogram, seconds: one record per local write (``track()``), with its outcome."""
 READ_DURATION = "outpost.read.duration"
-"""Histogram, seconds: one record per read (``balance()``), with its outcome."""
+"""Histogram, seconds: one record per read (``balance()``) that memory did not answer at once,
+with its outcome (``cold`` or why it failed)."""
+READ_WARM = "outpost.read.warm"
+"""Counter: reads answered from memory (outcome ``warm``), counted rather than timed: a warm read
+costs well under a microsecond, and timing each one would cost as much as the read."""
 BUCKETS_WRITTEN = "outpost.buckets.written"
 """Counter: bucket aggregates written by ``track()`` (one per reducer the event counts in)."""
 

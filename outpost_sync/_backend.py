@@ -22,17 +22,10 @@ from redis import Redis
 from outpost_async._shared.proxy import MAX_REPLY, ProxyError, proxy_for
 
 
-class CoreLock:
-    """Application threads and the subscriber thread share the core: one re-entrant lock."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the async twin is a class
+    """Application threads and the subscriber thread share the core: one re-entrant lock
+    (threading's own, whose ``with`` runs in C: it is taken several times per call)."""
+    return threading.RLock()
 
 
 class Signal:

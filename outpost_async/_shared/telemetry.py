@@ -3,8 +3,10 @@
 Instruments and spans come from OpenTelemetry's global providers, so an application's own set-up
 receives them; when the optional ``telemetry`` extra is installed, a private pair of SDK providers
 also exports them every 30 seconds to Polar's relay, tagged with the organization and the SDK
-version. The hot paths (``read``, ``tracked``) only append to a bounded buffer; ``flush``, called
-by the driver about once a second, records the buffer into the instruments, off the hot path.
+version. What to record and when is the core's :class:`~outpost_core._telemetry.Recorder`; this
+module only turns what it drains into instruments and spans. The hot paths append to its buffers
+(a warm read is counted by the session); ``flush``, called by the driver about once a second,
+records them into the instruments, off the hot path.
 Nothing here ever raises into the caller: telemetry failures are logged and forgotten.
 """
 
@@ -12,20 +14,25 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics, trace
 
 from outpost_core import __version__, semconv
-from outpost_core._observations import LinkChanged, Observation, SnapshotApplied
+from outpost_core._observations import Observation
+from outpost_core._telemetry import (
+    Drained,
+    ReadKey,
+    Recorder,
+    SpanDone,
+    SpanOp,
+    SpanStarted,
+)
 
 VERSION = __version__
-_CAP = 20_000  # buffered records between two flushes; beyond it, records are counted, not kept
-_FLUSH_EVERY = 1.0
 LAST_EXPORT = 0.75
 """Seconds the export at close may take. The OTLP exporter (1.45) waits at least 0.8 s before
 its first retry, so within this bound it makes one attempt; at the bound its exporters are shut
@@ -41,18 +48,29 @@ class _Instruments:
         self.read = meter.create_histogram(
             semconv.READ_DURATION, unit="s", description="Duration of one balance() read"
         )
+        self.warm = meter.create_counter(
+            semconv.READ_WARM, description="balance() reads answered from memory"
+        )
         self.buckets = meter.create_counter(
             semconv.BUCKETS_WRITTEN, description="Bucket aggregates written by track()"
         )
 
-
-def _customer(external_customer_id: str | None, customer_id: str | None) -> str:
-    if external_customer_id is not None:
-        return f"external:{external_customer_id}"
-    return f"customer:{customer_id}"
+    def record(self, drained: Drained) -> None:
+        for r in drained.reads:
+            self.read.record(r.value, r.attributes)
+        for r in drained.ingests:
+            self.ingest.record(r.value, r.attributes)
+        for r in drained.buckets:
+            self.buckets.add(int(r.value), r.attributes)
+        for r in drained.warm:
+            self.warm.add(int(r.value), r.attributes)
+        for span in drained.spans:
+            self.tracer.start_span(span.name, attributes=span.attributes).end()
 
 
 class Telemetry:
+    """The OpenTelemetry side of :class:`outpost_core._telemetry.Recorder` (its policy)."""
+
     def __init__(
         self,
         *,
@@ -69,18 +87,12 @@ class Telemetry:
         self._token = token
         self._interval = export_interval
         self._log = logger or logging.getLogger("outpost")
-        self._reads: list[tuple[str, str | None, str | None, int, str]] = []
-        self._tracks: list[tuple[str | None, str | None, tuple[str, ...], int, str, int]] = []
-        self._overflow = 0
-        self._next_flush = 0.0
+        self._recorder = Recorder(export_interval=export_interval)
         self._instruments: list[_Instruments] = []
         self._providers: list[Any] = []
         self._exporters: list[Any] = []
         self._quiet = False
-        self._connection: list[Any] = []
-        self._reconnection: list[Any] = []
-        self._reported = (0, 0)
-        self._next_report = 0.0
+        self._spans: dict[str, list[Any]] = {}
         if enabled:
             self._instruments.append(
                 _Instruments(
@@ -91,36 +103,23 @@ class Telemetry:
 
     # -- hot paths: append only ---------------------------------------------------------------
 
-    def read(
-        self,
-        meter_id: str,
-        external_customer_id: str | None,
-        customer_id: str | None,
-        started_ns: int,
-        outcome: str,
-    ) -> None:
-        if len(self._reads) < _CAP:
-            elapsed = time.perf_counter_ns() - started_ns
-            self._reads.append((meter_id, external_customer_id, customer_id, elapsed, outcome))
-        else:
-            self._overflow += 1
+    def read(self, key: ReadKey, started_ns: int, outcome: str) -> None:
+        """A read memory did not answer at once (a warm one is counted in ``warm``)."""
+        self._recorder.read(key, time.perf_counter_ns() - started_ns, outcome)
 
     def tracked(
         self,
-        external_customer_id: str | None,
-        customer_id: str | None,
+        external_customer_id: object,
+        customer_id: object,
         meter_ids: tuple[str, ...],
         started_ns: int,
         outcome: str,
-        buckets: int,
+        buckets: int = 0,
     ) -> None:
-        if len(self._tracks) < _CAP:
-            elapsed = time.perf_counter_ns() - started_ns
-            self._tracks.append(
-                (external_customer_id, customer_id, meter_ids, elapsed, outcome, buckets)
-            )
-        else:
-            self._overflow += 1
+        elapsed = time.perf_counter_ns() - started_ns
+        self._recorder.tracked(
+            external_customer_id, customer_id, meter_ids, elapsed, outcome, buckets
+        )
 
     # -- slow paths -----------------------------------------------------------------------------
 
@@ -152,47 +151,46 @@ class Telemetry:
         if not self.enabled:
             return
         try:
-            for observation in observations:
-                if isinstance(observation, SnapshotApplied):
-                    self._snapshot(observation)
-                elif isinstance(observation, LinkChanged):
-                    self._link(observation)
+            self._apply(self._recorder.observe(observations))
         except Exception:  # pragma: no cover - telemetry never breaks the caller
             self._log.exception("outpost telemetry failed")
 
-    def flush(self, now: float, received: int, applied: int, force: bool = False) -> None:
-        """Record the buffered reads and writes; report syncs every export interval."""
-        if not self.enabled or (now < self._next_flush and not force):
+    def _apply(self, ops: Sequence[SpanOp]) -> None:
+        for op in ops:
+            if isinstance(op, SpanDone):
+                for instruments in self._instruments:
+                    instruments.tracer.start_span(op.name, attributes=op.attributes).end()
+            elif isinstance(op, SpanStarted):
+                self._spans[op.kind] = [
+                    i.tracer.start_span(op.name, attributes=op.attributes)
+                    for i in self._instruments
+                ]
+            else:
+                for span in self._spans.pop(op.kind, []):
+                    for name, value in op.attributes.items():
+                        span.set_attribute(name, value)
+                    span.end()
+
+    def due(self, now: float) -> bool:
+        """Whether :meth:`flush` records anything at ``now`` (monotonic seconds)."""
+        return self.enabled and self._recorder.due(now)
+
+    def flush(
+        self,
+        now: float,
+        received: int,
+        applied: int,
+        warm: Mapping[ReadKey, int] | None = None,
+        force: bool = False,
+    ) -> None:
+        """Record what was buffered, and the warm reads counted meanwhile (``warm``, from
+        ``Session.warm_reads``); report syncs every export interval."""
+        if not self.enabled or not (force or self._recorder.due(now)):
             return
-        self._next_flush = now + _FLUSH_EVERY
-        reads, self._reads = self._reads, []
-        tracks, self._tracks = self._tracks, []
         try:
+            drained = self._recorder.drain(now, received, applied, warm, force=force)
             for instruments in self._instruments:
-                for meter_id, ext, cid, elapsed, outcome in reads:
-                    attributes = {
-                        semconv.METER: meter_id,
-                        semconv.CUSTOMER: _customer(ext, cid),
-                        semconv.OUTCOME: outcome,
-                    }
-                    instruments.read.record(elapsed / 1e9, attributes)
-                for ext, cid, meters, elapsed, outcome, buckets in tracks:
-                    customer = _customer(ext, cid)
-                    for meter_id in meters or ("",):
-                        attributes = {
-                            semconv.METER: meter_id,
-                            semconv.CUSTOMER: customer,
-                            semconv.OUTCOME: outcome,
-                        }
-                        instruments.ingest.record(elapsed / 1e9, attributes)
-                    if buckets:
-                        instruments.buckets.add(
-                            buckets, {semconv.CUSTOMER: customer, semconv.METERS: list(meters)}
-                        )
-            if (received, applied) != self._reported and (now >= self._next_report or force):
-                self._next_report = now + self._interval
-                self._syncs(received - self._reported[0], applied - self._reported[1])
-                self._reported = (received, applied)
+                instruments.record(drained)
         except Exception:  # pragma: no cover - telemetry never breaks the caller
             self._log.exception("outpost telemetry failed")
 
@@ -203,15 +201,20 @@ class Telemetry:
             self._quiet = True
             _QUIET.hold()
 
-    def shutdown(self, now: float, received: int, applied: int, bound: float = LAST_EXPORT) -> None:
+    def shutdown(
+        self,
+        now: float,
+        received: int,
+        applied: int,
+        warm: Mapping[ReadKey, int] | None = None,
+        bound: float = LAST_EXPORT,
+    ) -> None:
         """Record what is buffered, end the open spans, and export to the relay one last time
         within ``bound`` seconds. The relay is Polar: when it is down the application is often
         exiting because of it, so a failure here is one DEBUG line, never a retry or a trace."""
-        self.flush(now, received, applied, force=True)
-        for span in self._connection + self._reconnection:
-            span.end()
-        self._connection.clear()
-        self._reconnection.clear()
+        self.flush(now, received, applied, warm, force=True)
+        if self.enabled:
+            self._apply(self._recorder.close())
         self.quiet()
         providers = [p for p in self._providers if p is not None]
         self._providers = [None]  # nothing starts again after the close
@@ -219,53 +222,6 @@ class Telemetry:
             failure = _shut_down_within(providers, self._exporters, max(bound, 0.0))
             if failure is not None:
                 self._log.debug("outpost telemetry: the last export failed at close: %s", failure)
-
-    def _snapshot(self, seen: SnapshotApplied) -> None:
-        attributes: dict[str, Any] = {
-            semconv.CUSTOMER: seen.customer,
-            semconv.SNAPSHOT_ID: seen.snapshot_id,
-            semconv.COLD_UNTIL: seen.cold_until,
-            semconv.COUNTED: seen.counted,
-            semconv.METERS: list(seen.meter_ids),
-            semconv.LOCAL_CONSUMED: [v if math.isfinite(v) else -1.0 for v in seen.local_consumed],
-            semconv.POLAR_CONSUMED: list(seen.polar_consumed),
-        }
-        if len(seen.meter_ids) == 1:
-            attributes[semconv.METER] = seen.meter_ids[0]
-        for instruments in self._instruments:
-            instruments.tracer.start_span(semconv.SPAN_SNAPSHOT, attributes=attributes).end()
-
-    def _link(self, seen: LinkChanged) -> None:
-        if seen.state == "open":
-            for span in self._reconnection:
-                span.set_attribute(semconv.OUTCOME, semconv.OK)
-                span.end()
-            self._reconnection.clear()
-            for span in self._connection:  # pragma: no cover - a close always comes between
-                span.end()
-            self._connection = [
-                i.tracer.start_span(
-                    semconv.SPAN_CONNECTION, attributes={"outpost.attempt": seen.connections}
-                )
-                for i in self._instruments
-            ]
-        else:
-            for span in self._connection:
-                span.set_attribute(semconv.REASON, seen.reason or "")
-                span.end()
-            self._connection = []
-            if not self._reconnection:
-                self._reconnection = [
-                    i.tracer.start_span(
-                        semconv.SPAN_RECONNECTION, attributes={semconv.REASON: seen.reason or ""}
-                    )
-                    for i in self._instruments
-                ]
-
-    def _syncs(self, received: int, applied: int) -> None:
-        attributes = {semconv.RECEIVED: received, semconv.APPLIED: applied}
-        for instruments in self._instruments:
-            instruments.tracer.start_span(semconv.SPAN_SYNCS, attributes=attributes).end()
 
 
 class _Quiet(logging.Filter):

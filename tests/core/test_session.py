@@ -340,6 +340,31 @@ def test_a_new_configuration_clears_cached_balances() -> None:
     assert session.cached_balance(COUNT, "c1", None) is None
 
 
+def test_warm_reads_are_counted_only_once_asked_and_survive_invalidation() -> None:
+    session = configured()
+    warm(session)
+    session.cached_balance(COUNT, "c1", None)
+    assert session.warm_reads() == {}  # not counting: nothing kept
+    session.count_warm_reads()
+    session.count_warm_reads()  # twice changes nothing
+    for _ in range(3):
+        session.cached_balance(COUNT, "c1", None)
+    assert session.cached_balance(TOKENS, "c1", None) is None  # a miss is not a warm read
+    assert session.warm_reads() == {(COUNT, "c1", None): 3}
+    assert session.warm_reads() == {}  # each call reports what came since the last
+    session.cached_balance(COUNT, "c1", None)
+    # A change makes the balance stale: its count is kept until the next call.
+    session.handle(ChangePublished(reply(delta(state("r-count"), 4, "n", "1"))))
+    assert session.cached_balance(COUNT, "c1", None) is None
+    session.read(COUNT, "c1")  # computed again
+    session.cached_balance(COUNT, "c1", None)
+    session.read(COUNT, "c1", fresh=True)  # replaces the cached one: its count is kept
+    assert session.warm_reads() == {(COUNT, "c1", None): 2}
+    session.cached_balance(COUNT, "c1", None)
+    session.handle(ConfigurationReceived(dict(STANDARD, organization_id="changed")))
+    assert session.warm_reads() == {(COUNT, "c1", None): 1}
+
+
 # -- track ----------------------------------------------------------------------------------------
 
 

@@ -79,6 +79,22 @@ async def test_two_instances_see_each_others_events(redis_server: RedisServer) -
 
 
 @pytest.mark.anyio
+async def test_an_instance_drops_the_echo_of_its_own_change(redis_server: RedisServer) -> None:
+    prepare(redis_server, Customer("external", "c1"))
+    async with make(redis_server) as a:
+        for meter in (COUNT, TOKENS, LARGEST):  # followed: track() replies with what it publishes
+            await consumed(a, meter, "c1")
+        await a.track("api_call", external_customer_id="c1", metadata={"tokens": 1})
+        assert len(a._echoes) == 1
+
+        async def dropped() -> bool:
+            return len(a._echoes) == 0
+
+        await eventually(dropped, what="the echo of its own change recognised")
+        assert await consumed(a, COUNT, "c1") == 1
+
+
+@pytest.mark.anyio
 async def test_events_the_filter_refuses_do_not_count(redis_server: RedisServer) -> None:
     prepare(redis_server, Customer("external", "c1"))
     async with make(redis_server) as a:

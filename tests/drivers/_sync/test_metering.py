@@ -120,7 +120,9 @@ def test_a_duplicate_delivery_after_a_lost_response_counts_once(
 ) -> None:
     meter = count_meter(emulator)
     emulator.fault_ingest_lose_response(count=1)
-    with connect(redis_server, emulator) as a:
+    # One batch of all five (flush() sends it): on a busy machine, five tracks can outlast the
+    # default linger and go as two batches, and only the first would come back as duplicates.
+    with connect(redis_server, emulator, linger=60) as a:
         for _ in range(5):
             a.track("api_call", external_customer_id="c1")
         assert a.flush(20)
