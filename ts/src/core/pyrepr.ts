@@ -64,3 +64,16 @@ export function typeName(value: unknown): string {
   if (typeof value === "object") return "dict";
   return typeof value;
 }
+
+/** Python's sorted() of strings: by code point (JavaScript's default compares UTF-16 units). */
+export function byCodePoint(a: string, b: string): number {
+  if (a === b) return 0;
+  const x = [...a];
+  const y = [...b];
+  for (let i = 0; i < Math.min(x.length, y.length); i++) {
+    const p = (x[i] as string).codePointAt(0) as number;
+    const q = (y[i] as string).codePointAt(0) as number;
+    if (p !== q) return p - q;
+  }
+  return x.length - y.length;
+}
