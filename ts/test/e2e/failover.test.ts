@@ -1,15 +1,32 @@
-/** A crashed process's events: another instance claims them once idle and delivers them. */
+/** A crashed process's events: another instance takes them once the crashed one's heartbeat
+ * expired (liveness.ts), long before they are idle for claimIdle, and delivers them. */
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { once } from "node:events";
 import { after, before, describe, it } from "node:test";
+import { Redis } from "ioredis";
 import { Outpost } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { REPO } from "../support/paths.js";
 import { RedisServer } from "../support/redisServer.js";
+
+/** The consumers of the outbox group, over every shard's stream. */
+async function consumers(url: string): Promise<string[]> {
+  const probe = new Redis(url);
+  try {
+    const names = new Set<string>();
+    for (let shard = 0; shard < 16; shard++) {
+      const listing = (await probe.xinfo("CONSUMERS", `outpost:v1:{${shard}}:outbox`, "outpost")) as string[][];
+      for (const item of listing) names.add(item[1] as string);
+    }
+    return [...names];
+  } finally {
+    probe.disconnect();
+  }
+}
 
 describe("fail-over", () => {
   let redis: RedisServer;
@@ -24,7 +41,7 @@ describe("fail-over", () => {
 
   it("delivers the events a killed process had read and never posted", async () => {
     const customer = uniqueCustomer();
-    const options = { token: emulator.token, server: emulator.url, redis: redis.url, customer, count: 4 };
+    const options = { token: emulator.token, server: emulator.url, redis: redis.url, customer, count: 4, heartbeat: 1 };
     const script = join(REPO, "ts", "test", "support", "trackAndHang.ts");
     const child = spawn(process.execPath, ["--import", "tsx", script, JSON.stringify(options)], {
       cwd: join(REPO, "ts"),
@@ -42,7 +59,7 @@ describe("fail-over", () => {
       redisUrl: redis.url,
       telemetry: false,
       linger: 0.02,
-      claimIdle: 0.5,
+      heartbeat: 1, // surveys every quarter second; claimIdle stays 300 s
       logger: { debug: () => {}, warn: () => {} },
     });
     try {
@@ -52,6 +69,8 @@ describe("fail-over", () => {
       const balance = await survivor.balance(calls, { externalCustomerId: customer });
       assert.equal(balance.consumed, 4);
       assert.equal(balance.undelivered, 0);
+      // The dead consumer left the group once it held nothing.
+      await eventually(async () => (await consumers(redis.url)).length === 1, "the dead consumer to be removed");
     } finally {
       await survivor.close(2);
     }
