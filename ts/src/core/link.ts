@@ -5,7 +5,7 @@
 
 import { backoff } from "./backoff.js";
 import { UsageError } from "./errors.js";
-import { reprString } from "./pyrepr.js";
+import { pyJsonDumps, reprString } from "./pyrepr.js";
 import type { Random, RandomBytes } from "./random.js";
 import { ProtocolError, WebSocketClient, type WsEvent } from "./websocket.js";
 
@@ -289,7 +289,7 @@ function detail(body: Uint8Array): string {
   if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed) && "detail" in parsed) {
     parsed = (parsed as Record<string, unknown>).detail;
   }
-  const reason = typeof parsed === "string" ? parsed : (JSON.stringify(parsed) ?? "null");
+  const reason = typeof parsed === "string" ? parsed : pyJsonDumps(parsed);
   return reason ? `: ${[...reason].slice(0, 200).join("")}` : "";
 }
 

@@ -77,3 +77,17 @@ export function byCodePoint(a: string, b: string): number {
   }
   return x.length - y.length;
 }
+
+/** Python's json.dumps() of a parsed JSON value: ", " and ": " separators, non-ASCII escaped,
+ * floats as repr() writes them. */
+export function pyJsonDumps(value: unknown): string {
+  if (value === null || value === undefined) return "null";
+  if (typeof value === "boolean") return value ? "true" : "false";
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : reprFloat(value);
+  if (typeof value === "string") {
+    return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  }
+  if (Array.isArray(value)) return `[${value.map(pyJsonDumps).join(", ")}]`;
+  const items = Object.entries(value as Record<string, unknown>);
+  return `{${items.map(([k, v]) => `${pyJsonDumps(k)}: ${pyJsonDumps(v)}`).join(", ")}}`;
+}

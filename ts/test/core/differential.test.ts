@@ -1,6 +1,7 @@
 /** The TypeScript core against the Python core on the same generated inputs: numbers as `fmt`
- * writes them, key layout, filter matching (Python's comparison rules) and event validation
- * (the same accepted metadata, the same error classes and messages). */
+ * writes them, key layout, filter matching (Python's comparison rules, Polar's SQL rules and the
+ * safe side of both, with its value) and event validation (the same accepted metadata, the same
+ * error classes and messages). */
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -10,7 +11,9 @@ import fc from "fast-check";
 import { formatNumber } from "../../src/core/aggregate.js";
 import { OutpostError } from "../../src/core/errors.js";
 import { buildEvent, customerOf } from "../../src/core/event.js";
-import { parseFilter } from "../../src/core/filters.js";
+import { counts, safeValue } from "../../src/core/configuration.js";
+import { parseAggregation, parseFilter } from "../../src/core/filters.js";
+import { jsonbText, sqlMatches } from "../../src/core/sqlFilters.js";
 import { Customer, stateKey } from "../../src/core/keys.js";
 import { PYTHON } from "../support/emulator.js";
 import { REPO } from "../support/paths.js";
@@ -32,6 +35,37 @@ const clause = fc.record({
 });
 const filter = fc.record({ conjunction: fc.constantFrom("and", "or"), clauses: fc.array(clause, { maxLength: 3 }) });
 const metadata = fc.record({ x: scalar, y: scalar, o: fc.record({ z: scalar }) }, { requiredKeys: [] });
+// Polar's SQL dialect: the timestamp (rounded there, truncated in Python), LIKE's wildcards and
+// escapes, and the ->> text of numbers, booleans, objects and arrays.
+const sqlScalar = fc.oneof(scalar, fc.constantFrom("50%", "a_b", "a\\", "\\%", "t", "f", "1e-05"), fc.constantFrom(1e-5, -0.25, 1e20, 123456.5));
+const sqlClause = fc.record({
+  property: fc.constantFrom("x", "y", "o", "l", "timestamp", "name"),
+  operator,
+  value: fc.oneof(
+    fc.integer({ min: -3, max: 3 }),
+    fc.constantFrom(100, 101, 102),
+    fc.boolean(),
+    fc.constantFrom("a", "3", "%", "_", "a_", "\\", "5%", "t", "true", "{", "[1", ": ", "10"),
+  ),
+});
+const sqlFilter = fc.record({
+  conjunction: fc.constantFrom("and", "or"),
+  clauses: fc.array(fc.oneof(sqlClause, fc.record({ conjunction: fc.constantFrom("and", "or"), clauses: fc.array(sqlClause, { maxLength: 2 }) })), { maxLength: 3 }),
+});
+const sqlCase = fc.record({
+  filter: sqlFilter,
+  event: fc.record({
+    name: fc.constantFrom("api_call", "a%b"),
+    timestamp_s: fc.constantFrom(100, 101),
+    subsecond_us: fc.constantFrom(0, 499_999, 500_000, 999_999),
+    metadata: fc.record(
+      { x: sqlScalar, y: sqlScalar, o: fc.record({ bb: sqlScalar, a: sqlScalar, "é": sqlScalar }, { requiredKeys: [] }), l: fc.array(sqlScalar, { maxLength: 2 }) },
+      { requiredKeys: [] },
+    ),
+  }),
+  aggregation: fc.constantFrom({ func: "count" }, { func: "sum", property: "x" }, { func: "max", property: "timestamp" }, { func: "sum", property: "name" }),
+});
+
 const eventCase = fc.record(
   {
     name: fc.oneof(fc.constantFrom("api_call", "", "x".repeat(129)), fc.integer(), fc.constant(null)),
@@ -77,13 +111,23 @@ describe("the TypeScript core answers as the Python core", () => {
   const keys = fc.sample(text, { numRuns: 300, seed: SEED });
   const filters = fc.sample(fc.tuple(filter, fc.record({ name: fc.constantFrom("api_call", "a"), metadata })), { numRuns: 1000, seed: SEED });
   const events = fc.sample(eventCase, { numRuns: 500, seed: SEED });
-  const python = askPython({ numbers, keys, filters, events });
+  const sql = fc.sample(sqlCase, { numRuns: 1500, seed: SEED });
+  const python = askPython({ numbers, keys, filters, events, sql });
 
   it("formats numbers as lib.lua's fmt", () => assert.deepEqual(numbers.map(formatNumber), python.numbers));
   it("builds the same keys", () => assert.deepEqual(keys.map((k) => stateKey(new Customer("external", k), "r")), python.keys));
   it("matches filters the same way", () => {
     const ours = filters.map(([f, e]) => parseFilter(f).matches({ name: e.name, timestampS: 0, metadata: e.metadata as Record<string, unknown> }));
     ours.forEach((got, i) => assert.equal(got, python.filters[i], JSON.stringify(filters[i])));
+  });
+  it("matches filters as Polar's SQL does, counts on the safe side of both, at the same value", () => {
+    sql.forEach((c, i) => {
+      const view = { name: c.event.name, timestampS: c.event.timestamp_s, subsecondUs: c.event.subsecond_us, metadata: c.event.metadata as Record<string, unknown> };
+      const parsed = parseFilter(c.filter);
+      const value = counts(parsed, view) ? safeValue(parseAggregation(c.aggregation), view) : null;
+      const texts = Object.values(c.event.metadata).map(jsonbText);
+      assert.deepEqual([sqlMatches(parsed, view), value, texts], python.sql[i], JSON.stringify(c));
+    });
   });
   it("validates events the same way", () => {
     // Integral numbers from 2**63 to 1e21 are JSON integers beyond 64 bits here (refused) and

@@ -114,6 +114,30 @@ describe("the WebSocket link", () => {
     assert.throws(() => link.opened(82), UsageError);
   });
 
+  it("says why Polar refused, from the refusal's body, whole or in parts or ended by the connection", () => {
+    const refuse = (...parts: string[]): Link => {
+      const link = new Link(Target.of("http://h"), "t", fixed, replayBytes());
+      link.wantsConnection(0);
+      link.opened(0);
+      for (const part of parts) link.receive(te.encode(part), 0);
+      return link;
+    };
+    const json = '{"detail":"invalid token"}';
+    const head = `HTTP/1.1 403 Forbidden\r\ncontent-length: ${json.length}\r\n\r\n`;
+    assert.equal(refuse(head + json).refused, "Polar refused the WebSocket with HTTP 403: invalid token");
+    const parted = refuse(head, json.slice(0, 5));
+    assert.equal(parted.refused, null);
+    parted.receive(te.encode(json.slice(5)), 0);
+    assert.equal(parted.refused, "Polar refused the WebSocket with HTTP 403: invalid token");
+    const untilEnd = refuse("HTTP/1.1 500 Oops\r\n\r\n", "plain words ");
+    untilEnd.receive(new Uint8Array(), 0);
+    assert.equal(untilEnd.refused, "Polar refused the WebSocket with HTTP 500: plain words");
+    assert.equal(untilEnd.retryAt, 0.1875); // not a token problem: the usual backoff
+    const other = refuse(`HTTP/1.1 401 No\r\ncontent-length: 27\r\n\r\n{"detail": [{"msg": "é", "n": 1.5}]}`.replace("27", String(Buffer.byteLength('{"detail": [{"msg": "é", "n": 1.5}]}'))));
+    assert.equal(other.refused, 'Polar refused the WebSocket with HTTP 401: [{"msg": "\\u00e9", "n": 1.5}]'); // as Python's json.dumps
+    assert.equal(refuse(`HTTP/1.1 401 No\r\ncontent-length: 2\r\n\r\n""`).refused, "Polar refused the WebSocket with HTTP 401");
+  });
+
   it("closes for good with a close frame", () => {
     const link = openLink();
     link.close();
