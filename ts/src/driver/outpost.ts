@@ -308,7 +308,7 @@ export class Outpost {
     const customer = this.telemetry.enabled ? customerAttribute(options.externalCustomerId, options.customerId) : "";
     try {
       const [eventId, run] = await this.trackNow(name, options);
-      this.telemetry.tracked(customer, run.meterIds, (performance.now() - started) / 1000, "ok", (run.keys.length - 1) / 2);
+      this.telemetry.tracked(customer, run.meterIds, (performance.now() - started) / 1000, "ok", run.buckets);
       return eventId;
     } catch (exc) {
       const outcome = exc instanceof InvalidEvent ? "invalid" : exc instanceof NotReady ? "not_ready" : exc instanceof RedisUnavailable ? "redis_error" : null;
