@@ -11,6 +11,7 @@ import { Outpost } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { REPO } from "../support/paths.js";
+import { PythonPeer } from "../support/pythonPeer.js";
 import { RedisServer } from "../support/redisServer.js";
 
 /** The consumers of the outbox group, over every shard's stream. */
@@ -39,9 +40,10 @@ describe("fail-over", () => {
   });
   after(async () => Promise.all([redis.stop(), emulator.stop()]));
 
-  it("delivers the events a killed process had read and never posted", async () => {
-    const customer = uniqueCustomer();
-    const options = { token: emulator.token, server: emulator.url, redis: redis.url, customer, count: 4, heartbeat: 1 };
+  /** A TypeScript process that tracked `count` events for `customer`, read them into its delivery
+   * loop and was SIGKILLed before posting them. */
+  async function crashed(customer: string, count: number): Promise<void> {
+    const options = { token: emulator.token, server: emulator.url, redis: redis.url, customer, count, heartbeat: 1 };
     const script = join(REPO, "ts", "test", "support", "trackAndHang.ts");
     const child = spawn(process.execPath, ["--import", "tsx", script, JSON.stringify(options)], {
       cwd: join(REPO, "ts"),
@@ -52,6 +54,11 @@ describe("fail-over", () => {
     child.kill("SIGKILL");
     await once(child, "exit");
     assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 0);
+  }
+
+  it("delivers the events a killed process had read and never posted", async () => {
+    const customer = uniqueCustomer();
+    await crashed(customer, 4);
 
     const survivor = new Outpost({
       accessToken: emulator.token,
@@ -73,6 +80,19 @@ describe("fail-over", () => {
       await eventually(async () => (await consumers(redis.url)).length === 1, "the dead consumer to be removed");
     } finally {
       await survivor.close(2);
+    }
+  });
+
+  it("a Python instance takes over what a killed TypeScript process held, by its heartbeat", async () => {
+    const customer = uniqueCustomer();
+    await crashed(customer, 2);
+    const peer = await PythonPeer.start({ access_token: emulator.token, server_url: emulator.url, redis_url: redis.url, linger: 0.02, heartbeat: 1 });
+    try {
+      // flush() starts its delivery loop, and returns once the dead process's entries are settled.
+      assert.equal(await peer.call("flush", { timeout: 15 }), true);
+      assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
+    } finally {
+      await peer.close();
     }
   });
 });
