@@ -12,6 +12,7 @@ import { Customer, namespaceOfDatabase } from "../../src/core/keys.js";
 import { Link, Target } from "../../src/core/link.js";
 import { Mirror, Offer, deriveState } from "../../src/core/mirror.js";
 import { Session, makeSettings } from "../../src/core/session.js";
+import { parseSnapshot } from "../../src/core/snapshots.js";
 import { replayBytes } from "../../src/core/trace.js";
 import { acceptFor, decodeClientFrames } from "../../src/core/websocket.js";
 
@@ -144,5 +145,26 @@ describe("the core's corners", () => {
     assert.deepEqual(["avg", "min", "max"].map((f) => EMPTY.quantity(f)), [0, 0, 0]);
     assert.throws(() => agg.quantity("unique"), RangeError);
     assert.deepEqual([namespaceOfDatabase(0), namespaceOfDatabase(3)], ["", "db3"]);
+  });
+
+  it("refuses every malformed snapshot field, naming it", () => {
+    const good = { snapshot_id: "s", external_customer_id: "c", as_of: 1, cold_until: 0, reducers: {}, credited: {} };
+    assert.equal(parseSnapshot(good).customer.tag, "external:c");
+    assert.equal(parseSnapshot({ ...good, external_customer_id: undefined, customer_id: "u" }).customer.tag, "customer:u");
+    const bad: [Record<string, unknown>, RegExp][] = [
+      [{ snapshot_id: "" }, /snapshot_id/],
+      [{ request_id: 5 }, /request_id/],
+      [{ as_of: -1 }, /as_of/],
+      [{ cold_until: 1.5 }, /cold_until/],
+      [{ cold_until: 7 }, /bucket boundary/],
+      [{ reducers: [] }, /must be objects/],
+      [{ credited: null }, /must be objects/],
+      [{ reducers: { r: "x" } }, /reducer 'r'/],
+      [{ credited: { m: "1" } }, /credited\['m'\]/],
+      [{ customer_id: "u" }, /exactly one/],
+      [{ aliases: { external_customer_id: 1, customer_id: "x" } }, /reference form/],
+    ];
+    for (const [fields, reason] of bad) assert.throws(() => parseSnapshot({ ...good, ...fields }), reason, JSON.stringify(fields));
+    assert.throws(() => parseSnapshot("x"), /not an object/);
   });
 });
