@@ -13,6 +13,8 @@ import { Link, Target } from "../../src/core/link.js";
 import { Mirror, Offer, deriveState } from "../../src/core/mirror.js";
 import { Session, makeSettings } from "../../src/core/session.js";
 import { parseSnapshot } from "../../src/core/snapshots.js";
+import { parseAggregation, parseFilter } from "../../src/core/filters.js";
+import { jsonbText, sqlEpochSeconds, sqlMatches, sqlValue } from "../../src/core/sqlFilters.js";
 import { replayBytes } from "../../src/core/trace.js";
 import { acceptFor, decodeClientFrames } from "../../src/core/websocket.js";
 
@@ -166,5 +168,35 @@ describe("the core's corners", () => {
     ];
     for (const [fields, reason] of bad) assert.throws(() => parseSnapshot({ ...good, ...fields }), reason, JSON.stringify(fields));
     assert.throws(() => parseSnapshot("x"), /not an object/);
+  });
+
+  it("writes ->> texts and SQL values as Postgres does, where the differential inputs do not go", () => {
+    const view = { name: "a", timestampS: 10, metadata: { n: -0.00025, z: -0, big: 1.5e-7, t: true, s: "x" }, source: "system" };
+    assert.deepEqual(Object.values(view.metadata).map(jsonbText), ["-0.00025", "0", "0.00000015", "true", "x"]);
+    assert.equal(jsonbText(null), "null");
+    assert.equal(sqlValue(parseAggregation({ func: "count" }), view), 1);
+    assert.equal(sqlValue(parseAggregation({ func: "sum", property: "source" }), view), null);
+    assert.equal(sqlValue(parseAggregation({ func: "sum", property: "t" }), view), null);
+    assert.equal(sqlEpochSeconds({ name: "a", timestampS: 10, metadata: {} }), 10);
+    const source = parseFilter({ conjunction: "and", clauses: [{ property: "source", operator: "eq", value: "system" }] });
+    assert.equal(sqlMatches(source, view), true);
+    assert.equal(sqlMatches(source, { ...view, source: undefined }), false); // "user" when unset
+    const like = (value: string) => parseFilter({ conjunction: "and", clauses: [{ property: "s", operator: "like", value }] });
+    assert.equal(sqlMatches(like("x\\"), view), false); // a trailing backslash escapes the closing %
+    for (let k = 0; k < 300; k++) sqlMatches(like(`%${k}`), view); // the pattern cache stays bounded
+    assert.equal(sqlMatches(like("_"), view), true);
+  });
+
+  it("refuses a caller's time that is not whole microseconds, and reads no copy it does not follow", () => {
+    const session = new Session();
+    session.handle({ kind: "ConfigurationReceived", payload: CONFIGURATION, fromCache: false });
+    assert.throws(() => session.track({ name: "a", externalCustomerId: "c1", timestampUs: 1.5, nowUs: 2, eventId: "e" }), /integer number of microseconds/);
+    assert.deepEqual(session.consumed(new Customer("external", "c1"), "r-count"), new Map());
+    session.handle({ kind: "SubscriberRestarted" });
+    session.read("m-count", "c1");
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields: { rev: "2" }, loadId: 1 });
+    assert.match(session.notReadyReason("m-count", "c1", null), /no snapshot for external:c1 in Redis yet \(this instance has no access token\)/);
+    assert.equal(session.read("m-count", "c1"), null);
+    assert.equal(session.readFetched("m-count", "c1", null, new Map([[KEY, { rev: "2" }]])), null);
   });
 });
