@@ -3,7 +3,7 @@
  * JavaScript's differ (`true == 1` holds in both; `"a" > 1` raises in Python and does not match). */
 
 import { isObject } from "./aggregate.js";
-import { reprString, str } from "./pyrepr.js";
+import { repr, reprString, str } from "./pyrepr.js";
 
 export const OPERATORS = ["eq", "ne", "gt", "gte", "lt", "lte"] as const;
 const LIKE = ["like", "not_like"];
@@ -142,7 +142,7 @@ function strip(prop: string): string {
   return prop.startsWith("metadata.") ? prop.slice("metadata.".length) : prop;
 }
 
-const reprAny = (v: unknown): string => (typeof v === "string" ? reprString(v) : v === undefined || v === null ? "None" : String(v));
+const reprAny = repr;
 
 /** Build a filter from Polar's JSON, refusing what Polar's schema refuses. */
 export function parseFilter(obj: unknown, depth = 0): Filter {

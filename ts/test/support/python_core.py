@@ -11,7 +11,7 @@ from outpost_core import Customer
 from outpost_core._aggregate import format_number
 from outpost_core._event import build_event, customer_of
 from outpost_core._configuration import counts, safe_value
-from outpost_core._filters import EventView, parse_aggregation, parse_filter
+from outpost_core._filters import EventView, InvalidDefinition, parse_aggregation, parse_filter
 from outpost_core._sql_filters import jsonb_text, sql_matches
 from outpost_core._keys import state_key
 from outpost_core.errors import OutpostError
@@ -52,6 +52,18 @@ def safe_side(case: dict[str, Any]) -> Any:
     return [sql_matches(parsed, view), value, texts]
 
 
+def definition(case: dict[str, Any]) -> Any:
+    """What parsing a filter or an aggregation from Polar says: "ok" or the refusal."""
+    try:
+        if "filter" in case:
+            parse_filter(case["filter"])
+        else:
+            parse_aggregation(case["aggregation"])
+    except InvalidDefinition as exc:
+        return str(exc)
+    return "ok"
+
+
 def main() -> None:
     batch = json.load(sys.stdin)
     out = {
@@ -60,6 +72,7 @@ def main() -> None:
         "filters": [matches(f, e) for f, e in batch["filters"]],
         "events": [event_error(case) for case in batch["events"]],
         "sql": [safe_side(case) for case in batch.get("sql", [])],
+        "definitions": [definition(case) for case in batch.get("definitions", [])],
     }
     sys.stdout.write(json.dumps(out))
 
