@@ -108,7 +108,7 @@ const definitionCase = fc.oneof(
 
 const eventCase = fc.record(
   {
-    name: fc.oneof(fc.constantFrom("api_call", "", "x".repeat(129)), fc.integer(), fc.constant(null)),
+    name: fc.oneof(fc.constantFrom("api_call", "", "x".repeat(129), "\ud800"), fc.integer(), fc.constant(null)),
     external_customer_id: fc.oneof(text, fc.constant(""), fc.integer()),
     customer_id: fc.constantFrom("not-a-uuid", "5DA96107-6E1C-4DB9-9F06-FF2AB930D318"),
     metadata: fc.oneof(
@@ -117,6 +117,21 @@ const eventCase = fc.record(
       fc.record({ _cost: fc.record({ amount: fc.oneof(fc.double({ noNaN: true, noDefaultInfinity: true }), fc.constant("1")), currency: fc.constantFrom("usd", "eur") }) }),
       fc.record({ _llm: fc.record({ vendor: fc.constant("v"), model: fc.constant("m"), input_tokens: fc.oneof(fc.integer(), fc.constant(1.5)), output_tokens: fc.constant(1), total_tokens: fc.constant(2) }, { requiredKeys: ["vendor", "model", "input_tokens"] }) }),
       fc.record({ s: fc.constantFrom("", "x".repeat(501), "ok") }),
+      fc.constantFrom<unknown>(
+        { "": 1 },
+        { k: "\ud800" },
+        { "\udc00": 1 },
+        { k: true, n: null },
+        { n: { deep: { deeper: 1 } } },
+        { n: [1, 2] },
+        { x: 1.5e300, y: -0.0 },
+        { _llm: 5 },
+        { _llm: { vendor: "v", model: "m", input_tokens: 1, output_tokens: 1, total_tokens: 2, extra: 1 } },
+        { _llm: { vendor: 1, model: "m", input_tokens: 1, output_tokens: 1, total_tokens: 2 } },
+        { _llm: { vendor: "v", model: "m", input_tokens: 1, output_tokens: 1, total_tokens: 2, prompt: null, response: 3, cached_input_tokens: 1 } },
+        { _cost: { amount: 1 } },
+        { _cost: 7 },
+      ),
     ),
   },
   { requiredKeys: ["name", "metadata"] },
@@ -188,6 +203,13 @@ describe("the TypeScript core answers as the Python core", () => {
     // floats in Python (accepted): ts/README.md lists the difference.
     const band = (v: unknown): boolean => typeof v === "number" && Number.isInteger(v) && Math.abs(v) >= 2 ** 63 && Math.abs(v) < 1e21;
     const inBand = (v: unknown): boolean => band(v) || (typeof v === "object" && v !== null && Object.values(v).some(inBand));
-    events.forEach((c, i) => inBand(c) || assert.deepEqual(eventAnswer(c as Record<string, unknown>), python.events[i], JSON.stringify(c)));
+    // A lone surrogate (no UTF-8 form): this core refuses it anywhere with its own words; the
+    // Python core refuses it in a name or id with the codec's words, and lets it through in a
+    // metadata value, where writing to Redis then fails (ts/README.md lists it).
+    const lone = (v: unknown): boolean => (typeof v === "string" && !v.isWellFormed()) || (typeof v === "object" && v !== null && Object.entries(v).some(([k, x]) => lone(k) || lone(x)));
+    events.forEach((c, i) => {
+      if (lone(c)) return assert.equal((eventAnswer(c as Record<string, unknown>) as unknown[])[0], "InvalidEvent");
+      if (!inBand(c)) assert.deepEqual(eventAnswer(c as Record<string, unknown>), python.events[i], JSON.stringify(c));
+    });
   });
 });
