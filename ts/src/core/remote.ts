@@ -457,7 +457,6 @@ export class Remote {
   }
 }
 
-
 function sameCustomers(a: readonly Customer[], b: readonly Customer[]): boolean {
   return a.length === b.length && a.every((c, i) => c.tag === (b[i] as Customer).tag);
 }
