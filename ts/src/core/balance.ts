@@ -30,7 +30,35 @@ export class Balance {
     /** The last snapshot applied to this customer's state, by any instance. */
     readonly snapshotId: string | null,
     readonly revision: number,
+    /** Where the answer came from: "memory" (a copy following Redis, no network call) or "redis"
+     * (one read of the hash: the copy was not following, or fresh). */
+    readonly source: "memory" | "redis" = "memory",
+    /** The customer's other names (Polar's aliases) whose pending events this balance counts too;
+     * polar, local, pending and undelivered then cover every name. */
+    readonly aliases: readonly Customer[] = [],
   ) {}
+
+  /** The same balance, read from Redis. */
+  fromRedis(): Balance {
+    return new Balance(
+      this.meterId,
+      this.customer,
+      this.aggregation,
+      this.balance,
+      this.credited,
+      this.consumed,
+      this.polar,
+      this.local,
+      this.pending,
+      this.undelivered,
+      this.coldUntilUs,
+      this.snapshotAsOfUs,
+      this.snapshotId,
+      this.revision,
+      "redis",
+      this.aliases,
+    );
+  }
 
   get coldUntil(): Date | null {
     return this.coldUntilUs === null ? null : fromUs(this.coldUntilUs);
@@ -41,7 +69,45 @@ export class Balance {
   }
 }
 
-export function computeBalance(meterId: string, customer: Customer, aggregation: string, state: IdentityState): Balance {
+/** One customer under several names (docs/invariant.md, "One customer, two names"): Polar's
+ * totals and credits come from whichever state holds the newest applied snapshot, by
+ * (coldUntil, asOf); the pending events of every state count (outpost_core/_balance.py says why
+ * none is missed). A state without a snapshot adds its pending events only. */
+export function mergedState(own: IdentityState, others: readonly IdentityState[]): IdentityState {
+  if (!others.length) return own;
+  let newest = own;
+  let local = own.local;
+  for (const other of others) {
+    local = local.merge(other.local);
+    if (other.coldUntil !== null && older(newest, other)) newest = other;
+  }
+  return {
+    revision: own.revision,
+    coldUntil: newest.coldUntil,
+    asOf: newest.asOf,
+    snapshotId: newest.snapshotId,
+    polar: newest.polar,
+    local,
+    credits: newest.credits,
+    pending: own.pending + others.reduce((n, o) => n + o.pending, 0),
+    undelivered: own.undelivered + others.reduce((n, o) => n + o.undelivered, 0),
+    problems: [...own.problems, ...others.flatMap((o) => o.problems)],
+  };
+}
+
+/** Whether a's snapshot is older than b's (the order apply_snapshot keeps). */
+function older(a: IdentityState, b: IdentityState): boolean {
+  const [ac, aa, bc, ba] = [a.coldUntil ?? 0, a.asOf ?? 0, b.coldUntil ?? 0, b.asOf ?? 0];
+  return ac < bc || (ac === bc && aa < ba);
+}
+
+export function computeBalance(
+  meterId: string,
+  customer: Customer,
+  aggregation: string,
+  state: IdentityState,
+  aliases: readonly Customer[] = [],
+): Balance {
   const consumed = state.polar.merge(state.local).quantity(aggregation);
   const credited = state.credits.get(meterId) ?? 0;
   return new Balance(
@@ -59,5 +125,7 @@ export function computeBalance(meterId: string, customer: Customer, aggregation:
     state.asOf,
     state.snapshotId,
     state.revision,
+    "memory",
+    aliases,
   );
 }

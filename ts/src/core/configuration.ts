@@ -10,6 +10,7 @@ import {
   parseAggregation,
   parseFilter,
 } from "./filters.js";
+import { sqlMatches, sqlValue } from "./sqlFilters.js";
 
 export interface Reducer {
   readonly id: string;
@@ -28,12 +29,13 @@ export class Configuration {
     readonly organizationId: string | null = null,
   ) {}
 
-  /** [reducer id, value] for every bucketed reducer the event counts in. */
+  /** [reducer id, value] for every bucketed reducer the event counts in, on the safe side of
+   * Polar's two matchings (D12): see counts() and safeValue(). */
   contributions(event: EventView): [string, number][] {
     const out: [string, number][] = [];
     for (const reducer of this.reducers.values()) {
-      if (!reducer.aggregation.bucketed() || !reducer.filter.matches(event)) continue;
-      const value = reducer.aggregation.valueOf(event);
+      if (!reducer.aggregation.bucketed() || !counts(reducer.filter, event)) continue;
+      const value = safeValue(reducer.aggregation, event);
       if (value !== null) out.push([reducer.id, value]);
     }
     return out;
@@ -43,6 +45,19 @@ export class Configuration {
     const reducerId = this.meterReducers.get(meterId);
     return reducerId === undefined ? null : (this.reducers.get(reducerId) ?? null);
   }
+}
+
+/** Whether the event counts locally: Polar's Python matching or its SQL matching counts it,
+ * whole filter against whole filter (outpost_core/_configuration.py says why). */
+export function counts(filter: Filter, event: EventView): boolean {
+  return filter.matches(event) || sqlMatches(filter, event);
+}
+
+/** The larger of the two dialects' values for a counted event; null: it adds nothing. They differ
+ * on timestamp alone, which SQL rounds to the nearest second and Python truncates. */
+export function safeValue(aggregation: Aggregation, event: EventView): number | null {
+  if (aggregation.property === "timestamp") return sqlValue(aggregation, event);
+  return aggregation.valueOf(event);
 }
 
 /** Parse the configuration payload; a malformed reducer is left out, not fatal. */

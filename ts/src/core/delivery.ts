@@ -3,8 +3,12 @@
  * Delivery and repeats: action = poll(now); do it; handle(outcome, now, wallUs). */
 
 import { isObject } from "./aggregate.js";
+import { backoff } from "./backoff.js";
+import { type BudgetAnswered, type TakeRequest, take, waitOf } from "./budget.js";
 import { textOf } from "./changes.js";
 import { UsageError } from "./errors.js";
+import * as liveness from "./liveness.js";
+import type { Beat, CheckHeartbeats, ConsumersListed, HeartbeatsChecked, Reclaim, Reclaimed, SurveyConsumers } from "./liveness.js";
 import { ALL_OUTBOXES, channel, eventsKey } from "./keys.js";
 import type { Random } from "./random.js";
 
@@ -27,6 +31,15 @@ export interface DeliverySettings {
   readBlock: number;
   /** How long a read blocks while flushing: short, but never zero. */
   flushBlock: number;
+  /** This instance's name in the outbox group; empty turns heartbeats and surveys off. */
+  consumer: string;
+  /** Seconds an instance's heartbeat lives: one silent for that long is dead (liveness.ts). */
+  heartbeat: number;
+  /** The ingestion requests every instance together may send a minute (budget.ts); 0: no shared
+   * budget. */
+  requestsPerMinute: number;
+  /** Most bytes of one request body: Polar refuses bodies over 10 MiB (413). */
+  batchBytes: number;
 }
 
 export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}): DeliverySettings {
@@ -42,9 +55,16 @@ export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}):
     channelNamespace: "",
     readBlock: 0.5,
     flushBlock: 0.01,
+    consumer: "",
+    heartbeat: 10.0,
+    requestsPerMinute: 0.0,
+    batchBytes: 8 * 1024 * 1024,
     ...overrides,
   };
   if (s.batchSize < 1 || s.maxAttempts < 1) throw new UsageError("batch_size and max_attempts must be at least 1");
+  if (!(s.heartbeat > 0)) throw new UsageError("heartbeat must be positive");
+  if (!(s.requestsPerMinute >= 0)) throw new UsageError("requests_per_minute must not be negative (0: no budget)");
+  if (!(s.batchBytes >= 1024)) throw new UsageError("batch_bytes must be at least 1024");
   if (Math.min(s.linger, s.backoffBase, s.claimIdle, s.readBlock) < 0) throw new UsageError("delivery delays must not be negative");
   return s;
 }
@@ -54,6 +74,8 @@ export interface OutboxEntry {
   readonly id: string;
   /** The event as an item of the ingestion body (JSON), exactly as track() queued it. */
   readonly item: string;
+  /** Its size in the body, in bytes. */
+  readonly size: number;
   /** Its events-hash field, <bucket>:<event id>. */
   readonly field: string;
   /** The state keys of the identities it counts in. */
@@ -80,18 +102,29 @@ export type Action =
   /** Call onDropped(events, reason); report Reported. */
   | { kind: "ReportDropped"; events: unknown[]; reason: string }
   /** Nothing to do before until (monotonic seconds), unless flushing starts. */
-  | { kind: "Sleep"; until: number };
+  | { kind: "Sleep"; until: number }
+  | Beat
+  | SurveyConsumers
+  | CheckHeartbeats
+  | Reclaim
+  | TakeRequest;
 
 export type Outcome =
   /** [stream, entry id, fields] as Redis answered. */
   | { kind: "OutboxRead"; entries: [unknown, unknown, Map<unknown, unknown> | Record<string, unknown>][] }
   | { kind: "BatchAnswered"; status: number; body: Uint8Array; retryAfter: number | null }
-  /** maybeSent: whether Polar may have received the request (a timeout or reset after sending). */
-  | { kind: "BatchFailed"; reason: string; maybeSent: boolean }
+  /** maybeSent: whether Polar may have received the request (a timeout or reset after sending).
+   * stalls: nothing was sent, and no retry changes that until someone fixes the set-up (Polar's
+   * TLS certificate does not verify): the loop stalls, as on a 401, and says why. */
+  | { kind: "BatchFailed"; reason: string; maybeSent: boolean; stalls?: boolean }
   | { kind: "Settled"; reply: unknown }
   | { kind: "Reported" }
   /** The previous action (claim refresh, claim, sleep) finished; nothing to report. */
-  | { kind: "Done" };
+  | { kind: "Done" }
+  | ConsumersListed
+  | HeartbeatsChecked
+  | Reclaimed
+  | BudgetAnswered;
 
 const ANSWERS: Record<Action["kind"], Outcome["kind"][]> = {
   ReadOutbox: ["OutboxRead"],
@@ -101,6 +134,11 @@ const ANSWERS: Record<Action["kind"], Outcome["kind"][]> = {
   SettleScript: ["Settled"],
   ReportDropped: ["Reported"],
   Sleep: ["Done"],
+  Beat: ["Done"],
+  SurveyConsumers: ["ConsumersListed"],
+  CheckHeartbeats: ["HeartbeatsChecked"],
+  Reclaim: ["Reclaimed"],
+  TakeRequest: ["BudgetAnswered"],
 };
 
 /** Longest wait a Retry-After may ask for. */
@@ -125,11 +163,22 @@ function split(batch: Batch, entries: OutboxEntry[], now: number): Batch {
 
 export class Delivery {
   private buffer: OutboxEntry[] = [];
+  private bufferBytes = 0; // what the buffer adds to a body: each item and a comma
+  private readonly budgeted: boolean;
+  private grantedAt: number | null = null; // when the request taken from the budget may go
   private bufferSince: number | null = null;
   private readonly batches: Batch[] = []; // splits waiting their turn, first is current
   private readonly work: Action[] = []; // settle scripts and reports of the batch that ended
   private awaiting: Action["kind"] | null = null;
   private nextClaim: number;
+  private readonly live: boolean;
+  private nextBeat: number;
+  private nextSurvey: number;
+  private surveyed = new Map<string, Set<string>>();
+  private checking: string[] = [];
+  private reclaims: Action[] = [];
+  /** Consumers of dead instances this loop removed from the outbox group. */
+  consumersRemoved = 0;
   flushing = false;
   delivered = 0;
   dropped = 0;
@@ -144,7 +193,9 @@ export class Delivery {
     private readonly rng: Random,
     now: number,
   ) {
-    this.nextClaim = now;
+    this.nextClaim = this.nextBeat = this.nextSurvey = now;
+    this.budgeted = settings.requestsPerMinute > 0;
+    this.live = Boolean(settings.consumer);
   }
 
   // -- the loop's questions -------------------------------------------------------------------
@@ -160,6 +211,10 @@ export class Delivery {
     const s = this.settings;
     const work = this.work.shift();
     if (work !== undefined) return work;
+    if (this.live) {
+      const action = this.liveness(now);
+      if (action !== null) return action;
+    }
     const batch = this.batches[0];
     if (batch !== undefined) {
       if (batch.notBefore > now) return { kind: "Sleep", until: batch.notBefore };
@@ -169,19 +224,36 @@ export class Delivery {
         batch.refreshed = true;
         return { kind: "RefreshClaim", entries: this.held().map((e) => [e.stream, e.id]) };
       }
-      return { kind: "PostBatch", body: body(batch.entries), size: batch.entries.length };
+      return this.gate(now, false) ?? this.post(batch.entries);
     }
     if (now >= this.nextClaim) {
       this.nextClaim = now + s.claimInterval;
       return { kind: "ClaimStale", minIdle: s.claimIdle, count: s.batchSize };
     }
-    if (this.buffer.length >= s.batchSize) return this.startBatch();
     if (this.buffer.length) {
       const due = (this.bufferSince as number) + s.linger;
-      if (now >= due || this.flushing) return this.startBatch();
+      const full = this.buffer.length >= s.batchSize || this.bufferBytes >= s.batchBytes;
+      if (full || now >= due || this.flushing) return this.gate(now, true) ?? this.startBatch();
       return { kind: "ReadOutbox", count: s.batchSize - this.buffer.length, block: Math.min(due - now, s.readBlock) };
     }
     return { kind: "ReadOutbox", count: s.batchSize, block: this.flushing ? s.flushBlock : s.readBlock };
+  }
+
+  /** Beat, then survey the group and take what dead instances hold: before any batch, so neither
+   * waits behind a batch that waits for Polar. */
+  private liveness(now: number): Action | null {
+    const s = this.settings;
+    if (now >= this.nextBeat) {
+      this.nextBeat = now + liveness.interval(s.heartbeat);
+      return liveness.beat(s.consumer, s.heartbeat);
+    }
+    const reclaim = this.reclaims.shift();
+    if (reclaim !== undefined) return reclaim;
+    if (now >= this.nextSurvey) {
+      this.nextSurvey = now + liveness.interval(s.heartbeat);
+      return { kind: "SurveyConsumers" };
+    }
+    return null;
   }
 
   /** Nothing read and not yet settled. */
@@ -193,13 +265,40 @@ export class Delivery {
     return [...this.batches.flatMap((b) => b.entries), ...this.buffer];
   }
 
+  /** null when a request may go now; else take one from the budget, or wait for the one taken
+   * (reading more meanwhile, while the batch has room: it grows instead of idling). */
+  private gate(now: number, reading: boolean): Action | null {
+    if (!this.budgeted) return null;
+    if (this.grantedAt === null) return take(this.settings.requestsPerMinute);
+    if (now >= this.grantedAt) return null;
+    if (reading && this.bufferBytes < this.settings.batchBytes) {
+      return { kind: "ReadOutbox", count: this.settings.batchSize, block: Math.min(this.grantedAt - now, this.settings.readBlock) };
+    }
+    return { kind: "Sleep", until: this.grantedAt };
+  }
+
+  private post(entries: OutboxEntry[]): Action {
+    this.grantedAt = null;
+    return { kind: "PostBatch", body: body(entries), size: entries.length };
+  }
+
+  /** A batch of the oldest buffered entries, as many as batchBytes of body holds (and batchSize
+   * without a budget: requests are only scarce with one). */
   private startBatch(): Action {
-    const size = this.settings.batchSize;
-    const entries = this.buffer.slice(0, size);
-    this.buffer = this.buffer.slice(size);
+    let room = this.settings.batchBytes - BODY_OVERHEAD;
+    const most = this.budgeted ? this.buffer.length : this.settings.batchSize;
+    let taken = 0;
+    for (const entry of this.buffer.slice(0, most)) {
+      room -= entry.size + 1;
+      if (room < 0 && taken) break;
+      taken += 1;
+    }
+    const entries = this.buffer.slice(0, taken);
+    this.buffer = this.buffer.slice(taken);
+    this.bufferBytes -= entries.reduce((n, e) => n + e.size + 1, 0);
     if (!this.buffer.length) this.bufferSince = null;
     this.batches.push({ entries, attempts: 0, waits: 0, maybeSent: false, notBefore: 0, refreshed: true });
-    return { kind: "PostBatch", body: body(entries), size: entries.length };
+    return this.post(entries);
   }
 
   // -- outcomes -------------------------------------------------------------------------------
@@ -217,11 +316,50 @@ export class Delivery {
     }
     if (outcome.kind === "OutboxRead") this.read(outcome.entries, now);
     else if (outcome.kind === "BatchAnswered") this.answered(outcome, now);
-    else if (outcome.kind === "BatchFailed") this.failedBatch(outcome.reason, outcome.maybeSent, now);
+    else if (outcome.kind === "BatchFailed") this.failedBatch(outcome, now);
+    else if (outcome.kind === "ConsumersListed") this.listed(outcome);
+    else if (outcome.kind === "HeartbeatsChecked") this.checked(outcome);
+    else if (outcome.kind === "Reclaimed") this.reclaimed(outcome, now);
+    else if (outcome.kind === "BudgetAnswered") this.budgetAnswered(outcome, now);
+  }
+
+  private budgetAnswered(outcome: BudgetAnswered, now: number): void {
+    const wait = waitOf(outcome);
+    if (wait === null) this.rejectedEntries += 1;
+    this.grantedAt = now + (wait ?? 0);
+  }
+
+  private listed(outcome: ConsumersListed): void {
+    const [surveyed, rejected] = liveness.consumersOf(outcome.listing, this.settings.consumer);
+    this.surveyed = surveyed;
+    this.rejectedEntries += rejected;
+    const check = liveness.check(surveyed);
+    if (check !== null) {
+      this.checking = check[0];
+      this.reclaims.push(check[1]);
+    }
+  }
+
+  private checked(outcome: HeartbeatsChecked): void {
+    const s = this.settings;
+    const [calls, rejected] = liveness.reclaims(this.surveyed, this.checking, outcome.values, s.consumer, s.batchSize);
+    this.rejectedEntries += rejected;
+    this.reclaims.push(...calls);
+  }
+
+  private reclaimed(outcome: Reclaimed, now: number): void {
+    const taken = liveness.takenEntries(outcome);
+    if (taken === null) {
+      this.rejectedEntries += 1;
+      return;
+    }
+    this.consumersRemoved += taken[1];
+    this.read(taken[0], now);
   }
 
   private read(entries: [unknown, unknown, Map<unknown, unknown> | Record<string, unknown>][], now: number): void {
     const malformed: [string, string][] = [];
+    const tooLarge: OutboxEntry[] = [];
     const held = new Set(this.held().map((e) => `${e.stream}\n${e.id}`));
     for (const [stream, entryId, fields] of entries) {
       const streamS = textOf(stream);
@@ -233,8 +371,16 @@ export class Delivery {
         this.rejectedEntries += 1;
         continue;
       }
+      if (BODY_OVERHEAD + entry.size > this.settings.batchBytes) {
+        tooLarge.push(entry); // no batch can carry it: Polar would refuse it (413)
+        continue;
+      }
       if (!this.buffer.length) this.bufferSince = now;
       this.buffer.push(entry);
+      this.bufferBytes += entry.size + 1;
+    }
+    if (tooLarge.length) {
+      this.drop(tooLarge, `larger than an ingestion request may be (${this.settings.batchBytes} bytes)`, true);
     }
     for (const [stream, ids] of byStream(malformed)) this.work.push(this.settleScript("confirm", stream, ids, []));
   }
@@ -286,9 +432,13 @@ export class Delivery {
     }
   }
 
-  private failedBatch(reason: string, maybeSent: boolean, now: number): void {
+  private failedBatch(outcome: { reason: string; maybeSent: boolean; stalls?: boolean }, now: number): void {
     const batch = this.batches[0] as Batch;
-    if (maybeSent) this.retry(batch, reason, now, null, true);
+    if (outcome.stalls) {
+      this.stalled = outcome.reason;
+      batch.notBefore = now + this.settings.stallDelay;
+      batch.refreshed = false;
+    } else if (outcome.maybeSent) this.retry(batch, outcome.reason, now, null, true);
     else this.wait(batch, now, null); // Polar unreachable: nothing was tried
   }
 
@@ -318,13 +468,12 @@ export class Delivery {
 
   private backoff(attempt: number): number {
     const s = this.settings;
-    const ceiling = Math.min(s.backoffCap, s.backoffBase * 2.0 ** (attempt - 1));
-    return ceiling * (0.5 + 0.5 * this.rng.random()); // jitter spreads retry storms
+    return backoff(attempt, s.backoffBase, s.backoffCap, this.rng.random()); // jitter spreads retry storms
   }
 
   private drop(entries: OutboxEntry[], reason: string, definitive: boolean): void {
     this.dropped += entries.length;
-    this.work.push({ kind: "ReportDropped", events: entries.map((e) => JSON.parse(e.item) as unknown), reason });
+    this.work.push({ kind: "ReportDropped", events: entries.map((e) => eventOf(e.item)), reason });
     this.settle(entries, definitive ? "confirm" : "acknowledge");
   }
 
@@ -368,6 +517,41 @@ export function settleCall(
   return { kind: "SettleScript", script, keys, args };
 }
 
+/** The outcome a closing instance reports for an action it could not run (Redis failed while it
+ * closed): nothing happened, so the work stays queued in Redis for another instance. */
+export function nothingDone(action: Action): Outcome {
+  switch (action.kind) {
+    case "ReadOutbox":
+    case "ClaimStale":
+      return { kind: "OutboxRead", entries: [] };
+    case "SurveyConsumers":
+      return { kind: "ConsumersListed", listing: [] };
+    case "CheckHeartbeats":
+      return { kind: "HeartbeatsChecked", values: action.keys.map(() => "1") }; // take nothing
+    case "Reclaim":
+      return { kind: "Reclaimed", stream: action.stream, reply: '{"e":[],"d":[]}' };
+    case "TakeRequest":
+      return { kind: "BudgetAnswered", reply: 0 };
+    case "SettleScript":
+      return { kind: "Settled", reply: null };
+    default:
+      return { kind: "Done" };
+  }
+}
+
+/** The event of an entry, for onDropped; the raw text if it does not parse. */
+function eventOf(item: string): unknown {
+  let event: unknown = null;
+  try {
+    event = JSON.parse(item);
+  } catch {
+    event = null;
+  }
+  return isObject(event) ? event : { unreadable: item };
+}
+
+const BODY_OVERHEAD = '{"events":[]}'.length;
+
 /** The same call, telling the script which revision this instance holds of each identity, so
  * that its reply updates this instance's copies at once (known gives -1 for none). */
 export function withKnownRevs(action: SettleScript, known: (state: string) => number): SettleScript {
@@ -394,6 +578,28 @@ function body(entries: readonly OutboxEntry[]): Uint8Array {
   return UTF8.encode(`{"events":[${entries.map((e) => e.item).join(",")}]}`);
 }
 
+const stateLists = new Map<string, readonly string[] | null>();
+
+/** A state-key list as an entry stores it (one per customer and configuration: a few, repeated). */
+function statesOf(text: string): readonly string[] | null {
+  let states = stateLists.get(text);
+  if (states === undefined) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = null;
+    }
+    states = Array.isArray(parsed) && parsed.every((s) => typeof s === "string") ? (parsed as string[]) : null;
+    if (stateLists.size >= 4096) stateLists.clear();
+    stateLists.set(text, states);
+  }
+  return states;
+}
+
+/** An outbox entry, or null when it is unreadable. The event is kept as track() stored it, to be
+ * joined into bodies as it is: not parsed here, only checked to be one JSON object's text (one
+ * that is not valid JSON inside gets a 400 or 422 from Polar, which bisection narrows down). */
 function parseEntry(stream: string | null, id: string | null, fields: Map<unknown, unknown> | Record<string, unknown>): OutboxEntry | null {
   if (stream === null || !SHARD_OF_STREAM.has(stream) || id === null) return null;
   const text = new Map<string, string | null>();
@@ -406,17 +612,9 @@ function parseEntry(stream: string | null, id: string | null, fields: Map<unknow
   const field = text.get("f") ?? null;
   const states = text.get("k") ?? null;
   if (item === null || field === null || states === null) return null;
-  let event: unknown;
-  let stateList: unknown;
-  try {
-    event = JSON.parse(item);
-    stateList = JSON.parse(states);
-  } catch {
-    return null;
-  }
-  if (!isObject(event) || !Array.isArray(stateList)) return null;
-  if (!stateList.every((s) => typeof s === "string")) return null;
-  return { stream, id, item, field, states: stateList as string[] };
+  const stateList = statesOf(states);
+  if (stateList === null || !(item.startsWith("{") && item.endsWith("}"))) return null;
+  return { stream, id, item, size: Buffer.byteLength(item), field, states: stateList };
 }
 
 /** The detail list of an error body; empty if there is none. */

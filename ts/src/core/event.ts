@@ -11,7 +11,7 @@ import { iso } from "./time.js";
 export const MAX_NAME = 128;
 export const MAX_STRING_VALUE = 500;
 export const MAX_EVENT_ID = 256;
-const UUID = /^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$/i;
+export const UUID_PATTERN = /^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$/i;
 const INT_RANGE = 2 ** 63;
 
 export type Metadata = Record<string, unknown>;
@@ -26,7 +26,8 @@ export class TrackedEvent {
   ) {}
 
   view(): EventView {
-    return { name: this.name, timestampS: Math.floor(this.timestampUs / 1_000_000), metadata: this.metadata };
+    const seconds = Math.floor(this.timestampUs / 1_000_000);
+    return { name: this.name, timestampS: seconds, metadata: this.metadata, subsecondUs: this.timestampUs - seconds * 1_000_000 };
   }
 
   /** The event as an item of Polar's POST /v1/events/ingest body. */
@@ -53,8 +54,23 @@ export function customerOf(externalCustomerId: unknown, customerId: unknown): Cu
     return new Customer("external", text(externalCustomerId, "external_customer_id"));
   }
   const id = text(customerId, "customer_id");
-  if (!UUID.test(id)) throw new InvalidEvent(`customer_id must be a Polar customer UUID, got ${reprString(id)}`);
+  if (!UUID_PATTERN.test(id)) throw new InvalidEvent(`customer_id must be a Polar customer UUID, got ${reprString(id)}`);
   return new Customer("customer", canonicalUuid(id));
+}
+
+/** When the event happened, in µs: nowUs when the caller gave none, else its Date (a Date always
+ * names an instant; Python refuses a naive datetime, which JavaScript has no equivalent of). */
+export function timestampUsOf(timestamp: unknown, nowUs: number): number {
+  if (timestamp === null || timestamp === undefined) return nowUs;
+  if (timestamp instanceof Date && !Number.isNaN(timestamp.getTime())) return timestamp.getTime() * 1000;
+  throw new InvalidEvent("timestamp must be a timezone-aware datetime");
+}
+
+/** The caller's event id, or newId (a fresh one the driver drew) when it gave none. */
+export function eventIdOf(eventId: unknown, newId: string): string {
+  if (eventId === null || eventId === undefined) return newId;
+  if (typeof eventId !== "string") throw new InvalidEvent("event_id must be a string");
+  return eventId;
 }
 
 /** One spelling per customer: lower case, dashed 8-4-4-4-12. */

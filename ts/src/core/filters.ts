@@ -3,7 +3,7 @@
  * JavaScript's differ (`true == 1` holds in both; `"a" > 1` raises in Python and does not match). */
 
 import { isObject } from "./aggregate.js";
-import { reprString, str } from "./pyrepr.js";
+import { repr, reprString, str } from "./pyrepr.js";
 
 export const OPERATORS = ["eq", "ne", "gt", "gte", "lt", "lte"] as const;
 const LIKE = ["like", "not_like"];
@@ -21,6 +21,8 @@ export interface EventView {
   timestampS: number;
   metadata: Record<string, unknown>;
   source?: string;
+  /** Microseconds past timestampS: Polar's SQL rounds to the nearest second instead. */
+  subsecondUs?: number;
 }
 
 /** Python's three-way comparison of two values; null when Python refuses to order them. */
@@ -46,7 +48,7 @@ function compareCodePoints(a: string, b: string): number {
   return left.length - right.length;
 }
 
-function operate(op: string, actual: unknown, value: unknown): boolean {
+export function operate(op: string, actual: unknown, value: unknown): boolean {
   const order = compare(actual, value);
   switch (op) {
     case "eq":
@@ -77,7 +79,7 @@ export class Clause {
       if (typeof this.value !== "string") return false;
       actual = this.property === "name" ? event.name : (event.source ?? "user");
     } else if (this.property === "timestamp") {
-      if (typeof this.value !== "number") return false;
+      if (typeof this.value === "string") return false; // a bool passes, as in Polar: True is the int 1
       actual = event.timestampS;
     } else {
       actual = lookup(event.metadata, this.property);
@@ -140,7 +142,7 @@ function strip(prop: string): string {
   return prop.startsWith("metadata.") ? prop.slice("metadata.".length) : prop;
 }
 
-const reprAny = (v: unknown): string => (typeof v === "string" ? reprString(v) : v === undefined || v === null ? "None" : String(v));
+const reprAny = repr;
 
 /** Build a filter from Polar's JSON, refusing what Polar's schema refuses. */
 export function parseFilter(obj: unknown, depth = 0): Filter {

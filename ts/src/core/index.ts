@@ -3,14 +3,30 @@
  * data, and what needs I/O goes out as effects. */
 
 export { Aggregate, formatNumber, parseNumber } from "./aggregate.js";
-export { Balance } from "./balance.js";
+export { backoff } from "./backoff.js";
+export { Balance, computeBalance, mergedState } from "./balance.js";
+export { type BudgetAnswered, type TakeRequest, capacity, take, waitOf } from "./budget.js";
 export { Configuration, parseConfiguration, type Reducer } from "./configuration.js";
-export { Delivery, makeDeliverySettings, withKnownRevs, retryAfter, GROUP, type Action, type Outcome, type DeliverySettings, type OutboxEntry, type SettleScript } from "./delivery.js";
-export type { Effect, RunScript } from "./effects.js";
+export { Delivery, makeDeliverySettings, nothingDone, withKnownRevs, retryAfter, GROUP, type Action, type Outcome, type DeliverySettings, type OutboxEntry, type SettleScript } from "./delivery.js";
+export { Echoes } from "./echoes.js";
+export type { Effect, Fetch, RunScript } from "./effects.js";
+export { eventIdOf, timestampUsOf } from "./event.js";
 export { InvalidEvent, NotReady, OutpostClosed, OutpostError, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "./errors.js";
 export type { Input, RawFields } from "./inputs.js";
-export { ALL_CHANNELS, ALL_OUTBOXES, CONFIGURATION_KEY, Customer, allChannels, channel, eventsKey, namespaceOfDatabase, outboxKey, stateKey, encodeComponent, crc32 } from "./keys.js";
+export { ALL_CHANNELS, ALL_OUTBOXES, BUDGET_KEY, CONFIGURATION_KEY, Customer, allChannels, channel, eventsKey, heartbeatKey, namespaceOfDatabase, outboxKey, stateKey, encodeComponent, crc32 } from "./keys.js";
 export { Link, LinkState, Target, type LinkSettings } from "./link.js";
+export {
+  type Beat,
+  type CheckHeartbeats,
+  type ConsumersListed,
+  type ForgetHeartbeat,
+  type HeartbeatsChecked,
+  type Reclaim,
+  type Reclaimed,
+  type SurveyConsumers,
+  handBack,
+} from "./liveness.js";
+export { Outage, type Report } from "./outage.js";
 export type { Observation } from "./observations.js";
 export { PythonRandom, type Random, type RandomBytes } from "./random.js";
 export { SCRIPT_SHA1, SCRIPT_TEXT } from "./scripts.generated.js";

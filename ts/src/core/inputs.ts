@@ -13,12 +13,21 @@ export type Input =
   | { kind: "ScriptFailed"; tag: number }
   /** A message arrived on one of the shard channels. */
   | { kind: "ChangePublished"; data: unknown }
-  /** The pub/sub connection (re)subscribed: messages may have been missed while it was down. */
+  /** Redis confirmed the subscription to every shard channel (the first time, or again after a
+   * break): messages may have been missed before, so every copy reloads, and copies loaded from
+   * now on follow Redis. */
   | { kind: "SubscriberRestarted" }
-  /** HGETALL key answered. */
-  | { kind: "IdentityLoaded"; key: string; fields: RawFields }
-  /** HGETALL key failed; the core asks again later. */
-  | { kind: "LoadFailed"; key: string }
+  /** Redis confirmed a subscription to a shard channel: count channels are subscribed now (one
+   * at a time). All of them is SubscriberRestarted; a first one while subscribed is a
+   * re-subscription after a break (SubscriberLost first). */
+  | { kind: "SubscriptionConfirmed"; count: number }
+  /** The pub/sub connection broke: until SubscriberRestarted no copy follows Redis, and reads go
+   * to Redis instead of memory. */
+  | { kind: "SubscriberLost" }
+  /** HGETALL key answered the load loadId (from LoadIdentity). */
+  | { kind: "IdentityLoaded"; key: string; fields: RawFields; loadId: number }
+  /** HGETALL key failed for the load loadId; the core asks again later. */
+  | { kind: "LoadFailed"; key: string; loadId: number }
   /** The client is closing: say goodbye to Polar and stop reconnecting. */
   | { kind: "Closing" }
   /** Time passed: now is monotonic seconds, wallUs the wall clock in µs since the epoch. */

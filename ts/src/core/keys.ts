@@ -121,5 +121,17 @@ export function outboxKey(shard: number): string {
   return `${tagOf(shard)}outbox`;
 }
 
+/** The hash tag of the keys every instance shares (heartbeats, the request budget): one slot, so
+ * a script or an MGET may touch several of them on Redis Cluster. */
+export const FLEET_TAG = `${PREFIX}{fleet}:`;
+
+/** A key that lives while the instance whose outbox consumer is `consumer` is alive. */
+export function heartbeatKey(consumer: string): string {
+  return `${FLEET_TAG}alive:${encodeComponent(consumer)}`;
+}
+
+/** The request budget for Polar's API shared by every instance (a token bucket). */
+export const BUDGET_KEY = `${FLEET_TAG}budget`;
+
 export const ALL_CHANNELS = allChannels();
 export const ALL_OUTBOXES = Array.from({ length: SHARDS }, (_, shard) => outboxKey(shard));

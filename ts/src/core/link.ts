@@ -3,8 +3,9 @@
  * driver's bytes into Polar's messages, and queues bytes for the driver to send. Reconnection
  * backs off exponentially with jitter drawn from the injected generator. */
 
+import { backoff } from "./backoff.js";
 import { UsageError } from "./errors.js";
-import { reprString } from "./pyrepr.js";
+import { pyJsonDumps, reprString } from "./pyrepr.js";
 import type { Random, RandomBytes } from "./random.js";
 import { ProtocolError, WebSocketClient, type WsEvent } from "./websocket.js";
 
@@ -79,6 +80,8 @@ export class Link {
   private lastHeard = 0;
   private lastPing = 0;
   private since = 0;
+  /** A refusal whose body is still arriving: its status and the start of its body. */
+  private rejection: [number, Uint8Array[], number] | null = null;
   /** Why Polar refused the upgrade (a bad token), for operators. */
   refused: string | null = null;
   connections = 0;
@@ -89,7 +92,8 @@ export class Link {
   constructor(
     readonly target: Target,
     private readonly token: string,
-    private readonly rng: Random,
+    /** The generator the link draws its jitter from (the session shares it). */
+    readonly rng: Random,
     private readonly randomBytes: RandomBytes,
     settings: Partial<LinkSettings> = {},
   ) {
@@ -139,7 +143,8 @@ export class Link {
     if (this.ws === null || (this.state !== LinkState.HANDSHAKING && this.state !== LinkState.OPEN)) return [];
     this.lastHeard = now;
     if (data.length === 0) {
-      this.drop(now, "Polar closed the connection");
+      if (this.rejection !== null) this.refuse(now); // the body ended with the connection
+      else this.drop(now, "Polar closed the connection");
       return [];
     }
     const messages: unknown[] = [];
@@ -173,8 +178,16 @@ export class Link {
         this.lastPing = now;
         break;
       case "reject":
-        this.refused = `Polar refused the WebSocket with HTTP ${event.status}`;
-        this.drop(now, this.refused, event.status === 401 || event.status === 403);
+        this.rejection = [event.status, [], 0];
+        if (!event.hasBody) this.refuse(now);
+        break;
+      case "rejectData":
+        if (this.rejection !== null) {
+          const kept = event.data.subarray(0, Math.max(0, DETAIL_LIMIT - this.rejection[2]));
+          this.rejection[1].push(kept);
+          this.rejection[2] += kept.length;
+          if (event.finished) this.refuse(now);
+        }
         break;
       case "text": {
         const size = [...event.data].length;
@@ -199,6 +212,14 @@ export class Link {
       case "pong":
         break;
     }
+  }
+
+  /** Polar answered the upgrade with an HTTP error (and its body, for the detail). */
+  private refuse(now: number): void {
+    const [status, body] = this.rejection as [number, Uint8Array[], number];
+    this.rejection = null;
+    this.refused = `Polar refused the WebSocket with HTTP ${status}${detail(Buffer.concat(body))}`;
+    this.drop(now, this.refused, status === 401 || status === 403);
   }
 
   /** Queue one message; false when the link is not open (nothing is queued). */
@@ -237,6 +258,7 @@ export class Link {
   private drop(now: number, reason: string, refused = false): void {
     this.lastError = reason;
     this.ws = null;
+    this.rejection = null;
     this.partialSize = 0;
     // a close frame answering Polar's still goes out
     if (this.state !== LinkState.OPEN) this.out = [];
@@ -247,11 +269,28 @@ export class Link {
     if (refused) {
       delay = s.refusedDelay;
     } else {
-      const ceiling = Math.min(s.reconnectCap, s.reconnectBase * 2.0 ** (this.failures - 1));
-      delay = ceiling * (0.5 + 0.5 * this.rng.random());
+      delay = backoff(this.failures, s.reconnectBase, s.reconnectCap, this.rng.random());
     }
     this.retryAt = now + delay;
   }
+}
+
+const DETAIL_LIMIT = 500;
+
+/** Polar's reason, from an error body ({"detail": ...} or text), as a suffix. */
+function detail(body: Uint8Array): string {
+  const text = new TextDecoder().decode(body).trim();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = text;
+  }
+  if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed) && "detail" in parsed) {
+    parsed = (parsed as Record<string, unknown>).detail;
+  }
+  const reason = typeof parsed === "string" ? parsed : pyJsonDumps(parsed);
+  return reason ? `: ${[...reason].slice(0, 200).join("")}` : "";
 }
 
 function decode(text: string): unknown {

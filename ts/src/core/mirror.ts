@@ -1,8 +1,13 @@
 /** The in-memory copy of one identity's state hash, kept in revision order.
  *
  * A change whose revision is the next one applies in place; an older one is ignored; a full state
- * replaces the copy when it is not older; anything else is a gap, and the copy reloads the hash.
- * Changes that arrive while a load is in flight wait for it, then apply in order. */
+ * replaces the copy when it is newer; anything else is a gap, and the copy reloads the hash.
+ * Changes that arrive while a load is in flight wait for it, then apply in order.
+ *
+ * Loads are numbered: only the answer to the latest one counts (an older load may have read the
+ * hash before changes the copy has since taken). A copy is *following* Redis when the load that
+ * installed it was asked while the shard's subscription was confirmed, and the subscription has
+ * not broken since: only a following copy may answer a read from memory. */
 
 import { Aggregate, EMPTY, parseNumber } from "./aggregate.js";
 import type { Change } from "./changes.js";
@@ -34,6 +39,11 @@ export class Mirror {
   rev = -1;
   fields = new Map<string, string>();
   loaded = false;
+  /** The latest load asked for; answers to older ones are ignored. */
+  loadId = 0;
+  /** Whether the latest load was asked while the shard's subscription was confirmed. */
+  loadFollows = false;
+  following = false;
   held: Change[] = [];
   private derived: IdentityState | null = null;
   /** The warm-path keys whose cached balance this copy answers (callers' spellings). */
@@ -60,7 +70,7 @@ export class Mirror {
       return Offer.HELD;
     }
     if (change.full) {
-      if (change.rev < this.rev) return Offer.IGNORED;
+      if (change.rev <= this.rev) return Offer.IGNORED; // the same revision is the same content
       this.fields = new Map(change.set);
       this.rev = change.rev;
       this.derived = null;
@@ -84,8 +94,23 @@ export class Mirror {
     this.loaded = false;
   }
 
-  /** Install a loaded hash, then the held changes; false when a gap remains. */
-  loadedWith(fields: Map<string, string>): boolean {
+  /** A load is asked for (the copy waits for it); return its number. */
+  startLoad(follows: boolean): number {
+    this.unload();
+    this.loadId += 1;
+    this.loadFollows = follows;
+    return this.loadId;
+  }
+
+  /** The subscription broke: changes may be missed from now on. */
+  stopFollowing(): void {
+    this.following = this.loadFollows = false;
+  }
+
+  /** Install the hash that load loadId read, then the held changes; false when a gap remains
+   * (load again), null when the load is not the latest (ignored). */
+  loadedWith(fields: Map<string, string>, loadId: number): boolean | null {
+    if (loadId !== this.loadId) return null;
     const rev = parseInt10(fields.get("rev")) || 0;
     const held = [...this.held].sort((a, b) => a.rev - b.rev);
     this.held = [];
@@ -97,6 +122,7 @@ export class Mirror {
       this.derived = null;
     }
     this.loaded = true;
+    this.following = this.loadFollows;
     for (const change of held) {
       if (this.offer(change) === Offer.GAP) {
         this.held.push(...held.filter((c) => c.rev > change.rev));
@@ -107,7 +133,7 @@ export class Mirror {
   }
 
   get state(): IdentityState {
-    this.derived ??= derive(this.rev, this.fields);
+    this.derived ??= deriveState(this.fields, this.rev);
     return this.derived;
   }
 }
@@ -118,7 +144,9 @@ export function parseInt10(text: string | undefined): number | null {
   return Number(text);
 }
 
-function derive(rev: number, fields: Map<string, string>): IdentityState {
+/** What a read needs from a state hash (rev defaults to the hash's own). */
+export function deriveState(fields: Map<string, string>, rev: number | null = null): IdentityState {
+  rev ??= parseInt10(fields.get("rev")) || 0;
   const problems: string[] = [];
   let local = EMPTY;
   const credits = new Map<string, number>();

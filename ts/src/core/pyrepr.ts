@@ -64,3 +64,30 @@ export function typeName(value: unknown): string {
   if (typeof value === "object") return "dict";
   return typeof value;
 }
+
+/** Python's sorted() of strings: by code point (JavaScript's default compares UTF-16 units). */
+export function byCodePoint(a: string, b: string): number {
+  if (a === b) return 0;
+  const x = [...a];
+  const y = [...b];
+  for (let i = 0; i < Math.min(x.length, y.length); i++) {
+    const p = (x[i] as string).codePointAt(0) as number;
+    const q = (y[i] as string).codePointAt(0) as number;
+    if (p !== q) return p - q;
+  }
+  return x.length - y.length;
+}
+
+/** Python's json.dumps() of a parsed JSON value: ", " and ": " separators, non-ASCII escaped,
+ * floats as repr() writes them. */
+export function pyJsonDumps(value: unknown): string {
+  if (value === null || value === undefined) return "null";
+  if (typeof value === "boolean") return value ? "true" : "false";
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : reprFloat(value);
+  if (typeof value === "string") {
+    return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  }
+  if (Array.isArray(value)) return `[${value.map(pyJsonDumps).join(", ")}]`;
+  const items = Object.entries(value as Record<string, unknown>);
+  return `{${items.map(([k, v]) => `${pyJsonDumps(k)}: ${pyJsonDumps(v)}`).join(", ")}}`;
+}

@@ -9,9 +9,21 @@ import type { Observation } from "./observations.js";
 import { repr, reprString } from "./pyrepr.js";
 import { CustomerFlow, MAX_IDS_PER_QUESTION, MalformedSnapshot, type Snapshot, Step, parseSnapshot } from "./snapshots.js";
 import { textOf } from "./changes.js";
+import { backoff } from "./backoff.js";
+import { byCodePoint } from "./pyrepr.js";
+import type { Random } from "./random.js";
+
+export { byCodePoint };
 
 /** Seconds before a snapshot request with no answer is sent again. */
 export const REQUEST_TIMEOUT = 5.0;
+/** Seconds a snapshot flow may wait in one step (listing, asking, applying) before it gives the
+ * snapshot up and asks for a fresh one, whatever lost the answer (Polar, Redis, or a driver). */
+export const STEP_TIMEOUT = 10.0;
+/** The backoff of a flow that failed (Redis could not list or apply): from RETRY_BASE seconds,
+ * doubling up to RETRY_CAP, with jitter. */
+export const RETRY_BASE = 0.25;
+export const RETRY_CAP = 10.0;
 
 /** What the remote side needs of the session. */
 export interface Host {
@@ -21,12 +33,20 @@ export interface Host {
   reject(kind: string, detail: string): void;
   observe(observation: Observation): void;
   consumed(customer: Customer, reducerId: string): Map<string, number>;
+  aliasesChanged(customer: Customer, aliases: readonly Customer[]): void;
   readonly pendingLimitUs: number;
   readonly channelNamespace: string;
 }
 
+/** Polar's side of a session: the link, and one snapshot flow per customer followed. Every wait
+ * of a flow has a deadline checked on tick(): an unanswered snapshot request is sent again after
+ * REQUEST_TIMEOUT, a step that waits longer than STEP_TIMEOUT gives its snapshot up and asks
+ * again, and a flow whose Redis work failed asks again after a backoff. */
 export class Remote {
   readonly flows = new Map<string, CustomerFlow>();
+  /** Per customer (by tag), its other reference forms from its latest snapshot (kept across
+   * reconnects: they name the same customer). */
+  readonly aliases = new Map<string, readonly Customer[]>();
   private readonly tags = new Map<number, CustomerFlow>();
   private readonly questions = new Map<string, CustomerFlow>();
   private ids = 1;
@@ -38,6 +58,7 @@ export class Remote {
   constructor(
     private readonly host: Host,
     readonly link: Link,
+    private readonly rng: Random,
   ) {}
 
   private nextId(): number {
@@ -53,15 +74,41 @@ export class Remote {
     this.afterLink(before);
     if (this.link.wantsConnection(now)) {
       const t = this.link.target;
-      this.host.emit({ kind: "OpenConnection", host: t.host, port: t.port, tls: t.tls });
+      const timeout = this.link.settings.connectTimeout;
+      this.host.emit({ kind: "OpenConnection", host: t.host, port: t.port, tls: t.tls, timeout });
     }
     for (const flow of this.flows.values()) {
-      const unanswered = flow.requestId !== null && now - flow.requestedAt > REQUEST_TIMEOUT;
-      if (flow.step === Step.IDLE && !flow.applied && (flow.requestId === null || unanswered)) {
-        this.request(flow);
+      if (flow.step !== Step.IDLE) {
+        if (now - flow.since >= STEP_TIMEOUT) {
+          this.host.reject("stuck_flow", `${flow.customer}: no answer while ${flow.step}`);
+          this.restart(flow);
+        }
+        continue;
       }
+      if (flow.retryAt !== null) {
+        if (now >= flow.retryAt) {
+          flow.retryAt = null;
+          this.request(flow);
+        }
+        continue;
+      }
+      const unanswered = flow.requestId !== null && now - flow.requestedAt >= REQUEST_TIMEOUT;
+      if (!flow.applied && (flow.requestId === null || unanswered)) this.request(flow);
     }
     this.flush();
+  }
+
+  /** The earliest time tick() has work: the link's, or a flow's. */
+  nextDeadline(): number | null {
+    const deadlines: number[] = [];
+    const link = this.link.nextDeadline();
+    if (link !== null) deadlines.push(link);
+    for (const flow of this.flows.values()) {
+      if (flow.step !== Step.IDLE) deadlines.push(flow.since + STEP_TIMEOUT);
+      else if (flow.retryAt !== null) deadlines.push(flow.retryAt);
+      else if (!flow.applied && flow.requestId !== null) deadlines.push(flow.requestedAt + REQUEST_TIMEOUT);
+    }
+    return deadlines.length ? Math.min(...deadlines) : null;
   }
 
   close(): void {
@@ -210,6 +257,10 @@ export class Remote {
       flow = new CustomerFlow(snapshot.customer, true);
       this.flows.set(snapshot.customer.tag, flow);
     }
+    if (!sameCustomers(this.aliases.get(snapshot.customer.tag) ?? [], snapshot.aliases)) {
+      this.aliases.set(snapshot.customer.tag, snapshot.aliases);
+      this.host.aliasesChanged(snapshot.customer, snapshot.aliases);
+    }
     if (snapshot.requestId !== null && snapshot.requestId === flow.requestId) flow.requestId = null;
     if (flow.offer(snapshot)) this.start(flow);
   }
@@ -219,6 +270,9 @@ export class Remote {
     const tag = this.nextId();
     this.tags.set(tag, flow);
     flow.step = Step.LISTING;
+    flow.since = this.now;
+    flow.tag = tag;
+    flow.retryAt = null;
     const keys = [...current.reducers.keys()].map((reducerId) => eventsKey(stateKey(flow.customer, reducerId)));
     this.host.emit({ kind: "ListPending", tag, keys });
   }
@@ -255,6 +309,8 @@ export class Remote {
       return;
     }
     flow.step = Step.ASKING;
+    flow.since = this.now;
+    flow.tag = null;
     const ids = [...flow.candidates.keys()].sort(byCodePoint);
     for (let start = 0; start < ids.length; start += MAX_IDS_PER_QUESTION) {
       const requestId = `q${this.nextId()}`;
@@ -276,7 +332,7 @@ export class Remote {
   listFailed(tag: number): void {
     const flow = this.tags.get(tag);
     this.tags.delete(tag);
-    if (flow !== undefined) this.restart(flow);
+    if (flow !== undefined) this.fail(flow);
   }
 
   private counted(payload: unknown): void {
@@ -322,20 +378,35 @@ export class Remote {
 
   /** Give up the snapshot in progress and ask for a fresh one. */
   private restart(flow: CustomerFlow): void {
-    for (const requestId of flow.questions) this.questions.delete(requestId);
-    flow.reset();
+    this.abandonFlow(flow);
     this.request(flow);
     this.flush();
+  }
+
+  /** Redis could not do the flow's work: give the snapshot up and ask for a fresh one after a
+   * backoff (asking at once would loop as fast as Polar answers while Redis is down). */
+  private fail(flow: CustomerFlow): void {
+    this.abandonFlow(flow);
+    flow.failures += 1;
+    flow.retryAt = this.now + backoff(flow.failures, RETRY_BASE, RETRY_CAP, this.rng.random());
+  }
+
+  private abandonFlow(flow: CustomerFlow): void {
+    for (const requestId of flow.questions) this.questions.delete(requestId);
+    if (flow.tag !== null) this.tags.delete(flow.tag); // a late answer to it is ignored
+    flow.reset();
   }
 
   // -- applying -------------------------------------------------------------------------------
 
   private apply(flow: CustomerFlow): void {
     const snapshot = flow.current as Snapshot;
-    flow.step = Step.APPLYING;
     flow.before = new Map([...snapshot.reducers.keys()].map((r) => [r, this.host.consumed(flow.customer, r)]));
     const tag = this.nextId();
     this.tags.set(tag, flow);
+    flow.step = Step.APPLYING;
+    flow.since = this.now;
+    flow.tag = tag;
     const counted = new Map<string, string[]>();
     for (const eventId of [...flow.counted].sort(byCodePoint)) {
       for (const pair of flow.candidates.get(eventId) ?? []) {
@@ -382,21 +453,12 @@ export class Remote {
   applyFailed(tag: number): void {
     const flow = this.tags.get(tag);
     this.tags.delete(tag);
-    if (flow !== undefined) this.restart(flow);
+    if (flow !== undefined) this.fail(flow);
   }
 }
 
-/** Python's sorted() of strings: by code point. */
-export function byCodePoint(a: string, b: string): number {
-  if (a === b) return 0;
-  const x = [...a];
-  const y = [...b];
-  for (let i = 0; i < Math.min(x.length, y.length); i++) {
-    const p = (x[i] as string).codePointAt(0) as number;
-    const q = (y[i] as string).codePointAt(0) as number;
-    if (p !== q) return p - q;
-  }
-  return x.length - y.length;
+function sameCustomers(a: readonly Customer[], b: readonly Customer[]): boolean {
+  return a.length === b.length && a.every((c, i) => c.tag === (b[i] as Customer).tag);
 }
 
 function applyScript(snapshot: Snapshot, counted: Map<string, string[]>, host: Host, wallUs: number, tag: number): RunScript {

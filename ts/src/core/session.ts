@@ -7,19 +7,21 @@
  * mistakes raise at once. */
 
 import { formatNumber } from "./aggregate.js";
-import { type Balance, computeBalance } from "./balance.js";
-import { Malformed, parseChanges, textOf } from "./changes.js";
+import { backoff } from "./backoff.js";
+import { type Balance, computeBalance, mergedState } from "./balance.js";
+import { type Change, Malformed, parseChanges, textOf } from "./changes.js";
 import { type Configuration, type Reducer, parseConfiguration } from "./configuration.js";
-import { type Effect, type RunScript, runScript } from "./effects.js";
+import { type Effect, type Fetch, type RunScript, runScript } from "./effects.js";
 import { InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError } from "./errors.js";
 import { buildEvent, customerOf } from "./event.js";
 import { InvalidDefinition } from "./filters.js";
 import type { Input, RawFields } from "./inputs.js";
-import { CONFIGURATION_KEY, type Customer, channel, eventsKey, outboxKey, stateKey } from "./keys.js";
+import { ALL_CHANNELS, CONFIGURATION_KEY, type Customer, channel, eventsKey, outboxKey, stateKey } from "./keys.js";
 import { type Link, LinkState } from "./link.js";
-import { Mirror, Offer } from "./mirror.js";
+import { Mirror, Offer, deriveState } from "./mirror.js";
 import type { Observation } from "./observations.js";
 import { repr, reprFloat, reprString } from "./pyrepr.js";
+import type { Random } from "./random.js";
 import { Remote } from "./remote.js";
 import { HOUR_US, floorBucket } from "./time.js";
 
@@ -32,19 +34,35 @@ export interface Settings {
   snapshotTimeout: number;
   /** How long an acknowledged event no snapshot counts stays pending (design document: 1 h). */
   pendingLimitUs: number;
-  /** Seconds before a failed load is tried again. */
+  /** Seconds before a failed load is tried again; doubled (with jitter) for each further failure
+   * in a row, up to reloadCap. */
   reloadRetry: number;
+  reloadCap: number;
+  /** Seconds a load may go unanswered before it is asked again (its reply was lost). */
+  loadTimeout: number;
   /** Appended to the change channels (dbN for Redis database N > 0). */
   channelNamespace: string;
 }
 
 export function makeSettings(overrides: Partial<Settings> = {}): Settings {
-  const settings: Settings = { snapshotTimeout: 5.0, pendingLimitUs: HOUR_US, reloadRetry: 0.5, channelNamespace: "", ...overrides };
+  const settings: Settings = {
+    snapshotTimeout: 5.0,
+    pendingLimitUs: HOUR_US,
+    reloadRetry: 0.5,
+    reloadCap: 5.0,
+    loadTimeout: 10.0,
+    channelNamespace: "",
+    ...overrides,
+  };
   if (!(Number.isFinite(settings.snapshotTimeout) && settings.snapshotTimeout >= 0)) {
     throw new UsageError("snapshot_timeout must be a finite number of seconds, not negative");
   }
-  if (!(Number.isFinite(settings.reloadRetry) && settings.reloadRetry > 0)) {
-    throw new UsageError("reload_retry must be a positive, finite number of seconds");
+  for (const [name, value] of [
+    ["reload_retry", settings.reloadRetry],
+    ["reload_cap", settings.reloadCap],
+    ["load_timeout", settings.loadTimeout],
+  ] as const) {
+    if (!(Number.isFinite(value) && value > 0)) throw new UsageError(`${name} must be a positive, finite number of seconds`);
   }
   if (settings.pendingLimitUs <= 0) throw new UsageError("pending_limit_us must be positive");
   return settings;
@@ -53,6 +71,8 @@ export function makeSettings(overrides: Partial<Settings> = {}): Settings {
 export interface Logger {
   debug(message: string): void;
   warn(message: string): void;
+  /** Optional: where the end of an outage is said (debug when absent). */
+  info?(message: string): void;
 }
 
 const SILENT: Logger = { debug: () => {}, warn: () => {} };
@@ -80,19 +100,29 @@ export class Session {
   private configurationText: string | null = null;
   private configurationFromPolar = false;
   private readonly mirrors = new Map<string, Mirror>();
+  /** Each customer's copies (by tag), one per reducer read (an alias change invalidates them). */
+  private readonly customerMirrors = new Map<string, Mirror[]>();
   private readonly balances = new Map<string, Balance>();
   private outbox: Effect[] = [];
   private observed: Observation[] = [];
+  /** State key → when to ask for its load again (failed, or unanswered for too long). */
   private readonly retryAt = new Map<string, number>();
+  private readonly loadFailures = new Map<string, number>();
+  private readonly rng: Random;
   private now = 0;
+  /** Whether Redis confirmed the subscription to every shard channel and it holds. */
+  subscribed = false;
+  everSubscribed = false;
   readonly rejections = new Map<string, number>();
 
   /** `link` is the WebSocket to Polar; without one (no access token) the session reads whatever
-   * snapshots other instances apply to the shared Redis. */
-  constructor(settings: Settings = makeSettings(), logger: Logger = SILENT, link: Link | null = null) {
+   * snapshots other instances apply to the shared Redis. `rng` jitters retries (default: the
+   * link's generator; without either, no jitter). */
+  constructor(settings: Settings = makeSettings(), logger: Logger = SILENT, link: Link | null = null, rng: Random | null = null) {
     this.settings = settings;
     this.log = logger;
-    this.remote = link === null ? null : new Remote(this, link);
+    this.rng = rng ?? link?.rng ?? NO_JITTER;
+    this.remote = link === null ? null : new Remote(this, link, this.rng);
   }
 
   // -- driver plumbing ------------------------------------------------------------------------
@@ -112,8 +142,14 @@ export class Session {
       case "ConnectionOpened":
       case "ConnectionFailed":
         if (remote === null) throw new UsageError(`${event.kind} but this session has no link`);
-        if (event.kind === "BytesReceived") remote.received(event.data, event.now);
-        else if (event.kind === "ConnectionOpened") remote.opened(event.now);
+        if (event.kind === "BytesReceived") {
+          const refused = remote.link.refused;
+          remote.received(event.data, event.now);
+          if (remote.link.refused !== null && remote.link.refused !== refused) {
+            // A refused token is the merchant's to fix: say it loudly, once per cause.
+            this.log.warn(`outpost: Polar refused the WebSocket: ${remote.link.refused}`);
+          }
+        } else if (event.kind === "ConnectionOpened") remote.opened(event.now);
         else remote.failed(event.now, event.reason);
         break;
       case "PendingListed":
@@ -126,17 +162,22 @@ export class Session {
         remote?.applyFailed(event.tag);
         break;
       case "IdentityLoaded":
-        this.loaded(event.key, event.fields);
+        this.loaded(event.key, event.fields, event.loadId);
         break;
       case "LoadFailed":
-        if (this.mirrors.has(event.key)) this.retryAt.set(event.key, this.now + this.settings.reloadRetry);
+        this.loadFailed(event.key, event.loadId);
+        break;
+      case "SubscriptionConfirmed":
+        // Redis confirms a subscription to N channels one channel at a time (1, 2, ... N). A
+        // first confirmation while subscribed is a client re-subscribing by itself after a break.
+        if (event.count === 1 && this.subscribed) this.subscriptionLost();
+        if (event.count === ALL_CHANNELS.length) this.subscriptionRestarted();
         break;
       case "SubscriberRestarted":
-        for (const mirror of this.mirrors.values()) {
-          mirror.unload();
-          this.invalidate(mirror);
-          this.load(mirror);
-        }
+        this.subscriptionRestarted();
+        break;
+      case "SubscriberLost":
+        this.subscriptionLost();
         break;
       case "ConfigurationReceived":
         this.configureFrom(event.payload, event.fromCache);
@@ -149,6 +190,23 @@ export class Session {
         break;
       default:
         throw new UsageError(`not an input: ${repr(event)}`);
+    }
+  }
+
+  private subscriptionRestarted(): void {
+    this.subscribed = this.everSubscribed = true;
+    for (const mirror of this.mirrors.values()) {
+      this.invalidate(mirror);
+      this.load(mirror);
+    }
+  }
+
+  private subscriptionLost(): void {
+    // Keep the copies (reads go to Redis meanwhile); they reload once subscribed again.
+    this.subscribed = false;
+    for (const mirror of this.mirrors.values()) {
+      mirror.stopFollowing();
+      this.invalidate(mirror);
     }
   }
 
@@ -169,9 +227,17 @@ export class Session {
   /** The earliest monotonic time at which a Tick has work to do. */
   nextDeadline(): number | null {
     const deadlines = [...this.retryAt.values()];
-    const link = this.remote?.link.nextDeadline() ?? null;
-    if (link !== null) deadlines.push(link);
+    const remote = this.remote?.nextDeadline() ?? null;
+    if (remote !== null) deadlines.push(remote);
     return deadlines.length ? Math.min(...deadlines) : null;
+  }
+
+  /** The WebSocket's state and the reason it last failed or was refused ("none" without an
+   * access token). */
+  linkStatus(): [string, string | null] {
+    if (this.remote === null) return ["none", null];
+    const link = this.remote.link;
+    return [link.state, link.refused ?? link.lastError];
   }
 
   /** Whether the WebSocket to Polar is open. */
@@ -201,6 +267,15 @@ export class Session {
 
   observe(observation: Observation): void {
     this.observed.push(observation);
+  }
+
+  /** Polar names other reference forms for customer: its cached balances are stale, and every
+   * reducer read of it follows the aliases' copies too (loads start now). */
+  aliasesChanged(customer: Customer, aliases: readonly Customer[]): void {
+    for (const mirror of this.customerMirrors.get(customer.tag) ?? []) {
+      this.invalidate(mirror);
+      for (const alias of aliases) this.follow(alias, mirror.reducerId);
+    }
   }
 
   /** Per meter of the reducer: the consumption this instance reads now (empty if unknown). */
@@ -294,7 +369,7 @@ export class Session {
       JSON.stringify(states),
       ...values,
     ];
-    return runScript("track", keys, scriptArgs, null, meterIds);
+    return runScript("track", keys, scriptArgs, null, meterIds, states.length);
   }
 
   // -- reads ----------------------------------------------------------------------------------
@@ -304,10 +379,14 @@ export class Session {
     return this.balances.get(readKey(meterId, externalCustomerId, customerId)) ?? null;
   }
 
-  /** The balance from memory, or null while its copy is not ready. null also starts what makes it
-   * ready (a load); wait for a change and ask again. Throws UnknownMeter, UnsupportedMeter or
-   * InvalidEvent (a bad customer argument) at once. */
-  read(meterId: string, externalCustomerId: string | null = null, customerId: string | null = null): Balance | null {
+  /** The balance from memory; a Fetch when it must come from Redis instead; or null while the
+   * customer's state is not ready. null also starts what makes it ready (a load, a snapshot
+   * request); wait for a change and ask again. A copy answers from memory only while it follows
+   * Redis (see mirror.ts); otherwise, and always when fresh, the answer is a Fetch: the driver
+   * reads the hashes and hands them to readFetched(). Before the subscription was ever confirmed,
+   * a read waits for it (null) rather than fetch, unless fresh. Throws UnknownMeter,
+   * UnsupportedMeter or InvalidEvent (a bad customer argument) at once. */
+  read(meterId: string, externalCustomerId: string | null = null, customerId: string | null = null, fresh = false): Balance | Fetch | null {
     if (typeof meterId !== "string" || !meterId) {
       throw new UsageError(`meter_id must be a non-empty string, got ${repr(meterId)}`);
     }
@@ -315,27 +394,85 @@ export class Session {
     const reducer = this.reducer(meterId, true);
     if (reducer === null) return null;
     const mirror = this.follow(customer, reducer.id);
-    if (!mirror.loaded) return null;
+    // The customer's other names: their pending events count too (docs/invariant.md).
+    const aliases = this.aliasesOf(customer);
+    const others = aliases.length ? aliases.map((alias) => this.follow(alias, reducer.id)) : NONE;
+    if (!mirror.loaded || !others.every((m) => m.loaded)) return null;
     if (mirror.state.coldUntil === null) {
       this.remote?.lost(customer); // e.g. its keys expired: ask Polar again
       return null;
     }
     if (this.remote !== null && !this.remote.follow(customer).applied) return null;
-    const balance = computeBalance(meterId, customer, reducer.aggregation.func, mirror.state);
+    if (fresh || !mirror.following || !others.every((m) => m.following)) {
+      if (!fresh && !this.everSubscribed) return null; // a first read waits for the subscription
+      return { kind: "Fetch", keys: [mirror.key, ...others.map((m) => m.key)] };
+    }
     const key = readKey(meterId, externalCustomerId ?? null, customerId ?? null);
+    let state = mirror.state;
+    if (others.length) {
+      state = mergedState(state, others.map((m) => m.state));
+      for (const m of others) m.readKeys.add(key); // a change of any of them makes it stale
+    }
+    const balance = computeBalance(meterId, customer, reducer.aggregation.func, state, aliases);
     this.balances.set(key, balance);
     mirror.readKeys.add(key);
     return balance;
+  }
+
+  /** The balance from the hashes a Fetch read (source "redis"): fields maps each of its keys to
+   * that hash's fields. null when the customer's hash holds no snapshot (it expired or was wiped:
+   * Polar is asked again), or when the customer's aliases changed since the Fetch (a hash is
+   * missing: read again). Each copy takes its hash too when it is newer. */
+  readFetched(
+    meterId: string,
+    externalCustomerId: string | null,
+    customerId: string | null,
+    fields: ReadonlyMap<string, RawFields> | Record<string, RawFields>,
+  ): Balance | null {
+    const customer = customerOf(externalCustomerId, customerId);
+    const reducer = this.reducer(meterId, false) as Reducer; // read() returned a Fetch
+    const aliases = this.aliasesOf(customer);
+    const keys = [customer, ...aliases].map((c) => stateKey(c, reducer.id));
+    const byKey = fields instanceof Map ? fields : new Map(Object.entries(fields));
+    if (!byKey.has(keys[0] as string)) throw new UsageError(`read_fetched needs the fields of ${keys[0] as string}`);
+    if (!keys.every((key) => byKey.has(key))) return null;
+    const states = keys.map((key) => {
+      const text = this.textFields(key, byKey.get(key) as RawFields);
+      const state = deriveState(text);
+      const mirror = this.mirrors.get(key);
+      if (mirror !== undefined && mirror.loaded && state.revision > 0) this.offerFull(mirror, state.revision, text);
+      return state;
+    });
+    const [own, ...rest] = states as [ReturnType<typeof deriveState>, ...ReturnType<typeof deriveState>[]];
+    if (own.coldUntil === null) {
+      this.remote?.lost(customer);
+      return null;
+    }
+    return computeBalance(meterId, customer, reducer.aggregation.func, mergedState(own, rest), aliases).fromRedis();
   }
 
   /** Why read() returns null, for the NotReady message. Throws UnknownMeter when the meter is
    * still missing from the configuration. */
   notReadyReason(meterId: string, externalCustomerId: string | null, customerId: string | null): string {
     const reducer = this.reducer(meterId, false);
-    if (reducer === null) return "no configuration from Polar yet";
+    if (reducer === null) {
+      const [state, error] = this.linkStatus();
+      return `no configuration from Polar yet (WebSocket ${state}${error ? `: ${error}` : ""})`;
+    }
     const customer = customerOf(externalCustomerId, customerId);
-    const mirror = this.mirrors.get(stateKey(customer, reducer.id));
-    if (mirror === undefined || !mirror.loaded) return `the local state of ${customer} could not be loaded from Redis`;
+    for (const name of [customer, ...this.aliasesOf(customer)]) {
+      const mirror = this.mirrors.get(stateKey(name, reducer.id));
+      if (mirror === undefined || !mirror.loaded) {
+        const alias = name.tag === customer.tag ? "" : ` (another name of ${customer})`;
+        return `the local state of ${name}${alias} could not be loaded from Redis`;
+      }
+    }
+    const mirror = this.mirrors.get(stateKey(customer, reducer.id)) as Mirror;
+    const hasSnapshot = mirror.state.coldUntil !== null;
+    const applied = this.remote === null || this.remote.follow(customer).applied;
+    if (hasSnapshot && applied && !this.everSubscribed) {
+      return "Redis has not confirmed the subscription to the change channels yet";
+    }
     if (this.remote === null) return `no snapshot for ${customer} in Redis yet (this instance has no access token)`;
     const link = this.remote.link;
     let status: string = link.state;
@@ -367,10 +504,18 @@ export class Session {
     if (mirror === undefined) {
       mirror = new Mirror(key, customer, reducerId);
       this.mirrors.set(key, mirror);
+      const mine = this.customerMirrors.get(customer.tag) ?? [];
+      mine.push(mirror);
+      this.customerMirrors.set(customer.tag, mine);
       this.load(mirror);
       this.remote?.follow(customer);
     }
     return mirror;
+  }
+
+  /** The customer's other names Polar told this instance (none without a link). */
+  private aliasesOf(customer: Customer): readonly Customer[] {
+    return this.remote?.aliases.get(customer.tag) ?? NONE_CUSTOMERS;
   }
 
   /** The identities this instance keeps a copy of (for inspection). */
@@ -381,9 +526,45 @@ export class Session {
   // -- keeping copies current -----------------------------------------------------------------
 
   private load(mirror: Mirror): void {
+    const loadId = mirror.startLoad(this.subscribed);
     this.log.debug(`outpost loads ${mirror.key} (copy at revision ${mirror.rev})`);
-    this.retryAt.delete(mirror.key);
-    this.outbox.push({ kind: "LoadIdentity", key: mirror.key });
+    // Asked again if no answer comes (a driver task cancelled mid-load loses it).
+    this.retryAt.set(mirror.key, this.now + this.settings.loadTimeout);
+    this.outbox.push({ kind: "LoadIdentity", key: mirror.key, loadId });
+  }
+
+  private loadFailed(key: string, loadId: number): void {
+    const mirror = this.mirrors.get(key);
+    if (mirror === undefined || loadId !== mirror.loadId) return;
+    this.loadFailures.set(key, (this.loadFailures.get(key) ?? 0) + 1);
+    this.loadFailedLater(key);
+  }
+
+  /** Ask for the load again after the backoff its failures in a row call for. */
+  private loadFailedLater(key: string): void {
+    const s = this.settings;
+    const delay = backoff(this.loadFailures.get(key) as number, s.reloadRetry, s.reloadCap, this.rng.random());
+    this.retryAt.set(key, this.now + delay);
+  }
+
+  private textFields(key: string, fields: RawFields): Map<string, string> {
+    const text = new Map<string, string>();
+    const entries = fields instanceof Map ? [...fields.entries()] : Object.entries(fields);
+    for (const [name, value] of entries) {
+      const nameS = textOf(name);
+      const valueS = textOf(value);
+      if (nameS === null || valueS === null) {
+        this.reject("state", `${key}: field that is not UTF-8 text`);
+        continue;
+      }
+      text.set(nameS, valueS);
+    }
+    return text;
+  }
+
+  private offerFull(mirror: Mirror, rev: number, text: Map<string, string>): void {
+    const full: Change = { key: mirror.key, rev, set: [...text.entries()], deleted: [], full: true };
+    if (mirror.offer(full) === Offer.APPLIED) this.invalidate(mirror);
   }
 
   private changes(raw: unknown): void {
@@ -405,22 +586,27 @@ export class Session {
     }
   }
 
-  private loaded(key: string, fields: RawFields): void {
+  private loaded(key: string, fields: RawFields, loadId: number): void {
     const mirror = this.mirrors.get(key);
     if (mirror === undefined) return;
-    const text = new Map<string, string>();
-    const entries = fields instanceof Map ? [...fields.entries()] : Object.entries(fields);
-    for (const [name, value] of entries) {
-      const nameS = textOf(name);
-      const valueS = textOf(value);
-      if (nameS === null || valueS === null) {
-        this.reject("state", `${key}: field that is not UTF-8 text`);
-        continue;
-      }
-      text.set(nameS, valueS);
+    if (loadId !== mirror.loadId) {
+      this.log.debug(`outpost ignores load ${loadId} of ${key} (load ${mirror.loadId} is newer)`);
+      return;
     }
+    const text = this.textFields(key, fields);
     this.log.debug(`outpost loaded ${key} at revision ${text.get("rev") ?? "None"}`);
-    if (!mirror.loadedWith(text)) this.load(mirror);
+    this.retryAt.delete(key);
+    const complete = mirror.loadedWith(text, loadId);
+    if (complete === false) {
+      // A gap the load did not close (a held change of an incarnation of the hash that is gone):
+      // load again at once the first time, then back off, not spin on Redis.
+      const failures = (this.loadFailures.get(key) ?? 0) + 1;
+      this.loadFailures.set(key, failures);
+      if (failures === 1) this.load(mirror);
+      else this.loadFailedLater(key);
+    } else {
+      this.loadFailures.delete(key);
+    }
     for (const problem of mirror.state.problems) this.reject("state", `${key}: unreadable field ${problem}`);
     this.invalidate(mirror);
   }
@@ -437,7 +623,17 @@ export class Session {
       this.remote.tick(now);
     }
     for (const [key, due] of [...this.retryAt]) {
-      if (due <= now) this.load(this.mirrors.get(key) as Mirror);
+      if (due > now) continue;
+      const mirror = this.mirrors.get(key) as Mirror;
+      if (mirror.loaded) this.retryAt.delete(key); // a load answered pops its deadline
+      else this.load(mirror);
     }
   }
 }
+
+/** No alias copies (never mutated: the common case builds no list). */
+const NONE: Mirror[] = [];
+const NONE_CUSTOMERS: readonly Customer[] = [];
+
+/** The draw of a session with neither a generator nor a link: the middle of the range. */
+const NO_JITTER: Random = { random: () => 0.5 };

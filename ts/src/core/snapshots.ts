@@ -5,6 +5,7 @@
 
 import { Aggregate, isNumber, isObject } from "./aggregate.js";
 import { Customer } from "./keys.js";
+import { UUID_PATTERN, canonicalUuid } from "./event.js";
 import { reprString } from "./pyrepr.js";
 import { BUCKET_US } from "./time.js";
 
@@ -21,6 +22,9 @@ export interface Snapshot {
   readonly coldUntil: number;
   readonly reducers: ReadonlyMap<string, Aggregate>;
   readonly credited: ReadonlyMap<string, number>;
+  /** The customer's other reference forms (Polar's aliases): events tracked under them are this
+   * customer's too. */
+  readonly aliases: readonly Customer[];
 }
 
 export function newerThan(a: Snapshot, b: Snapshot): boolean {
@@ -65,7 +69,35 @@ export function parseSnapshot(payload: unknown): Snapshot {
     coldUntil: coldUntil as number,
     reducers,
     credited,
+    aliases: aliasesIn(payload.aliases, customer),
   };
+}
+
+const ALIAS_KINDS = new Map<string, "external" | "customer">([
+  ["external_customer_id", "external"],
+  ["customer_id", "customer"],
+]);
+
+/** The aliases object: absent is none; each key is a reference form other than the snapshot's
+ * own, each value a non-empty string. */
+export function aliasesIn(raw: unknown, customer: Customer): Customer[] {
+  if (raw === null || raw === undefined) return [];
+  if (!isObject(raw)) throw new MalformedSnapshot("aliases is not an object");
+  const aliases: Customer[] = [];
+  for (const [field, value] of Object.entries(raw)) {
+    const kind = ALIAS_KINDS.get(field);
+    if (kind === undefined || kind === customer.kind) {
+      throw new MalformedSnapshot(`aliases names ${reprString(field)}, not another reference form`);
+    }
+    if (typeof value !== "string" || !value) throw new MalformedSnapshot(`aliases[${reprString(field)}] is not a non-empty string`);
+    if (kind === "customer") {
+      if (!UUID_PATTERN.test(value)) throw new MalformedSnapshot(`aliases[${reprString(field)}] is not a customer UUID`);
+      aliases.push(new Customer(kind, canonicalUuid(value))); // the spelling track() and balance() key it by
+    } else {
+      aliases.push(new Customer(kind, value));
+    }
+  }
+  return aliases;
 }
 
 export function customerIn(payload: Record<string, unknown>): Customer {
@@ -96,6 +128,14 @@ export class CustomerFlow {
   readonly counted = new Set<string>();
   /** Per reducer, per meter: the consumption read before the snapshot in progress. */
   before = new Map<string, Map<string, number>>();
+  /** When the current step began: a step that waits too long is given up. */
+  since = 0;
+  /** The Redis effect (list or apply) the current step waits for. */
+  tag: number | null = null;
+  /** When to ask for a snapshot again after the flow failed (null: not waiting to). */
+  retryAt: number | null = null;
+  /** Failures in a row (backoff); reset when a snapshot is applied. */
+  failures = 0;
 
   constructor(
     readonly customer: Customer,
@@ -118,6 +158,7 @@ export class CustomerFlow {
     this.step = Step.IDLE;
     this.current = this.waiting = null;
     this.requestId = null;
+    this.tag = this.retryAt = null;
     this.candidates.clear();
     this.questions.clear();
     this.counted.clear();
@@ -126,6 +167,8 @@ export class CustomerFlow {
   /** The current snapshot is done; return the next one to start, if any. */
   finish(): Snapshot | null {
     this.step = Step.IDLE;
+    this.tag = null;
+    this.failures = 0;
     this.candidates.clear();
     this.questions.clear();
     this.counted.clear();

@@ -9,7 +9,7 @@ import { Balance } from "./balance.js";
 import { Delivery, type DeliverySettings, type Outcome, makeDeliverySettings } from "./delivery.js";
 import type { Effect } from "./effects.js";
 import { OutpostError } from "./errors.js";
-import type { Input } from "./inputs.js";
+import type { Input, RawFields } from "./inputs.js";
 import { Customer } from "./keys.js";
 import { Link, Target } from "./link.js";
 import type { Random, RandomBytes } from "./random.js";
@@ -198,7 +198,10 @@ function call(session: Session, method: string, args: Record_): unknown {
       eventId: args.eventId as string,
     });
   }
-  if (method === "read") return session.read(args.meterId as string, str(args.externalCustomerId), str(args.customerId));
+  if (method === "read") return session.read(args.meterId as string, str(args.externalCustomerId), str(args.customerId), Boolean(args.fresh));
+  if (method === "read_fetched") {
+    return session.readFetched(args.meterId as string, str(args.externalCustomerId), str(args.customerId), args.fields as Map<string, RawFields>);
+  }
   throw new Error(`a trace calls ${method}, which this replay does not know`);
 }
 
@@ -250,6 +253,7 @@ export function recordSession(session: Session, sink: Sink): Session {
   const effects = session.effects.bind(session);
   const track = session.track.bind(session);
   const read = session.read.bind(session);
+  const readFetched = session.readFetched.bind(session);
   session.handle = (input) => {
     sink({ t: "input", input: encode(input) });
     handle(input);
@@ -288,8 +292,14 @@ export function recordSession(session: Session, sink: Sink): Session {
       },
       () => track(args),
     );
-  session.read = (meterId, externalCustomerId = null, customerId = null) =>
-    call("read", { meter_id: meterId, external_customer_id: externalCustomerId, customer_id: customerId }, () => read(meterId, externalCustomerId, customerId));
+  session.read = (meterId, externalCustomerId = null, customerId = null, fresh = false) =>
+    call("read", { meter_id: meterId, external_customer_id: externalCustomerId, customer_id: customerId, fresh }, () =>
+      read(meterId, externalCustomerId, customerId, fresh),
+    );
+  session.readFetched = (meterId, externalCustomerId, customerId, fields) =>
+    call("read_fetched", { meter_id: meterId, external_customer_id: externalCustomerId, customer_id: customerId, fields }, () =>
+      readFetched(meterId, externalCustomerId, customerId, fields),
+    );
   return session;
 }
 

@@ -20,7 +20,10 @@ export enum Opcode {
 
 export type WsEvent =
   | { kind: "accept" }
-  | { kind: "reject"; status: number }
+  /** The upgrade was refused with an HTTP error; hasBody: rejectData events follow. */
+  | { kind: "reject"; status: number; hasBody: boolean }
+  /** Bytes of a refusal's body; finished once it is complete (by Content-Length). */
+  | { kind: "rejectData"; data: Uint8Array; finished: boolean }
   | { kind: "text"; data: string }
   | { kind: "binary"; size: number }
   | { kind: "ping"; payload: Uint8Array }
@@ -74,17 +77,33 @@ export class WebSocketClient {
   receive(data: Uint8Array): WsEvent[] {
     this.buffer = concat(this.buffer, data);
     const events: WsEvent[] = [];
+    if (this.rejectBody !== null) return this.rejectData(events);
     if (!this.handshaken) {
       const answer = this.answer();
       if (answer === null) return events;
       events.push(answer);
-      if (answer.kind === "reject") return events;
+      if (answer.kind === "reject") return answer.hasBody ? this.rejectData(events) : events;
     }
     for (;;) {
       const event = this.frame();
       if (event === undefined) return events;
       if (event !== null) events.push(event);
     }
+  }
+
+  /** The bytes of a refusal's body still expected (Infinity: until the connection ends); null
+   * when no refusal's body is being read. */
+  private rejectBody: number | null = null;
+
+  private rejectData(events: WsEvent[]): WsEvent[] {
+    const remaining = this.rejectBody as number;
+    const data = this.buffer.slice(0, Math.min(this.buffer.length, remaining));
+    this.buffer = this.buffer.slice(data.length);
+    this.rejectBody = remaining - data.length;
+    const finished = this.rejectBody === 0;
+    if (finished) this.rejectBody = null;
+    if (data.length || finished) events.push({ kind: "rejectData", data, finished });
+    return events;
   }
 
   private answer(): WsEvent | null {
@@ -99,11 +118,17 @@ export class WebSocketClient {
     const match = /^HTTP\/1\.[01] ([0-9]{3})/.exec(status ?? "");
     if (!match) throw new ProtocolError("not an HTTP answer");
     const code = Number(match[1]);
-    if (code !== 101) return { kind: "reject", status: code };
     const headers = new Map<string, string>();
     for (const line of lines) {
       const colon = line.indexOf(":");
       if (colon > 0) headers.set(line.slice(0, colon).trim().toLowerCase(), line.slice(colon + 1).trim());
+    }
+    if (code !== 101) {
+      // As HTTP/1.1 reads a response: by Content-Length, else (chunked or not) until the end.
+      const length = headers.get("content-length");
+      this.rejectBody = length !== undefined && /^[0-9]+$/.test(length) ? Number(length) : Infinity;
+      if (this.rejectBody === 0) this.rejectBody = null;
+      return { kind: "reject", status: code, hasBody: this.rejectBody !== null };
     }
     const connection = (headers.get("connection") ?? "").toLowerCase().split(",").map((t) => t.trim());
     if (!connection.includes("upgrade")) throw new ProtocolError("Missing header, 'Connection: Upgrade'");

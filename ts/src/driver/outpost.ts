@@ -10,9 +10,13 @@ import { hostname } from "node:os";
 import { connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import { Redis } from "ioredis";
-import type { Balance } from "../core/balance.js";
-import { Delivery, type DeliverySettings, GROUP, type Action, type Outcome, makeDeliverySettings, retryAfter, withKnownRevs } from "../core/delivery.js";
-import type { Effect, RunScript } from "../core/effects.js";
+import { Balance } from "../core/balance.js";
+import { Delivery, type DeliverySettings, GROUP, type Action, type Outcome, makeDeliverySettings, nothingDone, retryAfter, withKnownRevs } from "../core/delivery.js";
+import type { Effect, Fetch, RunScript } from "../core/effects.js";
+import { Echoes } from "../core/echoes.js";
+import { eventIdOf, timestampUsOf } from "../core/event.js";
+import { type ForgetHeartbeat, handBack } from "../core/liveness.js";
+import { Outage, type Report } from "../core/outage.js";
 import { InvalidEvent, NotReady, OutpostClosed, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "../core/errors.js";
 import type { Input } from "../core/inputs.js";
 import { ALL_OUTBOXES, CONFIGURATION_KEY, allChannels, namespaceOfDatabase } from "../core/keys.js";
@@ -20,6 +24,7 @@ import { Link, Target } from "../core/link.js";
 import { SCRIPT_SHA1, SCRIPT_TEXT } from "../core/scripts.generated.js";
 import { type Logger, Session, makeSettings } from "../core/session.js";
 import { toUs } from "../core/time.js";
+import type { RawFields } from "../core/inputs.js";
 import { Signal, monotonic, sleep, wallUs } from "./signal.js";
 import { Telemetry, customerAttribute } from "./telemetry.js";
 import { Traces } from "./traces.js";
@@ -47,6 +52,14 @@ export interface OutpostOptions {
   serverUrl?: string;
   /** Seconds a first read waits for Polar's snapshot before NotReady. */
   snapshotTimeout?: number;
+  /** Ingestion requests every instance sharing the Redis may send a minute together (a token
+   * bucket in Redis); 0 turns the shared budget off. */
+  requestsPerMinute?: number;
+  /** Seconds an instance stays alive for the others without a sign of life from its delivery
+   * loop (refreshed four times as often); events held by a dead one are taken over at once. */
+  heartbeat?: number;
+  /** Most bytes of one ingestion request body (Polar refuses over 10 MiB). */
+  batchBytes?: number;
   /** Deliveries of a batch before its events are dropped. */
   maxAttempts?: number;
   /** Called with the events Polar will never count, and why. */
@@ -81,32 +94,15 @@ export interface TrackOptions {
 export interface CustomerOptions {
   externalCustomerId?: string;
   customerId?: string;
+  /** Read Redis, never memory: the answer counts everything any instance tracked before the
+   * call (one round trip; Balance.source is "redis"). */
+  fresh?: boolean;
 }
 
 const CONSOLE: Logger = {
   debug: () => {},
   warn: (message) => console.warn(message),
 };
-
-/** Replies of this instance's own scripts, to recognise (and skip) their echo on the channel. */
-class Echoes {
-  private readonly expected = new Map<string, number>();
-  constructor(private readonly size = 4096) {}
-
-  expect(reply: unknown): void {
-    if (typeof reply !== "string") return;
-    this.expected.set(reply, (this.expected.get(reply) ?? 0) + 1);
-    if (this.expected.size > this.size) this.expected.delete(this.expected.keys().next().value as string);
-  }
-
-  seen(data: string): boolean {
-    const count = this.expected.get(data);
-    if (count === undefined) return false;
-    if (count > 1) this.expected.set(data, count - 1);
-    else this.expected.delete(data);
-    return true;
-  }
-}
 
 interface LinkSocket {
   socket: Socket;
@@ -141,7 +137,8 @@ export class Outpost {
   private settling = 0;
   private starting: Promise<void> | null = null;
   private closed = false;
-  private isSubscribed = false;
+  private readonly stateOutage = new Outage("loading state");
+  private readonly subscriberOutage = new Outage("the change subscription");
 
   constructor(options: OutpostOptions = {}) {
     const maxInFlight = options.maxInFlight ?? 1;
@@ -167,6 +164,10 @@ export class Outpost {
       claimInterval: Math.min(30, claimIdle / 2),
       backoffBase: options.retryBase ?? 0.5,
       channelNamespace: namespace,
+      consumer: this.consumer,
+      heartbeat: options.heartbeat ?? 10.0,
+      requestsPerMinute: options.requestsPerMinute ?? 300.0,
+      batchBytes: options.batchBytes ?? 8 * 1024 * 1024,
     });
     this.maxInFlight = maxInFlight;
     this.onDropped = options.onDropped ?? null;
@@ -205,7 +206,7 @@ export class Outpost {
         const connection = this.redis.duplicate();
         connection.on("error", () => {});
         this.connections.push(connection);
-        this.workers.push(this.deliveryLoop(delivery, connection));
+        this.workers.push(this.deliveryLoop(delivery, connection, n));
       }
     } else {
       this.log.warn("outpost has no access token: events stay queued in Redis until an instance with a token delivers them");
@@ -256,9 +257,10 @@ export class Outpost {
       link.socket.end(); // after the close frame Closing queued; destroyed if Polar lingers
       setTimeout(() => link.socket.destroy(), 1000).unref();
     }
-    for (const connection of this.connections) connection.disconnect();
     this.subscriber?.disconnect();
     await Promise.allSettled(this.workers);
+    if (this.deliveries.length) await this.handBack(this.connections[0] as Redis);
+    for (const connection of this.connections) connection.disconnect();
     await this.telemetry.shutdown(monotonic(), ...this.syncCounts());
     if (this.ownsRedis) this.redis.disconnect();
     await this.traces.close();
@@ -280,7 +282,7 @@ export class Outpost {
 
   /** Whether the copies are following Redis's change channels right now. */
   get subscribed(): boolean {
-    return this.isSubscribed;
+    return this.core.subscribed;
   }
 
   /** How many inputs from peers were rejected, by kind (each was logged). */
@@ -306,7 +308,7 @@ export class Outpost {
     const customer = this.telemetry.enabled ? customerAttribute(options.externalCustomerId, options.customerId) : "";
     try {
       const [eventId, run] = await this.trackNow(name, options);
-      this.telemetry.tracked(customer, run.meterIds, (performance.now() - started) / 1000, "ok", (run.keys.length - 1) / 2);
+      this.telemetry.tracked(customer, run.meterIds, (performance.now() - started) / 1000, "ok", run.buckets);
       return eventId;
     } catch (exc) {
       const outcome = exc instanceof InvalidEvent ? "invalid" : exc instanceof NotReady ? "not_ready" : exc instanceof RedisUnavailable ? "redis_error" : null;
@@ -317,15 +319,8 @@ export class Outpost {
 
   private async trackNow(name: string, options: TrackOptions): Promise<[string, RunScript]> {
     const nowUs = this.nowUs();
-    let timestampUs = nowUs;
-    if (options.timestamp !== undefined) {
-      if (!(options.timestamp instanceof Date) || Number.isNaN(options.timestamp.getTime())) {
-        throw new InvalidEvent("timestamp must be a valid Date");
-      }
-      timestampUs = toUs(options.timestamp);
-    }
-    const eventId = options.eventId ?? randomUUID().replaceAll("-", "");
-    if (typeof eventId !== "string") throw new InvalidEvent("event_id must be a string");
+    const timestampUs = timestampUsOf(options.timestamp, nowUs);
+    const eventId = eventIdOf(options.eventId, randomUUID().replaceAll("-", ""));
     const args = {
       name,
       externalCustomerId: options.externalCustomerId,
@@ -351,16 +346,21 @@ export class Outpost {
     return [eventId, run];
   }
 
-  private async script(name: string, keys: string[], args: string[], client: Redis = this.redis): Promise<unknown> {
+  private async script(name: string, keys: string[], args: string[], client: Redis = this.redis, raw = false): Promise<unknown> {
+    if (raw) return this.evalScript(name, keys, args, client);
     try {
-      try {
-        return await client.evalsha(SCRIPT_SHA1[name] as string, keys.length, ...keys, ...args);
-      } catch (exc) {
-        if (!String(exc).includes("NOSCRIPT")) throw exc;
-        return await client.eval(SCRIPT_TEXT[name] as string, keys.length, ...keys, ...args);
-      }
+      return await this.evalScript(name, keys, args, client);
     } catch (exc) {
       throw new RedisUnavailable(`Redis failed running ${name}: ${String(exc)}`);
+    }
+  }
+
+  private async evalScript(name: string, keys: string[], args: string[], client: Redis): Promise<unknown> {
+    try {
+      return await client.evalsha(SCRIPT_SHA1[name] as string, keys.length, ...keys, ...args);
+    } catch (exc) {
+      if (!String(exc).includes("NOSCRIPT")) throw exc;
+      return await client.eval(SCRIPT_TEXT[name] as string, keys.length, ...keys, ...args);
     }
   }
 
@@ -385,20 +385,23 @@ export class Outpost {
     if (this.closed) return Promise.reject(new OutpostClosed("this Outpost instance is closed"));
     const external = customer.externalCustomerId ?? null;
     const internal = customer.customerId ?? null;
+    const fresh = customer.fresh ?? false;
     const telemetry = this.telemetry.enabled;
     const started = telemetry ? performance.now() : 0;
-    const cached = this.core.cachedBalance(meterId, external, internal);
-    if (cached !== null) {
-      if (telemetry) this.telemetry.readDone(meterId, customerAttribute(external, internal), (performance.now() - started) / 1000, "warm");
-      return Promise.resolve(cached);
+    if (!fresh) {
+      const cached = this.core.cachedBalance(meterId, external, internal);
+      if (cached !== null) {
+        if (telemetry) this.telemetry.readDone(meterId, customerAttribute(external, internal), (performance.now() - started) / 1000, "warm");
+        return Promise.resolve(cached);
+      }
     }
-    return this.coldBalance(meterId, external, internal, started);
+    return this.coldBalance(meterId, external, internal, fresh, started);
   }
 
-  private async coldBalance(meterId: string, external: string | null, internal: string | null, started: number): Promise<Balance> {
+  private async coldBalance(meterId: string, external: string | null, internal: string | null, fresh: boolean, started: number): Promise<Balance> {
     let outcome = "not_ready";
     try {
-      const found = await this.balanceWhenReady(meterId, external, internal);
+      const found = await this.balanceWhenReady(meterId, external, internal, fresh);
       outcome = "cold";
       return found;
     } catch (exc) {
@@ -410,19 +413,25 @@ export class Outpost {
     }
   }
 
-  private async balanceWhenReady(meterId: string, external: string | null, internal: string | null): Promise<Balance> {
+  private async balanceWhenReady(meterId: string, external: string | null, internal: string | null, fresh: boolean): Promise<Balance> {
     await this.ensureStarted();
     const deadline = monotonic() + this.core.settings.snapshotTimeout;
     for (;;) {
       const version = this.signal.version;
-      const found = this.core.read(meterId, external, internal);
+      const remaining = deadline - monotonic();
+      // At the deadline, a copy still waiting for the subscription reads Redis.
+      const found = this.core.read(meterId, external, internal, fresh || remaining <= 0);
       const effects = this.core.effects();
-      if (found !== null) return found;
-      if (effects.length) {
-        await this.run(effects);
+      // Run them whatever the read found: dropping them would leave their flow waiting.
+      if (effects.length) await this.run(effects);
+      if (found !== null && !(found instanceof Balance)) {
+        const fetched = await this.fetch(found, meterId, external, internal);
+        if (fetched !== null) return fetched;
+      } else if (found !== null) {
+        return found;
+      } else if (effects.length) {
         continue;
       }
-      const remaining = deadline - monotonic();
       if (remaining <= 0) {
         const reason = this.core.notReadyReason(meterId, external, internal);
         throw new NotReady(`${reason} after ${this.core.settings.snapshotTimeout} s`);
@@ -430,6 +439,35 @@ export class Outpost {
       if (this.core.configuration === null) await this.readCachedConfiguration();
       await this.signal.wait(version, Math.min(remaining, SETTLE));
     }
+  }
+
+  /** A read that must not come from memory: one HGETALL per key of the customer and its
+   * aliases, in one round trip, computed by the core. */
+  private async fetch(fetch: Fetch, meterId: string, external: string | null, internal: string | null): Promise<Balance | null> {
+    let fields: Map<string, RawFields>;
+    try {
+      fields = await this.hgetallEach(fetch.keys);
+    } catch (exc) {
+      throw new RedisUnavailable(`Redis failed reading ${fetch.keys.join(", ")}: ${String(exc)}`);
+    }
+    const found = this.core.readFetched(meterId, external, internal, fields);
+    const effects = this.core.effects();
+    if (effects.length) await this.run(effects);
+    return found;
+  }
+
+  private async hgetallEach(keys: string[]): Promise<Map<string, RawFields>> {
+    if (keys.length === 1) return new Map([[keys[0] as string, await this.redis.hgetall(keys[0] as string)]]);
+    const pipeline = this.redis.pipeline();
+    for (const key of keys) pipeline.hgetall(key);
+    const replies = (await pipeline.exec()) ?? [];
+    return new Map(
+      keys.map((key, i) => {
+        const [error, fields] = replies[i] ?? [new Error("no reply"), null];
+        if (error) throw error;
+        return [key, fields as RawFields];
+      }),
+    );
   }
 
   // -- driving the core -----------------------------------------------------------------------
@@ -440,7 +478,7 @@ export class Outpost {
       for (const effect of effects) {
         switch (effect.kind) {
           case "LoadIdentity":
-            await this.load(effect.key);
+            await this.load(effect.key, effect.loadId);
             break;
           case "StoreConfiguration":
             try {
@@ -454,10 +492,11 @@ export class Outpost {
             try {
               reply = await this.script(effect.script, effect.keys, effect.args);
             } catch (exc) {
-              this.log.warn(`outpost: ${String(exc)}`);
+              this.redisFailed(this.stateOutage, exc);
               if (effect.tag !== null) this.core.handle({ kind: "ScriptFailed", tag: effect.tag });
               continue;
             }
+            this.redisAnswered(this.stateOutage);
             this.core.handle({ kind: "ScriptReplied", reply, tag: effect.tag });
             break;
           }
@@ -468,7 +507,7 @@ export class Outpost {
             await this.listPending(effect.tag, effect.keys);
             break;
           case "OpenConnection":
-            this.open(effect.host, effect.port, effect.tls);
+            this.open(effect.host, effect.port, effect.tls, effect.timeout);
             break;
           case "CloseConnection":
             this.dropSocket();
@@ -480,6 +519,23 @@ export class Outpost {
     const seen = this.core.observations();
     if (seen.length) this.telemetry.observe(seen);
     this.signal.fire();
+  }
+
+  /** Count a Redis failure of one loop; log what the outage says; return the delay. */
+  private redisFailed(outage: Outage, exc: unknown): number {
+    const [delay, report] = outage.failed(monotonic(), String(exc), Math.random());
+    this.logReport(report);
+    return delay;
+  }
+
+  private redisAnswered(outage: Outage): void {
+    if (outage.down) this.logReport(outage.succeeded(monotonic()));
+  }
+
+  private logReport(report: Report | null): void {
+    if (report === null) return;
+    if (report.level === "warning") this.log.warn(report.message);
+    else (this.log.info ?? this.log.debug).call(this.log, report.message);
   }
 
   /** Hand one input to the core and run what it asks for (in the background). */
@@ -515,16 +571,17 @@ export class Outpost {
     }
   }
 
-  private async load(key: string): Promise<void> {
+  private async load(key: string, loadId: number): Promise<void> {
     let fields: Record<string, string>;
     try {
       fields = await this.redis.hgetall(key);
     } catch (exc) {
-      this.log.warn(`outpost could not load ${key}: ${String(exc)}`);
-      this.core.handle({ kind: "LoadFailed", key });
+      this.redisFailed(this.stateOutage, exc);
+      this.core.handle({ kind: "LoadFailed", key, loadId });
       return;
     }
-    this.core.handle({ kind: "IdentityLoaded", key, fields });
+    this.redisAnswered(this.stateOutage);
+    this.core.handle({ kind: "IdentityLoaded", key, fields, loadId });
   }
 
   private async listPending(tag: number, keys: string[]): Promise<void> {
@@ -544,7 +601,7 @@ export class Outpost {
     try {
       text = await this.redis.get(CONFIGURATION_KEY);
     } catch (exc) {
-      this.log.warn(`outpost could not read the cached configuration: ${String(exc)}`);
+      this.redisFailed(this.stateOutage, exc);
       return;
     }
     if (text === null) return;
@@ -564,11 +621,15 @@ export class Outpost {
   private subscribe(): void {
     const subscriber = this.redis.duplicate({ autoResubscribe: false, maxRetriesPerRequest: null });
     this.subscriber = subscriber;
+    let failed = false; // this break of the subscription is reported already
     subscriber.on("error", (exc: unknown) => {
-      if (!this.closed) this.log.warn(`outpost lost its Redis subscription: ${String(exc)}`);
+      if (this.closed || failed) return;
+      failed = true;
+      this.redisFailed(this.subscriberOutage, exc);
     });
     subscriber.on("close", () => {
-      this.isSubscribed = false;
+      // Until Redis confirms the subscription again, no copy follows it: reads go to Redis.
+      if (this.core.subscribed) this.feed({ kind: "SubscriberLost" });
     });
     subscriber.on("smessage", (_channel: string, message: string) => {
       if (this.echoes.seen(message)) return; // this instance's own change, already applied
@@ -578,19 +639,24 @@ export class Outpost {
     });
     subscriber.on("ready", () => {
       subscriber.ssubscribe(...this.channels).then(
-        () => {
+        (count) => {
           if (this.closed) return;
-          this.isSubscribed = true;
-          this.feed({ kind: "SubscriberRestarted" });
+          // ioredis resolves once Redis confirmed every channel: the last confirmation's count.
+          this.feed({ kind: "SubscriptionConfirmed", count: Number(count) });
+          failed = false;
+          if (this.core.subscribed) this.redisAnswered(this.subscriberOutage);
         },
-        (exc: unknown) => this.log.warn(`outpost could not subscribe: ${String(exc)}`),
+        (exc: unknown) => {
+          failed = true;
+          this.redisFailed(this.subscriberOutage, exc);
+        },
       );
     });
   }
 
   // -- the WebSocket's socket -----------------------------------------------------------------
 
-  private open(host: string, port: number, tls: boolean): void {
+  private open(host: string, port: number, tls: boolean, timeout: number): void {
     if (this.closed) return;
     const socket = tls ? tlsConnect({ host, port, servername: host }) : netConnect({ host, port });
     const link: LinkSocket = { socket, reported: false };
@@ -602,7 +668,7 @@ export class Outpost {
       socket.destroy();
       this.feed({ kind: "ConnectionFailed", now: monotonic(), reason });
     };
-    const timer = setTimeout(() => fail("cannot connect: timed out"), 10_000);
+    const timer = setTimeout(() => fail("cannot connect: timed out"), timeout * 1000);
     socket.setNoDelay(true);
     socket.once(tls ? "secureConnect" : "connect", () => {
       clearTimeout(timer);
@@ -650,61 +716,72 @@ export class Outpost {
 
   // -- delivery -------------------------------------------------------------------------------
 
-  private async deliveryLoop(delivery: Delivery, connection: Redis): Promise<void> {
-    await this.retrying(() => this.createGroups(connection), undefined);
+  private async deliveryLoop(delivery: Delivery, connection: Redis, number: number): Promise<void> {
+    const outage = new Outage(`delivery ${number}`);
+    await this.retrying(outage, () => this.createGroups(connection), undefined); // Redis may be down at start
     while (!this.closed) {
       delivery.flushing = this.flushing > 0;
       const action = delivery.poll(monotonic());
-      const outcome = await this.act(action, connection);
+      const outcome = await this.act(outage, action, connection);
       const rejected = delivery.rejectedEntries;
       delivery.handle(outcome, monotonic(), this.nowUs());
       if (delivery.rejectedEntries > rejected) {
-        this.log.warn(`outpost removed ${delivery.rejectedEntries - rejected} unreadable outbox entries`);
+        this.log.warn(`outpost removed ${delivery.rejectedEntries - rejected} unreadable outbox entries (or rejected replies)`);
       }
-      if (delivery.stalled && outcome.kind === "BatchAnswered") this.log.warn(`outpost delivery is stalled: ${delivery.stalled}`);
+      const stalls = outcome.kind === "BatchFailed" && outcome.stalls === true;
+      if (delivery.stalled && (outcome.kind === "BatchAnswered" || stalls)) this.log.warn(`outpost delivery is stalled: ${delivery.stalled}`);
       if (outcome.kind === "Settled") this.signal.fire();
     }
   }
 
   /** Do one delivery action. Redis failures are retried until they succeed (or the instance
    * closes): settling must not be skipped, and a read can simply wait. */
-  private act(action: Action, connection: Redis): Promise<Outcome> {
+  private act(outage: Outage, action: Action, connection: Redis): Promise<Outcome> {
     const nothing: Outcome =
-      action.kind === "ReadOutbox" || action.kind === "ClaimStale"
-        ? { kind: "OutboxRead", entries: [] }
-        : action.kind === "SettleScript"
-          ? { kind: "Settled", reply: null }
-          : action.kind === "PostBatch"
-            ? { kind: "BatchFailed", reason: "closing", maybeSent: false }
-            : action.kind === "ReportDropped"
-              ? { kind: "Reported" }
-              : { kind: "Done" };
-    return this.retrying(() => this.actOnce(action, connection), nothing);
+      action.kind === "PostBatch"
+        ? { kind: "BatchFailed", reason: "closing", maybeSent: false }
+        : action.kind === "ReportDropped"
+          ? { kind: "Reported" }
+          : nothingDone(action);
+    return this.retrying(outage, () => this.actOnce(action, connection), nothing);
   }
 
-  /** call() until Redis answers; `closing` (nothing done, the work stays queued in Redis) once
-   * the instance is closing. */
-  private async retrying<T>(call: () => Promise<T>, closing: T): Promise<T> {
-    let backoff = 0.05;
+  /** call() until Redis answers, backing off; `closing` (nothing done, the work stays queued in
+   * Redis) once the instance is closing. */
+  private async retrying<T>(outage: Outage, call: () => Promise<T>, closing: T): Promise<T> {
     for (;;) {
+      let result: T;
       try {
-        return await call();
+        result = await call();
       } catch (exc) {
         if (this.closed) return closing;
-        if (String(exc).includes("NOGROUP")) {
-          // Redis lost its data (a restart without AOF); a failure here is retried too.
+        const text = String(exc);
+        if (text.includes("NOGROUP") || text.includes("no such key")) {
+          // Redis lost its data (a restart without AOF, FLUSHDB): a read says NOGROUP, a survey
+          // (XINFO) "no such key". A failure here is retried too.
           await this.createGroups(this.redis).catch(() => {});
+          await sleep(0.05);
         } else {
-          this.log.warn(`outpost delivery: Redis failed (${String(exc)}); retrying`);
-          if (process.env.OUTPOST_DEBUG) console.log((exc as Error).stack);
+          await sleep(this.redisFailed(outage, exc));
         }
-        await sleep(backoff);
-        backoff = Math.min(backoff * 2, 2);
+        continue;
       }
+      this.redisAnswered(outage);
+      return result;
     }
   }
 
-  private async actOnce(action: Action, connection: Redis): Promise<Outcome> {
+  /** Once the loops stopped: this instance's heartbeat goes, so other instances take what it
+   * still holds at their next survey, and it leaves the group where it holds nothing. */
+  private async handBack(connection: Redis): Promise<void> {
+    try {
+      for (const action of handBack(this.consumer)) await this.actOnce(action, connection);
+    } catch (exc) {
+      this.log.warn(`outpost could not hand back its outbox entries (others take them once its heartbeat expires): ${String(exc)}`);
+    }
+  }
+
+  private async actOnce(action: Action | ForgetHeartbeat, connection: Redis): Promise<Outcome> {
     switch (action.kind) {
       case "ReadOutbox": {
         const block = Math.trunc(action.block * 1000);
@@ -766,6 +843,28 @@ export class Outpost {
         await this.signal.wait(version, Math.min(action.until - monotonic(), POLL));
         return { kind: "Done" };
       }
+      case "Beat":
+        await connection.set(action.key, "1", "PX", action.ttlMs);
+        return { kind: "Done" };
+      case "SurveyConsumers": {
+        const listing: [string, unknown][] = [];
+        for (const stream of ALL_OUTBOXES) listing.push([stream, await connection.xinfo("CONSUMERS", stream, GROUP)]);
+        return { kind: "ConsumersListed", listing };
+      }
+      case "CheckHeartbeats":
+        return { kind: "HeartbeatsChecked", values: await connection.mget(...action.keys) };
+      case "Reclaim": {
+        const reply = await this.script("reclaim", [action.stream], [GROUP, action.taker, String(action.count), ...action.consumers], connection, true);
+        return { kind: "Reclaimed", stream: action.stream, reply };
+      }
+      case "TakeRequest": {
+        // "": Redis's clock
+        const reply = await this.script("budget", [action.key], [String(action.perMinute), String(action.capacity), ""], connection, true);
+        return { kind: "BudgetAnswered", reply };
+      }
+      case "ForgetHeartbeat":
+        await connection.del(action.key);
+        return { kind: "Done" };
     }
   }
 

@@ -84,6 +84,7 @@ describe("the WebSocket link", () => {
       [serverFrame(8, Uint8Array.of(0x03, 0xed)), /close code/], // 1005 is local only
       [serverFrame(1, Uint8Array.of(0xff)), /UTF-8/],
       [Uint8Array.from([...text("a", false), ...text("b")]), /continuation frame/],
+      [serverFrame(8, Uint8Array.of(0x03, 0xe8, 0xff)), /close reason/],
     ];
     for (const [bytes, reason] of cases) {
       const link = openLink();
@@ -112,6 +113,49 @@ describe("the WebSocket link", () => {
     link.tick(81);
     assert.equal(link.lastError, "Polar did not answer the WebSocket upgrade");
     assert.throws(() => link.opened(82), UsageError);
+  });
+
+  it("says why Polar refused, from the refusal's body, whole or in parts or ended by the connection", () => {
+    const refuse = (...parts: string[]): Link => {
+      const link = new Link(Target.of("http://h"), "t", fixed, replayBytes());
+      link.wantsConnection(0);
+      link.opened(0);
+      for (const part of parts) link.receive(te.encode(part), 0);
+      return link;
+    };
+    const json = '{"detail":"invalid token"}';
+    const head = `HTTP/1.1 403 Forbidden\r\ncontent-length: ${json.length}\r\n\r\n`;
+    assert.equal(refuse(head + json).refused, "Polar refused the WebSocket with HTTP 403: invalid token");
+    const parted = refuse(head, json.slice(0, 5));
+    assert.equal(parted.refused, null);
+    parted.receive(te.encode(json.slice(5)), 0);
+    assert.equal(parted.refused, "Polar refused the WebSocket with HTTP 403: invalid token");
+    const untilEnd = refuse("HTTP/1.1 500 Oops\r\n\r\n", "plain words ");
+    untilEnd.receive(new Uint8Array(), 0);
+    assert.equal(untilEnd.refused, "Polar refused the WebSocket with HTTP 500: plain words");
+    assert.equal(untilEnd.retryAt, 0.1875); // not a token problem: the usual backoff
+    const other = refuse(`HTTP/1.1 401 No\r\ncontent-length: 27\r\n\r\n{"detail": [{"msg": "é", "n": 1.5}]}`.replace("27", String(Buffer.byteLength('{"detail": [{"msg": "é", "n": 1.5}]}'))));
+    assert.equal(other.refused, 'Polar refused the WebSocket with HTTP 401: [{"msg": "\\u00e9", "n": 1.5}]'); // as Python's json.dumps
+    assert.equal(refuse(`HTTP/1.1 401 No\r\ncontent-length: 2\r\n\r\n""`).refused, "Polar refused the WebSocket with HTTP 401");
+  });
+
+  it("reads a 64-bit frame length, and refuses a broken upgrade answer", () => {
+    const link = openLink();
+    assert.deepEqual(link.receive(Uint8Array.of(0x81, 127, 0, 0, 0, 0, 0, 0, 0, 2, 0x7b), 1), []);
+    assert.deepEqual(link.receive(Uint8Array.of(0x7d), 1), [{}]);
+    const answers: [string, RegExp][] = [
+      ["HTTP/1.1 101 S\r\nConnection: Upgrade\r\n\r\n", /Upgrade: WebSocket/],
+      ["HTTP/1.1 101 S\r\nUpgrade: websocket\r\n\r\n", /Connection: Upgrade/],
+      ["SSH-2.0\r\n\r\n", /not an HTTP answer/],
+      [`HTTP/1.1 101 S\r\n${"x: y\r\n".repeat(12_000)}`, /too long/],
+    ];
+    for (const [answer, reason] of answers) {
+      const fresh = new Link(Target.of("http://h"), "t", fixed, replayBytes());
+      fresh.wantsConnection(0);
+      fresh.opened(0);
+      fresh.receive(te.encode(answer), 0);
+      assert.match(fresh.lastError ?? "", reason);
+    }
   });
 
   it("closes for good with a close frame", () => {

@@ -6,6 +6,7 @@ import { describe, it } from "node:test";
 import type { Effect } from "../../src/core/effects.js";
 import { Link, Target } from "../../src/core/link.js";
 import { Session, makeSettings } from "../../src/core/session.js";
+import type { Balance } from "../../src/core/balance.js";
 import { replayBytes } from "../../src/core/trace.js";
 import { acceptFor, decodeClientFrames } from "../../src/core/websocket.js";
 
@@ -32,6 +33,7 @@ class Polar {
   now = 0;
 
   constructor() {
+    this.session.handle({ kind: "SubscriberRestarted" });
     this.session.handle({ kind: "Tick", now: 0, wallUs: 1_000 });
     assert.equal(this.session.effects()[0]?.kind, "OpenConnection");
     this.session.handle({ kind: "ConnectionOpened", now: 0 });
@@ -60,7 +62,7 @@ class Polar {
     const effects = this.session.effects();
     const [request] = sent(effects);
     assert.equal(request.type, "snapshot");
-    this.session.handle({ kind: "IdentityLoaded", key: KEY, fields });
+    this.session.handle({ kind: "IdentityLoaded", key: KEY, fields, loadId: 1 });
     this.session.effects();
     return request.payload.request_id;
   }
@@ -98,7 +100,7 @@ describe("the remote side", () => {
     polar.session.handle({ kind: "ScriptReplied", reply: JSON.stringify({ c: [{ k: KEY, r: 4, s: ["cu", "600000000", "p", "2 2 1 1", "c:m-count", "10"], d: [] }] }), tag: run.tag });
     const [applied] = polar.session.observations().filter((o) => o.kind === "SnapshotApplied");
     assert.equal(applied?.kind === "SnapshotApplied" && applied.counted, 1);
-    assert.equal(polar.session.read("m-count", "c1")?.balance, 8);
+    assert.equal((polar.session.read("m-count", "c1") as Balance).balance, 8);
   });
 
   it("restarts after snapshot_expired, a failed listing or a failed apply, and queues a newer snapshot", () => {
@@ -107,6 +109,9 @@ describe("the remote side", () => {
     const [list] = polar.send(snapshot(requestId));
     assert.deepEqual(polar.send(snapshot(null, { snapshot_id: "s-0", cold_until: 0 })), []); // waits, older
     polar.session.handle({ kind: "ListFailed", tag: (list as { tag: number }).tag });
+    assert.deepEqual(polar.session.effects(), []); // Redis failed: ask again after a backoff
+    assert.equal(polar.session.nextDeadline(), 0.1875);
+    polar.session.handle({ kind: "Tick", now: 0.1875, wallUs: 1_000 });
     assert.equal(sent(polar.session.effects())[0].type, "snapshot");
     const [again] = polar.send(snapshot(null));
     polar.session.handle({ kind: "PendingListed", tag: (again as { tag: number }).tag, fields: { [`${KEY}:ev`]: ["300000000:e1"] } });
@@ -117,7 +122,43 @@ describe("the remote side", () => {
     polar.session.handle({ kind: "PendingListed", tag: (third as { tag: number }).tag, fields: { [`${KEY}:ev`]: [] } });
     const [apply] = polar.session.effects();
     polar.session.handle({ kind: "ScriptFailed", tag: (apply as { tag: number }).tag });
+    assert.deepEqual(polar.session.effects(), []);
+    polar.session.handle({ kind: "Tick", now: 1, wallUs: 1_000 });
     assert.equal(sent(polar.session.effects())[0].type, "snapshot");
+  });
+
+  it("gives a step up that waits too long, and asks again", () => {
+    const polar = new Polar();
+    const requestId = polar.follow();
+    polar.send(snapshot(requestId)); // listing, never answered
+    assert.equal(polar.session.nextDeadline(), 10);
+    polar.session.handle({ kind: "Tick", now: 10, wallUs: 1_000 });
+    assert.equal(polar.session.rejections.get("stuck_flow"), 1);
+    assert.equal(sent(polar.session.effects())[0].type, "snapshot");
+  });
+
+  it("follows a customer's other names: their pending events count too", () => {
+    const polar = new Polar();
+    const requestId = polar.follow({ rev: "3", n: "1", "a:300000000": "1 1 1 1" });
+    const uuid = "0b0e0f00-0000-4000-8000-000000000001";
+    const effects = polar.send(snapshot(requestId, { aliases: { customer_id: uuid.toUpperCase() } }));
+    const list = effects.find((e) => e.kind === "ListPending");
+    const load = effects.find((e) => e.kind === "LoadIdentity") as { key: string; loadId: number };
+    assert.ok(load.key.includes(`customer:${uuid}:r-count`));
+    polar.session.handle({ kind: "PendingListed", tag: (list as { tag: number }).tag, fields: {} });
+    const [apply] = polar.session.effects();
+    polar.session.handle({ kind: "ScriptReplied", reply: JSON.stringify({ c: [{ k: KEY, r: 4, s: ["cu", "600000000", "c:m-count", "10"], d: [] }] }), tag: (apply as { tag: number }).tag });
+    assert.equal(polar.session.read("m-count", "c1"), null); // the alias's copy is not loaded yet
+    polar.session.handle({ kind: "IdentityLoaded", key: load.key, fields: { rev: "2", n: "1", "a:900000000": "1 1 1 1" }, loadId: load.loadId });
+    const balance = polar.session.read("m-count", "c1") as Balance;
+    assert.equal(balance.pending, 2);
+    assert.equal(balance.consumed, 2);
+    assert.deepEqual(balance.aliases.map(String), [`customer:${uuid}`]);
+    assert.deepEqual(polar.session.read("m-count", "c1", null, true), { kind: "Fetch", keys: [KEY, load.key] });
+    for (const bad of [{ external_customer_id: "x" }, { customer_id: "nope" }, { customer_id: "" }, "x"]) {
+      polar.send(snapshot(null, { aliases: bad }));
+    }
+    assert.equal(polar.session.rejections.get("snapshot"), 4);
   });
 
   it("counts what a misbehaving Polar sends, and carries on", () => {

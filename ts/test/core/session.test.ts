@@ -4,6 +4,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError } from "../../src/core/errors.js";
 import { Session, makeSettings } from "../../src/core/session.js";
+import type { Balance } from "../../src/core/balance.js";
 
 const CONFIGURATION = {
   organization_id: "org",
@@ -62,29 +63,57 @@ describe("the session", () => {
 
   it("follows a copy: load, deltas in order, gaps reload, a failed load retries", () => {
     const session = configured();
+    session.handle({ kind: "SubscriberRestarted" });
     session.effects();
     assert.equal(session.read("m-count", "c1"), null);
-    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY }]);
-    session.handle({ kind: "IdentityLoaded", key: KEY, fields: new Map([["rev", "5"], ["cu", "0"], ["p", "2 2 1 1"], ["a:300000000", "1 1 1 1"], ["c:m-count", "10"], ["n", "1"], ["u", "1"]]) });
-    const balance = session.read("m-count", "c1");
-    assert.equal(balance?.consumed, 3);
-    assert.equal(balance?.balance, 7);
+    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY, loadId: 1 }]);
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields: new Map([["rev", "5"], ["cu", "0"], ["p", "2 2 1 1"], ["a:300000000", "1 1 1 1"], ["c:m-count", "10"], ["n", "1"], ["u", "1"]]), loadId: 1 });
+    const balance = session.read("m-count", "c1") as Balance;
+    assert.equal(balance.consumed, 3);
+    assert.equal(balance.balance, 7);
+    assert.equal(balance.source, "memory");
     assert.equal(session.cachedBalance("m-count", "c1", null), balance);
     session.handle({ kind: "ChangePublished", data: JSON.stringify({ c: [{ k: KEY, r: 6, s: ["a:300000000", "2 2 1 1"], d: {} }] }) });
     assert.equal(session.cachedBalance("m-count", "c1", null), null);
-    assert.equal(session.read("m-count", "c1")?.consumed, 4);
+    assert.equal((session.read("m-count", "c1") as Balance).consumed, 4);
     session.handle({ kind: "ChangePublished", data: JSON.stringify({ c: [{ k: KEY, r: 9, s: [], d: [] }] }) });
-    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY }]);
+    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY, loadId: 2 }]);
     assert.equal(session.read("m-count", "c1"), null);
     session.handle({ kind: "Tick", now: 1, wallUs: 0 });
-    session.handle({ kind: "LoadFailed", key: KEY });
-    assert.equal(session.nextDeadline(), 1.5);
-    session.handle({ kind: "Tick", now: 1.5, wallUs: 0 });
-    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY }]);
-    session.handle({ kind: "IdentityLoaded", key: KEY, fields: { rev: "8", cu: "0", "a:300000000": "3 3 1 1" } });
-    assert.equal(session.read("m-count", "c1")?.revision, 9);
+    session.handle({ kind: "LoadFailed", key: KEY, loadId: 1 }); // an older load's failure: ignored
+    assert.equal(session.nextDeadline(), 10);
+    session.handle({ kind: "LoadFailed", key: KEY, loadId: 2 });
+    assert.equal(session.nextDeadline(), 1.375); // the first retry's backoff, mid-jitter
+    session.handle({ kind: "Tick", now: 1.375, wallUs: 0 });
+    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY, loadId: 3 }]);
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields: { rev: "8", cu: "0", "a:300000000": "3 3 1 1" }, loadId: 3 });
+    assert.equal((session.read("m-count", "c1") as Balance).revision, 9);
     session.handle({ kind: "SubscriberRestarted" });
-    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY }]);
+    assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY, loadId: 4 }]);
+  });
+
+  it("reads Redis while its copy does not follow: a broken subscription, or fresh", () => {
+    const session = configured();
+    const fields = { rev: "5", cu: "0", "a:300000000": "1 1 1 1", "c:m-count": "10" };
+    assert.equal(session.read("m-count", "c1"), null); // never subscribed: wait for it
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields, loadId: 1 });
+    assert.equal(session.read("m-count", "c1"), null);
+    assert.deepEqual(session.read("m-count", "c1", null, true), { kind: "Fetch", keys: [KEY] });
+    assert.match(session.notReadyReason("m-count", "c1", null), /not confirmed the subscription/);
+    session.handle({ kind: "SubscriptionConfirmed", count: 16 });
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields, loadId: 2 });
+    assert.equal((session.read("m-count", "c1") as Balance).source, "memory");
+    session.handle({ kind: "SubscriptionConfirmed", count: 1 }); // a re-subscription: lost
+    assert.equal(session.subscribed, false);
+    assert.deepEqual(session.read("m-count", "c1"), { kind: "Fetch", keys: [KEY] });
+    const fetched = session.readFetched("m-count", "c1", null, { [KEY]: { ...fields, rev: "6", "a:300000000": "2 2 1 1" } });
+    assert.equal(fetched?.source, "redis");
+    assert.equal(fetched?.consumed, 2);
+    assert.throws(() => session.readFetched("m-count", "c1", null, {}), UsageError);
+    assert.equal(session.readFetched("m-count", "c1", null, { [KEY]: { rev: "7" } }), null); // no snapshot
+    session.handle({ kind: "SubscriberLost" });
+    session.handle({ kind: "SubscriberRestarted" });
+    assert.equal(session.everSubscribed, true);
   });
 
   it("counts and logs what a peer got wrong, and carries on", () => {
@@ -96,7 +125,7 @@ describe("the session", () => {
       session.handle({ kind: "ChangePublished", data });
     }
     assert.equal(session.rejections.get("change"), 8);
-    session.handle({ kind: "IdentityLoaded", key: KEY, fields: new Map<unknown, unknown>([["rev", "x"], ["a:1", "garbage"], ["c:m", "nan"], ["p", "1"], [new Uint8Array([0xff]), "1"]]) });
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields: new Map<unknown, unknown>([["rev", "x"], ["a:1", "garbage"], ["c:m", "nan"], ["p", "1"], [new Uint8Array([0xff]), "1"]]), loadId: 1 });
     assert.equal(session.rejections.get("state"), 5);
     assert.equal(warnings.length, 14); // and the malformed reducer of the configuration
   });

@@ -2,6 +2,7 @@
 
 import assert from "node:assert/strict";
 import { after, afterEach, before, describe, it } from "node:test";
+import { Redis } from "ioredis";
 import { NotReady, Outpost, type OutpostOptions, RedisUnavailable } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
@@ -173,5 +174,26 @@ describe("the driver against the emulator", () => {
     } finally {
       await emulator.admin("faults", { clear: true });
     }
+  });
+
+  it("reads Redis when asked fresh, and misses nothing while its subscription breaks", async () => {
+    const a = connect();
+    const b = connect();
+    const customer = uniqueCustomer();
+    await a.balance(calls, { externalCustomerId: customer });
+    await b.balance(calls, { externalCustomerId: customer });
+    await b.track("api_call", { externalCustomerId: customer });
+    const fresh = await a.balance(calls, { externalCustomerId: customer, fresh: true });
+    assert.equal(fresh.source, "redis");
+    assert.equal(fresh.consumed, 1); // never behind what any instance tracked before the call
+    await eventually(async () => (await a.balance(calls, { externalCustomerId: customer })).source === "memory", "a warm read");
+    const probe = new Redis(redis.url);
+    try {
+      await probe.call("CLIENT", "KILL", "TYPE", "pubsub"); // both subscribers break; what is published meanwhile is lost
+    } finally {
+      probe.disconnect();
+    }
+    await b.track("api_call", { externalCustomerId: customer });
+    await eventually(async () => a.subscribed && (await a.balance(calls, { externalCustomerId: customer })).consumed === 2, "a to count the event tracked while it was not subscribed");
   });
 });

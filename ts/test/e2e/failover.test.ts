@@ -1,15 +1,33 @@
-/** A crashed process's events: another instance claims them once idle and delivers them. */
+/** A crashed process's events: another instance takes them once the crashed one's heartbeat
+ * expired (liveness.ts), long before they are idle for claimIdle, and delivers them. */
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { once } from "node:events";
 import { after, before, describe, it } from "node:test";
+import { Redis } from "ioredis";
 import { Outpost } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { REPO } from "../support/paths.js";
+import { PythonPeer } from "../support/pythonPeer.js";
 import { RedisServer } from "../support/redisServer.js";
+
+/** The consumers of the outbox group, over every shard's stream. */
+async function consumers(url: string): Promise<string[]> {
+  const probe = new Redis(url);
+  try {
+    const names = new Set<string>();
+    for (let shard = 0; shard < 16; shard++) {
+      const listing = (await probe.xinfo("CONSUMERS", `outpost:v1:{${shard}}:outbox`, "outpost")) as string[][];
+      for (const item of listing) names.add(item[1] as string);
+    }
+    return [...names];
+  } finally {
+    probe.disconnect();
+  }
+}
 
 describe("fail-over", () => {
   let redis: RedisServer;
@@ -22,9 +40,10 @@ describe("fail-over", () => {
   });
   after(async () => Promise.all([redis.stop(), emulator.stop()]));
 
-  it("delivers the events a killed process had read and never posted", async () => {
-    const customer = uniqueCustomer();
-    const options = { token: emulator.token, server: emulator.url, redis: redis.url, customer, count: 4 };
+  /** A TypeScript process that tracked `count` events for `customer`, read them into its delivery
+   * loop and was SIGKILLed before posting them. */
+  async function crashed(customer: string, count: number): Promise<void> {
+    const options = { token: emulator.token, server: emulator.url, redis: redis.url, customer, count, heartbeat: 1 };
     const script = join(REPO, "ts", "test", "support", "trackAndHang.ts");
     const child = spawn(process.execPath, ["--import", "tsx", script, JSON.stringify(options)], {
       cwd: join(REPO, "ts"),
@@ -35,6 +54,11 @@ describe("fail-over", () => {
     child.kill("SIGKILL");
     await once(child, "exit");
     assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 0);
+  }
+
+  it("delivers the events a killed process had read and never posted", async () => {
+    const customer = uniqueCustomer();
+    await crashed(customer, 4);
 
     const survivor = new Outpost({
       accessToken: emulator.token,
@@ -42,7 +66,7 @@ describe("fail-over", () => {
       redisUrl: redis.url,
       telemetry: false,
       linger: 0.02,
-      claimIdle: 0.5,
+      heartbeat: 1, // surveys every quarter second; claimIdle stays 300 s
       logger: { debug: () => {}, warn: () => {} },
     });
     try {
@@ -52,8 +76,23 @@ describe("fail-over", () => {
       const balance = await survivor.balance(calls, { externalCustomerId: customer });
       assert.equal(balance.consumed, 4);
       assert.equal(balance.undelivered, 0);
+      // The dead consumer left the group once it held nothing.
+      await eventually(async () => (await consumers(redis.url)).length === 1, "the dead consumer to be removed");
     } finally {
       await survivor.close(2);
+    }
+  });
+
+  it("a Python instance takes over what a killed TypeScript process held, by its heartbeat", async () => {
+    const customer = uniqueCustomer();
+    await crashed(customer, 2);
+    const peer = await PythonPeer.start({ access_token: emulator.token, server_url: emulator.url, redis_url: redis.url, linger: 0.02, heartbeat: 1 });
+    try {
+      // flush() starts its delivery loop, and returns once the dead process's entries are settled.
+      assert.equal(await peer.call("flush", { timeout: 15 }), true);
+      assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
+    } finally {
+      await peer.close();
     }
   });
 });

@@ -3,6 +3,7 @@
 
 import assert from "node:assert/strict";
 import { after, afterEach, before, describe, it } from "node:test";
+import { Redis } from "ioredis";
 import { Outpost, type OutpostOptions } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
@@ -115,5 +116,28 @@ describe("a TypeScript and a Python instance sharing one Redis", () => {
     assert.equal(fromPy.snapshot_id, fromTs.snapshotId);
     assert.equal(fromPy.balance, 48);
     assert.equal(fromTs.balance, 48);
+  });
+
+  it("a TypeScript instance takes over what a crashed Python instance held, once its heartbeat expired", async () => {
+    const py = await python({ linger: 3600, heartbeat: 1 }); // it holds what it reads, unposted
+    const customer = uniqueCustomer();
+    for (let i = 0; i < 3; i++) await py.call("track", { name: "api_call", external_customer_id: customer });
+    const probe = new Redis(redis.url);
+    try {
+      await eventually(async () => {
+        let held = 0;
+        for (let shard = 0; shard < 16; shard++) {
+          held += Number(((await probe.xpending(`outpost:v1:{${shard}}:outbox`, "outpost")) as [number])[0]);
+        }
+        return held === 3;
+      }, "the Python loop to read the events");
+    } finally {
+      probe.disconnect();
+    }
+    await py.kill();
+    const ts = typescript({ heartbeat: 1 }); // claimIdle stays 300 s: only the heartbeat can tell
+    await ts.start();
+    await eventually(async () => (await emulator.customerMeter(calls, customer)).consumed_units === 3, "the Python events to reach Polar", 20);
+    assert.equal(await ts.flush(10), true);
   });
 });

@@ -69,9 +69,7 @@ describe("traces recorded by the TypeScript driver", () => {
     }
   });
 
-  it("replay through the Python core", {
-    todo: "the Python core at 1aee9cc requires load_id on IdentityLoaded/LoadFailed (numbered loads), which the TS core and its traces do not carry yet",
-  }, () => {
+  it("replay through the Python core", () => {
     const result = spawnSync(PYTHON, [join(REPO, "ts", "test", "support", "python_replay.py"), ...files], { cwd: REPO, encoding: "utf-8" });
     assert.equal(result.status, 0, result.stderr);
     const answers = result.stdout.trim().split("\n").map((l) => JSON.parse(l) as { file: string; mismatches: unknown[] });

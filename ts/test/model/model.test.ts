@@ -21,6 +21,7 @@ import { after, before, describe, it } from "node:test";
 import fc from "fast-check";
 import type { Redis } from "ioredis";
 import { Aggregate, EMPTY } from "../../src/core/aggregate.js";
+import { Balance } from "../../src/core/balance.js";
 import { Delivery, type Outcome, makeDeliverySettings, withKnownRevs } from "../../src/core/delivery.js";
 import type { Effect } from "../../src/core/effects.js";
 import type { Input } from "../../src/core/inputs.js";
@@ -107,7 +108,10 @@ class World {
   ) {}
 
   async start(): Promise<void> {
-    for (const session of this.sessions) await this.handle(session, { kind: "ConfigurationReceived", payload: CONFIGURATION, fromCache: false });
+    for (const session of this.sessions) {
+      await this.handle(session, { kind: "SubscriberRestarted" }); // the copies follow Redis
+      await this.handle(session, { kind: "ConfigurationReceived", payload: CONFIGURATION, fromCache: false });
+    }
     for (const stream of ALL_OUTBOXES) await this.redis.xgroup("CREATE", stream, "outpost", "0", "MKSTREAM");
   }
 
@@ -120,7 +124,7 @@ class World {
     while (effects.length) {
       for (const effect of effects) {
         if (effect.kind === "LoadIdentity") {
-          session.handle({ kind: "IdentityLoaded", key: effect.key, fields: await this.redis.hgetall(effect.key) });
+          session.handle({ kind: "IdentityLoaded", key: effect.key, fields: await this.redis.hgetall(effect.key), loadId: effect.loadId });
         } else if (effect.kind === "RunScript") {
           session.handle({ kind: "ScriptReplied", reply: await this.script(effect.script, effect.keys, effect.args), tag: effect.tag });
         } else if (effect.kind === "StoreConfiguration") {
@@ -253,6 +257,8 @@ class World {
           stop = remaining.length === 0;
           this.seconds = Math.max(this.seconds, action.until); // the wait passes (wall time barely)
           break;
+        default:
+          throw new Error(`no liveness or budget in this model: ${action.kind}`);
       }
       this.delivery.handle(outcome, this.seconds, this.nowUs);
       if (stop) return;
@@ -305,27 +311,39 @@ class World {
   async messages(instance: number, mode: string): Promise<void> {
     const session = this.sessions[instance] as Session;
     const queue = (this.queues[instance] as string[]).splice(0);
-    if (mode === "lose") return this.handle(session, { kind: "SubscriberRestarted" });
+    if (mode === "lose") {
+      session.handle({ kind: "SubscriberLost" });
+      return this.handle(session, { kind: "SubscriberRestarted" });
+    }
     const order = mode === "reverse" ? [...queue].reverse() : mode === "twice" ? queue.flatMap((m) => [m, m]) : queue;
     for (const data of order) await this.handle(session, { kind: "ChangePublished", data });
   }
 
   async read(instance: number, customer: string, meter: string): Promise<void> {
     const session = this.sessions[instance] as Session;
-    let balance = session.read(meter, customer);
+    let balance = await this.readNow(session, meter, customer);
     await this.run(session, session.effects());
-    balance ??= session.read(meter, customer);
+    balance ??= await this.readNow(session, meter, customer);
     await this.run(session, session.effects());
     if (balance === null) return;
     // Once handed every message published so far, a copy reads what Redis holds.
     await this.messages(instance, "order");
-    const now = session.read(meter, customer) ?? balance;
+    const now = (await this.readNow(session, meter, customer)) ?? balance;
     const reducer = `r-${meter.slice(2)}`;
     const local = await this.local(customer, reducer);
     const func = meter === "m-count" ? "count" : meter === "m-tokens" ? "sum" : "max";
     if (session.followed.some((m) => m.loaded && m.held.length === 0 && m.key === stateKey(new Customer("external", customer), reducer))) {
       assert.equal(now.consumed, local.quantity(func), `instance ${instance} reads ${meter} of ${customer} as Redis holds it`);
     }
+  }
+
+  /** A read as the driver does it: from memory, or from Redis when the core answers Fetch. */
+  async readNow(session: Session, meter: string, customer: string): Promise<Balance | null> {
+    const found = session.read(meter, customer);
+    if (found === null || found instanceof Balance) return found;
+    const fields = new Map<string, Record<string, string>>();
+    for (const key of found.keys) fields.set(key, await this.redis.hgetall(key));
+    return session.readFetched(meter, customer, null, fields);
   }
 
   // -- what is checked ------------------------------------------------------------------------

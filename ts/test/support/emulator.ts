@@ -51,7 +51,11 @@ export class Emulator {
     if (child === null || child.exitCode !== null) return;
     const exited = new Promise((resolve) => child.once("exit", resolve));
     child.kill("SIGTERM");
+    // It lets the requests in flight finish first: one a test made hang would hold it for
+    // the hang's full length (a minute).
+    const kill = setTimeout(() => child.kill("SIGKILL"), 2000);
     await exited;
+    clearTimeout(kill);
   }
 
   async admin(name: string, body?: unknown): Promise<any> {

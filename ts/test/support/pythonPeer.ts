@@ -44,8 +44,16 @@ export class PythonPeer {
     return reply.ok;
   }
 
+  /** SIGKILL: a crashed instance (it hands nothing back). */
+  async kill(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise((resolve) => this.child.once("exit", resolve));
+    this.child.kill("SIGKILL");
+    await exited;
+  }
+
   async close(): Promise<void> {
-    if (this.child.exitCode !== null) return;
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
     const exited = new Promise((resolve) => this.child.once("exit", resolve));
     await this.call("close", { timeout: 5 }).catch(() => this.child.kill("SIGKILL"));
     await exited;

@@ -4,13 +4,14 @@
 import { Redis } from "ioredis";
 import { Outpost } from "../../src/index.js";
 
-const options = JSON.parse(process.argv[2] as string) as { token: string; server: string; redis: string; customer: string; count: number };
+const options = JSON.parse(process.argv[2] as string) as { token: string; server: string; redis: string; customer: string; count: number; heartbeat: number };
 const outpost = new Outpost({
   accessToken: options.token,
   serverUrl: options.server,
   redisUrl: options.redis,
   telemetry: false,
   linger: 3600, // hold what it reads: the batch is never posted
+  heartbeat: options.heartbeat,
   logger: { debug: () => {}, warn: () => {} },
 });
 for (let i = 0; i < options.count; i++) await outpost.track("api_call", { externalCustomerId: options.customer });
