@@ -1,7 +1,8 @@
 /** Delivery of the outbox to Polar's ingestion API: batching, retries, splitting, settling
  * (outpost_core/_delivery.py; its docstring explains the policy). Each delivery loop owns one
- * Delivery and repeats: action = poll(now); do it; handle(outcome, now, wallUs). */
+ * Delivery and repeats: effect = nextEffect(now); do it; handle(input, now, wallUs). */
 
+import type { Report } from "./outage.js";
 import { isObject } from "./aggregate.js";
 import { backoff } from "./backoff.js";
 import { type BudgetAnswered, type TakeRequest, take, waitOf } from "./budget.js";
@@ -89,7 +90,7 @@ export interface SettleScript {
   args: string[];
 }
 
-export type Action =
+export type DeliveryEffect =
   /** XREADGROUP GROUP outpost <consumer> COUNT count BLOCK block STREAMS <all> >... */
   | { kind: "ReadOutbox"; count: number; block: number }
   /** XAUTOCLAIM on every outbox stream for entries idle at least minIdle seconds. */
@@ -109,7 +110,7 @@ export type Action =
   | Reclaim
   | TakeRequest;
 
-export type Outcome =
+export type DeliveryInput =
   /** [stream, entry id, fields] as Redis answered. */
   | { kind: "OutboxRead"; entries: [unknown, unknown, Map<unknown, unknown> | Record<string, unknown>][] }
   | { kind: "BatchAnswered"; status: number; body: Uint8Array; retryAfter: number | null }
@@ -126,7 +127,7 @@ export type Outcome =
   | Reclaimed
   | BudgetAnswered;
 
-const ANSWERS: Record<Action["kind"], Outcome["kind"][]> = {
+const ANSWERS: Record<DeliveryEffect["kind"], DeliveryInput["kind"][]> = {
   ReadOutbox: ["OutboxRead"],
   ClaimStale: ["OutboxRead", "Done"],
   RefreshClaim: ["Done"],
@@ -168,15 +169,15 @@ export class Delivery {
   private grantedAt: number | null = null; // when the request taken from the budget may go
   private bufferSince: number | null = null;
   private readonly batches: Batch[] = []; // splits waiting their turn, first is current
-  private readonly work: Action[] = []; // settle scripts and reports of the batch that ended
-  private awaiting: Action["kind"] | null = null;
+  private readonly work: DeliveryEffect[] = []; // settle scripts and reports of the batch that ended
+  private awaiting: DeliveryEffect["kind"] | null = null;
   private nextClaim: number;
   private readonly live: boolean;
   private nextBeat: number;
   private nextSurvey: number;
   private surveyed = new Map<string, Set<string>>();
   private checking: string[] = [];
-  private reclaims: Action[] = [];
+  private reclaims: DeliveryEffect[] = [];
   /** Consumers of dead instances this loop removed from the outbox group. */
   consumersRemoved = 0;
   flushing = false;
@@ -186,6 +187,7 @@ export class Delivery {
   rateLimited = 0;
   private wallUs = 0;
   /** Why delivery is stalled (a 401/403/404), for operators; null when it is not. */
+  private pendingReports: Report[] = [];
   stalled: string | null = null;
 
   constructor(
@@ -200,14 +202,14 @@ export class Delivery {
 
   // -- the loop's questions -------------------------------------------------------------------
 
-  poll(now: number): Action {
+  nextEffect(now: number): DeliveryEffect {
     if (this.awaiting !== null) throw new UsageError(`report the outcome of the last action first (${this.awaiting})`);
     const action = this.choose(now);
     this.awaiting = action.kind;
     return action;
   }
 
-  private choose(now: number): Action {
+  private choose(now: number): DeliveryEffect {
     const s = this.settings;
     const work = this.work.shift();
     if (work !== undefined) return work;
@@ -241,7 +243,7 @@ export class Delivery {
 
   /** Beat, then survey the group and take what dead instances hold: before any batch, so neither
    * waits behind a batch that waits for Polar. */
-  private liveness(now: number): Action | null {
+  private liveness(now: number): DeliveryEffect | null {
     const s = this.settings;
     if (now >= this.nextBeat) {
       this.nextBeat = now + liveness.interval(s.heartbeat);
@@ -267,7 +269,7 @@ export class Delivery {
 
   /** null when a request may go now; else take one from the budget, or wait for the one taken
    * (reading more meanwhile, while the batch has room: it grows instead of idling). */
-  private gate(now: number, reading: boolean): Action | null {
+  private gate(now: number, reading: boolean): DeliveryEffect | null {
     if (!this.budgeted) return null;
     if (this.grantedAt === null) return take(this.settings.requestsPerMinute);
     if (now >= this.grantedAt) return null;
@@ -277,14 +279,14 @@ export class Delivery {
     return { kind: "Sleep", until: this.grantedAt };
   }
 
-  private post(entries: OutboxEntry[]): Action {
+  private post(entries: OutboxEntry[]): DeliveryEffect {
     this.grantedAt = null;
     return { kind: "PostBatch", body: body(entries), size: entries.length };
   }
 
   /** A batch of the oldest buffered entries, as many as batchBytes of body holds (and batchSize
    * without a budget: requests are only scarce with one). */
-  private startBatch(): Action {
+  private startBatch(): DeliveryEffect {
     let room = this.settings.batchBytes - BODY_OVERHEAD;
     const most = this.budgeted ? this.buffer.length : this.settings.batchSize;
     let taken = 0;
@@ -305,7 +307,7 @@ export class Delivery {
 
   /** Report what came of the last action; now is monotonic seconds, wallUs the wall clock
    * (acknowledgement times are compared with snapshot times). */
-  handle(outcome: Outcome, now: number, wallUs: number): void {
+  handle(outcome: DeliveryInput, now: number, wallUs: number): void {
     const expected = this.awaiting;
     this.awaiting = null;
     this.wallUs = wallUs;
@@ -314,6 +316,26 @@ export class Delivery {
       this.awaiting = expected;
       throw new UsageError(`${outcome.kind} is not a delivery outcome that answers ${expected}`);
     }
+    const rejected = this.rejectedEntries;
+    this.take(outcome, now);
+    if (this.rejectedEntries > rejected) {
+      const message = `outpost removed ${this.rejectedEntries - rejected} unreadable outbox entries (or rejected replies)`;
+      this.pendingReports.push({ level: "warning", message });
+    }
+    const stalls = outcome.kind === "BatchFailed" && outcome.stalls === true;
+    if (this.stalled && (outcome.kind === "BatchAnswered" || stalls)) {
+      this.pendingReports.push({ level: "warning", message: `outpost delivery is stalled: ${this.stalled}` });
+    }
+  }
+
+  /** Drain what the loop must log (unreadable entries removed, a stall and why). */
+  reports(): Report[] {
+    const out = this.pendingReports;
+    this.pendingReports = [];
+    return out;
+  }
+
+  private take(outcome: DeliveryInput, now: number): void {
     if (outcome.kind === "OutboxRead") this.read(outcome.entries, now);
     else if (outcome.kind === "BatchAnswered") this.answered(outcome, now);
     else if (outcome.kind === "BatchFailed") this.failedBatch(outcome, now);
@@ -519,7 +541,7 @@ export function settleCall(
 
 /** The outcome a closing instance reports for an action it could not run (Redis failed while it
  * closed): nothing happened, so the work stays queued in Redis for another instance. */
-export function nothingDone(action: Action): Outcome {
+export function nothingDone(action: DeliveryEffect): DeliveryInput {
   switch (action.kind) {
     case "ReadOutbox":
     case "ClaimStale":

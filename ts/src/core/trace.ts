@@ -6,7 +6,7 @@
 
 import { Aggregate } from "./aggregate.js";
 import { Balance } from "./balance.js";
-import { Delivery, type DeliverySettings, type Outcome, makeDeliverySettings } from "./delivery.js";
+import { Delivery, type DeliverySettings, type DeliveryInput, makeDeliverySettings } from "./delivery.js";
 import type { Effect } from "./effects.js";
 import { OutpostError } from "./errors.js";
 import type { Input, RawFields } from "./inputs.js";
@@ -216,13 +216,13 @@ export function replayDelivery(records: Record_[], rng: (seed: number) => Random
   for (const [index, record] of lines.entries()) {
     if (record.t === "poll") {
       delivery.flushing = Boolean(record.flushing);
-      const action = encode(delivery.poll(record.now as number));
+      const action = encode(delivery.nextEffect(record.now as number));
       if (!same(action, record.action)) {
         mismatches.push({ line: index + 2, what: "action", expected: record.action, actual: action });
         break; // the recorded outcomes answer the recorded actions, not these
       }
     } else if (record.t === "outcome") {
-      delivery.handle(decode(record.outcome) as Outcome, record.now as number, record.wall_us as number);
+      delivery.handle(decode(record.outcome) as DeliveryInput, record.now as number, record.wall_us as number);
     }
   }
   return mismatches;
@@ -303,12 +303,12 @@ export function recordSession(session: Session, sink: Sink): Session {
   return session;
 }
 
-/** Record a delivery loop's polls and outcomes to `sink` (in place). */
+/** Record a delivery loop's effects and inputs to `sink` (in place; the records keep the format's first names, "poll" and "outcome"). */
 export function recordDelivery(delivery: Delivery, sink: Sink): Delivery {
-  const poll = delivery.poll.bind(delivery);
+  const nextEffect = delivery.nextEffect.bind(delivery);
   const handle = delivery.handle.bind(delivery);
-  delivery.poll = (now) => {
-    const action = poll(now);
+  delivery.nextEffect = (now) => {
+    const action = nextEffect(now);
     sink({ t: "poll", now, flushing: delivery.flushing, action: encode(action) });
     return action;
   };

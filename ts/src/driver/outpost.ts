@@ -11,7 +11,7 @@ import { connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import { Redis } from "ioredis";
 import { Balance } from "../core/balance.js";
-import { Delivery, type DeliverySettings, GROUP, type Action, type Outcome, makeDeliverySettings, nothingDone, retryAfter, withKnownRevs } from "../core/delivery.js";
+import { Delivery, type DeliverySettings, GROUP, type DeliveryEffect, type DeliveryInput, makeDeliverySettings, nothingDone, retryAfter, withKnownRevs } from "../core/delivery.js";
 import type { Effect, Fetch, RunScript } from "../core/effects.js";
 import { Echoes } from "../core/echoes.js";
 import { eventIdOf, timestampUsOf } from "../core/event.js";
@@ -721,23 +721,18 @@ export class Outpost {
     await this.retrying(outage, () => this.createGroups(connection), undefined); // Redis may be down at start
     while (!this.closed) {
       delivery.flushing = this.flushing > 0;
-      const action = delivery.poll(monotonic());
+      const action = delivery.nextEffect(monotonic());
       const outcome = await this.act(outage, action, connection);
-      const rejected = delivery.rejectedEntries;
       delivery.handle(outcome, monotonic(), this.nowUs());
-      if (delivery.rejectedEntries > rejected) {
-        this.log.warn(`outpost removed ${delivery.rejectedEntries - rejected} unreadable outbox entries (or rejected replies)`);
-      }
-      const stalls = outcome.kind === "BatchFailed" && outcome.stalls === true;
-      if (delivery.stalled && (outcome.kind === "BatchAnswered" || stalls)) this.log.warn(`outpost delivery is stalled: ${delivery.stalled}`);
+      for (const report of delivery.reports()) this.logReport(report);
       if (outcome.kind === "Settled") this.signal.fire();
     }
   }
 
   /** Do one delivery action. Redis failures are retried until they succeed (or the instance
    * closes): settling must not be skipped, and a read can simply wait. */
-  private act(outage: Outage, action: Action, connection: Redis): Promise<Outcome> {
-    const nothing: Outcome =
+  private act(outage: Outage, action: DeliveryEffect, connection: Redis): Promise<DeliveryInput> {
+    const nothing: DeliveryInput =
       action.kind === "PostBatch"
         ? { kind: "BatchFailed", reason: "closing", maybeSent: false }
         : action.kind === "ReportDropped"
@@ -781,7 +776,7 @@ export class Outpost {
     }
   }
 
-  private async actOnce(action: Action | ForgetHeartbeat, connection: Redis): Promise<Outcome> {
+  private async actOnce(action: DeliveryEffect | ForgetHeartbeat, connection: Redis): Promise<DeliveryInput> {
     switch (action.kind) {
       case "ReadOutbox": {
         const block = Math.trunc(action.block * 1000);
@@ -868,7 +863,7 @@ export class Outpost {
     }
   }
 
-  private async post(body: Uint8Array): Promise<Outcome> {
+  private async post(body: Uint8Array): Promise<DeliveryInput> {
     let response: Response;
     try {
       response = await fetch(new URL("/v1/events/ingest", this.serverUrl), {

@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type Action, Delivery, type Outcome, makeDeliverySettings, retryAfter, withKnownRevs } from "../../src/core/delivery.js";
+import { type DeliveryEffect, Delivery, type DeliveryInput, makeDeliverySettings, retryAfter, withKnownRevs } from "../../src/core/delivery.js";
 import { UsageError } from "../../src/core/errors.js";
 
 const STREAM = "outpost:v1:{3}:outbox";
@@ -16,7 +16,7 @@ const entry = (n: number): [string, string, Map<string, string>] => [
     ["k", JSON.stringify(["outpost:v1:{3}:external:x:r"])],
   ]),
 ];
-const answered = (status: number, body: unknown = "", retry: number | null = null): Outcome => ({
+const answered = (status: number, body: unknown = "", retry: number | null = null): DeliveryInput => ({
   kind: "BatchAnswered",
   status,
   body: te.encode(typeof body === "string" ? body : JSON.stringify(body)),
@@ -24,24 +24,24 @@ const answered = (status: number, body: unknown = "", retry: number | null = nul
 });
 
 /** A loop with `n` entries read and its first batch posted. */
-function posted(n: number, overrides = {}): [Delivery, Action] {
+function posted(n: number, overrides = {}): [Delivery, DeliveryEffect] {
   const delivery = new Delivery(makeDeliverySettings({ linger: 0, backoffBase: 1, ...overrides }), { random: () => 0.5 }, 0);
-  assert.equal(delivery.poll(0).kind, "ClaimStale");
+  assert.equal(delivery.nextEffect(0).kind, "ClaimStale");
   delivery.handle({ kind: "OutboxRead", entries: [] }, 0, 0);
-  assert.equal(delivery.poll(0).kind, "ReadOutbox");
+  assert.equal(delivery.nextEffect(0).kind, "ReadOutbox");
   delivery.handle({ kind: "OutboxRead", entries: Array.from({ length: n }, (_, i) => entry(i + 1)) }, 0, 0);
-  const action = delivery.poll(0);
+  const action = delivery.nextEffect(0);
   assert.equal(action.kind, "PostBatch");
   return [delivery, action];
 }
-const ids = (action: Action): string[] =>
+const ids = (action: DeliveryEffect): string[] =>
   action.kind === "PostBatch" ? (JSON.parse(new TextDecoder().decode(action.body)).events as { external_id: string }[]).map((e) => e.external_id) : [];
 
 describe("the delivery policy", () => {
   it("acknowledges a delivered batch", () => {
     const [delivery] = posted(2);
     delivery.handle(answered(200), 1, 5);
-    const settle = delivery.poll(1);
+    const settle = delivery.nextEffect(1);
     assert.equal(settle.kind, "SettleScript");
     assert.deepEqual(settle.kind === "SettleScript" && settle.args, ["outpost:v1:{3}:changes", "outpost", "5", "2", "1-0", "2-0", "-1", "2", "0:e1", "0:e2"]);
     assert.deepEqual(withKnownRevs(settle as never, () => 7).args.slice(6, 7), ["7"]);
@@ -53,52 +53,52 @@ describe("the delivery policy", () => {
   it("drops alone what a 422 points at, confirmed, and sends the rest at once", () => {
     const [delivery] = posted(3);
     delivery.handle(answered(422, { detail: [{ loc: ["body", "events", 1, "name"], msg: "bad" }] }), 1, 5);
-    const report = delivery.poll(1);
+    const report = delivery.nextEffect(1);
     assert.deepEqual(report.kind === "ReportDropped" && report.events, [{ name: "a", external_id: "e2" }]);
     delivery.handle({ kind: "Reported" }, 1, 5);
-    const confirm = delivery.poll(1);
+    const confirm = delivery.nextEffect(1);
     assert.equal(confirm.kind === "SettleScript" && confirm.script, "confirm");
     delivery.handle({ kind: "Settled", reply: null }, 1, 5);
-    assert.equal(delivery.poll(1).kind, "RefreshClaim");
+    assert.equal(delivery.nextEffect(1).kind, "RefreshClaim");
     delivery.handle({ kind: "Done" }, 1, 5);
-    assert.deepEqual(ids(delivery.poll(1)), ["e1", "e3"]);
+    assert.deepEqual(ids(delivery.nextEffect(1)), ["e1", "e3"]);
   });
 
   it("bisects a batch a 400 refuses without saying which event", () => {
     const [delivery] = posted(4);
     delivery.handle(answered(400), 1, 0);
-    assert.equal(delivery.poll(1).kind, "RefreshClaim");
+    assert.equal(delivery.nextEffect(1).kind, "RefreshClaim");
     delivery.handle({ kind: "Done" }, 1, 0);
-    assert.deepEqual(ids(delivery.poll(1)), ["e1", "e2"]);
+    assert.deepEqual(ids(delivery.nextEffect(1)), ["e1", "e2"]);
   });
 
   it("waits without using an attempt when Polar cannot take the batch, and honours Retry-After", () => {
     const [delivery] = posted(1, { maxAttempts: 1 });
     delivery.handle(answered(429, "", 30), 1, 0);
-    assert.deepEqual(delivery.poll(1), { kind: "Sleep", until: 31 });
+    assert.deepEqual(delivery.nextEffect(1), { kind: "Sleep", until: 31 });
     delivery.handle({ kind: "Done" }, 31, 0);
     assert.equal(delivery.rateLimited, 1);
-    assert.equal(delivery.poll(31).kind, "RefreshClaim");
+    assert.equal(delivery.nextEffect(31).kind, "RefreshClaim");
     delivery.handle({ kind: "Done" }, 31, 0);
-    assert.equal(delivery.poll(31).kind, "PostBatch");
+    assert.equal(delivery.nextEffect(31).kind, "PostBatch");
     delivery.handle(answered(422, { detail: [{ loc: ["body", "events", 0, "timestamp"], msg: "must be in the past" }] }), 32, 0);
     assert.match(delivery.stalled ?? "", /clock is ahead/);
-    assert.equal(delivery.poll(32).kind, "Sleep");
+    assert.equal(delivery.nextEffect(32).kind, "Sleep");
   });
 
   it("retries a 500 and, after max attempts, reports and acknowledges (Polar may hold them)", () => {
     const [delivery] = posted(1, { maxAttempts: 2 });
     delivery.handle(answered(500), 1, 0);
-    assert.deepEqual(delivery.poll(1), { kind: "Sleep", until: 1.75 });
+    assert.deepEqual(delivery.nextEffect(1), { kind: "Sleep", until: 1.75 });
     delivery.handle({ kind: "Done" }, 2, 0);
-    delivery.poll(2);
+    delivery.nextEffect(2);
     delivery.handle({ kind: "Done" }, 2, 0);
-    delivery.poll(2);
+    delivery.nextEffect(2);
     delivery.handle({ kind: "BatchFailed", reason: "reset", maybeSent: true }, 3, 0);
-    const report = delivery.poll(3);
+    const report = delivery.nextEffect(3);
     assert.equal(report.kind === "ReportDropped" && report.reason, "reset, after 2 attempts");
     delivery.handle({ kind: "Reported" }, 3, 0);
-    const settle = delivery.poll(3);
+    const settle = delivery.nextEffect(3);
     assert.equal(settle.kind === "SettleScript" && settle.script, "acknowledge");
   });
 
@@ -106,21 +106,26 @@ describe("the delivery policy", () => {
     const [delivery] = posted(1);
     delivery.handle(answered(401), 1, 0);
     assert.match(delivery.stalled ?? "", /401/);
-    assert.deepEqual(delivery.poll(1), { kind: "Sleep", until: 31 });
+    assert.deepEqual(delivery.reports(), [
+      { level: "warning", message: "outpost delivery is stalled: Polar answered 401: check the access token and server URL" },
+    ]);
+    assert.deepEqual(delivery.reports(), []);
+    assert.deepEqual(delivery.nextEffect(1), { kind: "Sleep", until: 31 });
     delivery.handle({ kind: "Done" }, 31, 0);
     const fresh = new Delivery(makeDeliverySettings(), { random: () => 0 }, 0);
-    fresh.poll(0);
+    fresh.nextEffect(0);
     fresh.handle({ kind: "OutboxRead", entries: [[STREAM, "9-0", new Map([["e", "not json"]])], ["elsewhere", "1-0", {}]] }, 0, 0);
     assert.equal(fresh.rejectedEntries, 2);
-    const confirm = fresh.poll(0);
+    assert.deepEqual(fresh.reports(), [{ level: "warning", message: "outpost removed 2 unreadable outbox entries (or rejected replies)" }]);
+    const confirm = fresh.nextEffect(0);
     assert.deepEqual(confirm.kind === "SettleScript" && confirm.args.slice(3), ["1", "9-0"]);
   });
 
   it("refuses an outcome that answers no action", () => {
     const delivery = new Delivery(makeDeliverySettings(), { random: () => 0 }, 0);
     assert.throws(() => delivery.handle({ kind: "Done" }, 0, 0), UsageError);
-    delivery.poll(0);
-    assert.throws(() => delivery.poll(0), UsageError);
+    delivery.nextEffect(0);
+    assert.throws(() => delivery.nextEffect(0), UsageError);
     assert.throws(() => delivery.handle({ kind: "Reported" }, 0, 0), UsageError);
     assert.throws(() => makeDeliverySettings({ batchSize: 0 }), UsageError);
   });

@@ -22,7 +22,7 @@ import fc from "fast-check";
 import type { Redis } from "ioredis";
 import { Aggregate, EMPTY } from "../../src/core/aggregate.js";
 import { Balance } from "../../src/core/balance.js";
-import { Delivery, type Outcome, makeDeliverySettings, withKnownRevs } from "../../src/core/delivery.js";
+import { Delivery, type DeliveryInput, makeDeliverySettings, withKnownRevs } from "../../src/core/delivery.js";
 import type { Effect } from "../../src/core/effects.js";
 import type { Input } from "../../src/core/inputs.js";
 import { ALL_CHANNELS, ALL_OUTBOXES, Customer, channel, eventsKey, stateKey } from "../../src/core/keys.js";
@@ -190,8 +190,8 @@ class World {
     const remaining = [...fates];
     for (let polls = 0; polls < 40; polls++) {
       this.delivery.flushing = true;
-      const action = this.delivery.poll(this.seconds);
-      let outcome: Outcome;
+      const action = this.delivery.nextEffect(this.seconds);
+      let outcome: DeliveryInput;
       let stop = false;
       switch (action.kind) {
         case "ClaimStale":
