@@ -111,11 +111,7 @@ def build_event(
 def _text(value: object, field: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidEvent(f"{field} must be a non-empty string, got {value!r}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidEvent(f"{field} is not valid Unicode text: {exc}") from exc
-    return value
+    return _encodable(value, field)
 
 
 def _metadata(metadata: object) -> dict[str, Any]:
@@ -127,6 +123,7 @@ def _metadata(metadata: object) -> dict[str, Any]:
     for key, value in metadata.items():
         if not isinstance(key, str) or not key:
             raise InvalidEvent(f"metadata keys must be non-empty strings, got {key!r}")
+        _encodable(key, f"metadata key {key!r}")
         if key == "_cost":
             clean[key] = _cost(value)
         elif key == "_llm":
@@ -150,7 +147,7 @@ def _scalar(value: object, where: str) -> str | int | float | bool:
     if isinstance(value, str):
         if not 1 <= len(value) <= MAX_STRING_VALUE:
             raise InvalidEvent(f"{where} must be 1 to {MAX_STRING_VALUE} characters")
-        return value
+        return _encodable(value, where)
     raise InvalidEvent(
         f"{where} must be a string, an integer, a float or a boolean, got {type(value).__name__}"
     )
@@ -208,4 +205,13 @@ def _llm(value: object) -> dict[str, Any]:
 def _text_value(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise InvalidEvent(f"{where} must be a string")
+    return _encodable(value, where)
+
+
+def _encodable(value: str, where: str) -> str:
+    """``value``, if UTF-8 can carry it (a lone surrogate cannot: Redis would never see it)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidEvent(f"{where} is not valid Unicode text: {exc}") from exc
     return value

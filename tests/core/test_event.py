@@ -320,3 +320,19 @@ def test_the_event_id_is_the_callers_or_a_new_one() -> None:
     assert event_id_of("mine", "new") == "mine"
     with pytest.raises(InvalidEvent, match="event_id must be a string"):
         event_id_of(42, "new")
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"path": "a\ud800b"},
+        {"pa\udfffth": "x"},
+        {"_llm": {**LLM, "model": "gpt-\ud800"}},
+        {"_llm": {**LLM, "prompt": "\udc00"}},
+    ],
+)
+def test_text_that_utf8_cannot_carry_is_refused(metadata: dict[str, Any]) -> None:
+    """A lone surrogate would fail later, when the event is written to Redis, as a driver
+    error instead of InvalidEvent (found by the TypeScript differential test)."""
+    with pytest.raises(InvalidEvent, match="not valid Unicode"):
+        event(metadata)
