@@ -34,5 +34,15 @@ class Echoes:
             return False
         return True
 
+    def seen_in(self, response: object) -> bool:
+        """Whether a raw pub/sub reply (``[b"smessage", channel, data]``, before a client library
+        makes a message of it) is an expected echo; forget it if so."""
+        return (
+            isinstance(response, list)
+            and len(response) == 3
+            and response[0] in (b"smessage", "smessage")
+            and self.seen(response[2])
+        )
+
     def __len__(self) -> int:
         return len(self._expected)

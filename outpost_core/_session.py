@@ -545,8 +545,7 @@ class Session:
         Raises :class:`UnknownMeter` when the meter is still missing from the configuration."""
         reducer = self._reducer(meter_id, waiting=False)
         if reducer is None:
-            state, error = self.link_status()
-            return f"no configuration from Polar yet (WebSocket {state}{_suffix(error)})"
+            return self.unconfigured_reason()
         customer = customer_of(external_customer_id, customer_id)
         for name in (customer, *self._aliases_of(customer)):
             mirror = self._mirrors.get(_keys.state_key(name, reducer.id))
@@ -565,6 +564,11 @@ class Session:
         if link.state is not LinkState.OPEN and link.last_error:
             status += f": {link.last_error}"
         return f"no snapshot from Polar for {customer} yet (WebSocket {status})"
+
+    def unconfigured_reason(self) -> str:
+        """Why a ``track()`` cannot tell yet which meters count an event (no configuration)."""
+        state, error = self.link_status()
+        return f"no configuration from Polar yet (WebSocket {state}{_suffix(error)})"
 
     def _reducer(self, meter_id: str, *, waiting: bool = True) -> Reducer | None:
         if self.configuration is None:

@@ -552,11 +552,8 @@ class Outpost:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 with self._lock:
-                    link = self._core.link_status()
-                raise NotReady(
-                    "no configuration from Polar yet: cannot tell which meters count the event "
-                    f"(WebSocket {link[0]}{': ' + link[1] if link[1] else ''})"
-                )
+                    reason = self._core.unconfigured_reason()
+                raise NotReady(f"{reason}: cannot tell which meters count the event")
             version = self._signal.version
             self._read_cached_configuration()
             self._signal.wait(version, min(remaining, _RECHECK))
@@ -863,7 +860,7 @@ class Outpost:
                     # applied from the script's reply) is dropped before redis-py makes a
                     # message of it: the echo of every track() costs the least it can.
                     response = pubsub.parse_response(block=False, timeout=_POLL)
-                    if _is_echo(response, self._echoes):
+                    if self._echoes.seen_in(response):
                         continue
                     message = None
                     if response is not None:
@@ -1192,17 +1189,6 @@ class Outpost:
         if self._clock is None:
             return time.time_ns() // 1000
         return to_us(self._clock.now())
-
-
-def _is_echo(response: Any, echoes: Echoes) -> bool:
-    """Whether a raw pub/sub reply is an ``smessage`` this instance expects back (its data is
-    the very text a script of this instance replied with); forgets it if so."""
-    return (
-        isinstance(response, list)
-        and len(response) == 3
-        and response[0] in (b"smessage", "smessage")
-        and echoes.seen(response[2])
-    )
 
 
 # The driver is two dispatch tables: each effect the core asks for, and the method that does it

@@ -24,3 +24,14 @@ def test_echoes_that_never_come_are_forgotten() -> None:
     assert len(echoes) == 2
     assert not echoes.seen("reply 0")
     assert echoes.seen("reply 3") and echoes.seen("reply 4")
+
+
+def test_an_echo_is_recognised_in_a_raw_pubsub_reply() -> None:
+    echoes = Echoes()
+    echoes.expect(b"change")
+    assert not echoes.seen_in([b"ssubscribe", b"ch", 1])
+    assert not echoes.seen_in([b"smessage", b"ch"])
+    assert not echoes.seen_in(None)
+    assert not echoes.seen_in([b"smessage", b"ch", b"other change"])
+    assert echoes.seen_in([b"smessage", b"ch", b"change"])
+    assert not echoes.seen_in(["smessage", "ch", b"change"])  # once

@@ -9,11 +9,11 @@ from typing import Any
 
 from outpost_core import Customer
 from outpost_core._aggregate import format_number
-from outpost_core._event import build_event, customer_of
 from outpost_core._configuration import counts, safe_value
+from outpost_core._event import build_event, customer_of
 from outpost_core._filters import EventView, InvalidDefinition, parse_aggregation, parse_filter
-from outpost_core._sql_filters import jsonb_text, sql_matches
 from outpost_core._keys import state_key
+from outpost_core._sql_filters import jsonb_text, sql_matches
 from outpost_core.errors import OutpostError
 
 
