@@ -11,9 +11,8 @@ import pytest
 from django.conf import settings  # type: ignore[import-untyped]
 from django.test import Client  # type: ignore[import-untyped]
 
-from outpost_core import Balance
 from outpost_emulator import Emulator
-from tests.examples._scenario import serves_until_the_credits_run_out
+from tests.examples._scenario import balance_reader, serves_until_the_credits_run_out
 from tests.examples.conftest import fresh_import
 
 
@@ -51,11 +50,8 @@ def test_serves_until_the_credits_run_out(
         response = client.get(path, headers=headers)
         return response.status_code, response.json()
 
-    def read_balance(customer: str) -> Balance:
-        balance: Balance = metering.outpost.balance(app_env, external_customer_id=customer)
-        return balance
-
-    serves_until_the_credits_run_out(get, emulator, app_env, read_balance)
+    reader = balance_reader(metering.outpost, app_env)
+    serves_until_the_credits_run_out(get, emulator, app_env, reader)
 
 
 def test_other_methods_are_refused(metering: ModuleType) -> None:
