@@ -158,8 +158,7 @@ def _clause_value(value: Any, loc: Loc, errors: Errors) -> ClauseValue | None:
 
 def parse_aggregation(value: Any, loc: Loc, errors: Errors) -> Aggregation | None:
     if not isinstance(value, dict):
-        msg = "Input should be a valid dictionary or object to extract fields from"
-        errors.add(loc, "model_attributes_type", msg, value)
+        errors.not_an_object(loc, value)
         return None
     if "func" not in value:
         msg = "Unable to extract tag using discriminator 'func'"
@@ -210,8 +209,7 @@ def parse_meter_create(body: Any, errors: Errors) -> JsonObject | None:
     """`MeterCreate`; returns the normalised fields, or None after adding errors."""
     loc: Loc = ("body",)
     if not isinstance(body, dict):
-        msg = "Input should be a valid dictionary or object to extract fields from"
-        errors.add(loc, "model_attributes_type", msg, body)
+        errors.not_an_object(loc, body)
         return None
     count = len(errors)
     name = body.get("name")

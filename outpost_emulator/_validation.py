@@ -43,8 +43,7 @@ def validate_ingest(
 ) -> tuple[list[EventInput], Errors]:
     errors = Errors()
     if not isinstance(body, dict):
-        msg = "Input should be a valid dictionary or object to extract fields from"
-        errors.add(("body",), "model_attributes_type", msg, body)
+        errors.not_an_object(("body",), body)
         return [], errors
     if "events" not in body:
         errors.missing(("body", "events"), body)
@@ -65,8 +64,7 @@ def _validate_event(
     raw: Any, loc: Loc, now_us: int, customers: Customers, errors: Errors
 ) -> EventInput | None:
     if not isinstance(raw, dict):
-        msg = "Input should be a valid dictionary or object to extract fields from"
-        errors.add(loc, "model_attributes_type", msg, raw)
+        errors.not_an_object(loc, raw)
         return None
     count = len(errors)
 
