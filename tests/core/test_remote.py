@@ -31,7 +31,7 @@ from outpost_core import (
     UsageError,
 )
 from outpost_core import _keys as keys
-from outpost_core._effects import CloseConnection, Effect, ListPending, OpenConnection, SendBytes
+from outpost_core._effects import CloseConnection, Effect, ListPending, OpenConnection
 from outpost_core._inputs import (
     BytesReceived,
     ConnectionFailed,
@@ -87,13 +87,7 @@ class Polar:
 
     def effects(self) -> list[Effect]:
         """The session's effects; the bytes for Polar go to the peer, the rest is returned."""
-        out: list[Effect] = []
-        for effect in self.session.effects():
-            if isinstance(effect, SendBytes):
-                assert self.peer.feed(effect.data) == b""
-            else:
-                out.append(effect)
-        return out
+        return self.peer.receive(self.session.effects())
 
     def connect(self) -> None:
         self.session.handle(Tick(self.now, WALL))
