@@ -13,7 +13,7 @@ from django.test import Client  # type: ignore[import-untyped]
 
 from outpost_emulator import Emulator
 from tests.examples._scenario import balance_reader, serves_until_the_credits_run_out
-from tests.examples.conftest import fresh_import
+from tests.examples.conftest import app_module
 
 
 def _configure_django() -> None:
@@ -36,9 +36,7 @@ def _configure_django() -> None:
 @pytest.fixture
 def metering(app_env: str) -> Iterator[ModuleType]:
     _configure_django()
-    module = fresh_import("examples.django_app.outpost_site.metering")
-    yield module
-    module.outpost.close()
+    yield from app_module("examples.django_app.outpost_site.metering")
 
 
 def test_serves_until_the_credits_run_out(

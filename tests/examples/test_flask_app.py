@@ -10,14 +10,12 @@ import pytest
 
 from outpost_emulator import Emulator
 from tests.examples._scenario import balance_reader, serves_until_the_credits_run_out
-from tests.examples.conftest import fresh_import
+from tests.examples.conftest import app_module, fresh_import
 
 
 @pytest.fixture
 def flask_module(app_env: str) -> Iterator[ModuleType]:
-    module = fresh_import("examples.flask_app.app")
-    yield module
-    module.outpost.close()
+    yield from app_module("examples.flask_app.app")
 
 
 def test_serves_until_the_credits_run_out(
