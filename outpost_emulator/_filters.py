@@ -18,6 +18,7 @@ from outpost_emulator._fields import (
     bool_error,
     check_int,
     check_metadata_value,
+    check_nul,
     check_str,
     has_nul,
 )
@@ -198,10 +199,8 @@ def parse_meter_metadata(value: Any, loc: Loc, errors: Errors) -> JsonObject | N
         msg = f"Dictionary should have at most 50 items after validation, not {len(value)}"
         ctx = {"field_type": "Dictionary", "max_length": 50, "actual_length": len(value)}
         errors.add(loc, "too_long", msg, value, ctx)
-    if len(errors) == count and has_nul(value):
-        errors.add(
-            loc, "value_error", NUL_MSG, value, {"error": "This value contains invalid characters"}
-        )
+    if len(errors) == count:
+        check_nul(value, loc, errors)
     return dict(value) if len(errors) == count else None
 
 
