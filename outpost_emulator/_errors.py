@@ -51,6 +51,10 @@ class Errors:
     def missing(self, loc: Loc, input_: Any) -> None:
         self.add(loc, "missing", "Field required", input_)
 
+    def not_an_object(self, loc: Loc, input_: Any) -> None:
+        msg = "Input should be a valid dictionary or object to extract fields from"
+        self.add(loc, "model_attributes_type", msg, input_)
+
     def __bool__(self) -> bool:
         return bool(self.items)
 

@@ -10,6 +10,7 @@ from typing import Any, TypeGuard
 from outpost_emulator._errors import Errors, Loc, too_long_msg, too_short_msg
 
 NUL_MSG = "Value error, This value contains invalid characters"
+_NUL_CTX = {"error": "This value contains invalid characters"}
 _BOOL_WORDS = {
     "0": False, "off": False, "f": False, "false": False, "n": False, "no": False,
     "1": True, "on": True, "t": True, "true": True, "y": True, "yes": True,
@@ -25,6 +26,12 @@ def has_nul(value: Any) -> bool:
     if isinstance(value, list):
         return any(has_nul(v) for v in value)
     return False
+
+
+def check_nul(value: Any, loc: Loc, errors: Errors) -> None:
+    """Polar's error for a NUL character in ``value``, if it holds one."""
+    if has_nul(value):
+        errors.add(loc, "value_error", NUL_MSG, value, _NUL_CTX)
 
 
 def check_str(

@@ -18,6 +18,7 @@ from outpost_emulator._fields import (
     bool_error,
     check_int,
     check_metadata_value,
+    check_nul,
     check_str,
     has_nul,
 )
@@ -158,8 +159,7 @@ def _clause_value(value: Any, loc: Loc, errors: Errors) -> ClauseValue | None:
 
 def parse_aggregation(value: Any, loc: Loc, errors: Errors) -> Aggregation | None:
     if not isinstance(value, dict):
-        msg = "Input should be a valid dictionary or object to extract fields from"
-        errors.add(loc, "model_attributes_type", msg, value)
+        errors.not_an_object(loc, value)
         return None
     if "func" not in value:
         msg = "Unable to extract tag using discriminator 'func'"
@@ -199,10 +199,8 @@ def parse_meter_metadata(value: Any, loc: Loc, errors: Errors) -> JsonObject | N
         msg = f"Dictionary should have at most 50 items after validation, not {len(value)}"
         ctx = {"field_type": "Dictionary", "max_length": 50, "actual_length": len(value)}
         errors.add(loc, "too_long", msg, value, ctx)
-    if len(errors) == count and has_nul(value):
-        errors.add(
-            loc, "value_error", NUL_MSG, value, {"error": "This value contains invalid characters"}
-        )
+    if len(errors) == count:
+        check_nul(value, loc, errors)
     return dict(value) if len(errors) == count else None
 
 
@@ -210,8 +208,7 @@ def parse_meter_create(body: Any, errors: Errors) -> JsonObject | None:
     """`MeterCreate`; returns the normalised fields, or None after adding errors."""
     loc: Loc = ("body",)
     if not isinstance(body, dict):
-        msg = "Input should be a valid dictionary or object to extract fields from"
-        errors.add(loc, "model_attributes_type", msg, body)
+        errors.not_an_object(loc, body)
         return None
     count = len(errors)
     name = body.get("name")

@@ -14,18 +14,16 @@ from typing import Any, cast
 from outpost_emulator._customers import Customers
 from outpost_emulator._errors import Errors, Loc
 from outpost_emulator._fields import (
-    NUL_MSG,
     check_decimal,
     check_int,
     check_metadata_value,
+    check_nul,
     check_str,
     check_uuid4,
-    has_nul,
 )
 from outpost_emulator._model import Identity, JsonObject
 from outpost_emulator._timeutil import parse_iso, to_us
 
-_NUL_CTX = {"error": "This value contains invalid characters"}
 _PAST = "Timestamp must be in the past."
 
 
@@ -43,8 +41,7 @@ def validate_ingest(
 ) -> tuple[list[EventInput], Errors]:
     errors = Errors()
     if not isinstance(body, dict):
-        msg = "Input should be a valid dictionary or object to extract fields from"
-        errors.add(("body",), "model_attributes_type", msg, body)
+        errors.not_an_object(("body",), body)
         return [], errors
     if "events" not in body:
         errors.missing(("body", "events"), body)
@@ -65,8 +62,7 @@ def _validate_event(
     raw: Any, loc: Loc, now_us: int, customers: Customers, errors: Errors
 ) -> EventInput | None:
     if not isinstance(raw, dict):
-        msg = "Input should be a valid dictionary or object to extract fields from"
-        errors.add(loc, "model_attributes_type", msg, raw)
+        errors.not_an_object(loc, raw)
         return None
     count = len(errors)
 
@@ -74,14 +70,14 @@ def _validate_event(
     if "name" not in raw:
         errors.missing((*loc, "name"), raw)
     elif check_str(name, (*loc, "name"), errors, min_length=1, max_length=128):
-        _nul(name, (*loc, "name"), errors)
+        check_nul(name, (*loc, "name"), errors)
 
     timestamp_us = _timestamp(raw, loc, now_us, errors)
 
     for field in ("external_id", "parent_id", "external_member_id"):
         value = raw.get(field)
         if value is not None and check_str(value, (*loc, field), errors):
-            _nul(value, (*loc, field), errors)
+            check_nul(value, (*loc, field), errors)
 
     if raw.get("organization_id") is not None:
         org = check_uuid4(raw["organization_id"], (*loc, "organization_id"), errors)
@@ -99,11 +95,6 @@ def _validate_event(
     if len(errors) > count or identity is None or metadata is None or timestamp_us is None:
         return None
     return EventInput(cast("str", name), timestamp_us, identity, raw.get("external_id"), metadata)
-
-
-def _nul(value: Any, loc: Loc, errors: Errors) -> None:
-    if has_nul(value):
-        errors.add(loc, "value_error", NUL_MSG, value, _NUL_CTX)
 
 
 def _timestamp(raw: JsonObject, loc: Loc, now_us: int, errors: Errors) -> int | None:
@@ -148,7 +139,7 @@ def _identity(raw: JsonObject, loc: Loc, customers: Customers, errors: Errors) -
         return None
     if external is not None:
         if check_str(external, (*loc, "external_customer_id"), errors):
-            _nul(external, (*loc, "external_customer_id"), errors)
+            check_nul(external, (*loc, "external_customer_id"), errors)
             return ("external_customer_id", external)
         return None
     normalized = check_uuid4(customer_id, (*loc, "customer_id"), errors)
@@ -178,7 +169,7 @@ def _metadata(value: Any, loc: Loc, errors: Errors) -> JsonObject | None:
         elif check_metadata_value(item, (*loc, key), errors):
             result[key] = item
     if len(errors) == count:
-        _nul(value, loc, errors)
+        check_nul(value, loc, errors)
     return result if len(errors) == count else None
 
 

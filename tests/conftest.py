@@ -34,12 +34,7 @@ def durable_redis_server() -> Iterator[RedisServer]:
 @pytest.fixture(scope="session")
 def _session_cluster() -> Iterator[RedisCluster]:
     """One Redis Cluster (3 primaries, 3 replicas) for the whole run, started on first use."""
-    cluster = RedisCluster()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.close()
+    yield from _started_cluster()
 
 
 @pytest.fixture
@@ -61,6 +56,11 @@ def redis_or_cluster(request: pytest.FixtureRequest) -> RedisServer | RedisClust
 @pytest.fixture
 def own_redis_cluster() -> Iterator[RedisCluster]:
     """A cluster of the test's own, for tests that kill, stop or reshard its nodes."""
+    yield from _started_cluster()
+
+
+def _started_cluster() -> Iterator[RedisCluster]:
+    """A started cluster, closed when the generator is (also when starting it failed half-way)."""
     cluster = RedisCluster()
     try:
         cluster.start()

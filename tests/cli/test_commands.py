@@ -10,7 +10,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 import pytest
@@ -59,6 +59,13 @@ def instance(server: RedisServer, emulator: Emulator) -> Outpost:
 
 def statuses(data: Any) -> dict[str, str]:
     return {v["check"]: v["status"] for v in data["verdicts"]}
+
+
+def failed(data: Any, check: str) -> str:
+    """The detail of doctor's one verdict on ``check``, which must have failed."""
+    [verdict] = [v for v in data["verdicts"] if v["check"] == check]
+    assert verdict["status"] == "fail", verdict
+    return str(verdict["detail"])
 
 
 def test_version_and_help_with_defaults(capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,9 +159,7 @@ def test_doctor_refuses_redis_6(
     code, data = run_json(
         capsys, "doctor", "doctor", *where(redis_server, emulator), "--redis-version", "6.2.14"
     )
-    assert code == 1
-    [version] = [v for v in data["verdicts"] if v["check"] == "redis version"]
-    assert version["status"] == "fail" and "no sharded pub/sub" in version["detail"]
+    assert code == 1 and "no sharded pub/sub" in failed(data, "redis version")
 
 
 def test_doctor_names_a_wrong_token(
@@ -162,11 +167,8 @@ def test_doctor_names_a_wrong_token(
 ) -> None:
     code, data = run_json(capsys, "doctor", "doctor", *where(redis_server, emulator, "wrong"))
     assert code == 1
-    verdicts = {v["check"]: v for v in data["verdicts"]}
-    assert verdicts["polar token"]["status"] == "fail"
-    assert "HTTP 401" in verdicts["polar token"]["detail"]
-    assert verdicts["websocket"]["status"] == "fail"
-    assert "HTTP 401" in verdicts["websocket"]["detail"]
+    assert "HTTP 401" in failed(data, "polar token")
+    assert "HTTP 401" in failed(data, "websocket")
 
 
 def test_doctor_names_a_clock_ahead_of_polar(
@@ -174,9 +176,7 @@ def test_doctor_names_a_clock_ahead_of_polar(
 ) -> None:
     emulator.set_time(emulator.clock.now() - timedelta(seconds=30))  # Polar 30 s behind us
     code, data = run_json(capsys, "doctor", "doctor", *where(redis_server, emulator))
-    assert code == 1
-    [clock] = [v for v in data["verdicts"] if v["check"] == "clock"]
-    assert clock["status"] == "fail" and "ahead of Polar" in clock["detail"]
+    assert code == 1 and "ahead of Polar" in failed(data, "clock")
 
 
 def test_stranded_entries_of_a_killed_process_are_named_and_released(
@@ -206,52 +206,35 @@ def test_stranded_entries_of_a_killed_process_are_named_and_released(
 
 
 def test_ctrl_c_stops_the_emulator_with_one_line_and_status_0() -> None:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "outpost_sync.cli", "emulator", "--port", str(port)],
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        cwd=ROOT,
-        preexec_fn=_ctrl_c_as_at_a_terminal,
-    )
-    try:
-        assert process.stderr is not None
-        for line in process.stderr:
-            if "Polar emulator on" in line:
-                break
-        process.send_signal(signal.SIGINT)
-        _, rest = process.communicate(timeout=20)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0, rest
-    assert "Traceback" not in rest
-    assert rest.strip().splitlines()[-1] == "outpost emulator: stopped"
+    port = str(free_port())
+    last = stopped_by_ctrl_c("emulator", "--port", port, ready="Polar emulator on", on="stderr")
+    assert last == "outpost emulator: stopped"
 
 
 def test_ctrl_c_stops_the_demo_with_one_line_and_status_0(redis_server: RedisServer) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    args = ("demo", "--plain", "--redis-url", redis_server.url)
+    last = stopped_by_ctrl_c(*args, ready="", on="stdout")  # any line: it runs
+    assert last == "outpost demo: stopped"
+
+
+def stopped_by_ctrl_c(*args: str, ready: str, on: Literal["stdout", "stderr"]) -> str:
+    """Run ``outpost <args>`` until a line holding ``ready`` on ``on``, then press Ctrl-C as at a
+    terminal; it must exit 0 without a traceback. Returns the last line it wrote to stderr."""
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "outpost_sync.cli",
-            "demo",
-            "--plain",
-            "--redis-url",
-            redis_server.url,
-        ],
+        [sys.executable, "-m", "outpost_sync.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
         cwd=ROOT,
         preexec_fn=_ctrl_c_as_at_a_terminal,
     )
     try:
-        assert process.stdout is not None
-        process.stdout.readline()  # it runs
+        stream = process.stdout if on == "stdout" else process.stderr
+        assert stream is not None
+        for line in stream:
+            if ready in line:
+                break
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
     finally:
@@ -259,7 +242,7 @@ def test_ctrl_c_stops_the_demo_with_one_line_and_status_0(redis_server: RedisSer
             process.kill()
     assert process.returncode == 0, err
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1] == "outpost demo: stopped"
+    return err.strip().splitlines()[-1]
 
 
 def _ctrl_c_as_at_a_terminal() -> None:

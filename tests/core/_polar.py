@@ -18,6 +18,8 @@ from wsproto.events import (
     TextMessage,
 )
 
+from outpost_core import Effect, SendBytes
+
 
 class FixedRandom:
     """The injected generator: always the same draw, so backoffs are exact."""
@@ -59,6 +61,17 @@ class Peer:
             elif isinstance(event, CloseConnection):
                 self.closes.append(event.code)
         return out
+
+    def receive(self, effects: list[Effect]) -> list[Effect]:
+        """Take the bytes among a session's effects (Polar must have nothing to answer at once);
+        returns the other effects."""
+        rest: list[Effect] = []
+        for effect in effects:
+            if isinstance(effect, SendBytes):
+                assert self.feed(effect.data) == b""
+            else:
+                rest.append(effect)
+        return rest
 
     def accept(self) -> bytes:
         return self.ws.send(AcceptConnection())

@@ -27,7 +27,7 @@ from outpost_core import (
 )
 from outpost_core import _keys as keys
 from outpost_core._balance import merged_state
-from outpost_core._effects import Effect, Fetch, ListPending, OpenConnection, SendBytes
+from outpost_core._effects import Effect, Fetch, ListPending, OpenConnection
 from outpost_core._inputs import BytesReceived, ConnectionOpened, PendingListed
 from outpost_core._link import Link, Target
 from outpost_core._mirror import derive_state
@@ -112,12 +112,7 @@ class Polar:
         self.peer.take()
 
     def drain(self) -> list[Effect]:
-        out: list[Effect] = []
-        for effect in self.session.effects():
-            if isinstance(effect, SendBytes):
-                assert self.peer.feed(effect.data) == b""
-            else:
-                out.append(effect)
+        out = self.peer.receive(self.session.effects())
         self.redis += out
         return out
 

@@ -31,7 +31,7 @@ from outpost_core import (
     UsageError,
 )
 from outpost_core import _keys as keys
-from outpost_core._effects import CloseConnection, Effect, ListPending, OpenConnection, SendBytes
+from outpost_core._effects import CloseConnection, Effect, ListPending, OpenConnection
 from outpost_core._inputs import (
     BytesReceived,
     ConnectionFailed,
@@ -87,13 +87,7 @@ class Polar:
 
     def effects(self) -> list[Effect]:
         """The session's effects; the bytes for Polar go to the peer, the rest is returned."""
-        out: list[Effect] = []
-        for effect in self.session.effects():
-            if isinstance(effect, SendBytes):
-                assert self.peer.feed(effect.data) == b""
-            else:
-                out.append(effect)
-        return out
+        return self.peer.receive(self.session.effects())
 
     def connect(self) -> None:
         self.session.handle(Tick(self.now, WALL))
@@ -188,6 +182,14 @@ def apply_reply(rev: int = 1, **fields: str) -> str:
 
 
 SNAPSHOT_FIELDS = {"cu": str(HOT), "sa": str(WALL - 1), "sid": "snap-1", "p": "3 3 1 1"}
+
+
+def snapshot_applied(polar: Polar) -> None:
+    """Polar sends c1's snapshot; Redis lists no pending event and applies it."""
+    listed = listing(polar.snapshot(None))
+    polar.session.handle(PendingListed(listed.tag, {}))
+    run = applying(polar.effects())
+    polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
 
 
 # -- plumbing -------------------------------------------------------------------------------------
@@ -704,10 +706,7 @@ def test_failures_in_a_row_back_off_further_up_to_the_cap(apply: bool) -> None:
     assert delays == pytest.approx([c * 0.75 for c in ceilings])
     assert delays[-1] == pytest.approx(RETRY_CAP * 0.75)
     # A snapshot applied ends the run of failures: the next failure waits the first delay.
-    listed = listing(polar.snapshot(None))
-    polar.session.handle(PendingListed(listed.tag, {}))
-    run = applying(polar.effects())
-    polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
+    snapshot_applied(polar)
     assert (flow.applied, flow.failures) == (True, 0)
     assert fail_once_more(polar, flow, apply=apply) == pytest.approx(RETRY_BASE * 0.75)
 
@@ -909,10 +908,7 @@ def test_a_fetched_hash_that_lost_its_snapshot_asks_polar_again() -> None:
     polar = Polar()
     polar.connect()
     polar.follow()
-    listed = listing(polar.snapshot(None))
-    polar.session.handle(PendingListed(listed.tag, {}))
-    run = applying(polar.effects())
-    polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
+    snapshot_applied(polar)
     polar.session.handle(SubscriberLost())
     assert polar.session.read(COUNT, "c1") == Fetch(keys=(state("r-count"),))
     # Redis answers the fetch with a hash that has no snapshot any more (expired, wiped).
@@ -955,10 +951,7 @@ def test_a_state_that_lost_its_snapshot_asks_polar_again() -> None:
     polar = Polar()
     polar.connect()
     polar.follow()
-    listed = listing(polar.snapshot(None))
-    polar.session.handle(PendingListed(listed.tag, {}))
-    run = applying(polar.effects())
-    polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
+    snapshot_applied(polar)
     assert polar.session.read(COUNT, "c1") is not None
     # The identity's keys expired (or Redis was wiped): a reload finds no snapshot any more.
     polar.session.handle(SubscriberRestarted())

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 import outpost_core
+from tests.support.imports import imports_of
 
 CORE = Path(outpost_core.__file__).resolve().parent
 FORBIDDEN = frozenset(
@@ -37,27 +37,7 @@ FORBIDDEN = frozenset(
 
 def forbidden_imports(source: str) -> list[tuple[int, str]]:
     """(line, module) of every import of a forbidden top-level package, at any depth."""
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
-        modules: list[str] = []
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules = [node.module]
-        elif (
-            isinstance(node, ast.Call)
-            and (
-                (isinstance(node.func, ast.Name) and node.func.id == "__import__")
-                or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
-            )
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            modules = [node.args[0].value]
-        line = getattr(node, "lineno", 0)
-        found += [(line, m) for m in modules if m.split(".")[0] in FORBIDDEN]
-    return found
+    return imports_of(source, FORBIDDEN)
 
 
 def core_files() -> list[Path]:

@@ -230,13 +230,7 @@ def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
     peer = Peer()
 
     def to_polar() -> list[Any]:
-        out = []
-        for effect in recording.effects():
-            if isinstance(effect, SendBytes):
-                peer.feed(effect.data)
-            else:
-                out.append(effect)
-        return out
+        return peer.receive(recording.effects())
 
     recording.handle(ConfigurationReceived(STANDARD, from_cache=True))
     assert to_polar() == []

@@ -6,12 +6,12 @@ sides of the wire.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 import outpost_emulator
+from tests.support.imports import imports_of
 
 EMULATOR = Path(outpost_emulator.__file__).resolve().parent
 SDK_PACKAGES = frozenset({"outpost_core", "outpost_sync", "outpost_async"})
@@ -19,26 +19,7 @@ SDK_PACKAGES = frozenset({"outpost_core", "outpost_sync", "outpost_async"})
 
 def sdk_imports(source: str) -> list[tuple[int, str]]:
     """(line, module) of every import of an SDK package, at any depth (also `__import__`)."""
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
-        modules: list[str] = []
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules = [node.module]
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name | ast.Attribute)
-            and getattr(node.func, "id", getattr(node.func, "attr", None))
-            in ("__import__", "import_module")
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            modules = [node.args[0].value]
-        line = getattr(node, "lineno", 0)
-        found += [(line, m) for m in modules if m.split(".")[0] in SDK_PACKAGES]
-    return found
+    return imports_of(source, SDK_PACKAGES)
 
 
 def test_the_check_sees_every_form_of_import() -> None:

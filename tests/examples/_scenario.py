@@ -8,11 +8,17 @@ from typing import Any
 
 from outpost_core import Balance
 from outpost_emulator import Emulator
+from outpost_sync import Outpost
 
 # (path, headers) -> (status, JSON body)
 Get = Callable[[str, dict[str, str]], tuple[int, Any]]
 # customer -> the app's own Outpost balance (warm read, no request to Polar)
 ReadBalance = Callable[[str], Balance]
+
+
+def balance_reader(outpost: Outpost, meter_id: str) -> ReadBalance:
+    """ReadBalance for an app that holds a sync ``Outpost``."""
+    return lambda customer: outpost.balance(meter_id, external_customer_id=customer)
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

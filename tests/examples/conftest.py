@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
@@ -41,3 +42,10 @@ def fresh_import(name: str) -> ModuleType:
     """Import a module that reads the environment at import time, re-running it if imported."""
     module = sys.modules.get(name)
     return importlib.reload(module) if module is not None else importlib.import_module(name)
+
+
+def app_module(name: str) -> Iterator[ModuleType]:
+    """For a fixture: the example's module imported afresh, its Outpost closed after the test."""
+    module = fresh_import(name)
+    yield module
+    module.outpost.close()

@@ -11,10 +11,9 @@ import pytest
 from django.conf import settings  # type: ignore[import-untyped]
 from django.test import Client  # type: ignore[import-untyped]
 
-from outpost_core import Balance
 from outpost_emulator import Emulator
-from tests.examples._scenario import serves_until_the_credits_run_out
-from tests.examples.conftest import fresh_import
+from tests.examples._scenario import balance_reader, serves_until_the_credits_run_out
+from tests.examples.conftest import app_module
 
 
 def _configure_django() -> None:
@@ -37,9 +36,7 @@ def _configure_django() -> None:
 @pytest.fixture
 def metering(app_env: str) -> Iterator[ModuleType]:
     _configure_django()
-    module = fresh_import("examples.django_app.outpost_site.metering")
-    yield module
-    module.outpost.close()
+    yield from app_module("examples.django_app.outpost_site.metering")
 
 
 def test_serves_until_the_credits_run_out(
@@ -51,11 +48,8 @@ def test_serves_until_the_credits_run_out(
         response = client.get(path, headers=headers)
         return response.status_code, response.json()
 
-    def read_balance(customer: str) -> Balance:
-        balance: Balance = metering.outpost.balance(app_env, external_customer_id=customer)
-        return balance
-
-    serves_until_the_credits_run_out(get, emulator, app_env, read_balance)
+    reader = balance_reader(metering.outpost, app_env)
+    serves_until_the_credits_run_out(get, emulator, app_env, reader)
 
 
 def test_other_methods_are_refused(metering: ModuleType) -> None:

@@ -8,17 +8,14 @@ from typing import Any
 
 import pytest
 
-from outpost_core import Balance
 from outpost_emulator import Emulator
-from tests.examples._scenario import serves_until_the_credits_run_out
-from tests.examples.conftest import fresh_import
+from tests.examples._scenario import balance_reader, serves_until_the_credits_run_out
+from tests.examples.conftest import app_module, fresh_import
 
 
 @pytest.fixture
 def flask_module(app_env: str) -> Iterator[ModuleType]:
-    module = fresh_import("examples.flask_app.app")
-    yield module
-    module.outpost.close()
+    yield from app_module("examples.flask_app.app")
 
 
 def test_serves_until_the_credits_run_out(
@@ -30,11 +27,8 @@ def test_serves_until_the_credits_run_out(
         response = client.get(path, headers=headers)
         return response.status_code, response.get_json()
 
-    def read_balance(customer: str) -> Balance:
-        balance: Balance = flask_module.outpost.balance(app_env, external_customer_id=customer)
-        return balance
-
-    serves_until_the_credits_run_out(get, emulator, app_env, read_balance)
+    reader = balance_reader(flask_module.outpost, app_env)
+    serves_until_the_credits_run_out(get, emulator, app_env, reader)
 
 
 def test_refuses_to_start_without_a_meter(app_env: str, monkeypatch: pytest.MonkeyPatch) -> None:

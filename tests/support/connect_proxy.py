@@ -7,54 +7,20 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from types import TracebackType
+
+from tests.support.loopback import LoopbackServer
 
 
-class ConnectProxy:
+class ConnectProxy(LoopbackServer):
     def __init__(self) -> None:
         self.tunnels: list[str] = []
         self.authorizations: list[str | None] = []
         self.refuse: str | None = None
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, name="test-proxy", daemon=True).start()
+        super().__init__("test-proxy")
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> ConnectProxy:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._listener.close()
-        with self._lock:
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.close()
-
-    def _keep(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.append(sock)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            self._keep(client)
-            threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
+    def serve(self, client: socket.socket) -> None:
+        self.keep(client)
+        threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
 
     def _tunnel(self, client: socket.socket) -> None:
         head = b""
@@ -77,7 +43,7 @@ class ConnectProxy:
             host, port = target.rsplit(":", 1)
             upstream = socket.create_connection((host, int(port)), timeout=5)
             upstream.settimeout(None)
-            self._keep(upstream)
+            self.keep(upstream)
             client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
             _pump(client, upstream)

@@ -10,31 +10,10 @@ import redis
 
 from outpost_core import SCRIPT_TEXT, Aggregate, Customer, floor_bucket
 from outpost_core import _keys as keys
+from tests.support.payloads import configuration as configuration
+from tests.support.payloads import reducer as reducer
 
 HOUR_US = 3_600_000_000
-
-
-def reducer(
-    reducer_id: str,
-    meter_ids: list[str],
-    *,
-    func: str = "count",
-    prop: str | None = None,
-    clauses: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    aggregation: dict[str, Any] = {"func": func}
-    if prop is not None:
-        aggregation["property"] = prop
-    return {
-        "id": reducer_id,
-        "filter": {"conjunction": "and", "clauses": clauses or []},
-        "aggregation": aggregation,
-        "meter_ids": meter_ids,
-    }
-
-
-def configuration(*reducers: dict[str, Any]) -> dict[str, Any]:
-    return {"organization_id": "org", "meters": [], "reducers": list(reducers)}
 
 
 def store_configuration(client: redis.Redis, payload: dict[str, Any]) -> None:
