@@ -510,13 +510,22 @@ class Outpost:
         try:
             with self._lock:
                 run = self._core.track(**arguments)
+                self._echoes.sent()
         except NotReady:
             self._wait_for_configuration()
             with self._lock:
                 run = self._core.track(**arguments)
-        reply = self._script(run)
-        self._echoes.expect(reply)
+                self._echoes.sent()
+        try:
+            reply = self._script(run)
+        except BaseException:
+            with self._lock:
+                for data in self._echoes.replied(None):
+                    self._core.handle(ChangePublished(data))  # their effects: the next tick's
+            raise
         with self._lock:
+            for data in self._echoes.replied(reply):
+                self._core.handle(ChangePublished(data))  # came before the reply: first
             self._core.handle(ScriptReplied(reply))
             effects = self._core.effects()
         if effects:
@@ -864,6 +873,10 @@ class Outpost:
                         continue
                     message = None
                     if response is not None:
+                        if _is_change(response):
+                            with self._lock:
+                                if self._echoes.hold(response[2]):
+                                    continue  # maybe the echo of a script in flight
                         message = pubsub.handle_message(response)
                     with self._lock:
                         if message is not None:
@@ -1189,15 +1202,19 @@ class Outpost:
         return to_us(self._clock.now())
 
 
-def _is_echo(response: Any, echoes: Echoes) -> bool:
-    """Whether a raw pub/sub reply is an ``smessage`` this instance expects back (its data is
-    the very text a script of this instance replied with); forgets it if so."""
+def _is_change(response: Any) -> bool:
+    """Whether a raw pub/sub reply is an ``smessage`` (a change a script published)."""
     return (
         isinstance(response, list)
         and len(response) == 3
         and response[0] in (b"smessage", "smessage")
-        and echoes.seen(response[2])
     )
+
+
+def _is_echo(response: Any, echoes: Echoes) -> bool:
+    """Whether a raw pub/sub reply is a change this instance expects back (its data is the very
+    text a script of this instance replied with); forgets it if so."""
+    return _is_change(response) and echoes.seen(response[2])
 
 
 def _text(value: Any) -> str:
