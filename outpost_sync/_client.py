@@ -871,19 +871,20 @@ class Outpost:
                     response = pubsub.parse_response(block=False, timeout=_POLL)
                     if _is_echo(response, self._echoes):
                         continue
+                    change = _is_change(response)
                     message = None
-                    if response is not None:
-                        if _is_change(response):
-                            with self._lock:
-                                if self._echoes.hold(response[2]):
-                                    continue  # maybe the echo of a script in flight
+                    if response is not None and not change:  # a subscription's confirmation
                         message = pubsub.handle_message(response)
                     with self._lock:
-                        if message is not None:
+                        if change:  # straight to the core: redis-py's message adds nothing
+                            if self._echoes.hold(response[2]):
+                                continue  # maybe the echo of a script in flight
+                            self._core.handle(ChangePublished(response[2]))
+                        elif message is not None:
                             self._take_message(message)
                         self._core.handle(Tick(time.monotonic(), self._now_us()))
                         effects = self._core.effects()
-                    if effects or message is not None:
+                    if effects or response is not None:
                         self._run(effects)
                     self._housekeeping()
             except (RedisError, OSError) as exc:
