@@ -121,6 +121,7 @@ from outpost_core import (
     keys,
     lost_its_data,
     nothing_done,
+    published_data,
     read_outcome,
     retry_after,
     semconv,
@@ -512,13 +513,22 @@ class AsyncOutpost:
         try:
             with self._lock:
                 run = self._core.track(**arguments)
+                self._echoes.sent()
         except NotReady:
             await self._wait_for_configuration()
             with self._lock:
                 run = self._core.track(**arguments)
-        reply = await self._script(run)
-        self._echoes.expect(reply)
+                self._echoes.sent()
+        try:
+            reply = await self._script(run)
+        except BaseException:
+            with self._lock:
+                for data in self._echoes.replied(None):
+                    self._core.handle(ChangePublished(data))  # their effects: the next tick's
+            raise
         with self._lock:
+            for data in self._echoes.replied(reply):
+                self._core.handle(ChangePublished(data))  # came before the reply: first
             self._core.handle(ScriptReplied(reply))
             effects = self._core.effects()
         if effects:
@@ -863,17 +873,22 @@ class AsyncOutpost:
                     # applied from the script's reply) is dropped before redis-py makes a
                     # message of it: the echo of every track() costs the least it can.
                     response = await pubsub.parse_response(block=False, timeout=_POLL)
-                    if self._echoes.seen_in(response):
+                    change = published_data(response)
+                    if change is not None and self._echoes.seen(change):
                         continue
                     message = None
-                    if response is not None:
+                    if response is not None and change is None:  # a subscription's confirmation
                         message = await pubsub.handle_message(response)
                     with self._lock:
-                        if message is not None:
+                        if change is not None:  # to the core as it came: no redis-py message
+                            if self._echoes.hold(change):
+                                continue  # maybe the echo of a script in flight
+                            self._core.handle(ChangePublished(change))
+                        elif message is not None:
                             self._message_to_core(message)
                         self._core.handle(Tick(time.monotonic(), self._now_us()))
                         effects = self._core.effects()
-                    if effects or message is not None:
+                    if effects or response is not None:
                         await self._run(effects)
                     self._housekeeping()
             except (RedisError, OSError) as exc:

@@ -80,7 +80,14 @@ from ._liveness import (
     hand_back,
 )
 from ._outage import Outage, Report
-from ._replies import StreamEntry, claimed_entries, lost_its_data, stream_entries, text_of
+from ._replies import (
+    StreamEntry,
+    claimed_entries,
+    lost_its_data,
+    published_data,
+    stream_entries,
+    text_of,
+)
 from ._scripts import SHA1 as SCRIPT_SHA1
 from ._scripts import TEXT as SCRIPT_TEXT
 from ._session import Session, Settings
@@ -191,6 +198,7 @@ __all__ = [
     "lost_its_data",
     "nothing_done",
     "parse_configuration",
+    "published_data",
     "read_outcome",
     "retry_after",
     "stream_entries",

@@ -17,6 +17,35 @@ class Echoes:
         # OrderedDict: each operation used here is one atomic call, safe across threads.
         self._expected: collections.OrderedDict[bytes | str, None] = collections.OrderedDict()
         self._size = size
+        self._in_flight = 0
+        self._held: list[object] = []
+
+    def sent(self) -> None:
+        """A script of this instance is on its way: a message may be its echo, come early."""
+        self._in_flight += 1
+
+    def hold(self, data: object) -> bool:
+        """The subscriber got ``data``, which it did not expect: whether it is held (a script is
+        in flight, and this may be its echo) rather than to be applied now."""
+        if self._in_flight <= 0:
+            return False
+        self._held.append(data)
+        return True
+
+    def replied(self, reply: object) -> list[object]:
+        """A script :meth:`sent` replied (``None``: it failed). The held messages to apply now,
+        before the reply, in the order they came: all of them but the reply's own echo. When
+        that echo has not come yet, it is expected."""
+        self._in_flight -= 1
+        held, self._held = self._held, []
+        if reply is None:
+            return held
+        for index, data in enumerate(held):
+            if data == reply:
+                del held[index]
+                return held
+        self.expect(reply)
+        return held
 
     def expect(self, reply: object) -> None:
         """A script of this instance replied: its echo may follow."""
@@ -33,16 +62,6 @@ class Echoes:
         except (KeyError, TypeError):
             return False
         return True
-
-    def seen_in(self, response: object) -> bool:
-        """Whether a raw pub/sub reply (``[b"smessage", channel, data]``, before a client library
-        makes a message of it) is an expected echo; forget it if so."""
-        return (
-            isinstance(response, list)
-            and len(response) == 3
-            and response[0] in (b"smessage", "smessage")
-            and self.seen(response[2])
-        )
 
     def __len__(self) -> int:
         return len(self._expected)

@@ -81,6 +81,19 @@ def _entries(listing: object) -> list[tuple[object, Mapping[Any, Any]]]:
     return out
 
 
+def published_data(response: object) -> object | None:
+    """The data of a raw pub/sub reply that is a published message (``[b"smessage", channel,
+    data]``, before a client library makes a message of it); ``None`` for any other reply."""
+    if (
+        isinstance(response, list)
+        and len(response) == 3
+        and response[0] in (b"smessage", "smessage")
+    ):
+        data: object = response[2]
+        return data
+    return None
+
+
 def lost_its_data(error: str) -> bool:
     """Whether a Redis error says the outbox group is gone: Redis restarted without its data, or
     someone flushed it (a read says NOGROUP, a survey ``no such key``). The groups are created

@@ -26,12 +26,24 @@ def test_echoes_that_never_come_are_forgotten() -> None:
     assert echoes.seen("reply 3") and echoes.seen("reply 4")
 
 
-def test_an_echo_is_recognised_in_a_raw_pubsub_reply() -> None:
+def test_a_message_is_held_only_while_a_script_is_in_flight() -> None:
     echoes = Echoes()
-    echoes.expect(b"change")
-    assert not echoes.seen_in([b"ssubscribe", b"ch", 1])
-    assert not echoes.seen_in([b"smessage", b"ch"])
-    assert not echoes.seen_in(None)
-    assert not echoes.seen_in([b"smessage", b"ch", b"other change"])
-    assert echoes.seen_in([b"smessage", b"ch", b"change"])
-    assert not echoes.seen_in(["smessage", "ch", b"change"])  # once
+    assert not echoes.hold(b"foreign")  # nothing in flight: apply it now
+    echoes.sent()
+    assert echoes.hold(b"foreign")
+    assert echoes.hold(b"mine")  # the echo, come before its reply
+    assert echoes.replied(b"mine") == [b"foreign"]  # applied before the reply; the echo dropped
+    assert len(echoes) == 0
+    assert not echoes.hold(b"late")
+
+
+def test_a_reply_whose_echo_has_not_come_expects_it() -> None:
+    echoes = Echoes()
+    echoes.sent()
+    echoes.sent()
+    assert echoes.hold(b"other")
+    assert echoes.replied(b"mine") == [b"other"]
+    assert echoes.seen(b"mine")
+    assert echoes.hold(b"more")  # the second script is still in flight
+    assert echoes.replied(None) == [b"more"]  # it failed: what was held is applied
+    assert not echoes.hold(b"after")

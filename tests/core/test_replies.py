@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from outpost_core import RefreshClaim, claimed_entries, lost_its_data, stream_entries, text_of
+from outpost_core import (
+    RefreshClaim,
+    claimed_entries,
+    lost_its_data,
+    published_data,
+    stream_entries,
+    text_of,
+)
 
 STREAM = "outpost:v1:{3}:outbox"
 FIELDS = {b"e": b"{}", b"f": b"0:a", b"k": b"[]"}
@@ -74,3 +81,11 @@ def test_a_claim_refresh_names_each_stream_s_entries_once() -> None:
     other = "outpost:v1:{4}:outbox"
     claim = RefreshClaim(((STREAM, "1-0"), (other, "2-0"), (STREAM, "3-0")))
     assert claim.by_stream() == {STREAM: ["1-0", "3-0"], other: ["2-0"]}
+
+
+def test_a_published_message_is_told_from_other_pubsub_replies() -> None:
+    assert published_data([b"smessage", b"ch", b"change"]) == b"change"
+    assert published_data(["smessage", "ch", "change"]) == "change"
+    assert published_data([b"ssubscribe", b"ch", 1]) is None
+    assert published_data([b"smessage", b"ch"]) is None
+    assert published_data(None) is None

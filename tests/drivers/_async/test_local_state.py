@@ -84,14 +84,14 @@ async def test_an_instance_drops_the_echo_of_its_own_change(redis_server: RedisS
     async with make(redis_server) as a:
         for meter in (COUNT, TOKENS, LARGEST):  # followed: track() replies with what it publishes
             await consumed(a, meter, "c1")
-        await a.track("api_call", external_customer_id="c1", metadata={"tokens": 1})
-        assert len(a._echoes) == 1
+        for _ in range(5):  # an echo may come before its reply, or after it: either is dropped
+            await a.track("api_call", external_customer_id="c1", metadata={"tokens": 1})
 
         async def dropped() -> bool:
             return len(a._echoes) == 0
 
-        await eventually(dropped, what="the echo of its own change recognised")
-        assert await consumed(a, COUNT, "c1") == 1
+        await eventually(dropped, what="the echoes of its own changes recognised")
+        assert await consumed(a, COUNT, "c1") == 5
 
 
 @pytest.mark.anyio

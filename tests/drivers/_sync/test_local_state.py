@@ -83,14 +83,14 @@ def test_an_instance_drops_the_echo_of_its_own_change(redis_server: RedisServer)
     with make(redis_server) as a:
         for meter in (COUNT, TOKENS, LARGEST):  # followed: track() replies with what it publishes
             consumed(a, meter, "c1")
-        a.track("api_call", external_customer_id="c1", metadata={"tokens": 1})
-        assert len(a._echoes) == 1
+        for _ in range(5):  # an echo may come before its reply, or after it: either is dropped
+            a.track("api_call", external_customer_id="c1", metadata={"tokens": 1})
 
         def dropped() -> bool:
             return len(a._echoes) == 0
 
-        eventually(dropped, what="the echo of its own change recognised")
-        assert consumed(a, COUNT, "c1") == 1
+        eventually(dropped, what="the echoes of its own changes recognised")
+        assert consumed(a, COUNT, "c1") == 5
 
 
 def test_events_the_filter_refuses_do_not_count(redis_server: RedisServer) -> None:
