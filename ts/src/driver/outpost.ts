@@ -391,7 +391,7 @@ export class Outpost {
     if (!fresh) {
       const cached = this.core.cachedBalance(meterId, external, internal);
       if (cached !== null) {
-        if (telemetry) this.telemetry.readDone(meterId, customerAttribute(external, internal), (performance.now() - started) / 1000, "warm");
+        if (telemetry) this.telemetry.readWarm(meterId, customerAttribute(external, internal));
         return Promise.resolve(cached);
       }
     }

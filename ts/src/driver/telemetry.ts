@@ -18,6 +18,7 @@ export const SDK_VERSION = "0.1.0";
 class Instruments {
   readonly ingest: Histogram;
   readonly read: Histogram;
+  readonly warm: Counter;
   readonly buckets: Counter;
 
   constructor(
@@ -25,7 +26,8 @@ class Instruments {
     readonly tracer: Tracer,
   ) {
     this.ingest = meter.createHistogram(INGEST_DURATION, { unit: "s", description: "Duration of one track() write" });
-    this.read = meter.createHistogram(READ_DURATION, { unit: "s", description: "Duration of one balance() read" });
+    this.read = meter.createHistogram(READ_DURATION, { unit: "s", description: "Duration of one balance() read memory did not answer at once" });
+    this.warm = meter.createCounter(READ_WARM, { description: "balance() reads answered from memory" });
     this.buckets = meter.createCounter(BUCKETS_WRITTEN, { description: "Bucket aggregates written by track()" });
   }
 }
@@ -40,6 +42,8 @@ export interface RelayOptions {
 
 export const INGEST_DURATION = "outpost.ingest.duration";
 export const READ_DURATION = "outpost.read.duration";
+/** Reads answered from memory, counted rather than timed (timing one would cost as much as it). */
+export const READ_WARM = "outpost.read.warm";
 export const BUCKETS_WRITTEN = "outpost.buckets.written";
 export const SPAN_CONNECTION = "outpost.connection";
 export const SPAN_RECONNECTION = "outpost.reconnection";
@@ -78,6 +82,8 @@ export class Telemetry {
   private connection: Span[] = [];
   private reconnection: Span[] = [];
   private reads: ReadRecord[] = [];
+  /** Warm reads since the last flush, per meter id and customer attribute. */
+  private warmReads = new Map<string, Map<string, number>>();
   private tracks: TrackRecord[] = [];
   private nextFlush = 0;
   private nextReport = 0;
@@ -128,6 +134,14 @@ export class Telemetry {
     if (this.enabled && this.tracks.length < CAP) this.tracks.push({ customer, meterIds, seconds, outcome, buckets });
   }
 
+  /** A read memory answered: one map increment, no clock. */
+  readWarm(meterId: string, customer: string): void {
+    if (!this.enabled) return;
+    let perCustomer = this.warmReads.get(meterId);
+    if (perCustomer === undefined) this.warmReads.set(meterId, (perCustomer = new Map()));
+    perCustomer.set(customer, (perCustomer.get(customer) ?? 0) + 1);
+  }
+
   readDone(meterId: string, customer: string, seconds: number, outcome: string): void {
     if (this.enabled && this.reads.length < CAP) this.reads.push({ meterId, customer, seconds, outcome });
   }
@@ -138,11 +152,16 @@ export class Telemetry {
     this.nextFlush = now + FLUSH_EVERY;
     const reads = this.reads;
     const tracks = this.tracks;
+    const warm = this.warmReads;
     this.reads = [];
     this.tracks = [];
+    this.warmReads = new Map();
     try {
       for (const set of this.sets) {
         for (const r of reads) set.read.record(r.seconds, { "outpost.meter_id": r.meterId, "outpost.customer": r.customer, "outpost.outcome": r.outcome });
+        for (const [meterId, perCustomer] of warm) {
+          for (const [customer, n] of perCustomer) set.warm.add(n, { "outpost.meter_id": meterId, "outpost.customer": customer });
+        }
         for (const t of tracks) {
           for (const meterId of t.meterIds.length ? t.meterIds : [""]) {
             set.ingest.record(t.seconds, { "outpost.meter_id": meterId, "outpost.customer": t.customer, "outpost.outcome": t.outcome });

@@ -51,9 +51,11 @@ describe("telemetry", () => {
     await reader.forceFlush();
     const recorded = exported.getMetrics().flatMap((m) => m.scopeMetrics.flatMap((s) => s.metrics));
     const byName = new Map(recorded.map((m) => [m.descriptor.name, m]));
-    for (const name of ["outpost.ingest.duration", "outpost.read.duration", "outpost.buckets.written"]) assert.ok(byName.has(name), name);
+    for (const name of ["outpost.ingest.duration", "outpost.read.duration", "outpost.read.warm", "outpost.buckets.written"]) assert.ok(byName.has(name), name);
     const outcomes = byName.get("outpost.read.duration")?.dataPoints.map((p) => p.attributes["outpost.outcome"]);
-    assert.deepEqual(new Set(outcomes), new Set(["cold", "warm"]));
+    assert.deepEqual(new Set(outcomes), new Set(["cold"])); // a warm read is counted, not timed
+    const warm = byName.get("outpost.read.warm")?.dataPoints.map((p) => [p.attributes["outpost.meter_id"], p.attributes["outpost.customer"], p.value]);
+    assert.deepEqual(warm, [[calls, "external:t1", 1]]);
     const ingest = byName.get("outpost.ingest.duration")?.dataPoints.map((p) => p.attributes);
     assert.deepEqual(ingest?.map((a) => [a["outpost.customer"], a["outpost.meter_id"], a["outpost.outcome"]]), [["external:t1", calls, "ok"]]);
     assert.ok(!JSON.stringify(recorded).includes("never recorded"));
