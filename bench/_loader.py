@@ -18,6 +18,7 @@ import random
 import sys
 import time
 
+from bench._child import main_by_driver
 from outpost_async import AsyncOutpost
 from outpost_sync import Outpost
 
@@ -107,11 +108,7 @@ async def _async(
 
 
 def main() -> None:
-    driver, *rest = sys.argv[1:]
-    if driver == "sync":
-        _sync(*rest)
-    else:
-        asyncio.run(_async(*rest))
+    main_by_driver(_sync, _async)
 
 
 if __name__ == "__main__":

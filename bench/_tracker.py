@@ -18,6 +18,7 @@ import time
 import redis
 import redis.asyncio
 
+from bench._child import main_by_driver
 from bench._env import HEALTH_CHECK_INTERVAL
 from outpost_async import AsyncOutpost
 from outpost_sync import Outpost
@@ -69,11 +70,7 @@ async def _async(
 
 
 def main() -> None:
-    driver, *rest = sys.argv[1:]
-    if driver == "sync":
-        _sync(*rest)
-    else:
-        asyncio.run(_async(*rest))
+    main_by_driver(_sync, _async)
 
 
 if __name__ == "__main__":

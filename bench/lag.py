@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import gc
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -38,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bench._child import ChildProcess
 from bench._emulator import EmulatorProcess
 from bench._env import Env
 from bench._stats import Figure, Side, Target, percentile, round_ratio
@@ -195,32 +195,16 @@ def _lag_us(returned: int, seen: int | None) -> tuple[float, bool]:
 # -- sync ------------------------------------------------------------------------------------
 
 
-class _Child:
+class _Child(ChildProcess):
+    """A tracking process (``_tracker``): ``ask`` returns when it says its command returned."""
+
     def __init__(self, arguments: list[str]) -> None:
-        self._process = subprocess.Popen(
-            arguments, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        assert self._process.stdin is not None and self._process.stdout is not None
-        self._in, self._out = self._process.stdin, self._process.stdout
-        if self._out.readline().strip() != "ready":
-            self.close()
-            raise RuntimeError("the tracking process did not start")
+        super().__init__(arguments)
+        self.ready()
 
     def ask(self, command: str) -> int:
-        self._in.write(command + "\n")
-        self._in.flush()
-        return int(self._out.readline())
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._in.write("q\n")
-            self._in.close()
-        try:
-            self._process.wait(15)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait(5)
-        self._out.close()
+        self.send(command)
+        return int(self.line())
 
 
 class _Watch:

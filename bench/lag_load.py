@@ -19,7 +19,6 @@ import contextlib
 import gc
 import json
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench._child import ChildProcess
 from bench._emulator import EmulatorProcess
 from bench._env import Env
 from bench._loader import TASKS
@@ -183,36 +183,15 @@ def _get_round_trips(call: Callable[[], Any], seconds: float) -> list[float]:
 # -- sync ------------------------------------------------------------------------------------
 
 
-class _Loader:
-    def __init__(self, arguments: list[str]) -> None:
-        self._process = subprocess.Popen(
-            arguments, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        assert self._process.stdin is not None and self._process.stdout is not None
-        self._in, self._out = self._process.stdin, self._process.stdout
-
-    def ready(self) -> None:
-        if self._out.readline().strip() != "ready":
-            raise RuntimeError("a tracking process did not start")
+class _Loader(ChildProcess):
+    """A loading process (``_loader``): tracks flat out on ``go``, then answers what it did."""
 
     def go(self, seconds: float) -> None:
-        self._in.write(f"go {seconds}\n")
-        self._in.flush()
+        self.send(f"go {seconds}")
 
     def answer(self) -> dict[str, Any]:
-        answer: dict[str, Any] = json.loads(self._out.readline())
+        answer: dict[str, Any] = json.loads(self.line())
         return answer
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._in.write("q\n")
-            self._in.close()
-        try:
-            self._process.wait(15)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait(5)
-        self._out.close()
 
 
 def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:

@@ -1,0 +1,61 @@
+"""A benchmark's helper process, driven line by line over its stdin and stdout.
+
+The processes (``_tracker``, ``_loader``) take the driver as their first argument, say ``ready``
+once set up, answer one line per command, and leave on ``q``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ChildProcess:
+    def __init__(self, arguments: list[str]) -> None:
+        self._process = subprocess.Popen(
+            arguments, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._in, self._out = self._process.stdin, self._process.stdout
+
+    def ready(self) -> None:
+        """Wait for its ``ready`` line; a process that says anything else is stopped."""
+        if self._out.readline().strip() != "ready":
+            self.close()
+            raise RuntimeError("a benchmark's helper process did not start")
+
+    def send(self, line: str) -> None:
+        self._in.write(line + "\n")
+        self._in.flush()
+
+    def line(self) -> str:
+        return self._out.readline()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._in.write("q\n")
+            self._in.close()
+        try:
+            self._process.wait(15)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(5)
+        self._out.close()
+
+
+def main_by_driver(
+    sync: Callable[..., None], asynchronous: Callable[..., Coroutine[Any, Any, None]]
+) -> None:
+    """A helper process's ``main()``: ``sync`` or ``asynchronous`` by the first argument."""
+    driver, *rest = sys.argv[1:]
+    if driver == "sync":
+        sync(*rest)
+    else:
+        asyncio.run(asynchronous(*rest))
