@@ -47,6 +47,27 @@ async def eventually(
         await sleep(0.005)
 
 
+async def credited(instance: AsyncOutpost, meter: str, customer: str) -> float:
+    return (await instance.balance(meter, external_customer_id=customer)).credited
+
+
+async def until_credited(
+    meter: str,
+    customer: str,
+    expected: float,
+    *instances: AsyncOutpost,
+    what: str,
+    timeout: float = 10.0,
+) -> None:
+    """Wait until every instance reads ``expected`` credits for the customer (a snapshot came)."""
+
+    async def reached() -> bool:
+        readings = [await credited(instance, meter, customer) for instance in instances]
+        return all(reading == expected for reading in readings)
+
+    await eventually(reached, timeout=timeout, what=what)
+
+
 def connect(server: RedisServer, emulator: Emulator, **options: Any) -> AsyncOutpost:
     """An instance wired to the emulator (its clock too) and to a test Redis."""
     options.setdefault("snapshot_timeout", 5.0)

@@ -14,12 +14,15 @@ from outpost_core import BUCKET_US, floor_bucket, to_us
 from outpost_core._remote import STEP_TIMEOUT
 from outpost_emulator import Emulator
 from tests.drivers._async._concurrency import run_concurrently
-from tests.drivers._async._helpers import connect, count_meter, eventually, sum_meter
+from tests.drivers._async._helpers import (
+    connect,
+    count_meter,
+    credited,
+    eventually,
+    sum_meter,
+    until_credited,
+)
 from tests.support.redis_server import RedisServer
-
-
-async def credited(instance: AsyncOutpost, meter: str, customer: str) -> float:
-    return (await instance.balance(meter, external_customer_id=customer)).credited
 
 
 @pytest.fixture
@@ -149,16 +152,12 @@ async def test_a_credit_grant_reaches_every_instance(
         assert await credited(b, meter, "c1") == 100
         emulator.grant_credits(meter, 50, external_customer_id="c1")
 
-        async def both() -> bool:
-            return await credited(a, meter, "c1") == 150 and await credited(b, meter, "c1") == 150
-
-        await eventually(both, what="the grant reaching both instances")
+        await until_credited(meter, "c1", 150, a, b, what="the grant reaching both instances")
         emulator.grant_credits(meter, -200, external_customer_id="c1")
 
-        async def revoked() -> bool:
-            return await credited(a, meter, "c1") == 0 and await credited(b, meter, "c1") == 0
-
-        await eventually(revoked, what="the revocation (credits never go below zero)")
+        await until_credited(
+            meter, "c1", 0, a, b, what="the revocation (credits never go below zero)"
+        )
 
 
 @pytest.mark.anyio
@@ -179,10 +178,7 @@ async def test_reconnects_and_asks_again_after_the_websockets_drop(
         await eventually(subscribed_again, what="a new connection asking for c1 again")
         emulator.grant_credits(meter, 5, external_customer_id="c1")
 
-        async def pushed() -> bool:
-            return await credited(a, meter, "c1") == 15
-
-        await eventually(pushed, what="a push on the new connection")
+        await until_credited(meter, "c1", 15, a, what="a push on the new connection")
 
 
 @pytest.mark.anyio
@@ -246,10 +242,7 @@ async def test_malformed_and_unexpected_frames_are_counted_and_survived(
         assert sum(a.rejections.values()) == len(junk)
         emulator.grant_credits(meter, 5, external_customer_id="c1")
 
-        async def still_working() -> bool:
-            return await credited(a, meter, "c1") == 15
-
-        await eventually(still_working, what="snapshots still applied after the junk")
+        await until_credited(meter, "c1", 15, a, what="snapshots still applied after the junk")
 
 
 @pytest.mark.anyio

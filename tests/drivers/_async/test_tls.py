@@ -20,15 +20,13 @@ from tests.drivers._async._helpers import (
     CONFIGURATION,
     connect,
     count_meter,
+    credited,
     eventually,
+    until_credited,
 )
 from tests.support import polar
 from tests.support.connect_proxy import ConnectProxy
 from tests.support.redis_server import RedisServer
-
-
-async def credited(instance: AsyncOutpost, meter: str, customer: str) -> float:
-    return (await instance.balance(meter, external_customer_id=customer)).credited
 
 
 @pytest.mark.anyio
@@ -44,10 +42,7 @@ async def test_snapshots_and_pushes_arrive_over_wss(
         assert a.connected
         tls_emulator.grant_credits(meter, 50, external_customer_id="c1")
 
-        async def pushed() -> bool:
-            return await credited(a, meter, "c1") == 150
-
-        await eventually(pushed, what="a pushed snapshot over wss://")
+        await until_credited(meter, "c1", 150, a, what="a pushed snapshot over wss://")
 
 
 @pytest.mark.anyio
@@ -73,10 +68,7 @@ async def test_reconnects_over_wss_after_the_connection_drops(
         await eventually(subscribed_again, what="a new wss:// connection asking for c1 again")
         tls_emulator.grant_credits(meter, 5, external_customer_id="c1")
 
-        async def pushed() -> bool:
-            return await credited(a, meter, "c1") == 15
-
-        await eventually(pushed, what="a push on the new connection")
+        await until_credited(meter, "c1", 15, a, what="a push on the new connection")
 
 
 @pytest.mark.anyio

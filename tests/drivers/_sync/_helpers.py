@@ -46,6 +46,27 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0, what: str = "co
         sleep(0.005)
 
 
+def credited(instance: Outpost, meter: str, customer: str) -> float:
+    return (instance.balance(meter, external_customer_id=customer)).credited
+
+
+def until_credited(
+    meter: str,
+    customer: str,
+    expected: float,
+    *instances: Outpost,
+    what: str,
+    timeout: float = 10.0,
+) -> None:
+    """Wait until every instance reads ``expected`` credits for the customer (a snapshot came)."""
+
+    def reached() -> bool:
+        readings = [credited(instance, meter, customer) for instance in instances]
+        return all(reading == expected for reading in readings)
+
+    eventually(reached, timeout=timeout, what=what)
+
+
 def connect(server: RedisServer, emulator: Emulator, **options: Any) -> Outpost:
     """An instance wired to the emulator (its clock too) and to a test Redis."""
     options.setdefault("snapshot_timeout", 5.0)

@@ -15,12 +15,15 @@ from outpost_emulator import Emulator
 from outpost_sync import NotReady, Outpost
 from outpost_sync._backend import sleep
 from tests.drivers._sync._concurrency import run_concurrently
-from tests.drivers._sync._helpers import connect, count_meter, eventually, sum_meter
+from tests.drivers._sync._helpers import (
+    connect,
+    count_meter,
+    credited,
+    eventually,
+    sum_meter,
+    until_credited,
+)
 from tests.support.redis_server import RedisServer
-
-
-def credited(instance: Outpost, meter: str, customer: str) -> float:
-    return (instance.balance(meter, external_customer_id=customer)).credited
 
 
 @pytest.fixture
@@ -145,16 +148,10 @@ def test_a_credit_grant_reaches_every_instance(
         assert credited(b, meter, "c1") == 100
         emulator.grant_credits(meter, 50, external_customer_id="c1")
 
-        def both() -> bool:
-            return credited(a, meter, "c1") == 150 and credited(b, meter, "c1") == 150
-
-        eventually(both, what="the grant reaching both instances")
+        until_credited(meter, "c1", 150, a, b, what="the grant reaching both instances")
         emulator.grant_credits(meter, -200, external_customer_id="c1")
 
-        def revoked() -> bool:
-            return credited(a, meter, "c1") == 0 and credited(b, meter, "c1") == 0
-
-        eventually(revoked, what="the revocation (credits never go below zero)")
+        until_credited(meter, "c1", 0, a, b, what="the revocation (credits never go below zero)")
 
 
 @pytest.mark.parametrize("mode", ["close", "abort"])
@@ -174,10 +171,7 @@ def test_reconnects_and_asks_again_after_the_websockets_drop(
         eventually(subscribed_again, what="a new connection asking for c1 again")
         emulator.grant_credits(meter, 5, external_customer_id="c1")
 
-        def pushed() -> bool:
-            return credited(a, meter, "c1") == 15
-
-        eventually(pushed, what="a push on the new connection")
+        until_credited(meter, "c1", 15, a, what="a push on the new connection")
 
 
 def test_two_instances_converge_to_polars_customer_meters(
@@ -239,10 +233,7 @@ def test_malformed_and_unexpected_frames_are_counted_and_survived(
         assert sum(a.rejections.values()) == len(junk)
         emulator.grant_credits(meter, 5, external_customer_id="c1")
 
-        def still_working() -> bool:
-            return credited(a, meter, "c1") == 15
-
-        eventually(still_working, what="snapshots still applied after the junk")
+        until_credited(meter, "c1", 15, a, what="snapshots still applied after the junk")
 
 
 def test_a_reader_racing_pushed_snapshots_never_leaves_a_flow_hanging(

@@ -21,15 +21,13 @@ from tests.drivers._sync._helpers import (
     CONFIGURATION,
     connect,
     count_meter,
+    credited,
     eventually,
+    until_credited,
 )
 from tests.support import polar
 from tests.support.connect_proxy import ConnectProxy
 from tests.support.redis_server import RedisServer
-
-
-def credited(instance: Outpost, meter: str, customer: str) -> float:
-    return (instance.balance(meter, external_customer_id=customer)).credited
 
 
 def test_snapshots_and_pushes_arrive_over_wss(
@@ -44,10 +42,7 @@ def test_snapshots_and_pushes_arrive_over_wss(
         assert a.connected
         tls_emulator.grant_credits(meter, 50, external_customer_id="c1")
 
-        def pushed() -> bool:
-            return credited(a, meter, "c1") == 150
-
-        eventually(pushed, what="a pushed snapshot over wss://")
+        until_credited(meter, "c1", 150, a, what="a pushed snapshot over wss://")
 
 
 @pytest.mark.parametrize("mode", ["close", "abort"])
@@ -72,10 +67,7 @@ def test_reconnects_over_wss_after_the_connection_drops(
         eventually(subscribed_again, what="a new wss:// connection asking for c1 again")
         tls_emulator.grant_credits(meter, 5, external_customer_id="c1")
 
-        def pushed() -> bool:
-            return credited(a, meter, "c1") == 15
-
-        eventually(pushed, what="a push on the new connection")
+        until_credited(meter, "c1", 15, a, what="a push on the new connection")
 
 
 def test_events_are_delivered_over_https(
