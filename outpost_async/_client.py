@@ -36,8 +36,10 @@ from outpost_async._backend import (
     Worker,
     call_back,
     close_at_exit,
+    close_node_pubsub,
     close_pubsub,
     forget_at_exit,
+    open_node_pubsub,
     open_pubsub,
     open_stream,
     sleep,
@@ -58,6 +60,8 @@ from outpost_core import (
     BudgetAnswered,
     BytesReceived,
     ChangePublished,
+    ChannelsLost,
+    ChannelSubscribed,
     CheckHeartbeats,
     ClaimStale,
     CloseConnection,
@@ -108,7 +112,6 @@ from outpost_core import (
     Sleep,
     StoreConfiguration,
     SubscriberLost,
-    SubscriberRestarted,
     SubscriptionConfirmed,
     SurveyConsumers,
     TakeRequest,
@@ -895,60 +898,118 @@ class AsyncOutpost:
                     await close_pubsub(pubsub)
 
     async def _subscribe_to_cluster(self, cluster: RedisCluster) -> None:
-        """One sharded subscription per node, for the channels of the shards it owns. Any break
-        (a node down, a fail-over, a changed slot map) ends the whole subscription: it starts
-        again from a fresh slot map and every copy reloads (messages may have been lost)."""
-        while not self._closed:
-            pubsub = cluster.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
-            try:
-                await cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
-                layout = await self._channel_owners(cluster)
-                await pubsub.ssubscribe(*self._channels)
-                confirmed = 0
-                next_check = time.monotonic() + _TOPOLOGY_CHECK
-                while not self._closed:
-                    message = await pubsub.get_sharded_message(timeout=_CLUSTER_POLL)
-                    if message is not None and self._echoes.seen(message.get("data")):
-                        continue
-                    with self._lock:
-                        if message is not None:
-                            kind = message.get("type")
-                            if kind in ("sunsubscribe", b"sunsubscribe"):  # its slot moved
-                                raise RedisConnectionError("a shard channel moved")
-                            if kind in ("ssubscribe", b"ssubscribe"):
-                                confirmed += 1
-                                if confirmed == len(self._channels):
-                                    self._core.handle(SubscriberRestarted())
-                                    self._subscriber_back()
-                            else:
-                                self._take_message(message)
-                        self._core.handle(Tick(time.monotonic(), self._now_us()))
-                        effects = self._core.effects()
-                    if effects or message is not None:
-                        await self._run(effects)
-                    self._housekeeping()
-                    if time.monotonic() >= next_check:
-                        next_check = time.monotonic() + _TOPOLOGY_CHECK
-                        await cluster.nodes_manager.initialize()
-                        if await self._channel_owners(cluster) != layout:
-                            raise RedisConnectionError("the cluster's slot map changed")
-            except (RedisError, OSError) as exc:
-                with self._lock:
-                    self._core.handle(SubscriberLost())
-                if not self._closed:
-                    await sleep(self._redis_failed(self._subscriber_outage, exc))
-            finally:
+        """One sharded subscription per node, for the channels of the shards it owns now. A
+        break (its node failed, a slot moved away) loses that node's channels only: the core
+        stops their copies following, and reloads them once each channel is subscribed again on
+        its owner; the other shards' copies keep following. The slot map is looked at again
+        after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
+        fail-over or a migration by itself: docs/redis-layout.md, "Redis Cluster")."""
+        nodes: dict[str, _NodeSubscription] = {}
+        unsubscribed = set(self._channels)
+        look_at = 0.0  # when to look at the slot map next
+        try:
+            while not self._closed:
+                if time.monotonic() >= look_at:
+                    look_at = time.monotonic() + _TOPOLOGY_CHECK
+                    try:
+                        await self._follow_slot_map(cluster, nodes, unsubscribed)
+                    except (RedisError, OSError) as exc:
+                        look_at = time.monotonic() + self._redis_failed(
+                            self._subscriber_outage, exc
+                        )
+                if not nodes:
+                    await sleep(max(0.0, min(look_at - time.monotonic(), _POLL)))
+                    continue
+                for name, node in list(nodes.items()):
+                    try:
+                        await self._take_node_messages(node, unsubscribed)
+                    except (RedisError, OSError) as exc:
+                        await self._lose_node(nodes, name, unsubscribed)
+                        self._redis_failed(self._subscriber_outage, exc)
+                        look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
+                if unsubscribed:
+                    look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
+                await self._feed(Tick(time.monotonic(), self._now_us()))
+                self._housekeeping()
+        finally:
+            for node in nodes.values():
                 with contextlib.suppress(RedisError, OSError):
-                    await close_pubsub(pubsub)
+                    await close_node_pubsub(node.pubsub)
 
-    async def _channel_owners(self, cluster: RedisCluster) -> list[str]:
+    async def _follow_slot_map(
+        self,
+        cluster: RedisCluster,
+        nodes: dict[str, _NodeSubscription],
+        unsubscribed: set[str],
+    ) -> None:
+        """Move each channel whose slot another node owns now to that node's subscription, and
+        subscribe the channels that have none."""
+        await cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
+        owners = self._channel_owners(cluster)
+        for name, node in list(nodes.items()):
+            moved = {channel for channel in node.channels if owners[channel].name != name}
+            if moved:
+                node.channels -= moved
+                unsubscribed |= moved
+                with self._lock:
+                    self._core.handle(ChannelsLost(tuple(sorted(moved))))
+                try:
+                    await node.pubsub.sunsubscribe(*sorted(moved))
+                except (RedisError, OSError):
+                    await self._lose_node(nodes, name, unsubscribed)
+        for channel in sorted(unsubscribed):
+            owner = owners[channel]
+            subscription = nodes.get(owner.name)
+            if subscription is None:
+                subscription = _NodeSubscription(open_node_pubsub(cluster, owner))
+                nodes[owner.name] = subscription
+            try:
+                await subscription.pubsub.ssubscribe(channel)  # one slot per command
+            except (RedisError, OSError):
+                await self._lose_node(nodes, owner.name, unsubscribed)
+                raise
+            subscription.channels.add(channel)
+            unsubscribed.discard(channel)
+
+    async def _take_node_messages(self, node: _NodeSubscription, unsubscribed: set[str]) -> None:
+        """What one node's subscription brought, to the core."""
+        message = await node.pubsub.get_message(timeout=_CLUSTER_POLL)
+        if message is None or self._echoes.seen(message.get("data")):
+            return
+        kind = _text(message.get("type"))
+        channel = _text(message.get("channel"))
+        with self._lock:
+            if kind == "ssubscribe":
+                self._core.handle(ChannelSubscribed(channel))
+            elif kind == "sunsubscribe":
+                if channel in node.channels:  # not ours: the node gave the slot away
+                    node.channels.discard(channel)
+                    unsubscribed.add(channel)
+                    self._core.handle(ChannelsLost((channel,)))
+            else:
+                self._take_message(message)
+            effects = self._core.effects()
+        self._subscriber_back()
+        await self._run(effects)
+
+    async def _lose_node(
+        self, nodes: dict[str, _NodeSubscription], name: str, unsubscribed: set[str]
+    ) -> None:
+        node = nodes.pop(name)
+        unsubscribed |= node.channels
+        with self._lock:
+            self._core.handle(ChannelsLost(tuple(sorted(node.channels))))
+        with contextlib.suppress(RedisError, OSError):
+            await close_node_pubsub(node.pubsub)
+
+    def _channel_owners(self, cluster: RedisCluster) -> dict[str, Any]:
         """Which node serves each shard channel, as this client's slot map says."""
-        owners = []
+        owners = {}
         for channel in self._channels:
             node = cluster.get_node_from_key(channel)  # type: ignore[no-untyped-call,unused-ignore]
             if node is None:
                 raise RedisConnectionError(f"no node serves {channel}")
-            owners.append(node.name)
+            owners[channel] = node
         return owners
 
     def _subscriber_back(self) -> None:
@@ -1230,6 +1291,14 @@ def _redis_from_url(url: str) -> Redis | RedisCluster:
     if separator and scheme.endswith("+cluster"):
         return RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
     return Redis.from_url(url, health_check_interval=10)
+
+
+@attrs.define
+class _NodeSubscription:
+    """A cluster node's pub/sub connection, and the shard channels subscribed on it."""
+
+    pubsub: Any
+    channels: set[str] = attrs.field(factory=set)
 
 
 @attrs.frozen(slots=True)

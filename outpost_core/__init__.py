@@ -50,6 +50,8 @@ from ._event import event_id_of, timestamp_us_of
 from ._inputs import (
     BytesReceived,
     ChangePublished,
+    ChannelsLost,
+    ChannelSubscribed,
     Closing,
     ConfigurationReceived,
     ConnectionFailed,
@@ -113,6 +115,8 @@ __all__ = [
     "BudgetAnswered",
     "BytesReceived",
     "ChangePublished",
+    "ChannelSubscribed",
+    "ChannelsLost",
     "CheckHeartbeats",
     "ClaimStale",
     "CloseConnection",

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from redis import Redis
+from redis.cluster import ClusterNode, RedisCluster
 
 from outpost_async._shared.proxy import MAX_REPLY, ProxyError, proxy_for
 
@@ -125,6 +126,15 @@ def close_pubsub(pubsub: Any) -> None:
     # A cluster's pub/sub holds one connection per node, which its close() leaves open.
     for node_pubsub in list(getattr(pubsub, "node_pubsub_mapping", {}).values()):
         node_pubsub.close()
+
+
+def open_node_pubsub(cluster: RedisCluster, node: ClusterNode) -> Any:
+    """A pub/sub connection of its own to one node of a cluster (from that node's pool)."""
+    return cluster.get_redis_connection(node).pubsub()  # type: ignore[no-untyped-call]
+
+
+def close_node_pubsub(pubsub: Any) -> None:
+    pubsub.close()  # disconnects, and gives the connection back to the node's pool
 
 
 def call_back(function: Callable[..., Any], *args: Any) -> None:
