@@ -34,6 +34,7 @@ from ._delivery import (
     retry_after,
     with_known_revs,
 )
+from ._durability import Durability
 from ._echoes import Echoes
 from ._effects import (
     CloseConnection,
@@ -88,6 +89,7 @@ from ._session import Session, Settings
 from ._time import BUCKET_US, floor_bucket, from_us, to_us
 from .errors import (
     InvalidEvent,
+    NotDurable,
     NotReady,
     OutpostClosed,
     OutpostError,
@@ -130,6 +132,7 @@ __all__ = [
     "Delivery",
     "DeliverySettings",
     "Done",
+    "Durability",
     "Echoes",
     "Effect",
     "Fetch",
@@ -144,6 +147,7 @@ __all__ = [
     "ListPending",
     "LoadFailed",
     "LoadIdentity",
+    "NotDurable",
     "NotReady",
     "OpenConnection",
     "Outage",

@@ -58,6 +58,7 @@ from outpost_core import (
     Delivery,
     DeliverySettings,
     Done,
+    Durability,
     Echoes,
     Effect,
     Fetch,
@@ -70,6 +71,7 @@ from outpost_core import (
     ListPending,
     LoadFailed,
     LoadIdentity,
+    NotDurable,
     NotReady,
     OpenConnection,
     Outage,
@@ -183,6 +185,10 @@ class Outpost:
             (up to a minute), with jitter.
         telemetry_url, telemetry_interval: where the relay is (default: ``server_url``) and how
             often telemetry is exported to it (seconds).
+        durability: ``"primary"`` (default): ``track()`` returns once the primary wrote the
+            event. ``"replica"``: it also waits until a replica has it (``WAIT 1``), so a
+            fail-over keeps it; when none acknowledges within ``durability_timeout`` seconds it
+            raises :class:`NotDurable` (the event is written; a retry with its id is safe).
         record_to: a directory to write conformance traces to (``session.jsonl`` and one
             ``delivery-<n>.jsonl`` per delivery loop): every input of the core and its answers,
             for replay by ``outpost_core._trace``. For debugging and conformance data only.
@@ -211,12 +217,15 @@ class Outpost:
         retry_base: float = 0.5,
         telemetry_url: str | None = None,
         telemetry_interval: float = 30.0,
+        durability: str = "primary",
+        durability_timeout: float = 1.0,
         record_to: str | os.PathLike[str] | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise UsageError("max_in_flight must be at least 1")
         self._tls = tls_context(verify)  # a bundle that cannot be loaded raises here
+        self._durability = Durability.of(durability, durability_timeout)
         # What a forked child starts afresh from (the parameters only: nothing else is bound yet).
         self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self._log = logger or logging.getLogger("outpost")
@@ -529,13 +538,19 @@ class Outpost:
             self._wait_for_configuration()
             with self._lock:
                 run = self._core.track(**arguments)
-        reply = self._script(run)
+        wait = self._durability.wait()
+        if wait is None:
+            reply = self._script(run)
+        else:
+            reply, acknowledged = self._script_then(run, wait)
         self._echoes.expect(reply)
         with self._lock:
             self._core.handle(ScriptReplied(reply))
             effects = self._core.effects()
         if effects:
             self._run(effects)
+        if wait is not None and (shortfall := self._durability.shortfall(acknowledged)):
+            raise NotDurable(f"event {event_id} is on the primary only: {shortfall}")
         self._record_track(
             external_customer_id, customer_id, run.meter_ids, started, semconv.OK, run.buckets
         )
@@ -546,6 +561,34 @@ class Outpost:
             return self._run_script(run.script, run.keys, run.args)
         except RedisError as exc:
             raise RedisUnavailable(f"Redis failed running {run.script}: {exc}") from exc
+
+    def _script_then(self, run: RunScript, command: tuple[Any, ...]) -> tuple[Any, Any]:
+        """The script, then ``command`` on the same connection in the same round trip (WAIT
+        counts the replicas that have that connection's writes)."""
+        sha = self._scripts[run.script].sha
+        try:
+            try:
+                return self._pipelined(run, ("EVALSHA", sha), command)
+            except NoScriptError:
+                return self._pipelined(run, ("EVAL", SCRIPT_TEXT[run.script]), command)
+        except RedisError as exc:
+            raise RedisUnavailable(f"Redis failed running {run.script}: {exc}") from exc
+
+    def _pipelined(
+        self, run: RunScript, script: tuple[str, str], command: tuple[Any, ...]
+    ) -> tuple[Any, Any]:
+        options: dict[str, Any] = {}
+        if self._cluster is None:
+            pipe: Any = self._redis.pipeline(transaction=False)
+        else:  # to the node that owns the keys, so both share one of its connections
+            pipe = self._cluster.pipeline()  # type: ignore[no-untyped-call,unused-ignore]
+            node = self._cluster.get_node_from_key(run.keys[0])  # type: ignore[no-untyped-call,unused-ignore]
+            options["target_nodes"] = node
+        with pipe:
+            pipe.execute_command(*script, len(run.keys), *run.keys, *run.args)
+            pipe.execute_command(*command, **options)
+            reply, answer = pipe.execute()
+        return reply, answer
 
     def _run_script(self, name: str, keys: Any, args: Any) -> Any:
         if self._cluster is None:
