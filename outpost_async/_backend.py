@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 
 from outpost_async._shared.proxy import ProxyError, proxy_for
 
@@ -99,6 +99,16 @@ def open_pubsub(client: Redis) -> Any:
 
 async def close_pubsub(pubsub: Any) -> None:
     await pubsub.aclose()
+
+
+async def run_on_node(
+    cluster: RedisCluster, node: ClusterNode, commands: list[tuple[Any, ...]]
+) -> list[Any]:
+    """Send ``commands`` to one node of a cluster on one of its connections, in one round trip,
+    without following redirections: each reply, or the error it was."""
+    pipeline = [PipelineCommand(n, *args) for n, args in enumerate(commands)]
+    await node.execute_pipeline(pipeline)
+    return [command.result for command in pipeline]
 
 
 def open_node_pubsub(cluster: RedisCluster, node: ClusterNode) -> Any:

@@ -400,6 +400,8 @@ class _ClusterNode(RedisServer):
             "--cluster-node-timeout", str(self.node_timeout_ms),
             # A replica whose primary was down a while still takes over: the tests kill on purpose.
             "--cluster-replica-validity-factor", "0",
+            # A killed primary restarted as a replica syncs at once, not 5 s later.
+            "--repl-diskless-sync-delay", "0",
         ]  # fmt: skip
 
 

@@ -27,8 +27,15 @@ import attrs
 import httpx
 from redis import Redis
 from redis.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from outpost_async._shared.telemetry import LAST_EXPORT, Telemetry
 from outpost_async._shared.tls import Verify, ca_bundle, describe, tls_context
@@ -131,6 +138,7 @@ from outpost_sync._backend import (
     open_node_pubsub,
     open_pubsub,
     open_stream,
+    run_on_node,
     sleep,
     start_afresh_after_fork,
 )
@@ -140,6 +148,7 @@ DEFAULT_SERVER_URL = "https://api.polar.sh"
 _POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadlines again
 _CLUSTER_POLL = 0.01  # seconds a cluster subscriber waits on each node in turn
 _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
+_REDIRECTIONS = 3  # tries of a durable track() on a cluster whose slot map is changing
 _T = TypeVar("_T")
 _CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
@@ -577,18 +586,46 @@ class Outpost:
     def _pipelined(
         self, run: RunScript, script: tuple[str, str], command: tuple[Any, ...]
     ) -> tuple[Any, Any]:
-        options: dict[str, Any] = {}
-        if self._cluster is None:
-            pipe: Any = self._redis.pipeline(transaction=False)
-        else:  # to the node that owns the keys, so both share one of its connections
-            pipe = self._cluster.pipeline()  # type: ignore[no-untyped-call,unused-ignore]
-            node = self._cluster.get_node_from_key(run.keys[0])  # type: ignore[no-untyped-call,unused-ignore]
-            options["target_nodes"] = node
-        with pipe:
-            pipe.execute_command(*script, len(run.keys), *run.keys, *run.args)
-            pipe.execute_command(*command, **options)
+        call = (*script, len(run.keys), *run.keys, *run.args)
+        if self._cluster is not None:
+            return self._on_owning_node(self._cluster, run.keys[0], call, command)
+        pipeline: Any = self._redis.pipeline(transaction=False)
+        with pipeline as pipe:
+            pipe.execute_command(*call)
+            pipe.execute_command(*command)
             reply, answer = pipe.execute()
         return reply, answer
+
+    def _on_owning_node(
+        self, cluster: RedisCluster, key: str, call: tuple[Any, ...], command: tuple[Any, ...]
+    ) -> tuple[Any, Any]:
+        """``call`` then ``command`` on one connection of the node that owns ``key``, following
+        ASK and MOVED here: a cluster pipeline may send a redirected call to another node than
+        the command after it."""
+        node = _owner(cluster, key)
+        asking: list[tuple[Any, ...]] = []
+        for _ in range(_REDIRECTIONS):
+            try:
+                *_, reply, answer = run_on_node(cluster, node, [*asking, call, command])
+            except (RedisConnectionError, TimeoutError, OSError):
+                cluster.nodes_manager.initialize()
+                node, asking = _owner(cluster, key), []
+                continue
+            if isinstance(reply, AskError):  # the slot is migrating and the keys left already
+                target = cluster.get_node(reply.host, reply.port)  # type: ignore[no-untyped-call,unused-ignore]
+                if target is None:
+                    raise reply
+                node, asking = target, [("ASKING",)]
+            elif isinstance(reply, MovedError | TryAgainError):
+                cluster.nodes_manager.initialize()
+                node, asking = _owner(cluster, key), []
+            elif isinstance(reply, Exception):
+                raise reply
+            elif isinstance(answer, Exception):
+                raise answer
+            else:
+                return reply, answer
+        raise RedisConnectionError(f"the slot of {key} kept moving")
 
     def _run_script(self, name: str, keys: Any, args: Any) -> Any:
         if self._cluster is None:
@@ -1324,6 +1361,14 @@ def _group_ids(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[Any]]:
     for stream, entry_id in pairs:
         out.setdefault(stream, []).append(entry_id)
     return out
+
+
+def _owner(cluster: RedisCluster, key: str) -> Any:
+    """The node that serves ``key``'s slot, as the client's slot map says."""
+    node = cluster.get_node_from_key(key)  # type: ignore[no-untyped-call,unused-ignore]
+    if node is None:
+        raise RedisConnectionError(f"no node serves {key}")
+    return node
 
 
 def _redis_from_url(url: str) -> Redis | RedisCluster:
