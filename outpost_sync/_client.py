@@ -146,7 +146,8 @@ from outpost_sync._backend import (
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
 _POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadlines again
-_CLUSTER_POLL = 0.01  # seconds a cluster subscriber waits on each node in turn
+_CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
+_NODE_POLL = 0.05  # seconds a node's worker waits for a message before it looks at its tasks
 _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
 _REDIRECTIONS = 3  # tries of a durable track() on a cluster whose slot map is changing
 _T = TypeVar("_T")
@@ -977,107 +978,123 @@ class Outpost:
                     close_pubsub(pubsub)
 
     def _subscribe_to_cluster(self, cluster: RedisCluster) -> None:
-        """One sharded subscription per node, for the channels of the shards it owns now. A
-        break (its node failed, a slot moved away) loses that node's channels only: the core
-        stops their copies following, and reloads them once each channel is subscribed again on
-        its owner; the other shards' copies keep following. The slot map is looked at again
-        after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
+        """One sharded subscription per node, for the channels of the shards it owns now, each
+        read by a worker of its own (so a message is taken as soon as it comes, whichever node
+        sends it). A break (its node failed, a slot moved away) loses that node's channels only:
+        the core stops their copies following, and reloads them once each channel is subscribed
+        again on its owner; the other shards' copies keep following. This loop looks at the slot
+        map after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
         fail-over or a migration by itself: docs/redis-layout.md, "Redis Cluster")."""
         nodes: dict[str, _NodeSubscription] = {}
-        unsubscribed = set(self._channels)
         look_at = 0.0  # when to look at the slot map next
         try:
             while not self._closed:
+                version = self._signal.version
+                for name, node in list(nodes.items()):
+                    if node.failure is not None:
+                        self._lose_node(nodes, name)
+                        self._redis_failed(self._subscriber_outage, node.failure)
+                        look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
                 if time.monotonic() >= look_at:
                     look_at = time.monotonic() + _TOPOLOGY_CHECK
                     try:
-                        self._follow_slot_map(cluster, nodes, unsubscribed)
+                        self._follow_slot_map(cluster, nodes)
                     except (RedisError, OSError) as exc:
                         look_at = time.monotonic() + self._redis_failed(
                             self._subscriber_outage, exc
                         )
-                if not nodes:
-                    sleep(max(0.0, min(look_at - time.monotonic(), _POLL)))
-                    continue
-                for name, node in list(nodes.items()):
-                    try:
-                        self._take_node_messages(node, unsubscribed)
-                    except (RedisError, OSError) as exc:
-                        self._lose_node(nodes, name, unsubscribed)
-                        self._redis_failed(self._subscriber_outage, exc)
-                        look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
-                if unsubscribed:
+                with self._lock:
+                    held = sum(len(node.channels) for node in nodes.values())
+                if held < len(self._channels):  # a channel given away: find its new owner
                     look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
                 self._feed(Tick(time.monotonic(), self._now_us()))
                 self._housekeeping()
+                self._signal.wait(version, max(0.0, min(look_at - time.monotonic(), _POLL)))
         finally:
             for node in nodes.values():
+                node.stopped = True
+            for node in nodes.values():
+                node.worker.stop(_POLL)
                 with contextlib.suppress(RedisError, OSError):
                     close_node_pubsub(node.pubsub)
 
-    def _follow_slot_map(
-        self,
-        cluster: RedisCluster,
-        nodes: dict[str, _NodeSubscription],
-        unsubscribed: set[str],
-    ) -> None:
-        """Move each channel whose slot another node owns now to that node's subscription, and
-        subscribe the channels that have none."""
+    def _follow_slot_map(self, cluster: RedisCluster, nodes: dict[str, _NodeSubscription]) -> None:
+        """Hand each channel to the worker of the node that owns its slot now: a node whose
+        channels moved away gives them up (their copies stop following), a node that gained
+        some subscribes them; a node without a worker gets one."""
         cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
         owners = self._channel_owners(cluster)
-        for name, node in list(nodes.items()):
-            moved = {channel for channel in node.channels if owners[channel].name != name}
-            if moved:
+        held: set[str] = set()
+        for name, node in nodes.items():
+            with self._lock:
+                moved = {c for c in node.channels if owners[c].name != name}
                 node.channels -= moved
-                unsubscribed |= moved
-                with self._lock:
+                node.to_unsubscribe |= moved
+                if moved:
                     self._core.handle(ChannelsLost(tuple(sorted(moved))))
-                try:
-                    node.pubsub.sunsubscribe(*sorted(moved))
-                except (RedisError, OSError):
-                    self._lose_node(nodes, name, unsubscribed)
-        for channel in sorted(unsubscribed):
+                held |= node.channels
+        for channel in sorted(set(self._channels) - held):
             owner = owners[channel]
             subscription = nodes.get(owner.name)
             if subscription is None:
                 subscription = _NodeSubscription(open_node_pubsub(cluster, owner))
+                loop = self._node_loop(subscription)
+                subscription.worker = Worker(f"outpost-subscriber-{owner.name}", loop)
                 nodes[owner.name] = subscription
-            try:
-                subscription.pubsub.ssubscribe(channel)  # one slot per command
-            except (RedisError, OSError):
-                self._lose_node(nodes, owner.name, unsubscribed)
-                raise
-            subscription.channels.add(channel)
-            unsubscribed.discard(channel)
+            with self._lock:
+                subscription.channels.add(channel)
+                subscription.unsubscribed.add(channel)
 
-    def _take_node_messages(self, node: _NodeSubscription, unsubscribed: set[str]) -> None:
+    def _node_loop(self, node: _NodeSubscription) -> Callable[[], Any]:
+        """One node's subscription: (un)subscribe what the slot map says, then wait for its
+        messages. Only this worker touches the node's connection."""
+
+        def loop() -> None:
+            try:
+                while not self._closed and not node.stopped:
+                    with self._lock:
+                        add, node.unsubscribed = node.unsubscribed, set()
+                        remove, node.to_unsubscribe = node.to_unsubscribe, set()
+                    if remove:
+                        node.pubsub.sunsubscribe(*sorted(remove))
+                    for channel in sorted(add):
+                        node.pubsub.ssubscribe(channel)  # one slot per command
+                    self._take_node_messages(node)
+            except Exception as exc:  # a Redis error, or redis-py failing under a fail-over
+                node.failure = exc
+                self._signal.fire()
+
+        return loop
+
+    def _take_node_messages(self, node: _NodeSubscription) -> None:
         """What one node's subscription brought, to the core."""
-        message = node.pubsub.get_message(timeout=_CLUSTER_POLL)
+        message = node.pubsub.get_message(timeout=_NODE_POLL)
         if message is None or self._echoes.seen(message.get("data")):
             return
         kind = _text(message.get("type"))
         channel = _text(message.get("channel"))
         with self._lock:
             if kind == "ssubscribe":
-                self._core.handle(ChannelSubscribed(channel))
+                if channel in node.channels:
+                    self._core.handle(ChannelSubscribed(channel))
             elif kind == "sunsubscribe":
                 if channel in node.channels:  # not ours: the node gave the slot away
                     node.channels.discard(channel)
-                    unsubscribed.add(channel)
                     self._core.handle(ChannelsLost((channel,)))
+                    self._signal.fire()  # the topology loop looks for its new owner
             else:
                 self._take_message(message)
             effects = self._core.effects()
         self._subscriber_back()
         self._run(effects)
 
-    def _lose_node(
-        self, nodes: dict[str, _NodeSubscription], name: str, unsubscribed: set[str]
-    ) -> None:
+    def _lose_node(self, nodes: dict[str, _NodeSubscription], name: str) -> None:
         node = nodes.pop(name)
-        unsubscribed |= node.channels
+        node.stopped = True
         with self._lock:
-            self._core.handle(ChannelsLost(tuple(sorted(node.channels))))
+            lost, node.channels = node.channels, set()
+            self._core.handle(ChannelsLost(tuple(sorted(lost))))
+        node.worker.stop(_POLL)
         with contextlib.suppress(RedisError, OSError):
             close_node_pubsub(node.pubsub)
 
@@ -1382,10 +1399,18 @@ def _redis_from_url(url: str) -> Redis | RedisCluster:
 
 @attrs.define
 class _NodeSubscription:
-    """A cluster node's pub/sub connection, and the shard channels subscribed on it."""
+    """A cluster node's pub/sub connection, read by a worker of its own; the shard channels it
+    holds (subscribed, or asked for), and what its worker has yet to (un)subscribe."""
 
     pubsub: Any
     channels: set[str] = attrs.field(factory=set)
+    unsubscribed: set[str] = attrs.field(factory=set)
+    """Channels given to this node that its worker has not subscribed yet."""
+    to_unsubscribe: set[str] = attrs.field(factory=set)
+    worker: Any = None
+    stopped: bool = False
+    failure: BaseException | None = None
+    """Why its connection broke (the worker stopped); the topology loop then loses it."""
 
 
 @attrs.frozen(slots=True)
