@@ -148,7 +148,7 @@ _POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadli
 _CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
 _NODE_POLL = 0.05  # seconds a node's worker waits for a message before it looks at its tasks
 _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
-_REDIRECTIONS = 3  # tries of a durable track() on a cluster whose slot map is changing
+_REDIRECTIONS = 5  # tries of a script on a cluster whose slot map is changing
 _T = TypeVar("_T")
 _CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
 _SETTLE = 0.1  # seconds a waiting read sleeps at most between two looks at its copy
@@ -588,7 +588,8 @@ class AsyncOutpost:
     ) -> tuple[Any, Any]:
         call = (*script, len(run.keys), *run.keys, *run.args)
         if self._cluster is not None:
-            return await self._on_owning_node(self._cluster, run.keys[0], call, command)
+            reply, answer = await self._on_owning_node(self._cluster, run.keys[0], [call, command])
+            return reply, answer
         pipeline: Any = self._redis.pipeline(transaction=False)
         async with pipeline as pipe:
             pipe.execute_command(*call)
@@ -597,45 +598,54 @@ class AsyncOutpost:
         return reply, answer
 
     async def _on_owning_node(
-        self, cluster: RedisCluster, key: str, call: tuple[Any, ...], command: tuple[Any, ...]
-    ) -> tuple[Any, Any]:
-        """``call`` then ``command`` on one connection of the node that owns ``key``, following
-        ASK and MOVED here: a cluster pipeline may send a redirected call to another node than
-        the command after it."""
+        self, cluster: RedisCluster, key: str, commands: list[tuple[Any, ...]]
+    ) -> list[Any]:
+        """``commands`` on one connection of the node that owns ``key``, in one round trip,
+        following ASK (with ``ASKING`` on that same connection) and MOVED here: redis-py's async
+        cluster client may send ``ASKING`` and the command on two connections, and its pipeline
+        may send a redirected call to another node than the command after it."""
         node = _owner(cluster, key)
         asking: list[tuple[Any, ...]] = []
         for _ in range(_REDIRECTIONS):
             try:
-                *_, reply, answer = await run_on_node(cluster, node, [*asking, call, command])
+                replies = await run_on_node(cluster, node, [*asking, *commands])
             except (RedisConnectionError, TimeoutError, OSError):
                 await cluster.nodes_manager.initialize()
                 node, asking = _owner(cluster, key), []
                 continue
-            if isinstance(reply, AskError):  # the slot is migrating and the keys left already
-                target = cluster.get_node(reply.host, reply.port)  # type: ignore[no-untyped-call,unused-ignore]
+            replies = replies[len(asking) :]
+            first = replies[0]
+            if isinstance(first, AskError):  # the slot is migrating and the keys left already
+                target = cluster.get_node(first.host, first.port)  # type: ignore[no-untyped-call,unused-ignore]
                 if target is None:
-                    raise reply
+                    raise first
                 node, asking = target, [("ASKING",)]
-            elif isinstance(reply, MovedError | TryAgainError):
+            elif isinstance(first, MovedError | TryAgainError):
                 await cluster.nodes_manager.initialize()
                 node, asking = _owner(cluster, key), []
-            elif isinstance(reply, Exception):
-                raise reply
-            elif isinstance(answer, Exception):
-                raise answer
             else:
-                return reply, answer
+                for reply in replies:
+                    if isinstance(reply, Exception):
+                        raise reply
+                return replies
         raise RedisConnectionError(f"the slot of {key} kept moving")
 
     async def _run_script(self, name: str, keys: Any, args: Any) -> Any:
-        if self._cluster is None:
+        cluster = self._cluster
+        if cluster is None:
             return await self._scripts[name](keys=keys, args=args)
         # redis-py's reload after NOSCRIPT loads the script on every primary, and fails while
         # one is down: EVAL runs it on the node that owns the keys, and caches it there.
+        sha = self._scripts[name].sha
         try:
-            return await self._cluster.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+            (reply,) = await self._on_owning_node(
+                cluster, keys[0], [("EVALSHA", sha, len(keys), *keys, *args)]
+            )
         except NoScriptError:
-            return await self._cluster.eval(SCRIPT_TEXT[name], len(keys), *keys, *args)
+            (reply,) = await self._on_owning_node(
+                cluster, keys[0], [("EVAL", SCRIPT_TEXT[name], len(keys), *keys, *args)]
+            )
+        return reply
 
     async def _wait_for_configuration(self) -> None:
         deadline = time.monotonic() + self._core.settings.snapshot_timeout
