@@ -13,7 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import balance, delivery, failover, fleet, fresh, lag, lag_load, memory, snapshot, track
+from bench import (
+    balance,
+    cluster,
+    delivery,
+    failover,
+    fleet,
+    fresh,
+    lag,
+    lag_load,
+    memory,
+    snapshot,
+    track,
+)
 from bench._env import FULL, SMOKE, Env, machine
 from bench._report import legend, table, write_json
 from bench._stats import Figure
@@ -30,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[Env], list[Figure]]] = {
     "snapshot": snapshot.run,
     "failover": failover.run,
     "fleet": fleet.run,
+    "cluster": cluster.run,
 }
 # Every figure a complete run produces (the smoke test checks them all).
 EXPECTED = (
@@ -75,6 +88,10 @@ EXPECTED = (
     "failover",
     "fleet",
     "fleet.delay",
+    "cluster.track",
+    "cluster.balance",
+    "cluster.lag",
+    "cluster.track.replica",
 )
 
 

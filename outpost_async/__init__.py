@@ -6,6 +6,7 @@ from outpost_async._client import AsyncOutpost
 from outpost_core import (
     Balance,
     InvalidEvent,
+    NotDurable,
     NotReady,
     OutpostClosed,
     OutpostError,
@@ -19,6 +20,7 @@ __all__ = [
     "AsyncOutpost",
     "Balance",
     "InvalidEvent",
+    "NotDurable",
     "NotReady",
     "OutpostClosed",
     "OutpostError",

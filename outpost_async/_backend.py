@@ -14,7 +14,8 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 
 from outpost_async._shared.proxy import ProxyError, proxy_for
 
@@ -98,6 +99,27 @@ def open_pubsub(client: Redis) -> Any:
 
 async def close_pubsub(pubsub: Any) -> None:
     await pubsub.aclose()
+
+
+async def run_on_node(
+    cluster: RedisCluster, node: ClusterNode, commands: list[tuple[Any, ...]]
+) -> list[Any]:
+    """Send ``commands`` to one node of a cluster on one of its connections, in one round trip,
+    without following redirections: each reply, or the error it was."""
+    pipeline = [PipelineCommand(n, *args) for n, args in enumerate(commands)]
+    await node.execute_pipeline(pipeline)
+    return [command.result for command in pipeline]
+
+
+def open_node_pubsub(cluster: RedisCluster, node: ClusterNode) -> Any:
+    """A pub/sub connection of its own to one node of a cluster, with the cluster's settings."""
+    pool = ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
+    return Redis(connection_pool=pool).pubsub()
+
+
+async def close_node_pubsub(pubsub: Any) -> None:
+    await pubsub.aclose()
+    await pubsub.connection_pool.disconnect()
 
 
 async def call_back(function: Callable[..., Any], *args: Any) -> None:

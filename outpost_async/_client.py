@@ -25,8 +25,15 @@ import attrs
 import httpx
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from outpost_async._backend import (
     CoreLock,
@@ -35,10 +42,13 @@ from outpost_async._backend import (
     Worker,
     call_back,
     close_at_exit,
+    close_node_pubsub,
     close_pubsub,
     forget_at_exit,
+    open_node_pubsub,
     open_pubsub,
     open_stream,
+    run_on_node,
     sleep,
     start_afresh_after_fork,
 )
@@ -56,6 +66,8 @@ from outpost_core import (
     BudgetAnswered,
     BytesReceived,
     ChangePublished,
+    ChannelsLost,
+    ChannelSubscribed,
     CheckHeartbeats,
     ClaimStale,
     CloseConnection,
@@ -69,6 +81,7 @@ from outpost_core import (
     DeliveryInput,
     DeliverySettings,
     Done,
+    Durability,
     Echoes,
     Effect,
     Fetch,
@@ -80,6 +93,7 @@ from outpost_core import (
     ListPending,
     LoadFailed,
     LoadIdentity,
+    NotDurable,
     NotReady,
     OpenConnection,
     Outage,
@@ -107,7 +121,6 @@ from outpost_core import (
     StoreConfiguration,
     StreamEntry,
     SubscriberLost,
-    SubscriberRestarted,
     SubscriptionConfirmed,
     SurveyConsumers,
     TakeRequest,
@@ -126,6 +139,7 @@ from outpost_core import (
     retry_after,
     semconv,
     stream_entries,
+    text_of,
     timestamp_us_of,
     to_us,
     track_outcome,
@@ -135,8 +149,10 @@ from outpost_core import (
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
 _POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadlines again
-_CLUSTER_POLL = 0.01  # seconds a cluster subscriber waits on each node in turn
+_CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
+_NODE_POLL = 0.05  # seconds a node's worker waits for a message before it looks at its tasks
 _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
+_REDIRECTIONS = 5  # tries of a script on a cluster whose slot map is changing
 _T = TypeVar("_T")
 _CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
 _RECHECK = 0.1  # seconds a waiting read (or track) sleeps at most between two looks
@@ -182,6 +198,10 @@ class AsyncOutpost:
             (up to a minute), with jitter.
         telemetry_url, telemetry_interval: where the relay is (default: ``server_url``) and how
             often telemetry is exported to it (seconds).
+        durability: ``"primary"`` (default): ``track()`` returns once the primary wrote the
+            event. ``"replica"``: it also waits until a replica has it (``WAIT 1``), so a
+            fail-over keeps it; when none acknowledges within ``durability_timeout`` seconds it
+            raises :class:`NotDurable` (the event is written; a retry with its id is safe).
         record_to: a directory to write conformance traces to (``session.jsonl`` and one
             ``delivery-<n>.jsonl`` per delivery loop): every input of the core and its answers,
             for replay by ``outpost_core._trace``. For debugging and conformance data only.
@@ -210,12 +230,15 @@ class AsyncOutpost:
         retry_base: float = 0.5,
         telemetry_url: str | None = None,
         telemetry_interval: float = 30.0,
+        durability: str = "primary",
+        durability_timeout: float = 1.0,
         record_to: str | os.PathLike[str] | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise UsageError("max_in_flight must be at least 1")
         self._tls = tls_context(verify)  # a bundle that cannot be loaded raises here
+        self._durability = Durability.of(durability, durability_timeout)
         # What a forked child starts afresh from (the parameters only: nothing else is bound yet).
         self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self._log = logger or logging.getLogger("outpost")
@@ -519,8 +542,12 @@ class AsyncOutpost:
             with self._lock:
                 run = self._core.track(**arguments)
                 self._echoes.sent()
+        wait = self._durability.wait()
         try:
-            reply = await self._script(run)
+            if wait is None:
+                reply = await self._script(run)
+            else:
+                reply, acknowledged = await self._script_then(run, wait)
         except BaseException:
             with self._lock:
                 for data in self._echoes.replied(None):
@@ -533,6 +560,8 @@ class AsyncOutpost:
             effects = self._core.effects()
         if effects:
             await self._run(effects)
+        if wait is not None and (shortfall := self._durability.shortfall(acknowledged)):
+            raise NotDurable(f"event {event_id} is on the primary only: {shortfall}")
         if self._telemetry.enabled:
             self._telemetry.tracked(
                 external_customer_id, customer_id, run.meter_ids, started, semconv.OK, run.buckets
@@ -545,15 +574,81 @@ class AsyncOutpost:
         except RedisError as exc:
             raise RedisUnavailable(f"Redis failed running {run.script}: {exc}") from exc
 
+    async def _script_then(self, run: RunScript, command: tuple[Any, ...]) -> tuple[Any, Any]:
+        """The script, then ``command`` on the same connection in the same round trip (WAIT
+        counts the replicas that have that connection's writes)."""
+        sha = self._scripts[run.script].sha
+        try:
+            try:
+                return await self._pipelined(run, ("EVALSHA", sha), command)
+            except NoScriptError:
+                return await self._pipelined(run, ("EVAL", SCRIPT_TEXT[run.script]), command)
+        except RedisError as exc:
+            raise RedisUnavailable(f"Redis failed running {run.script}: {exc}") from exc
+
+    async def _pipelined(
+        self, run: RunScript, script: tuple[str, str], command: tuple[Any, ...]
+    ) -> tuple[Any, Any]:
+        call = (*script, len(run.keys), *run.keys, *run.args)
+        if self._cluster is not None:
+            reply, answer = await self._on_owning_node(self._cluster, run.keys[0], [call, command])
+            return reply, answer
+        pipeline: Any = self._redis.pipeline(transaction=False)
+        async with pipeline as pipe:
+            pipe.execute_command(*call)
+            pipe.execute_command(*command)
+            reply, answer = await pipe.execute()
+        return reply, answer
+
+    async def _on_owning_node(
+        self, cluster: RedisCluster, key: str, commands: list[tuple[Any, ...]]
+    ) -> list[Any]:
+        """``commands`` on one connection of the node that owns ``key``, in one round trip,
+        following ASK (with ``ASKING`` on that same connection) and MOVED here: redis-py's async
+        cluster client may send ``ASKING`` and the command on two connections, and its pipeline
+        may send a redirected call to another node than the command after it."""
+        node = _owner(cluster, key)
+        asking: list[tuple[Any, ...]] = []
+        for _ in range(_REDIRECTIONS):
+            try:
+                replies = await run_on_node(cluster, node, [*asking, *commands])
+            except (RedisConnectionError, TimeoutError, OSError):
+                await cluster.nodes_manager.initialize()
+                node, asking = _owner(cluster, key), []
+                continue
+            replies = replies[len(asking) :]
+            first = replies[0]
+            if isinstance(first, AskError):  # the slot is migrating and the keys left already
+                target = cluster.get_node(first.host, first.port)  # type: ignore[no-untyped-call,unused-ignore]
+                if target is None:
+                    raise first
+                node, asking = target, [("ASKING",)]
+            elif isinstance(first, MovedError | TryAgainError):
+                await cluster.nodes_manager.initialize()
+                node, asking = _owner(cluster, key), []
+            else:
+                for reply in replies:
+                    if isinstance(reply, Exception):
+                        raise reply
+                return replies
+        raise RedisConnectionError(f"the slot of {key} kept moving")
+
     async def _run_script(self, name: str, keys: Any, args: Any) -> Any:
-        if self._cluster is None:
+        cluster = self._cluster
+        if cluster is None:
             return await self._scripts[name](keys=keys, args=args)
         # redis-py's reload after NOSCRIPT loads the script on every primary, and fails while
         # one is down: EVAL runs it on the node that owns the keys, and caches it there.
+        sha = self._scripts[name].sha
         try:
-            return await self._cluster.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+            (reply,) = await self._on_owning_node(
+                cluster, keys[0], [("EVALSHA", sha, len(keys), *keys, *args)]
+            )
         except NoScriptError:
-            return await self._cluster.eval(SCRIPT_TEXT[name], len(keys), *keys, *args)
+            (reply,) = await self._on_owning_node(
+                cluster, keys[0], [("EVAL", SCRIPT_TEXT[name], len(keys), *keys, *args)]
+            )
+        return reply
 
     async def _wait_for_configuration(self) -> None:
         deadline = time.monotonic() + self._core.settings.snapshot_timeout
@@ -901,60 +996,138 @@ class AsyncOutpost:
                     await close_pubsub(pubsub)
 
     async def _subscribe_to_cluster(self, cluster: RedisCluster) -> None:
-        """One sharded subscription per node, for the channels of the shards it owns. Any break
-        (a node down, a fail-over, a changed slot map) ends the whole subscription: it starts
-        again from a fresh slot map and every copy reloads (messages may have been lost)."""
-        while not self._closed:
-            pubsub = cluster.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
-            try:
-                await cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
-                layout = await self._channel_owners(cluster)
-                await pubsub.ssubscribe(*self._channels)
-                confirmed = 0
-                next_check = time.monotonic() + _TOPOLOGY_CHECK
-                while not self._closed:
-                    message = await pubsub.get_sharded_message(timeout=_CLUSTER_POLL)
-                    if message is not None and self._echoes.seen(message.get("data")):
-                        continue
-                    with self._lock:
-                        if message is not None:
-                            kind = message.get("type")
-                            if kind in ("sunsubscribe", b"sunsubscribe"):  # its slot moved
-                                raise RedisConnectionError("a shard channel moved")
-                            if kind in ("ssubscribe", b"ssubscribe"):
-                                confirmed += 1
-                                if confirmed == len(self._channels):
-                                    self._core.handle(SubscriberRestarted())
-                                    self._subscriber_back()
-                            else:
-                                self._message_to_core(message)
-                        self._core.handle(Tick(time.monotonic(), self._now_us()))
-                        effects = self._core.effects()
-                    if effects or message is not None:
-                        await self._run(effects)
-                    self._housekeeping()
-                    if time.monotonic() >= next_check:
-                        next_check = time.monotonic() + _TOPOLOGY_CHECK
-                        await cluster.nodes_manager.initialize()
-                        if await self._channel_owners(cluster) != layout:
-                            raise RedisConnectionError("the cluster's slot map changed")
-            except (RedisError, OSError) as exc:
+        """One sharded subscription per node, for the channels of the shards it owns now, each
+        read by a worker of its own (so a message is taken as soon as it comes, whichever node
+        sends it). A break (its node failed, a slot moved away) loses that node's channels only:
+        the core stops their copies following, and reloads them once each channel is subscribed
+        again on its owner; the other shards' copies keep following. This loop looks at the slot
+        map after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
+        fail-over or a migration by itself: docs/redis-layout.md, "Redis Cluster")."""
+        nodes: dict[str, _NodeSubscription] = {}
+        look_at = 0.0  # when to look at the slot map next
+        try:
+            while not self._closed:
+                version = self._signal.version
+                for name, node in list(nodes.items()):
+                    if node.failure is not None:
+                        await self._lose_node(nodes, name)
+                        self._redis_failed(self._subscriber_outage, node.failure)
+                        look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
+                if time.monotonic() >= look_at:
+                    look_at = time.monotonic() + _TOPOLOGY_CHECK
+                    try:
+                        await self._follow_slot_map(cluster, nodes)
+                    except (RedisError, OSError) as exc:
+                        look_at = time.monotonic() + self._redis_failed(
+                            self._subscriber_outage, exc
+                        )
                 with self._lock:
-                    self._core.handle(SubscriberLost())
-                if not self._closed:
-                    await sleep(self._redis_failed(self._subscriber_outage, exc))
-            finally:
+                    held = sum(len(node.channels) for node in nodes.values())
+                if held < len(self._channels):  # a channel given away: find its new owner
+                    look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
+                await self._feed(Tick(time.monotonic(), self._now_us()))
+                self._housekeeping()
+                await self._signal.wait(version, max(0.0, min(look_at - time.monotonic(), _POLL)))
+        finally:
+            for node in nodes.values():
+                node.stopped = True
+            for node in nodes.values():
+                await node.worker.stop(_POLL)
                 with contextlib.suppress(RedisError, OSError):
-                    await close_pubsub(pubsub)
+                    await close_node_pubsub(node.pubsub)
 
-    async def _channel_owners(self, cluster: RedisCluster) -> list[str]:
+    async def _follow_slot_map(
+        self, cluster: RedisCluster, nodes: dict[str, _NodeSubscription]
+    ) -> None:
+        """Hand each channel to the worker of the node that owns its slot now: a node whose
+        channels moved away gives them up (their copies stop following), a node that gained
+        some subscribes them; a node without a worker gets one."""
+        await cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
+        owners = self._channel_owners(cluster)
+        held: set[str] = set()
+        for name, node in nodes.items():
+            with self._lock:
+                moved = {c for c in node.channels if owners[c].name != name}
+                node.channels -= moved
+                node.to_unsubscribe |= moved
+                if moved:
+                    self._core.handle(ChannelsLost(tuple(sorted(moved))))
+                held |= node.channels
+        for channel in sorted(set(self._channels) - held):
+            owner = owners[channel]
+            subscription = nodes.get(owner.name)
+            if subscription is None:
+                subscription = _NodeSubscription(open_node_pubsub(cluster, owner))
+                loop = self._node_loop(subscription)
+                subscription.worker = Worker(f"outpost-subscriber-{owner.name}", loop)
+                nodes[owner.name] = subscription
+            with self._lock:
+                subscription.channels.add(channel)
+                subscription.unsubscribed.add(channel)
+
+    def _node_loop(self, node: _NodeSubscription) -> Callable[[], Any]:
+        """One node's subscription: (un)subscribe what the slot map says, then wait for its
+        messages. Only this worker touches the node's connection."""
+
+        async def loop() -> None:
+            try:
+                while not self._closed and not node.stopped:
+                    with self._lock:
+                        add, node.unsubscribed = node.unsubscribed, set()
+                        remove, node.to_unsubscribe = node.to_unsubscribe, set()
+                    if remove:
+                        await node.pubsub.sunsubscribe(*sorted(remove))
+                    for channel in sorted(add):
+                        await node.pubsub.ssubscribe(channel)  # one slot per command
+                    await self._take_node_messages(node)
+            except Exception as exc:  # a Redis error, or redis-py failing under a fail-over
+                node.failure = exc
+                self._signal.fire()
+
+        return loop
+
+    async def _take_node_messages(self, node: _NodeSubscription) -> None:
+        """What one node's subscription brought, to the core."""
+        message = await node.pubsub.get_message(timeout=_NODE_POLL)
+        if message is None or self._echoes.seen(message.get("data")):
+            return
+        kind = text_of(message.get("type"))
+        channel = text_of(message.get("channel"))
+        with self._lock:
+            if kind == "smessage" and self._echoes.hold(message.get("data")):
+                return  # maybe the echo of a script in flight: its reply decides
+            if kind == "ssubscribe":
+                if channel in node.channels:
+                    self._core.handle(ChannelSubscribed(channel))
+            elif kind == "sunsubscribe":
+                if channel in node.channels:  # not ours: the node gave the slot away
+                    node.channels.discard(channel)
+                    self._core.handle(ChannelsLost((channel,)))
+                    self._signal.fire()  # the topology loop looks for its new owner
+            else:
+                self._message_to_core(message)
+            effects = self._core.effects()
+        self._subscriber_back()
+        await self._run(effects)
+
+    async def _lose_node(self, nodes: dict[str, _NodeSubscription], name: str) -> None:
+        node = nodes.pop(name)
+        node.stopped = True
+        with self._lock:
+            lost, node.channels = node.channels, set()
+            self._core.handle(ChannelsLost(tuple(sorted(lost))))
+        await node.worker.stop(_POLL)
+        with contextlib.suppress(RedisError, OSError):
+            await close_node_pubsub(node.pubsub)
+
+    def _channel_owners(self, cluster: RedisCluster) -> dict[str, Any]:
         """Which node serves each shard channel, as this client's slot map says."""
-        owners = []
+        owners = {}
         for channel in self._channels:
             node = cluster.get_node_from_key(channel)  # type: ignore[no-untyped-call,unused-ignore]
             if node is None:
                 raise RedisConnectionError(f"no node serves {channel}")
-            owners.append(node.name)
+            owners[channel] = node
         return owners
 
     def _subscriber_back(self) -> None:
@@ -1237,6 +1410,14 @@ _DELIVERY_EFFECTS: dict[type, Callable[[AsyncOutpost, Any], Awaitable[DeliveryIn
 }
 
 
+def _owner(cluster: RedisCluster, key: str) -> Any:
+    """The node that serves ``key``'s slot, as the client's slot map says."""
+    node = cluster.get_node_from_key(key)  # type: ignore[no-untyped-call,unused-ignore]
+    if node is None:
+        raise RedisConnectionError(f"no node serves {key}")
+    return node
+
+
 def _redis_from_url(url: str) -> Redis | RedisCluster:
     """``redis+cluster://host:port`` (or ``rediss+cluster://``) names a cluster by any of its
     nodes; any other URL, one Redis."""
@@ -1244,6 +1425,22 @@ def _redis_from_url(url: str) -> Redis | RedisCluster:
     if separator and scheme.endswith("+cluster"):
         return RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
     return Redis.from_url(url, health_check_interval=10)
+
+
+@attrs.define
+class _NodeSubscription:
+    """A cluster node's pub/sub connection, read by a worker of its own; the shard channels it
+    holds (subscribed, or asked for), and what its worker has yet to (un)subscribe."""
+
+    pubsub: Any
+    channels: set[str] = attrs.field(factory=set)
+    unsubscribed: set[str] = attrs.field(factory=set)
+    """Channels given to this node that its worker has not subscribed yet."""
+    to_unsubscribe: set[str] = attrs.field(factory=set)
+    worker: Any = None
+    stopped: bool = False
+    failure: BaseException | None = None
+    """Why its connection broke (the worker stopped); the topology loop then loses it."""
 
 
 @attrs.frozen(slots=True)

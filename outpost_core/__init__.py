@@ -34,6 +34,7 @@ from ._delivery import (
     retry_after,
     with_known_revs,
 )
+from ._durability import Durability
 from ._echoes import Echoes
 from ._effects import (
     CloseConnection,
@@ -50,6 +51,8 @@ from ._event import event_id_of, timestamp_us_of
 from ._inputs import (
     BytesReceived,
     ChangePublished,
+    ChannelsLost,
+    ChannelSubscribed,
     Closing,
     ConfigurationReceived,
     ConnectionFailed,
@@ -95,6 +98,7 @@ from ._telemetry import Recorder, read_outcome, track_outcome
 from ._time import BUCKET_US, floor_bucket, from_us, to_us
 from .errors import (
     InvalidEvent,
+    NotDurable,
     NotReady,
     OutpostClosed,
     OutpostError,
@@ -121,6 +125,8 @@ __all__ = [
     "BudgetAnswered",
     "BytesReceived",
     "ChangePublished",
+    "ChannelSubscribed",
+    "ChannelsLost",
     "CheckHeartbeats",
     "ClaimStale",
     "CloseConnection",
@@ -136,6 +142,7 @@ __all__ = [
     "DeliveryInput",
     "DeliverySettings",
     "Done",
+    "Durability",
     "Echoes",
     "Effect",
     "Fetch",
@@ -150,6 +157,7 @@ __all__ = [
     "ListPending",
     "LoadFailed",
     "LoadIdentity",
+    "NotDurable",
     "NotReady",
     "OpenConnection",
     "Outage",

@@ -56,6 +56,25 @@ class SubscriptionConfirmed:
 
 
 @attrs.frozen(slots=True)
+class ChannelSubscribed:
+    """Redis confirmed the subscription to one shard channel (``channel``, as Redis named it),
+    on its own: a cluster driver subscribes each shard on the node that owns it. Messages of that
+    shard may have been missed before, so that shard's copies reload and follow from now on; the
+    other shards' copies are left alone."""
+
+    channel: object
+
+
+@attrs.frozen(slots=True)
+class ChannelsLost:
+    """The subscriptions to these shard channels broke (their node failed, or their slot moved):
+    until each is confirmed again (:class:`ChannelSubscribed`), that shard's copies do not follow
+    Redis and their reads go to Redis. The other shards' copies keep following."""
+
+    channels: tuple[object, ...]
+
+
+@attrs.frozen(slots=True)
 class SubscriberLost:
     """The pub/sub connection broke: until :class:`SubscriberRestarted`, no copy is following
     Redis, and reads go to Redis instead of memory."""
@@ -141,6 +160,8 @@ Input = (
     | SubscriberRestarted
     | SubscriberLost
     | SubscriptionConfirmed
+    | ChannelSubscribed
+    | ChannelsLost
     | Closing
     | IdentityLoaded
     | LoadFailed

@@ -43,6 +43,8 @@ from ._filters import InvalidDefinition
 from ._inputs import (
     BytesReceived,
     ChangePublished,
+    ChannelsLost,
+    ChannelSubscribed,
     Closing,
     ConfigurationReceived,
     ConnectionFailed,
@@ -163,6 +165,13 @@ class Session:
         self._now = 0.0
         self.subscribed = False
         """Whether Redis confirmed the subscription to every shard channel and it holds."""
+        self._live_shards: set[int] = set()
+        """The shards whose channel subscription Redis confirmed and that has not broken since:
+        their copies may follow Redis."""
+        self._shard_of_channel = {
+            _keys.channel(shard, self.settings.channel_namespace): shard
+            for shard in range(_keys.SHARDS)
+        }
         self.ever_subscribed = False
         self.rejections: collections.Counter[str] = collections.Counter()
 
@@ -214,6 +223,10 @@ class Session:
             self._subscription_restarted()
         elif isinstance(event, SubscriberLost):
             self._subscription_lost()
+        elif isinstance(event, ChannelSubscribed):
+            self._shards_confirmed(self._shards_of((event.channel,)))
+        elif isinstance(event, ChannelsLost):
+            self._shards_lost(self._shards_of(event.channels))
         elif isinstance(event, ConfigurationReceived):
             self._configure(event.payload, event.from_cache)
         elif isinstance(event, Closing):
@@ -225,17 +238,42 @@ class Session:
             raise UsageError(f"not an input: {event!r}")
 
     def _subscription_restarted(self) -> None:
-        self.subscribed = self.ever_subscribed = True
-        for mirror in self._mirrors.values():
-            self._invalidate(mirror)
-            self._load(mirror)
+        self._shards_confirmed(set(range(_keys.SHARDS)))
 
     def _subscription_lost(self) -> None:
-        # Keep the copies (reads go to Redis meanwhile); they reload once subscribed again.
-        self.subscribed = False
+        self._shards_lost(set(range(_keys.SHARDS)))
+
+    def _shards_confirmed(self, shards: set[int]) -> None:
+        """Messages of these shards may have been missed until now: their copies reload (and
+        follow from that load on); the other shards' copies are left alone."""
+        self._live_shards |= shards
+        if len(self._live_shards) == _keys.SHARDS:
+            self.subscribed = self.ever_subscribed = True
         for mirror in self._mirrors.values():
-            mirror.stop_following()
-            self._invalidate(mirror)
+            if mirror.customer.shard in shards:
+                self._invalidate(mirror)
+                self._load(mirror)
+
+    def _shards_lost(self, shards: set[int]) -> None:
+        # Keep the copies (reads go to Redis meanwhile); they reload once subscribed again.
+        self._live_shards -= shards
+        if shards:
+            self.subscribed = False
+        for mirror in self._mirrors.values():
+            if mirror.customer.shard in shards:
+                mirror.stop_following()
+                self._invalidate(mirror)
+
+    def _shards_of(self, channels: tuple[object, ...]) -> set[int]:
+        """The shards these channels belong to; a channel that is none of ours is rejected."""
+        shards = set()
+        for channel in channels:
+            shard = self._shard_of_channel.get(text_of(channel) or "")
+            if shard is None:
+                self._reject("subscription", f"not one of the shard channels: {channel!r}")
+            else:
+                shards.add(shard)
+        return shards
 
     def effects(self) -> list[Effect]:
         """Drain what the driver must do now, in order."""
@@ -608,7 +646,7 @@ class Session:
     # -- keeping copies current ---------------------------------------------------------------
 
     def _load(self, mirror: Mirror) -> None:
-        load_id = mirror.start_load(follows=self.subscribed)
+        load_id = mirror.start_load(follows=mirror.customer.shard in self._live_shards)
         self.log.debug("outpost loads %s (copy at revision %d)", mirror.key, mirror.rev)
         # Asked again if no answer comes (a driver task cancelled mid-load loses it).
         self._retry_at[mirror.key] = self._now + self.settings.load_timeout

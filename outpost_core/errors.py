@@ -38,3 +38,10 @@ class OutpostClosed(UsageError):
 
 class RedisUnavailable(OutpostError):
     """Redis did not answer; nothing was tracked."""
+
+
+class NotDurable(RedisUnavailable):
+    """``durability="replica"``: the primary wrote the event, but no replica acknowledged it in
+    ``durability_timeout``. The event counts and will be delivered, unless the primary fails
+    before its replica has it; retrying ``track()`` with the same ``event_id`` is safe (a retry
+    writes nothing the primary already holds) and waits for the replica again."""

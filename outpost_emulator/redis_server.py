@@ -130,6 +130,43 @@ class RedisServer:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+class RedisReplica(RedisServer):
+    """A replica of one :class:`RedisServer` (``--replicaof``), for ``durability="replica"``."""
+
+    def __init__(self, primary: RedisServer) -> None:
+        super().__init__(binary=primary.binary)
+        self.primary = primary
+
+    def extra_args(self) -> list[str]:
+        return ["--replicaof", "127.0.0.1", str(self.primary.port)]
+
+    def start(self) -> None:
+        # The primary's first full sync would wait 5 s for more replicas to share it.
+        client = redis.Redis(port=self.primary.port, socket_timeout=2)
+        try:
+            client.config_set("repl-diskless-sync-delay", 0)
+        finally:
+            client.close()
+        super().start()
+
+    def wait_in_sync(self, timeout: float = 10) -> None:
+        """Until the primary counts this replica as online (``WAIT`` counts it from then on)."""
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(port=self.primary.port, socket_timeout=2, decode_responses=True)
+        try:
+            while not _online(client.info("replication").get("slave0")):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the replica did not come in sync")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+
+def _online(replica: object) -> bool:
+    """INFO's ``slave0`` line, which redis-py parses into a dict."""
+    return isinstance(replica, dict) and replica.get("state") == "online"
+
+
 @contextlib.contextmanager
 def running(*, durable: bool = False) -> Iterator[RedisServer]:
     server = RedisServer(durable=durable)
@@ -263,6 +300,60 @@ class RedisCluster:
         """Starts a stopped or killed node again (it rejoins with its nodes.conf)."""
         self.node(port).start()
 
+    def node_id(self, port: int) -> str:
+        client = redis.Redis(port=port, socket_timeout=2, decode_responses=True)
+        try:
+            return str(client.execute_command("CLUSTER", "MYID"))  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+
+    def begin_migration(self, slot: int, to_port: int) -> None:
+        """Marks ``slot`` as leaving its primary for ``to_port`` (``CLUSTER SETSLOT ... MIGRATING``
+        and ``IMPORTING``): its keys are still served by the source, new keys go to the target."""
+        source = self.port_for_slot(slot)
+        self._cluster(to_port, "SETSLOT", slot, "IMPORTING", self.node_id(source))
+        self._cluster(source, "SETSLOT", slot, "MIGRATING", self.node_id(to_port))
+
+    def move_keys(self, slot: int, to_port: int) -> None:
+        """``MIGRATE`` every key of ``slot`` to the target: the source answers ``ASK`` for them."""
+        source = self.port_for_slot(slot)
+        client = redis.Redis(port=source, socket_timeout=10)
+        try:
+            while keys := client.execute_command(  # type: ignore[no-untyped-call]
+                "CLUSTER", "GETKEYSINSLOT", slot, 100
+            ):
+                client.execute_command(  # type: ignore[no-untyped-call]
+                    "MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys
+                )
+        finally:
+            client.close()
+
+    def end_migration(self, slot: int, to_port: int) -> None:
+        """Gives ``slot`` to the target (``CLUSTER SETSLOT ... NODE`` on the target, the source,
+        then every other primary), and waits until every node agrees."""
+        target = self.node_id(to_port)
+        source = self.port_for_slot(slot)
+        self._cluster(to_port, "SETSLOT", slot, "NODE", target)
+        self._cluster(source, "SETSLOT", slot, "NODE", target)
+        for port in self.primary_ports():
+            if port not in (to_port, source):
+                self._cluster(port, "SETSLOT", slot, "NODE", target)
+        self.wait_healthy()
+
+    def migrate_slot(self, slot: int, to_port: int) -> None:
+        """Moves ``slot`` and its keys to the primary on ``to_port``, as ``redis-cli --cluster
+        reshard`` does for each slot it moves."""
+        self.begin_migration(slot, to_port)
+        self.move_keys(slot, to_port)
+        self.end_migration(slot, to_port)
+
+    def _cluster(self, port: int, *args: object) -> None:
+        client = redis.Redis(port=port, socket_timeout=10)
+        try:
+            client.execute_command("CLUSTER", *args)  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+
     def flush(self) -> None:
         """Empties every primary (between tests sharing one cluster)."""
         for port in self.primary_ports():
@@ -309,6 +400,8 @@ class _ClusterNode(RedisServer):
             "--cluster-node-timeout", str(self.node_timeout_ms),
             # A replica whose primary was down a while still takes over: the tests kill on purpose.
             "--cluster-replica-validity-factor", "0",
+            # A killed primary restarted as a replica syncs at once, not 5 s later.
+            "--repl-diskless-sync-delay", "0",
         ]  # fmt: skip
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from outpost_core import (
     Balance,
     InvalidEvent,
+    NotDurable,
     NotReady,
     OutpostClosed,
     OutpostError,
@@ -18,6 +19,7 @@ from outpost_sync._client import Outpost
 __all__ = [
     "Balance",
     "InvalidEvent",
+    "NotDurable",
     "NotReady",
     "Outpost",
     "OutpostClosed",

@@ -17,7 +17,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from redis import Redis
+from redis import ConnectionPool, Redis
+from redis.cluster import ClusterNode, RedisCluster
 
 from outpost_async._shared.proxy import MAX_REPLY, ProxyError, proxy_for
 
@@ -118,6 +119,30 @@ def close_pubsub(pubsub: Any) -> None:
     # A cluster's pub/sub holds one connection per node, which its close() leaves open.
     for node_pubsub in list(getattr(pubsub, "node_pubsub_mapping", {}).values()):
         node_pubsub.close()
+
+
+def run_on_node(
+    cluster: RedisCluster, node: ClusterNode, commands: list[tuple[Any, ...]]
+) -> list[Any]:
+    """Send ``commands`` to one node of a cluster on one of its connections, in one round trip,
+    without following redirections: each reply, or the error it was."""
+    pipe: Any = cluster.get_redis_connection(node).pipeline(transaction=False)
+    for args in commands:
+        pipe.execute_command(*args)
+    return list(pipe.execute(raise_on_error=False))
+
+
+def open_node_pubsub(cluster: RedisCluster, node: ClusterNode) -> Any:
+    """A pub/sub connection of its own to one node of a cluster, with the cluster's settings (not
+    from the node's pool: the cluster client disconnects that pool when its slot map changes)."""
+    pool = cluster.get_redis_connection(node).connection_pool
+    own = ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
+    return Redis(connection_pool=own).pubsub()  # type: ignore[no-untyped-call]
+
+
+def close_node_pubsub(pubsub: Any) -> None:
+    pubsub.close()
+    pubsub.connection_pool.disconnect()
 
 
 def call_back(function: Callable[..., Any], *args: Any) -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import settings
 
 from outpost_emulator import Emulator
-from tests.support.redis_server import RedisCluster, RedisServer
+from tests.support.redis_server import RedisCluster, RedisReplica, RedisServer
 
 # No per-example deadline: on a loaded machine it is a timing assertion, and fails at random.
 settings.register_profile("outpost", deadline=None)
@@ -29,6 +29,18 @@ def durable_redis_server() -> Iterator[RedisServer]:
     server.start()
     yield server
     server.close()
+
+
+@pytest.fixture
+def redis_replica(redis_server: RedisServer) -> Iterator[RedisReplica]:
+    """A replica of ``redis_server``, in sync."""
+    replica = RedisReplica(redis_server)
+    replica.start()
+    try:
+        replica.wait_in_sync()
+        yield replica
+    finally:
+        replica.close()
 
 
 @pytest.fixture(scope="session")

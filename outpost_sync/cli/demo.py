@@ -174,7 +174,11 @@ def _version(client: redis.Redis) -> tuple[int, ...]:
 
 
 def _probe(url: str, timeout: float = 0.5) -> tuple[int, ...]:
-    """Redis's version at `url`; raises redis.RedisError when it does not answer."""
+    """Redis's version at `url` (for a cluster, `redis+cluster://`, the node it names); raises
+    redis.RedisError when it does not answer."""
+    scheme, separator, rest = url.partition("://")
+    if separator and scheme.endswith("+cluster"):
+        url = f"{scheme.removesuffix('+cluster')}://{rest}"
     client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=2)
     try:
         client.ping()

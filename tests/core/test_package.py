@@ -34,6 +34,7 @@ def test_error_hierarchy() -> None:
         "UsageError",
         "OutpostClosed",
         "RedisUnavailable",
+        "NotDurable",
     ):
         error = getattr(outpost_core, name)
         assert error is getattr(errors, name)
@@ -42,3 +43,4 @@ def test_error_hierarchy() -> None:
     assert issubclass(errors.InvalidEvent, ValueError)
     assert issubclass(errors.UnknownMeter, LookupError)
     assert not issubclass(errors.NotReady, errors.UsageError)
+    assert issubclass(errors.NotDurable, errors.RedisUnavailable)  # caught where Redis failures are

@@ -13,6 +13,8 @@ import pytest
 from outpost_core import (
     Balance,
     ChangePublished,
+    ChannelsLost,
+    ChannelSubscribed,
     ConfigurationReceived,
     Customer,
     Fetch,
@@ -1163,3 +1165,57 @@ def test_track_counts_the_buckets_it_writes() -> None:
     run = track(session)
     assert run.buckets == len(run.meter_ids) == 5  # one identity per reducer that counts it
     assert run.buckets == (len(run.keys) - 1) // 2  # the script's KEYS: outbox, then pairs
+
+
+def _customer_in_another_shard(than: Customer) -> Customer:
+    return next(c for n in range(100) if (c := Customer("external", f"c{n}")).shard != than.shard)
+
+
+def test_a_lost_shard_channel_sends_only_that_shard_s_reads_to_redis_and_reloads_only_it() -> None:
+    # On a cluster each shard is subscribed on the node that owns it: a node's fail-over breaks
+    # the channels of its shards only, and only their copies may have missed a message.
+    session = configured()
+    other = _customer_in_another_shard(C1)
+    warm(session, fields=snapshot_fields(rev=3))
+    warm(session, customer=other, fields=snapshot_fields(rev=7))
+    lost = keys.channel(C1.shard)
+    session.handle(ChannelsLost((lost.encode(),)))
+    assert (session.subscribed, session.ever_subscribed) == (False, True)
+    assert session.effects() == []  # nothing reloads until the channel is back
+    assert session.read(COUNT, "c1") == Fetch(keys=(state("r-count"),))
+    untouched = session.read(COUNT, other.id)  # the other shard's copy still follows
+    assert isinstance(untouched, Balance) and untouched.source == "memory"
+    session.handle(ChannelSubscribed(lost))
+    assert session.subscribed
+    reload = load_asked(session, state("r-count"))  # that shard's copy only
+    session.handle(IdentityLoaded(state("r-count"), snapshot_fields(rev=4), reload))
+    balance = session.read(COUNT, "c1")
+    assert isinstance(balance, Balance) and (balance.source, balance.revision) == ("memory", 4)
+
+
+def test_shard_channels_confirmed_one_by_one_make_the_subscription_whole() -> None:
+    session = configured(subscribed=False)
+    warm_key = state("r-count")
+    assert session.read(COUNT, "c1") is None
+    load_id = load_asked(session, warm_key)
+    for shard in range(keys.SHARDS):
+        if shard != C1.shard:
+            session.handle(ChannelSubscribed(keys.channel(shard)))
+    assert not session.subscribed and session.effects() == []  # c1's shard is not confirmed
+    session.handle(IdentityLoaded(warm_key, snapshot_fields(), load_id))
+    assert not session.followed[0].following  # asked before its shard was subscribed
+    session.handle(ChannelSubscribed(keys.channel(C1.shard)))
+    assert (session.subscribed, session.ever_subscribed) == (True, True)
+    session.handle(IdentityLoaded(warm_key, snapshot_fields(), load_asked(session, warm_key)))
+    assert session.followed[0].following
+
+
+def test_a_channel_that_is_not_ours_is_rejected_and_changes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    session = configured()
+    warm(session)
+    session.handle(ChannelsLost(("someone:else", b"\xff")))
+    session.handle(ChannelSubscribed(keys.channel(3, "db2")))  # another database's channel
+    assert session.rejections["subscription"] == 3
+    assert session.subscribed and session.effects() == []

@@ -12,12 +12,21 @@ import redis
 
 from outpost_sync.cli import demo
 from outpost_sync.cli import main as cli_main
-from tests.support.redis_server import REDIS_SERVER, RedisServer, free_port
+from tests.support.redis_server import REDIS_SERVER, RedisCluster, RedisServer, free_port
+
+
+@pytest.fixture(params=["single", "cluster"])
+def demo_redis(request: pytest.FixtureRequest) -> RedisServer | RedisCluster:
+    """One Redis, then the shared cluster (``--redis-url redis+cluster://...``)."""
+    name = "redis_server" if request.param == "single" else "redis_cluster"
+    redis_or_cluster: RedisServer | RedisCluster = request.getfixturevalue(name)
+    return redis_or_cluster
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-def test_the_demo_ends_with_an_agreeing_verdict(redis_server: RedisServer) -> None:
+def test_the_demo_ends_with_an_agreeing_verdict(demo_redis: RedisServer | RedisCluster) -> None:
+    redis_server = demo_redis
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("REDIS_URL", None)
     result = subprocess.run(

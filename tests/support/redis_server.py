@@ -6,6 +6,7 @@ from __future__ import annotations
 from outpost_emulator.redis_server import (
     REDIS_SERVER,
     RedisCluster,
+    RedisReplica,
     RedisServer,
     cluster_running,
     free_port,
@@ -15,6 +16,7 @@ from outpost_emulator.redis_server import (
 __all__ = [
     "REDIS_SERVER",
     "RedisCluster",
+    "RedisReplica",
     "RedisServer",
     "cluster_running",
     "free_port",

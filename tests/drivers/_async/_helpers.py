@@ -10,7 +10,7 @@ from outpost_async import AsyncOutpost
 from outpost_async._backend import sleep
 from outpost_emulator import Emulator
 from tests.support import polar
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisCluster, RedisServer
 
 COUNT = "m-count"
 TOKENS = "m-tokens"
@@ -30,7 +30,7 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-def make(server: RedisServer, **options: Any) -> AsyncOutpost:
+def make(server: RedisServer | RedisCluster, **options: Any) -> AsyncOutpost:
     options.setdefault("snapshot_timeout", 5.0)
     options.setdefault("telemetry", False)
     return AsyncOutpost(redis_url=server.url, **options)
@@ -68,7 +68,7 @@ async def until_credited(
     await eventually(reached, timeout=timeout, what=what)
 
 
-def connect(server: RedisServer, emulator: Emulator, **options: Any) -> AsyncOutpost:
+def connect(server: RedisServer | RedisCluster, emulator: Emulator, **options: Any) -> AsyncOutpost:
     """An instance wired to the emulator (its clock too) and to a test Redis."""
     options.setdefault("snapshot_timeout", 5.0)
     options.setdefault("telemetry", False)

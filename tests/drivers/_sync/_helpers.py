@@ -11,7 +11,7 @@ from outpost_emulator import Emulator
 from outpost_sync import Outpost
 from outpost_sync._backend import sleep
 from tests.support import polar
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisCluster, RedisServer
 
 COUNT = "m-count"
 TOKENS = "m-tokens"
@@ -31,7 +31,7 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-def make(server: RedisServer, **options: Any) -> Outpost:
+def make(server: RedisServer | RedisCluster, **options: Any) -> Outpost:
     options.setdefault("snapshot_timeout", 5.0)
     options.setdefault("telemetry", False)
     return Outpost(redis_url=server.url, **options)
@@ -67,7 +67,7 @@ def until_credited(
     eventually(reached, timeout=timeout, what=what)
 
 
-def connect(server: RedisServer, emulator: Emulator, **options: Any) -> Outpost:
+def connect(server: RedisServer | RedisCluster, emulator: Emulator, **options: Any) -> Outpost:
     """An instance wired to the emulator (its clock too) and to a test Redis."""
     options.setdefault("snapshot_timeout", 5.0)
     options.setdefault("telemetry", False)
