@@ -24,6 +24,13 @@ export type Input =
   /** The pub/sub connection broke: until SubscriberRestarted no copy follows Redis, and reads go
    * to Redis instead of memory. */
   | { kind: "SubscriberLost" }
+  /** Redis confirmed the subscription to one shard channel on its own (a cluster driver
+   * subscribes each shard on the node that owns it): that shard's copies reload and follow from
+   * now on; the other shards' copies are left alone. */
+  | { kind: "ChannelSubscribed"; channel: unknown }
+  /** The subscriptions to these shard channels broke (their node failed, their slot moved):
+   * until each is confirmed again, that shard's copies do not follow Redis. */
+  | { kind: "ChannelsLost"; channels: unknown[] }
   /** HGETALL key answered the load loadId (from LoadIdentity). */
   | { kind: "IdentityLoaded"; key: string; fields: RawFields; loadId: number }
   /** HGETALL key failed for the load loadId; the core asks again later. */

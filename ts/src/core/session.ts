@@ -113,6 +113,9 @@ export class Session {
   /** Whether Redis confirmed the subscription to every shard channel and it holds. */
   subscribed = false;
   everSubscribed = false;
+  /** The shards whose channel subscription Redis confirmed and that has not broken since: their
+   * copies may follow Redis. */
+  private readonly liveShards = new Set<number>();
   readonly rejections = new Map<string, number>();
 
   /** `link` is the WebSocket to Polar; without one (no access token) the session reads whatever
@@ -179,6 +182,12 @@ export class Session {
       case "SubscriberLost":
         this.subscriptionLost();
         break;
+      case "ChannelSubscribed":
+        this.shardsConfirmed(this.shardsOf([event.channel]));
+        break;
+      case "ChannelsLost":
+        this.shardsLost(this.shardsOf(event.channels));
+        break;
       case "ConfigurationReceived":
         this.configureFrom(event.payload, event.fromCache);
         break;
@@ -194,20 +203,45 @@ export class Session {
   }
 
   private subscriptionRestarted(): void {
-    this.subscribed = this.everSubscribed = true;
+    this.shardsConfirmed(new Set(ALL_CHANNELS.map((_, shard) => shard)));
+  }
+
+  private subscriptionLost(): void {
+    this.shardsLost(new Set(ALL_CHANNELS.map((_, shard) => shard)));
+  }
+
+  /** Messages of these shards may have been missed until now: their copies reload (and follow
+   * from that load on); the other shards' copies are left alone. */
+  private shardsConfirmed(shards: Set<number>): void {
+    for (const shard of shards) this.liveShards.add(shard);
+    if (this.liveShards.size === ALL_CHANNELS.length) this.subscribed = this.everSubscribed = true;
     for (const mirror of this.mirrors.values()) {
+      if (!shards.has(mirror.customer.shard)) continue;
       this.invalidate(mirror);
       this.load(mirror);
     }
   }
 
-  private subscriptionLost(): void {
+  private shardsLost(shards: Set<number>): void {
     // Keep the copies (reads go to Redis meanwhile); they reload once subscribed again.
-    this.subscribed = false;
+    for (const shard of shards) this.liveShards.delete(shard);
+    if (shards.size) this.subscribed = false;
     for (const mirror of this.mirrors.values()) {
+      if (!shards.has(mirror.customer.shard)) continue;
       mirror.stopFollowing();
       this.invalidate(mirror);
     }
+  }
+
+  /** The shards these channels belong to; a channel that is none of ours is rejected. */
+  private shardsOf(channels: unknown[]): Set<number> {
+    const shards = new Set<number>();
+    for (const name of channels) {
+      const shard = ALL_CHANNELS.map((_, n) => channel(n, this.settings.channelNamespace)).indexOf(textOf(name) ?? "");
+      if (shard < 0) this.reject("subscription", `not one of the shard channels: ${repr(name)}`);
+      else shards.add(shard);
+    }
+    return shards;
   }
 
   /** Drain what the driver must do now, in order. */
@@ -526,7 +560,7 @@ export class Session {
   // -- keeping copies current -----------------------------------------------------------------
 
   private load(mirror: Mirror): void {
-    const loadId = mirror.startLoad(this.subscribed);
+    const loadId = mirror.startLoad(this.liveShards.has(mirror.customer.shard));
     this.log.debug(`outpost loads ${mirror.key} (copy at revision ${mirror.rev})`);
     // Asked again if no answer comes (a driver task cancelled mid-load loses it).
     this.retryAt.set(mirror.key, this.now + this.settings.loadTimeout);

@@ -116,6 +116,31 @@ describe("the session", () => {
     assert.equal(session.everSubscribed, true);
   });
 
+  it("follows shard by shard: a lost channel sends only its shard's reads to Redis and reloads only it", () => {
+    const fields = { rev: "5", cu: "0", "a:300000000": "1 1 1 1", "c:m-count": "10" };
+    const session = configured();
+    session.read("m-count", "c1");
+    const first = session.effects().find((e) => e.kind === "LoadIdentity");
+    assert.equal(first?.kind === "LoadIdentity" && first.key, KEY);
+    for (let shard = 0; shard < 16; shard++) {
+      if (shard !== 10) session.handle({ kind: "ChannelSubscribed", channel: `outpost:v1:{${shard}}:changes` });
+    }
+    assert.equal(session.subscribed, false); // c1's shard (10) is not confirmed yet
+    session.handle({ kind: "ChannelSubscribed", channel: new TextEncoder().encode("outpost:v1:{10}:changes") });
+    assert.equal(session.subscribed && session.everSubscribed, true);
+    const reload = session.effects().find((e) => e.kind === "LoadIdentity");
+    assert.ok(reload?.kind === "LoadIdentity" && reload.key === KEY, "the shard's copy reloads");
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields, loadId: reload.loadId });
+    assert.equal((session.read("m-count", "c1") as Balance).source, "memory");
+    session.handle({ kind: "ChannelsLost", channels: ["outpost:v1:{3}:changes"] }); // another shard
+    assert.equal(session.subscribed, false);
+    assert.equal((session.read("m-count", "c1") as Balance).source, "memory"); // still following
+    session.handle({ kind: "ChannelsLost", channels: ["outpost:v1:{10}:changes"] });
+    assert.deepEqual(session.read("m-count", "c1"), { kind: "Fetch", keys: [KEY] });
+    session.handle({ kind: "ChannelsLost", channels: ["someone:else", 7] });
+    assert.equal(session.rejections.get("subscription"), 2);
+  });
+
   it("counts and logs what a peer got wrong, and carries on", () => {
     const warnings: string[] = [];
     const session = new Session(makeSettings(), { debug: () => {}, warn: (m) => warnings.push(m) });
