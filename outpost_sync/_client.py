@@ -578,28 +578,30 @@ class Outpost:
     def _script_then(self, run: RunScript, command: tuple[Any, ...]) -> tuple[Any, Any]:
         """The script, then ``command`` on the same connection in the same round trip (WAIT
         counts the replicas that have that connection's writes)."""
-        sha = self._scripts[run.script].sha
         try:
-            try:
-                return self._pipelined(run, ("EVALSHA", sha), command)
-            except NoScriptError:
-                return self._pipelined(run, ("EVAL", SCRIPT_TEXT[run.script]), command)
+            reply, answer = self._script_calls(run.script, run.keys, run.args, command)
         except RedisError as exc:
             raise RedisUnavailable(f"Redis failed running {run.script}: {exc}") from exc
+        return reply, answer
 
-    def _pipelined(
-        self, run: RunScript, script: tuple[str, str], command: tuple[Any, ...]
-    ) -> tuple[Any, Any]:
-        call = (*script, len(run.keys), *run.keys, *run.args)
+    def _script_calls(self, name: str, keys: Any, args: Any, *after: tuple[Any, ...]) -> list[Any]:
+        """The script ``name`` (EVALSHA, or EVAL where Redis does not hold it), then ``after``,
+        on one connection in one round trip: on a cluster, one of the node owning the keys."""
+        sha = self._scripts[name].sha
+        try:
+            return self._in_one_trip(keys[0], ("EVALSHA", sha, len(keys), *keys, *args), *after)
+        except NoScriptError:
+            call = ("EVAL", SCRIPT_TEXT[name], len(keys), *keys, *args)
+            return self._in_one_trip(keys[0], call, *after)
+
+    def _in_one_trip(self, key: str, *commands: tuple[Any, ...]) -> list[Any]:
         if self._cluster is not None:
-            reply, answer = self._on_owning_node(self._cluster, run.keys[0], [call, command])
-            return reply, answer
+            return self._on_owning_node(self._cluster, key, list(commands))
         pipeline: Any = self._redis.pipeline(transaction=False)
         with pipeline as pipe:
-            pipe.execute_command(*call)
-            pipe.execute_command(*command)
-            reply, answer = pipe.execute()
-        return reply, answer
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(pipe.execute())
 
     def _on_owning_node(
         self, cluster: RedisCluster, key: str, commands: list[tuple[Any, ...]]
@@ -635,20 +637,11 @@ class Outpost:
         raise RedisConnectionError(f"the slot of {key} kept moving")
 
     def _run_script(self, name: str, keys: Any, args: Any) -> Any:
-        cluster = self._cluster
-        if cluster is None:
+        if self._cluster is None:
             return self._scripts[name](keys=keys, args=args)
         # redis-py's reload after NOSCRIPT loads the script on every primary, and fails while
         # one is down: EVAL runs it on the node that owns the keys, and caches it there.
-        sha = self._scripts[name].sha
-        try:
-            (reply,) = self._on_owning_node(
-                cluster, keys[0], [("EVALSHA", sha, len(keys), *keys, *args)]
-            )
-        except NoScriptError:
-            (reply,) = self._on_owning_node(
-                cluster, keys[0], [("EVAL", SCRIPT_TEXT[name], len(keys), *keys, *args)]
-            )
+        (reply,) = self._script_calls(name, keys, args)
         return reply
 
     def _wait_for_configuration(self) -> None:
@@ -1058,7 +1051,7 @@ class Outpost:
                 nodes[owner.name] = subscription
             with self._lock:
                 subscription.channels.add(channel)
-                subscription.unsubscribed.add(channel)
+                subscription.to_subscribe.add(channel)
 
     def _node_loop(self, node: _NodeSubscription) -> Callable[[], Any]:
         """One node's subscription: (un)subscribe what the slot map says, then wait for its
@@ -1068,7 +1061,7 @@ class Outpost:
             try:
                 while not self._closed and not node.stopped:
                     with self._lock:
-                        add, node.unsubscribed = node.unsubscribed, set()
+                        add, node.to_subscribe = node.to_subscribe, set()
                         remove, node.to_unsubscribe = node.to_unsubscribe, set()
                     if remove:
                         node.pubsub.sunsubscribe(*sorted(remove))
@@ -1117,13 +1110,7 @@ class Outpost:
 
     def _channel_owners(self, cluster: RedisCluster) -> dict[str, Any]:
         """Which node serves each shard channel, as this client's slot map says."""
-        owners = {}
-        for channel in self._channels:
-            node = cluster.get_node_from_key(channel)  # type: ignore[no-untyped-call,unused-ignore]
-            if node is None:
-                raise RedisConnectionError(f"no node serves {channel}")
-            owners[channel] = node
-        return owners
+        return {channel: _owner(cluster, channel) for channel in self._channels}
 
     def _subscriber_back(self) -> None:
         if self._core.subscribed and self._subscriber_outage.down:
@@ -1429,7 +1416,7 @@ class _NodeSubscription:
 
     pubsub: Any
     channels: set[str] = attrs.field(factory=set)
-    unsubscribed: set[str] = attrs.field(factory=set)
+    to_subscribe: set[str] = attrs.field(factory=set)
     """Channels given to this node that its worker has not subscribed yet."""
     to_unsubscribe: set[str] = attrs.field(factory=set)
     worker: Any = None
