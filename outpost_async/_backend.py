@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Callable, Coroutine
-from types import TracebackType
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
@@ -26,12 +25,7 @@ class CoreLock:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         return None
 
 

@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import attrs
@@ -322,12 +321,7 @@ class AsyncOutpost:
         await self._ensure_started()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def _ensure_started(self) -> None:

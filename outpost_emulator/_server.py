@@ -9,7 +9,6 @@ import socket
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from types import TracebackType
 from typing import Any, TypeVar
 
 import uvicorn
@@ -215,12 +214,7 @@ class Emulator:
     def __enter__(self) -> Emulator:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _call(self, op: Callable[[Hub, JsonObject], T], body: JsonObject | None = None) -> T:

@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import attrs
@@ -323,12 +322,7 @@ class Outpost:
         self._ensure_started()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def _ensure_started(self) -> None:

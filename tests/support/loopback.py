@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from types import TracebackType
 from typing import Self
 
 
@@ -51,12 +50,7 @@ class LoopbackServer:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def _accept(self) -> None:
