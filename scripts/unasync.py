@@ -1,12 +1,19 @@
-"""Generate the sync driver (and the sync driver tests) from their async sources.
+"""Generate the sync driver from its async source, and the sync driver tests from theirs.
 
-Whole files are rewritten with a table of substitutions, formatted with ruff, and compared whole:
-``--check`` fails when any generated file differs from what the sources give, or is missing.
+Whole files are rewritten with a table of substitutions and formatted with ruff.
+
+- ``outpost_sync/_client.py`` is committed (it ships): ``--check`` fails when it differs from what
+  its source gives, or when a generated file is left behind in ``outpost_sync/``.
+- The sync driver tests are not committed: ``tests/conftest.py`` builds them before pytest collects
+  (``build_sync_tests``), and ``./dev test`` before mypy reads them. Each carries a digest of its
+  source and of this script in its first line, so an up-to-date one is not built again.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +21,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (async source, sync target)
 # (async source, sync target): the client is the one driver file with ``async`` code in it. What has
 # none is shared by both drivers from ``outpost_async._shared`` (never renamed, never generated).
 PAIRS = [("outpost_async/_client.py", "outpost_sync/_client.py")]
@@ -47,10 +53,6 @@ SUBSTITUTIONS = [
 ]
 
 
-def header(source: str) -> str:
-    return f"# GENERATED from {source} by scripts/unasync.py: do not edit.\n"
-
-
 def convert(text: str) -> str:
     for pattern, replacement in SUBSTITUTIONS:
         text = re.sub(pattern, replacement, text, flags=re.MULTILINE)
@@ -77,44 +79,82 @@ def tidy(text: str, path: Path) -> str:
     return ruff(sorted_imports, path, "format")
 
 
-def pairs() -> list[tuple[Path, Path]]:
-    out = [(ROOT / a, ROOT / b) for a, b in PAIRS]
-    for source in sorted(TEST_SOURCE.glob("*.py")):
-        if source.name not in HAND_WRITTEN:
-            out.append((source, TEST_TARGET / source.name))
-    return out
+def generated(source: Path, target: Path, first_line: str) -> str:
+    return tidy(first_line + convert(source.read_text(encoding="utf-8")), target)
 
 
-def generated(source: Path, target: Path) -> str:
-    text = header(str(source.relative_to(ROOT))) + convert(source.read_text(encoding="utf-8"))
-    return tidy(text, target)
+def client_header(source: Path) -> str:
+    return f"# GENERATED from {source.relative_to(ROOT)} by scripts/unasync.py: do not edit.\n"
+
+
+def test_header(source: Path) -> str:
+    digest = hashlib.sha256(Path(__file__).read_bytes() + source.read_bytes()).hexdigest()[:16]
+    name = source.relative_to(ROOT) if source.is_relative_to(ROOT) else source.name
+    return f"# GENERATED from {name} by scripts/unasync.py ({digest}): not committed.\n"
+
+
+def is_generated(path: Path) -> bool:
+    return path.read_text(encoding="utf-8").startswith("# GENERATED")
+
+
+def check_client() -> list[str]:
+    """The committed generated files that differ from what their sources give."""
+    stale = []
+    wanted = set()
+    for source_name, target_name in PAIRS:
+        source, target = ROOT / source_name, ROOT / target_name
+        wanted.add(target)
+        current = target.read_text(encoding="utf-8") if target.exists() else None
+        if current != generated(source, target, client_header(source)):
+            stale.append(target_name)
+    # A generated file whose source is gone, or left the list, is stale too.
+    for target in SYNC_PACKAGE.rglob("*.py"):
+        if target not in wanted and is_generated(target):
+            stale.append(str(target.relative_to(ROOT)))
+    return stale
+
+
+def write_client() -> None:
+    for source_name, target_name in PAIRS:
+        source, target = ROOT / source_name, ROOT / target_name
+        target.write_text(generated(source, target, client_header(source)), encoding="utf-8")
+    for target in SYNC_PACKAGE.rglob("*.py"):
+        if target.name != "_client.py" and is_generated(target):
+            target.unlink()
+
+
+def build_sync_tests(source_dir: Path = TEST_SOURCE, target_dir: Path = TEST_TARGET) -> None:
+    """Build each sync test module whose first line does not carry its source's digest, and drop
+    the generated ones whose source is gone. Safe to run from several processes at once: each file
+    is replaced whole, and builds from the same source are the same."""
+    wanted = set()
+    for source in sorted(source_dir.glob("*.py")):
+        if source.name in HAND_WRITTEN:
+            continue
+        target = target_dir / source.name
+        wanted.add(target)
+        first_line = test_header(source)
+        if target.exists():
+            with target.open(encoding="utf-8") as current:
+                if current.readline() == first_line:
+                    continue
+        scratch = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        scratch.write_text(generated(source, target, first_line), encoding="utf-8")
+        os.replace(scratch, target)
+    for target in target_dir.glob("*.py"):
+        if target not in wanted and is_generated(target):
+            target.unlink()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail if a generated file is stale")
+    parser.add_argument("--check", action="store_true", help="fail if the sync client is stale")
     args = parser.parse_args(argv)
-    stale = []
-    wanted_targets = set()
-    for source, target in pairs():
-        wanted_targets.add(target)
-        text = generated(source, target)
-        current = target.read_text(encoding="utf-8") if target.exists() else None
-        if current == text:
-            continue
-        if args.check:
-            stale.append(str(target.relative_to(ROOT)))
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-    # A generated file (driver or test) whose source is gone, or left the list, is stale too.
-    for target in [*SYNC_PACKAGE.rglob("*.py"), *TEST_TARGET.glob("*.py")]:
-        orphan = target not in wanted_targets
-        if orphan and target.read_text(encoding="utf-8").startswith("# GENERATED"):
-            if args.check:
-                stale.append(str(target.relative_to(ROOT)))
-            else:
-                target.unlink()
+    build_sync_tests()
+    if not args.check:
+        write_client()
+        return 0
+    stale = check_client()
     if stale:
         print("stale generated files (run python scripts/unasync.py):", *stale, sep="\n  ")
         return 1

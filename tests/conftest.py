@@ -8,11 +8,18 @@ import pytest
 from hypothesis import settings
 
 from outpost_emulator import Emulator
+from scripts.unasync import build_sync_tests
 from tests.support.redis_server import RedisCluster, RedisReplica, RedisServer
 
 # No per-example deadline: on a loaded machine it is a timing assertion, and fails at random.
 settings.register_profile("outpost", deadline=None)
 settings.load_profile("outpost")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The sync driver tests are generated from tests/drivers/_async/ and not committed: build the
+    # stale ones before anything is collected (a no-op when every digest matches).
+    build_sync_tests()
 
 
 @pytest.fixture
