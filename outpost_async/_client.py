@@ -72,6 +72,7 @@ from outpost_core import (
     CloseConnection,
     Closing,
     ConfigurationReceived,
+    Connection,
     ConnectionFailed,
     ConnectionOpened,
     ConsumersListed,
@@ -145,8 +146,6 @@ from outpost_core import (
     with_known_revs,
 )
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-DEFAULT_SERVER_URL = "https://api.polar.sh"
 _POLL = 0.25  # seconds the subscriber blocks on Redis before it looks at deadlines again
 _CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
 _NODE_POLL = 0.05  # seconds a node's worker waits for a message before it looks at its tasks
@@ -242,9 +241,16 @@ class AsyncOutpost:
         self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self._log = logger or logging.getLogger("outpost")
         self._owns_redis = redis is None
+        options = Connection.resolve(
+            os.environ,
+            access_token=access_token,
+            redis_url=redis_url,
+            server_url=server_url,
+            telemetry=telemetry,
+            telemetry_url=telemetry_url,
+        )
         if redis is None:
-            url = redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
-            redis = _redis_from_url(url)
+            redis = _redis_from_url(options.redis_url)
         # On a cluster the driver sends the same commands, one slot per command (one shard's
         # keys, or one outbox stream); only the subscriber, the outbox reads and script loading
         # differ (docs/redis-layout.md, "Redis Cluster").
@@ -258,8 +264,8 @@ class AsyncOutpost:
         )
         namespace = keys.namespace_of_database(int(database or 0))
         self._channels = keys.all_channels(namespace)
-        self._access_token = access_token or os.environ.get("POLAR_ACCESS_TOKEN")
-        self._server_url = server_url or os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL
+        self._access_token = options.access_token
+        self._server_url = options.server_url
         self._traces = Traces(record_to)
         link = None
         if self._access_token:
@@ -277,7 +283,6 @@ class AsyncOutpost:
             linger=linger,
             max_attempts=max_attempts,
             claim_idle=claim_idle,
-            claim_interval=min(30.0, claim_idle / 2),
             backoff_base=retry_base,
             channel_namespace=namespace,
             consumer=self._consumer,
@@ -292,8 +297,8 @@ class AsyncOutpost:
         self._settling = 0  # settle scripts running: a flush waits for their replies too
         self._http: httpx.AsyncClient | None = None
         self._telemetry = Telemetry(
-            enabled=telemetry and os.environ.get("POLAR_OUTPOST_TELEMETRY", "1") != "0",
-            relay_url=telemetry_url or self._server_url,
+            enabled=options.telemetry,
+            relay_url=options.telemetry_url,
             token=self._access_token,
             export_interval=telemetry_interval,
             logger=self._log,

@@ -82,6 +82,7 @@ from ._liveness import (
     SurveyConsumers,
     hand_back,
 )
+from ._options import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, Connection
 from ._outage import Outage, Report
 from ._replies import (
     StreamEntry,
@@ -114,6 +115,8 @@ __all__ = [
     "ALL_CHANNELS",
     "BUCKET_US",
     "CONFIGURATION_KEY",
+    "DEFAULT_REDIS_URL",
+    "DEFAULT_SERVER_URL",
     "GROUP",
     "SCRIPT_SHA1",
     "SCRIPT_TEXT",
@@ -133,6 +136,7 @@ __all__ = [
     "Closing",
     "Configuration",
     "ConfigurationReceived",
+    "Connection",
     "ConnectionFailed",
     "ConnectionOpened",
     "ConsumersListed",

@@ -91,7 +91,11 @@ class DeliverySettings:
     backoff_cap: float = 60.0
     stall_delay: float = 30.0
     claim_idle: float = 300.0
-    claim_interval: float = 30.0
+    claim_interval: float = attrs.field(
+        default=attrs.Factory(lambda s: min(30.0, s.claim_idle / 2), takes_self=True)
+    )
+    """How often a loop looks for stale entries: often enough that one idle for ``claim_idle`` is
+    taken over soon after, never more than every 30 s."""
     channel_namespace: str = ""
     """Appended to the change channels, as ``Settings.channel_namespace``."""
     read_block: float = 0.5

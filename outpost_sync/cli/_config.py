@@ -12,27 +12,26 @@ from typing import Any
 import httpx
 import redis
 
-from outpost_core import __version__
+from outpost_core import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, Connection, __version__
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-DEFAULT_SERVER_URL = "https://api.polar.sh"
 TIMEOUT = 5.0
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    resolved = Connection.resolve(os.environ)  # as the SDK resolves them
     parser.add_argument(
         "--redis-url",
-        default=os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL,
-        help="the Redis the instances share (default: REDIS_URL, else %(default)s)",
+        default=resolved.redis_url,
+        help=f"the Redis the instances share (default: REDIS_URL, else {DEFAULT_REDIS_URL})",
     )
     parser.add_argument(
         "--server-url",
-        default=os.environ.get("POLAR_SERVER_URL") or DEFAULT_SERVER_URL,
-        help="Polar's API (default: POLAR_SERVER_URL, else %(default)s)",
+        default=resolved.server_url,
+        help=f"Polar's API (default: POLAR_SERVER_URL, else {DEFAULT_SERVER_URL})",
     )
     parser.add_argument(
         "--token",
-        default=os.environ.get("POLAR_ACCESS_TOKEN"),
+        default=resolved.access_token,
         help="organization access token (default: POLAR_ACCESS_TOKEN)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")

@@ -1,0 +1,53 @@
+"""Where each connection option comes from when the caller leaves it out: the environment, then a
+default. The SDK and the operator CLI resolve them alike.
+
+The core reads no environment: the driver hands over a copy (``os.environ``, as data) with the
+arguments it was given. An empty variable counts as unset, as an empty argument does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_SERVER_URL = "https://api.polar.sh"
+ACCESS_TOKEN_VARIABLE = "POLAR_ACCESS_TOKEN"
+SERVER_URL_VARIABLE = "POLAR_SERVER_URL"
+REDIS_URL_VARIABLE = "REDIS_URL"
+TELEMETRY_VARIABLE = "POLAR_OUTPOST_TELEMETRY"
+"""``0`` turns telemetry off, whatever the argument says; any other value leaves it to the
+argument."""
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Connection:
+    access_token: str | None
+    """``None``: no token anywhere, so no WebSocket, no delivery and no telemetry."""
+    redis_url: str
+    server_url: str
+    telemetry: bool
+    telemetry_url: str
+    """Where telemetry is relayed: Polar's API unless given."""
+
+    @classmethod
+    def resolve(
+        cls,
+        environ: Mapping[str, str],
+        *,
+        access_token: str | None = None,
+        redis_url: str | None = None,
+        server_url: str | None = None,
+        telemetry: bool = True,
+        telemetry_url: str | None = None,
+    ) -> Connection:
+        """The argument where given, else the environment's variable, else the default."""
+        server_url = server_url or environ.get(SERVER_URL_VARIABLE) or DEFAULT_SERVER_URL
+        return cls(
+            access_token=access_token or environ.get(ACCESS_TOKEN_VARIABLE) or None,
+            redis_url=redis_url or environ.get(REDIS_URL_VARIABLE) or DEFAULT_REDIS_URL,
+            server_url=server_url,
+            telemetry=telemetry and environ.get(TELEMETRY_VARIABLE, "1") != "0",
+            telemetry_url=telemetry_url or server_url,
+        )
