@@ -507,7 +507,10 @@ class AsyncOutpost:
         except BaseException as exc:
             outcome = track_outcome(exc)
             if outcome is not None and self._telemetry.enabled:
-                self._telemetry.tracked(external_customer_id, customer_id, (), started, outcome)
+                elapsed = time.perf_counter_ns() - started
+                self._telemetry.recorder.tracked(
+                    external_customer_id, customer_id, (), elapsed, outcome
+                )
             raise
 
     async def _track(
@@ -562,8 +565,9 @@ class AsyncOutpost:
         if wait is not None and (shortfall := self._durability.shortfall(acknowledged)):
             raise NotDurable(f"event {event_id} is on the primary only: {shortfall}")
         if self._telemetry.enabled:
-            self._telemetry.tracked(
-                external_customer_id, customer_id, run.meter_ids, started, semconv.OK, run.buckets
+            elapsed = time.perf_counter_ns() - started
+            self._telemetry.recorder.tracked(
+                external_customer_id, customer_id, run.meter_ids, elapsed, semconv.OK, run.buckets
             )
         return event_id
 
@@ -702,8 +706,10 @@ class AsyncOutpost:
             error = exc
             raise
         finally:
-            self._telemetry.read(
-                (meter_id, external_customer_id, customer_id), started, read_outcome(error)
+            self._telemetry.recorder.read(
+                (meter_id, external_customer_id, customer_id),
+                time.perf_counter_ns() - started,
+                read_outcome(error),
             )
 
     async def _balance_when_ready(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,7 +86,8 @@ class Telemetry:
         self._token = token
         self._interval = export_interval
         self._log = logger or logging.getLogger("outpost")
-        self._recorder = Recorder(export_interval=export_interval)
+        # The hot paths (a track, a read memory did not answer) append to it directly.
+        self.recorder = Recorder(export_interval=export_interval)
         self._instruments: list[_Instruments] = []
         self._providers: list[Any] = []
         self._exporters: list[Any] = []
@@ -100,26 +100,6 @@ class Telemetry:
                     trace.get_tracer(semconv.INSTRUMENTATION, VERSION),
                 )
             )
-
-    # -- hot paths: append only ---------------------------------------------------------------
-
-    def read(self, key: ReadKey, started_ns: int, outcome: str) -> None:
-        """A read memory did not answer at once (a warm one is counted in ``warm``)."""
-        self._recorder.read(key, time.perf_counter_ns() - started_ns, outcome)
-
-    def tracked(
-        self,
-        external_customer_id: object,
-        customer_id: object,
-        meter_ids: tuple[str, ...],
-        started_ns: int,
-        outcome: str,
-        buckets: int = 0,
-    ) -> None:
-        elapsed = time.perf_counter_ns() - started_ns
-        self._recorder.tracked(
-            external_customer_id, customer_id, meter_ids, elapsed, outcome, buckets
-        )
 
     # -- slow paths -----------------------------------------------------------------------------
 
@@ -151,7 +131,7 @@ class Telemetry:
         if not self.enabled:
             return
         try:
-            self._apply(self._recorder.observe(observations))
+            self._apply(self.recorder.observe(observations))
         except Exception:  # pragma: no cover - telemetry never breaks the caller
             self._log.exception("outpost telemetry failed")
 
@@ -173,7 +153,7 @@ class Telemetry:
 
     def due(self, now: float) -> bool:
         """Whether :meth:`flush` records anything at ``now`` (monotonic seconds)."""
-        return self.enabled and self._recorder.due(now)
+        return self.enabled and self.recorder.due(now)
 
     def flush(
         self,
@@ -185,10 +165,10 @@ class Telemetry:
     ) -> None:
         """Record what was buffered, and the warm reads counted meanwhile (``warm``, from
         ``Session.warm_reads``); report syncs every export interval."""
-        if not self.enabled or not (force or self._recorder.due(now)):
+        if not self.enabled or not (force or self.recorder.due(now)):
             return
         try:
-            drained = self._recorder.drain(now, received, applied, warm, force=force)
+            drained = self.recorder.drain(now, received, applied, warm, force=force)
             for instruments in self._instruments:
                 instruments.record(drained)
         except Exception:  # pragma: no cover - telemetry never breaks the caller
@@ -214,7 +194,7 @@ class Telemetry:
         exiting because of it, so a failure here is one DEBUG line, never a retry or a trace."""
         self.flush(now, received, applied, warm, force=True)
         if self.enabled:
-            self._apply(self._recorder.close())
+            self._apply(self.recorder.close())
         self.quiet()
         providers = [p for p in self._providers if p is not None]
         self._providers = [None]  # nothing starts again after the close
