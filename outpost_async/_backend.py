@@ -19,14 +19,9 @@ from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from outpost_async._shared.proxy import ProxyError, proxy_for
 
 
-class CoreLock:
+def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the sync twin is an RLock
     """The core is only touched from the event loop's thread: no lock is needed."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None
+    return contextlib.nullcontext()
 
 
 class Signal:

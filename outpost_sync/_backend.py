@@ -23,7 +23,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from outpost_async._shared.proxy import MAX_REPLY, ProxyError, proxy_for
 
 
-def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the async twin is a class
+def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the async twin: no lock
     """Application threads and the subscriber thread share the core: one re-entrant lock
     (threading's own, whose ``with`` runs in C: it is taken several times per call)."""
     return threading.RLock()
