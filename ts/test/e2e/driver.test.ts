@@ -7,6 +7,7 @@ import { NotReady, Outpost, type OutpostOptions, RedisUnavailable } from "../../
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { RedisServer } from "../support/redisServer.js";
+import { testOptions } from "../support/testOptions.js";
 
 describe("the driver against the emulator", () => {
   let redis: RedisServer;
@@ -27,16 +28,7 @@ describe("the driver against the emulator", () => {
   });
 
   function connect(options: OutpostOptions = {}): Outpost {
-    const outpost = new Outpost({
-      accessToken: emulator.token,
-      serverUrl: emulator.url,
-      redisUrl: redis.url,
-      telemetry: false,
-      linger: 0.02,
-      retryBase: 0.05,
-      logger: { debug: () => {}, warn: () => {} },
-      ...options,
-    });
+    const outpost = new Outpost(testOptions(emulator, redis, { retryBase: 0.05, ...options }));
     open.push(outpost);
     return outpost;
   }

@@ -13,6 +13,7 @@ import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { REPO } from "../support/paths.js";
 import { PythonPeer } from "../support/pythonPeer.js";
 import { RedisServer } from "../support/redisServer.js";
+import { testOptions } from "../support/testOptions.js";
 
 /** The consumers of the outbox group, over every shard's stream. */
 async function consumers(url: string): Promise<string[]> {
@@ -61,13 +62,8 @@ describe("fail-over", () => {
     await crashed(customer, 4);
 
     const survivor = new Outpost({
-      accessToken: emulator.token,
-      serverUrl: emulator.url,
-      redisUrl: redis.url,
-      telemetry: false,
-      linger: 0.02,
+      ...testOptions(emulator, redis),
       heartbeat: 1, // surveys every quarter second; claimIdle stays 300 s
-      logger: { debug: () => {}, warn: () => {} },
     });
     try {
       await survivor.start();

@@ -9,6 +9,7 @@ import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { PythonPeer } from "../support/pythonPeer.js";
 import { RedisServer } from "../support/redisServer.js";
+import { testOptions } from "../support/testOptions.js";
 
 describe("a TypeScript and a Python instance sharing one Redis", () => {
   let redis: RedisServer;
@@ -28,15 +29,7 @@ describe("a TypeScript and a Python instance sharing one Redis", () => {
   after(async () => Promise.all([redis.stop(), emulator.stop()]));
 
   function typescript(options: OutpostOptions = {}): Outpost {
-    const outpost = new Outpost({
-      accessToken: emulator.token,
-      serverUrl: emulator.url,
-      redisUrl: redis.url,
-      telemetry: false,
-      linger: 0.02,
-      logger: { debug: () => {}, warn: () => {} },
-      ...options,
-    });
+    const outpost = new Outpost(testOptions(emulator, redis, options));
     open.push(outpost);
     return outpost;
   }

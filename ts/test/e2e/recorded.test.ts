@@ -15,6 +15,7 @@ import { CALLS_FILTER, Emulator, PYTHON } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { REPO } from "../support/paths.js";
 import { RedisServer } from "../support/redisServer.js";
+import { testOptions } from "../support/testOptions.js";
 
 describe("traces recorded by the TypeScript driver", () => {
   let redis: RedisServer;
@@ -26,15 +27,7 @@ describe("traces recorded by the TypeScript driver", () => {
     [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
     const calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
     const customer = uniqueCustomer();
-    const outpost = new Outpost({
-      accessToken: emulator.token,
-      serverUrl: emulator.url,
-      redisUrl: redis.url,
-      telemetry: false,
-      linger: 0.02,
-      recordTo: directory,
-      logger: { debug: () => {}, warn: () => {} },
-    });
+    const outpost = new Outpost(testOptions(emulator, redis, { recordTo: directory }));
     await outpost.balance(calls, { externalCustomerId: customer });
     await outpost.track("api_call", { externalCustomerId: customer, metadata: { tokens: 3, ratio: 0.5 } });
     await assert.rejects(outpost.track("", { externalCustomerId: customer }), InvalidEvent);
