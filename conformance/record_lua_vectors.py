@@ -16,7 +16,6 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -122,6 +121,19 @@ def entry(ident: Ident, event_id: str, bucket: int, *targets: Ident) -> dict[str
     }
 
 
+def count_holds_one(rev: int, cold: int, bucket: int, event_id: str = "e1") -> dict[str, Any]:
+    """COUNT's two hashes holding one undelivered event (value 1) of ``bucket``."""
+    return {
+        COUNT.st: snapshot_state(rev, cold, cold + 5, n="1", u="1", **{f"a:{bucket}": "1 1 1 1"}),
+        COUNT.ev: {f(bucket, event_id): "1"},
+    }
+
+
+def queued(entry_id: str, event_id: str, bucket: int, *, read: bool) -> dict[str, Any]:
+    """COUNT's outbox holding one event; ``read``: consumer w1 has read it."""
+    return outbox(COUNT, {entry_id: entry(COUNT, event_id, bucket)}, [entry_id] if read else [])
+
+
 # -- track ----------------------------------------------------------------------------------------
 
 
@@ -143,12 +155,7 @@ def track_argv(
     return k, argv
 
 
-TRACK_REVISION_3: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(3, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-        COUNT.ev: {f(B0, "e0"): "1"},
-    }
-}
+TRACK_REVISION_3: dict[str, Any] = {"hashes": count_holds_one(3, B0, B0, "e0")}
 TRACK_COUNT_AND_TOKENS: dict[str, Any] = {
     "hashes": {
         COUNT.st: snapshot_state(7, B0, B0 + 5),
@@ -157,24 +164,16 @@ TRACK_COUNT_AND_TOKENS: dict[str, Any] = {
     }
 }
 TRACK_E1_PENDING_AND_QUEUED: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-        COUNT.ev: {f(B0, "e1"): "1"},
-    },
-    "streams": outbox(COUNT, {"5-0": entry(COUNT, "e1", B0)}, []),
+    "hashes": count_holds_one(4, B0, B0),
+    "streams": queued("5-0", "e1", B0, read=False),
 }
 TRACK_E1_PENDING_IN_COUNT_ONLY: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-        COUNT.ev: {f(B0, "e1"): "1"},
-        TOKENS.st: snapshot_state(2, B0, B0 + 5),
-    },
-    "streams": outbox(COUNT, {"5-0": entry(COUNT, "e1", B0)}, []),
+    "hashes": {**count_holds_one(4, B0, B0), TOKENS.st: snapshot_state(2, B0, B0 + 5)},
+    "streams": queued("5-0", "e1", B0, read=False),
 }
 TRACK_E1_PENDING_IN_BOTH: dict[str, Any] = {
     "hashes": {
-        COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-        COUNT.ev: {f(B0, "e1"): "1"},
+        **count_holds_one(4, B0, B0),
         TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B0}": "1 3 3 3"}),
         TOKENS.ev: {f(B0, "e1"): f"3 {B0 + 9}"},
     },
@@ -196,9 +195,7 @@ TRACK_HOLDS_0_1: dict[str, Any] = {
         TOKENS.ev: {f(B0, "e1"): "0.1"},
     }
 }
-TRACK_ANOTHER_ENTRY_QUEUED: dict[str, Any] = {
-    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e0", B0)}, ["1-0"])
-}
+TRACK_ANOTHER_ENTRY_QUEUED: dict[str, Any] = {"streams": queued("1-0", "e0", B0, read=True)}
 TRACK: list[Row] = [
     Row(
         "first_event_of_a_new_identity",
@@ -314,11 +311,8 @@ def settle_argv(
 
 
 ACKNOWLEDGE_ONE: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(2, B0, B0 + 5, n="1", u="1", **{f"a:{B1}": "1 1 1 1"}),
-        COUNT.ev: {f(B1, "e1"): "1"},
-    },
-    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B1)}, ["1-0"]),
+    "hashes": count_holds_one(2, B0, B1),
+    "streams": queued("1-0", "e1", B1, read=True),
 }
 ACKNOWLEDGE_TWICE: dict[str, Any] = {
     "hashes": {
@@ -329,14 +323,11 @@ ACKNOWLEDGE_TWICE: dict[str, Any] = {
 }
 ACKNOWLEDGE_GONE: dict[str, Any] = {
     "hashes": {COUNT.st: snapshot_state(3, B2, B2 + 5)},
-    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B1)}, ["1-0"]),
+    "streams": queued("1-0", "e1", B1, read=True),
 }
 ACKNOWLEDGE_COLD: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(6, B2, B2 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-        COUNT.ev: {f(B0, "e1"): "1"},
-    },
-    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B0)}, ["1-0"]),
+    "hashes": count_holds_one(6, B2, B0),
+    "streams": queued("1-0", "e1", B0, read=True),
 }
 ACKNOWLEDGE_SEVERAL: dict[str, Any] = {
     "hashes": {
@@ -799,50 +790,53 @@ RECLAIM: list[Row] = [
 SECOND = 1_000_000
 
 
-def budget_case(name: str, description: str, state: dict[str, str] | None, now: int) -> Case:
-    before = {"hashes": {keys.BUDGET_KEY: state}} if state else {}
-    return case(name, description, before, [keys.BUDGET_KEY], ["300", "20", str(now)])
+def budget_before(state: dict[str, str] | None) -> dict[str, Any]:
+    """The budget hash as ``state`` says, or no budget yet."""
+    return {"hashes": {keys.BUDGET_KEY: state}} if state else {}
 
 
-def budget_cases() -> Iterator[Case]:
-    yield budget_case(
+# KEYS and ARGV of every budget case: 300 requests a minute, a bucket of 20, the caller's clock.
+BUDGET_ARGV = ([keys.BUDGET_KEY], ["300", "20", str(NOW)])
+BUDGET: list[Row] = [
+    Row(
         "a_new_bucket_starts_full",
         "No budget yet: it starts with its capacity (20), one request is taken (reply 0), the "
         "hash expires once it would be full again.",
-        None,
-        NOW,
-    )
-    yield budget_case(
+        budget_before(None),
+        BUDGET_ARGV,
+    ),
+    Row(
         "the_bucket_fills_at_the_rate",
         "Empty one second ago: 300 a minute is 5 a second, so 5 are there; one is taken.",
-        {"t": "0", "at": str(NOW - SECOND)},
-        NOW,
-    )
-    yield budget_case(
+        budget_before({"t": "0", "at": str(NOW - SECOND)}),
+        BUDGET_ARGV,
+    ),
+    Row(
         "fill_stops_at_capacity",
         "An hour idle fills the bucket to its capacity, not beyond.",
-        {"t": "3", "at": str(NOW - 3600 * SECOND)},
-        NOW,
-    )
-    yield budget_case(
+        budget_before({"t": "3", "at": str(NOW - 3600 * SECOND)}),
+        BUDGET_ARGV,
+    ),
+    Row(
         "an_empty_bucket_reserves_the_next_request",
         "Half a request left: the caller takes the next one (t goes to -0.5) and the reply is "
         "the µs until it comes (0.5 / 5 per second = 100 ms).",
-        {"t": "0.5", "at": str(NOW)},
-        NOW,
-    )
-    yield budget_case(
+        budget_before({"t": "0.5", "at": str(NOW)}),
+        BUDGET_ARGV,
+    ),
+    Row(
         "callers_queue_behind_a_reservation",
         "Already overdrawn by one: the next caller waits for two requests' refill (400 ms).",
-        {"t": "-1", "at": str(NOW)},
-        NOW,
-    )
-    yield budget_case(
+        budget_before({"t": "-1", "at": str(NOW)}),
+        BUDGET_ARGV,
+    ),
+    Row(
         "a_clock_behind_fills_nothing",
         "The caller's clock is behind the last fill: nothing is added, `at` stays.",
-        {"t": "1.25", "at": str(NOW + 5 * SECOND)},
-        NOW,
-    )
+        budget_before({"t": "1.25", "at": str(NOW + 5 * SECOND)}),
+        BUDGET_ARGV,
+    ),
+]
 
 
 # -- recording ------------------------------------------------------------------------------------
@@ -863,7 +857,7 @@ CASES: dict[str, list[Case]] = {
     "confirm": cases(CONFIRM),
     "apply_snapshot": cases(APPLY_SNAPSHOT),
     "reclaim": cases(RECLAIM),
-    "budget": list(budget_cases()),
+    "budget": cases(BUDGET),
 }
 
 
