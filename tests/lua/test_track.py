@@ -26,7 +26,6 @@ from tests.lua._scripts import (
     BUCKET,
     CHANNEL,
     OUTBOX,
-    TTL,
     B,
     Channel,
     Scripts,
@@ -64,11 +63,9 @@ def test_first_write(scripts: Scripts, channel: Channel, client: redis.Redis) ->
     scripts.check("r1")
 
 
-def test_ttls_on_both_hashes(scripts: Scripts, client: redis.Redis) -> None:
+def test_ttls_on_both_hashes(scripts: Scripts) -> None:
     scripts.track("e1", {"r1": 1})
-    for key in (state_key("r1"), events_key("r1")):
-        ttl = client.ttl(key)
-        assert isinstance(ttl, int) and TTL - 5 <= ttl <= TTL
+    scripts.check_ttls("r1")
 
 
 def test_aggregates_accumulate_per_bucket(scripts: Scripts) -> None:
