@@ -63,14 +63,18 @@ def body(*ids: str) -> bytes:
 
 
 class Loop:
-    """Drives a Delivery as a driver's loop does: the next effect, then what came of it."""
+    """Drives a Delivery as a driver's loop does: the next effect, then what came of it.
+    (Shared by the budget and liveness tests.)"""
 
-    def __init__(self, settings: DeliverySettings | None = None, draw: float = 0.5) -> None:
+    def __init__(
+        self, settings: DeliverySettings | None = None, draw: float = 0.5, *, claimed: bool = True
+    ) -> None:
         settings = settings or DeliverySettings()
         self.delivery = Delivery(settings, FixedRandom(draw), now=0.0)
         self.now = 0.0
-        assert self.next_effect() == ClaimStale(min_idle=300.0, count=settings.batch_size)
-        self.report(Done())
+        if claimed:  # the loop's first question, what dead consumers held: nothing
+            assert self.next_effect() == ClaimStale(min_idle=300.0, count=settings.batch_size)
+            self.report(Done())
 
     def next_effect(self, now: float | None = None) -> Any:
         if now is not None:
@@ -79,6 +83,12 @@ class Loop:
 
     def report(self, outcome: Any) -> None:
         self.delivery.handle(outcome, self.now, WALL)
+
+    def step(self, outcome: Any, now: float | None = None) -> Any:
+        """The next effect, answered with ``outcome``; returns the effect."""
+        action = self.next_effect(now)
+        self.report(outcome)
+        return action
 
     def read(self, *ids: str) -> None:
         assert isinstance(self.next_effect(), ReadOutbox)
