@@ -35,6 +35,7 @@ from tests.lua._scripts import (
     pairs,
     state_key,
 )
+from tests.support.payloads import configuration, reducer
 
 Entries = list[tuple[bytes, dict[bytes, bytes]]]
 
@@ -199,16 +200,7 @@ def test_every_track_bumps_each_revision_by_one(scripts: Scripts, channel: Chann
 
 def test_the_sessions_script_call_and_reply(scripts: Scripts, channel: Channel) -> None:
     """End to end with the core: its RunScript runs as is, and the reply updates its copy."""
-    payload = {
-        "reducers": [
-            {
-                "id": "r1",
-                "filter": {"conjunction": "and", "clauses": []},
-                "aggregation": {"func": "sum", "property": "tokens"},
-                "meter_ids": ["m"],
-            }
-        ]
-    }
+    payload = configuration(reducer("r1", ["m"], func="sum", prop="tokens"))
     session = Session()
     session.handle(ConfigurationReceived(payload))
     session.handle(SubscriberRestarted())  # as a driver's subscriber confirms at start
