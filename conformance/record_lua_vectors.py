@@ -121,12 +121,45 @@ def entry(ident: Ident, event_id: str, bucket: int, *targets: Ident) -> dict[str
     }
 
 
-def count_holds_one(rev: int, cold: int, bucket: int, event_id: str = "e1") -> dict[str, Any]:
-    """COUNT's two hashes holding one undelivered event (value 1) of ``bucket``."""
-    return {
-        COUNT.st: snapshot_state(rev, cold, cold + 5, n="1", u="1", **{f"a:{bucket}": "1 1 1 1"}),
-        COUNT.ev: {f(bucket, event_id): "1"},
+def number(value: float) -> str:
+    """A number as lib.lua's fmt writes it: integral without a point, others in the shortest
+    text that reads back exactly (Python's repr)."""
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def holding(
+    ident: Ident,
+    rev: int,
+    cold: int,
+    events: dict[str, str],
+    *,
+    sa: int | None = None,
+    p: str = "0 0 - -",
+    credited: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """An identity's two hashes: a snapshot at ``cold`` (as of ``sa``, by default 5 µs later)
+    with ``credited`` (meter → units), and the pending ``events`` (events-hash field → value,
+    then the acknowledgement time once acknowledged). n, u and each bucket's aggregate are
+    computed from the events, as the scripts keep them."""
+    values: dict[int, list[float]] = {}
+    for name, value in events.items():
+        values.setdefault(int(name.split(":")[0]), []).append(float(value.split(" ")[0]))
+    aggregates = {
+        f"a:{bucket}": " ".join(number(x) for x in (len(v), sum(v), min(v), max(v)))
+        for bucket, v in sorted(values.items())
     }
+    undelivered = sum(1 for value in events.values() if " " not in value)
+    state = snapshot_state(
+        rev,
+        cold,
+        cold + 5 if sa is None else sa,
+        p,
+        n=str(len(events)),
+        u=str(undelivered),
+        **aggregates,
+        **{f"c:{meter}": units for meter, units in (credited or {}).items()},
+    )
+    return {ident.st: state, ident.ev: events}
 
 
 def queued(entry_id: str, event_id: str, bucket: int, *, read: bool) -> dict[str, Any]:
@@ -155,46 +188,39 @@ def track_argv(
     return k, argv
 
 
-TRACK_REVISION_3: dict[str, Any] = {"hashes": count_holds_one(3, B0, B0, "e0")}
+TRACK_REVISION_3: dict[str, Any] = {"hashes": holding(COUNT, 3, B0, {f(B0, "e0"): "1"})}
 TRACK_COUNT_AND_TOKENS: dict[str, Any] = {
     "hashes": {
         COUNT.st: snapshot_state(7, B0, B0 + 5),
-        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B1}": "1 4 4 4"}),
-        TOKENS.ev: {f(B1, "e0"): f"4 {B1 + 9}"},
+        **holding(TOKENS, 2, B0, {f(B1, "e0"): f"4 {B1 + 9}"}),
     }
 }
 TRACK_E1_PENDING_AND_QUEUED: dict[str, Any] = {
-    "hashes": count_holds_one(4, B0, B0),
+    "hashes": holding(COUNT, 4, B0, {f(B0, "e1"): "1"}),
     "streams": queued("5-0", "e1", B0, read=False),
 }
 TRACK_E1_PENDING_IN_COUNT_ONLY: dict[str, Any] = {
-    "hashes": {**count_holds_one(4, B0, B0), TOKENS.st: snapshot_state(2, B0, B0 + 5)},
+    "hashes": {
+        **holding(COUNT, 4, B0, {f(B0, "e1"): "1"}),
+        TOKENS.st: snapshot_state(2, B0, B0 + 5),
+    },
     "streams": queued("5-0", "e1", B0, read=False),
 }
 TRACK_E1_PENDING_IN_BOTH: dict[str, Any] = {
     "hashes": {
-        **count_holds_one(4, B0, B0),
-        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B0}": "1 3 3 3"}),
-        TOKENS.ev: {f(B0, "e1"): f"3 {B0 + 9}"},
+        **holding(COUNT, 4, B0, {f(B0, "e1"): "1"}),
+        **holding(TOKENS, 2, B0, {f(B0, "e1"): f"3 {B0 + 9}"}),
     },
 }
 TRACK_TWO_EVENTS_IN_B1: dict[str, Any] = {
-    "hashes": {
-        TOKENS.st: snapshot_state(5, B0, B0 + 5, n="2", u="2", **{f"a:{B1}": "2 7 3 4"}),
-        TOKENS.ev: {f(B1, "e1"): "3", f(B1, "e2"): "4"},
-    }
+    "hashes": holding(TOKENS, 5, B0, {f(B1, "e1"): "3", f(B1, "e2"): "4"})
 }
 TRACK_COLD_UNTIL_B2: dict[str, Any] = {
     "hashes": {
         TOKENS.st: snapshot_state(5, B2, B2 + 5, n="0", u="0"),
     }
 }
-TRACK_HOLDS_0_1: dict[str, Any] = {
-    "hashes": {
-        TOKENS.st: snapshot_state(1, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 0.1 0.1 0.1"}),
-        TOKENS.ev: {f(B0, "e1"): "0.1"},
-    }
-}
+TRACK_HOLDS_0_1: dict[str, Any] = {"hashes": holding(TOKENS, 1, B0, {f(B0, "e1"): "0.1"})}
 TRACK_ANOTHER_ENTRY_QUEUED: dict[str, Any] = {"streams": queued("1-0", "e0", B0, read=True)}
 TRACK: list[Row] = [
     Row(
@@ -311,14 +337,11 @@ def settle_argv(
 
 
 ACKNOWLEDGE_ONE: dict[str, Any] = {
-    "hashes": count_holds_one(2, B0, B1),
+    "hashes": holding(COUNT, 2, B0, {f(B1, "e1"): "1"}),
     "streams": queued("1-0", "e1", B1, read=True),
 }
 ACKNOWLEDGE_TWICE: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(3, B0, B0 + 5, n="1", u="0", **{f"a:{B1}": "1 1 1 1"}),
-        COUNT.ev: {f(B1, "e1"): f"1 {NOW - 10}"},
-    },
+    "hashes": holding(COUNT, 3, B0, {f(B1, "e1"): f"1 {NOW - 10}"}),
     "streams": outbox(COUNT, {}, []),
 }
 ACKNOWLEDGE_GONE: dict[str, Any] = {
@@ -326,19 +349,13 @@ ACKNOWLEDGE_GONE: dict[str, Any] = {
     "streams": queued("1-0", "e1", B1, read=True),
 }
 ACKNOWLEDGE_COLD: dict[str, Any] = {
-    "hashes": count_holds_one(6, B2, B0),
+    "hashes": holding(COUNT, 6, B2, {f(B0, "e1"): "1"}),
     "streams": queued("1-0", "e1", B0, read=True),
 }
 ACKNOWLEDGE_SEVERAL: dict[str, Any] = {
     "hashes": {
-        COUNT.st: snapshot_state(
-            4, B0, B0 + 5, n="3", u="2", **{f"a:{B0}": "2 2 1 1", f"a:{B1}": "1 1 1 1"}
-        ),
-        COUNT.ev: {f(B0, "e1"): "1", f(B0, "e2"): f"1 {NOW - 50}", f(B1, "e3"): "1"},
-        TOKENS.st: snapshot_state(
-            9, B0, B0 + 5, n="2", u="2", **{f"a:{B0}": "1 5 5 5", f"a:{B1}": "1 2 2 2"}
-        ),
-        TOKENS.ev: {f(B0, "e1"): "5", f(B1, "e3"): "2"},
+        **holding(COUNT, 4, B0, {f(B0, "e1"): "1", f(B0, "e2"): f"1 {NOW - 50}", f(B1, "e3"): "1"}),
+        **holding(TOKENS, 9, B0, {f(B0, "e1"): "5", f(B1, "e3"): "2"}),
     },
     "streams": outbox(
         COUNT,
@@ -410,27 +427,16 @@ ACKNOWLEDGE: list[Row] = [
 
 
 CONFIRM_TWO: dict[str, Any] = {
-    "hashes": {
-        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="2", u="2", **{f"a:{B1}": "2 8 3 5"}),
-        TOKENS.ev: {f(B1, "e1"): "3", f(B1, "e2"): "5"},
-    },
+    "hashes": holding(TOKENS, 2, B0, {f(B1, "e1"): "3", f(B1, "e2"): "5"}),
     "streams": outbox(
         TOKENS, {"1-0": entry(TOKENS, "e1", B1), "2-0": entry(TOKENS, "e2", B1)}, ["1-0"]
     ),
 }
 CONFIRM_THREE: dict[str, Any] = {
-    "hashes": {
-        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="3", u="3", **{f"a:{B1}": "3 9 1 5"}),
-        TOKENS.ev: {f(B1, "e1"): "1", f(B1, "e2"): "3", f(B1, "e3"): "5"},
-    },
+    "hashes": holding(TOKENS, 2, B0, {f(B1, "e1"): "1", f(B1, "e2"): "3", f(B1, "e3"): "5"}),
 }
 CONFIRM_COLD: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(
-            5, B2, B2 + 5, n="2", u="0", **{f"a:{B0}": "1 1 1 1", f"a:{B2}": "1 1 1 1"}
-        ),
-        COUNT.ev: {f(B0, "e1"): f"1 {NOW - HOUR}", f(B2, "e2"): f"1 {NOW - 5}"},
-    },
+    "hashes": holding(COUNT, 5, B2, {f(B0, "e1"): f"1 {NOW - HOUR}", f(B2, "e2"): f"1 {NOW - 5}"}),
 }
 CONFIRM_GONE: dict[str, Any] = {
     "hashes": {COUNT.st: snapshot_state(5, B2, B2 + 5)},
@@ -440,14 +446,8 @@ CONFIRM_MALFORMED: dict[str, Any] = {
 }
 CONFIRM_SEVERAL: dict[str, Any] = {
     "hashes": {
-        COUNT.st: snapshot_state(
-            4, B1, B1 + 5, n="3", u="3", **{f"a:{B0}": "1 1 1 1", f"a:{B1}": "2 2 1 1"}
-        ),
-        COUNT.ev: {f(B0, "e1"): "1", f(B1, "e2"): "1", f(B1, "e3"): "1"},
-        LARGEST.st: snapshot_state(
-            8, B1, B1 + 5, n="2", u="2", **{f"a:{B0}": "1 7 7 7", f"a:{B1}": "1 9 9 9"}
-        ),
-        LARGEST.ev: {f(B0, "e1"): "7", f(B1, "e2"): "9"},
+        **holding(COUNT, 4, B1, {f(B0, "e1"): "1", f(B1, "e2"): "1", f(B1, "e3"): "1"}),
+        **holding(LARGEST, 8, B1, {f(B0, "e1"): "7", f(B1, "e2"): "9"}),
     },
 }
 CONFIRM: list[Row] = [
@@ -531,58 +531,41 @@ def apply_argv(
 
 
 APPLY_SNAPSHOT_MIXED: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(
-            3,
-            B0,
-            B0 + 5,
-            p="2 2 1 1",
-            n="4",
-            u="2",
-            **{f"a:{B0}": "2 2 1 1", f"a:{B1}": "1 1 1 1", f"a:{B3}": "1 1 1 1"},
-            **{"c:m-count": "100"},
-        ),
-        COUNT.ev: {
+    "hashes": holding(
+        COUNT,
+        3,
+        B0,
+        {
             f(B0, "e1"): f"1 {NOW - 600_000_000}",
             f(B0, "e2"): "1",
             f(B1, "e3"): f"1 {NOW - 60_000_000}",
             f(B3, "e4"): "1",
         },
-    }
+        p="2 2 1 1",
+        credited={"m-count": "100"},
+    )
 }
 APPLY_SNAPSHOT_APPLIED: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(
-            5, B2, NOW - 1000, p="4 4 1 1", n="1", u="1", **{f"a:{B3}": "1 1 1 1"}
-        )
-        | {"c:m-count": "100"},
-        COUNT.ev: {f(B3, "e4"): "1"},
-    }
+    "hashes": holding(
+        COUNT, 5, B2, {f(B3, "e4"): "1"}, sa=NOW - 1000, p="4 4 1 1", credited={"m-count": "100"}
+    )
 }
 APPLY_SNAPSHOT_EXPIRING: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(
-            2,
-            B0,
-            B0 + 5,
-            n="5",
-            u="1",
-            **{f"a:{B0}": "3 3 1 1", f"a:{B1}": "1 1 1 1", f"a:{B3}": "1 1 1 1"},
-        ),
-        COUNT.ev: {
+    "hashes": holding(
+        COUNT,
+        2,
+        B0,
+        {
             f(B0, "e1"): f"1 {NOW - HOUR - 1}",
             f(B0, "e2"): f"1 {NOW - HOUR}",
             f(B0, "e3"): "1",
             f(B1, "e4"): f"1 {NOW - 2 * HOUR}",
             f(B3, "e5"): f"1 {NOW - 2 * HOUR}",
         },
-    }
+    )
 }
 APPLY_SNAPSHOT_TRICKY: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(2, B1, B1 + 5, n="1", u="0", **{f"a:{B1}": "1 1 1 1"}),
-        COUNT.ev: {f(B1, "e1"): f"1 {NOW - 30_000_000}"},
-    }
+    "hashes": holding(COUNT, 2, B1, {f(B1, "e1"): f"1 {NOW - 30_000_000}"})
 }
 APPLY_SNAPSHOT_CREDITS: dict[str, Any] = {
     "hashes": {
@@ -590,17 +573,12 @@ APPLY_SNAPSHOT_CREDITS: dict[str, Any] = {
     }
 }
 APPLY_SNAPSHOT_HOT_COUNTED: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B2}": "1 1 1 1"}),
-        COUNT.ev: {f(B2, "e1"): f"1 {NOW - 5}"},
-    }
+    "hashes": holding(COUNT, 2, B0, {f(B2, "e1"): f"1 {NOW - 5}"})
 }
 APPLY_SNAPSHOT_SEVERAL: dict[str, Any] = {
     "hashes": {
-        TOKENS.st: snapshot_state(4, B0, B0 + 5, n="2", u="0", **{f"a:{B0}": "2 10 3 7"}),
-        TOKENS.ev: {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): f"7 {NOW - 9}"},
-        LARGEST.st: snapshot_state(6, B0, B0 + 5, n="2", u="1", **{f"a:{B0}": "2 10 3 7"}),
-        LARGEST.ev: {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): "7"},
+        **holding(TOKENS, 4, B0, {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): f"7 {NOW - 9}"}),
+        **holding(LARGEST, 6, B0, {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): "7"}),
     }
 }
 APPLY_SNAPSHOT_FIRST_WITH_EVENTS: dict[str, Any] = {
