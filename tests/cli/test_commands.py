@@ -61,7 +61,7 @@ def instance(server: RedisServer, emulator: Emulator) -> Outpost:
 
 @contextmanager
 def following_c1(
-    server: RedisServer, emulator: Emulator, credits: float
+    server: RedisServer, emulator: Emulator, credits: int
 ) -> Iterator[tuple[Outpost, str]]:
     """An instance that has read c1's balance of a new count meter granted ``credits``."""
     meter = count_meter(emulator)
