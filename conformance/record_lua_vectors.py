@@ -16,7 +16,6 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -122,6 +121,52 @@ def entry(ident: Ident, event_id: str, bucket: int, *targets: Ident) -> dict[str
     }
 
 
+def number(value: float) -> str:
+    """A number as lib.lua's fmt writes it: integral without a point, others in the shortest
+    text that reads back exactly (Python's repr)."""
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def holding(
+    ident: Ident,
+    rev: int,
+    cold: int,
+    events: dict[str, str],
+    *,
+    sa: int | None = None,
+    p: str = "0 0 - -",
+    credited: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """An identity's two hashes: a snapshot at ``cold`` (as of ``sa``, by default 5 µs later)
+    with ``credited`` (meter → units), and the pending ``events`` (events-hash field → value,
+    then the acknowledgement time once acknowledged). n, u and each bucket's aggregate are
+    computed from the events, as the scripts keep them."""
+    values: dict[int, list[float]] = {}
+    for name, value in events.items():
+        values.setdefault(int(name.split(":")[0]), []).append(float(value.split(" ")[0]))
+    aggregates = {
+        f"a:{bucket}": " ".join(number(x) for x in (len(v), sum(v), min(v), max(v)))
+        for bucket, v in sorted(values.items())
+    }
+    undelivered = sum(1 for value in events.values() if " " not in value)
+    state = snapshot_state(
+        rev,
+        cold,
+        cold + 5 if sa is None else sa,
+        p,
+        n=str(len(events)),
+        u=str(undelivered),
+        **aggregates,
+        **{f"c:{meter}": units for meter, units in (credited or {}).items()},
+    )
+    return {ident.st: state, ident.ev: events}
+
+
+def queued(entry_id: str, event_id: str, bucket: int, *, read: bool) -> dict[str, Any]:
+    """COUNT's outbox holding one event; ``read``: consumer w1 has read it."""
+    return outbox(COUNT, {entry_id: entry(COUNT, event_id, bucket)}, [entry_id] if read else [])
+
+
 # -- track ----------------------------------------------------------------------------------------
 
 
@@ -143,62 +188,40 @@ def track_argv(
     return k, argv
 
 
-TRACK_REVISION_3: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(3, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-        COUNT.ev: {f(B0, "e0"): "1"},
-    }
-}
+TRACK_REVISION_3: dict[str, Any] = {"hashes": holding(COUNT, 3, B0, {f(B0, "e0"): "1"})}
 TRACK_COUNT_AND_TOKENS: dict[str, Any] = {
     "hashes": {
         COUNT.st: snapshot_state(7, B0, B0 + 5),
-        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B1}": "1 4 4 4"}),
-        TOKENS.ev: {f(B1, "e0"): f"4 {B1 + 9}"},
+        **holding(TOKENS, 2, B0, {f(B1, "e0"): f"4 {B1 + 9}"}),
     }
 }
 TRACK_E1_PENDING_AND_QUEUED: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-        COUNT.ev: {f(B0, "e1"): "1"},
-    },
-    "streams": outbox(COUNT, {"5-0": entry(COUNT, "e1", B0)}, []),
+    "hashes": holding(COUNT, 4, B0, {f(B0, "e1"): "1"}),
+    "streams": queued("5-0", "e1", B0, read=False),
 }
 TRACK_E1_PENDING_IN_COUNT_ONLY: dict[str, Any] = {
     "hashes": {
-        COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-        COUNT.ev: {f(B0, "e1"): "1"},
+        **holding(COUNT, 4, B0, {f(B0, "e1"): "1"}),
         TOKENS.st: snapshot_state(2, B0, B0 + 5),
     },
-    "streams": outbox(COUNT, {"5-0": entry(COUNT, "e1", B0)}, []),
+    "streams": queued("5-0", "e1", B0, read=False),
 }
 TRACK_E1_PENDING_IN_BOTH: dict[str, Any] = {
     "hashes": {
-        COUNT.st: snapshot_state(4, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-        COUNT.ev: {f(B0, "e1"): "1"},
-        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B0}": "1 3 3 3"}),
-        TOKENS.ev: {f(B0, "e1"): f"3 {B0 + 9}"},
+        **holding(COUNT, 4, B0, {f(B0, "e1"): "1"}),
+        **holding(TOKENS, 2, B0, {f(B0, "e1"): f"3 {B0 + 9}"}),
     },
 }
 TRACK_TWO_EVENTS_IN_B1: dict[str, Any] = {
-    "hashes": {
-        TOKENS.st: snapshot_state(5, B0, B0 + 5, n="2", u="2", **{f"a:{B1}": "2 7 3 4"}),
-        TOKENS.ev: {f(B1, "e1"): "3", f(B1, "e2"): "4"},
-    }
+    "hashes": holding(TOKENS, 5, B0, {f(B1, "e1"): "3", f(B1, "e2"): "4"})
 }
 TRACK_COLD_UNTIL_B2: dict[str, Any] = {
     "hashes": {
         TOKENS.st: snapshot_state(5, B2, B2 + 5, n="0", u="0"),
     }
 }
-TRACK_HOLDS_0_1: dict[str, Any] = {
-    "hashes": {
-        TOKENS.st: snapshot_state(1, B0, B0 + 5, n="1", u="1", **{f"a:{B0}": "1 0.1 0.1 0.1"}),
-        TOKENS.ev: {f(B0, "e1"): "0.1"},
-    }
-}
-TRACK_ANOTHER_ENTRY_QUEUED: dict[str, Any] = {
-    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e0", B0)}, ["1-0"])
-}
+TRACK_HOLDS_0_1: dict[str, Any] = {"hashes": holding(TOKENS, 1, B0, {f(B0, "e1"): "0.1"})}
+TRACK_ANOTHER_ENTRY_QUEUED: dict[str, Any] = {"streams": queued("1-0", "e0", B0, read=True)}
 TRACK: list[Row] = [
     Row(
         "first_event_of_a_new_identity",
@@ -314,40 +337,25 @@ def settle_argv(
 
 
 ACKNOWLEDGE_ONE: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(2, B0, B0 + 5, n="1", u="1", **{f"a:{B1}": "1 1 1 1"}),
-        COUNT.ev: {f(B1, "e1"): "1"},
-    },
-    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B1)}, ["1-0"]),
+    "hashes": holding(COUNT, 2, B0, {f(B1, "e1"): "1"}),
+    "streams": queued("1-0", "e1", B1, read=True),
 }
 ACKNOWLEDGE_TWICE: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(3, B0, B0 + 5, n="1", u="0", **{f"a:{B1}": "1 1 1 1"}),
-        COUNT.ev: {f(B1, "e1"): f"1 {NOW - 10}"},
-    },
+    "hashes": holding(COUNT, 3, B0, {f(B1, "e1"): f"1 {NOW - 10}"}),
     "streams": outbox(COUNT, {}, []),
 }
 ACKNOWLEDGE_GONE: dict[str, Any] = {
     "hashes": {COUNT.st: snapshot_state(3, B2, B2 + 5)},
-    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B1)}, ["1-0"]),
+    "streams": queued("1-0", "e1", B1, read=True),
 }
 ACKNOWLEDGE_COLD: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(6, B2, B2 + 5, n="1", u="1", **{f"a:{B0}": "1 1 1 1"}),
-        COUNT.ev: {f(B0, "e1"): "1"},
-    },
-    "streams": outbox(COUNT, {"1-0": entry(COUNT, "e1", B0)}, ["1-0"]),
+    "hashes": holding(COUNT, 6, B2, {f(B0, "e1"): "1"}),
+    "streams": queued("1-0", "e1", B0, read=True),
 }
 ACKNOWLEDGE_SEVERAL: dict[str, Any] = {
     "hashes": {
-        COUNT.st: snapshot_state(
-            4, B0, B0 + 5, n="3", u="2", **{f"a:{B0}": "2 2 1 1", f"a:{B1}": "1 1 1 1"}
-        ),
-        COUNT.ev: {f(B0, "e1"): "1", f(B0, "e2"): f"1 {NOW - 50}", f(B1, "e3"): "1"},
-        TOKENS.st: snapshot_state(
-            9, B0, B0 + 5, n="2", u="2", **{f"a:{B0}": "1 5 5 5", f"a:{B1}": "1 2 2 2"}
-        ),
-        TOKENS.ev: {f(B0, "e1"): "5", f(B1, "e3"): "2"},
+        **holding(COUNT, 4, B0, {f(B0, "e1"): "1", f(B0, "e2"): f"1 {NOW - 50}", f(B1, "e3"): "1"}),
+        **holding(TOKENS, 9, B0, {f(B0, "e1"): "5", f(B1, "e3"): "2"}),
     },
     "streams": outbox(
         COUNT,
@@ -419,27 +427,16 @@ ACKNOWLEDGE: list[Row] = [
 
 
 CONFIRM_TWO: dict[str, Any] = {
-    "hashes": {
-        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="2", u="2", **{f"a:{B1}": "2 8 3 5"}),
-        TOKENS.ev: {f(B1, "e1"): "3", f(B1, "e2"): "5"},
-    },
+    "hashes": holding(TOKENS, 2, B0, {f(B1, "e1"): "3", f(B1, "e2"): "5"}),
     "streams": outbox(
         TOKENS, {"1-0": entry(TOKENS, "e1", B1), "2-0": entry(TOKENS, "e2", B1)}, ["1-0"]
     ),
 }
 CONFIRM_THREE: dict[str, Any] = {
-    "hashes": {
-        TOKENS.st: snapshot_state(2, B0, B0 + 5, n="3", u="3", **{f"a:{B1}": "3 9 1 5"}),
-        TOKENS.ev: {f(B1, "e1"): "1", f(B1, "e2"): "3", f(B1, "e3"): "5"},
-    },
+    "hashes": holding(TOKENS, 2, B0, {f(B1, "e1"): "1", f(B1, "e2"): "3", f(B1, "e3"): "5"}),
 }
 CONFIRM_COLD: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(
-            5, B2, B2 + 5, n="2", u="0", **{f"a:{B0}": "1 1 1 1", f"a:{B2}": "1 1 1 1"}
-        ),
-        COUNT.ev: {f(B0, "e1"): f"1 {NOW - HOUR}", f(B2, "e2"): f"1 {NOW - 5}"},
-    },
+    "hashes": holding(COUNT, 5, B2, {f(B0, "e1"): f"1 {NOW - HOUR}", f(B2, "e2"): f"1 {NOW - 5}"}),
 }
 CONFIRM_GONE: dict[str, Any] = {
     "hashes": {COUNT.st: snapshot_state(5, B2, B2 + 5)},
@@ -449,14 +446,8 @@ CONFIRM_MALFORMED: dict[str, Any] = {
 }
 CONFIRM_SEVERAL: dict[str, Any] = {
     "hashes": {
-        COUNT.st: snapshot_state(
-            4, B1, B1 + 5, n="3", u="3", **{f"a:{B0}": "1 1 1 1", f"a:{B1}": "2 2 1 1"}
-        ),
-        COUNT.ev: {f(B0, "e1"): "1", f(B1, "e2"): "1", f(B1, "e3"): "1"},
-        LARGEST.st: snapshot_state(
-            8, B1, B1 + 5, n="2", u="2", **{f"a:{B0}": "1 7 7 7", f"a:{B1}": "1 9 9 9"}
-        ),
-        LARGEST.ev: {f(B0, "e1"): "7", f(B1, "e2"): "9"},
+        **holding(COUNT, 4, B1, {f(B0, "e1"): "1", f(B1, "e2"): "1", f(B1, "e3"): "1"}),
+        **holding(LARGEST, 8, B1, {f(B0, "e1"): "7", f(B1, "e2"): "9"}),
     },
 }
 CONFIRM: list[Row] = [
@@ -540,58 +531,41 @@ def apply_argv(
 
 
 APPLY_SNAPSHOT_MIXED: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(
-            3,
-            B0,
-            B0 + 5,
-            p="2 2 1 1",
-            n="4",
-            u="2",
-            **{f"a:{B0}": "2 2 1 1", f"a:{B1}": "1 1 1 1", f"a:{B3}": "1 1 1 1"},
-            **{"c:m-count": "100"},
-        ),
-        COUNT.ev: {
+    "hashes": holding(
+        COUNT,
+        3,
+        B0,
+        {
             f(B0, "e1"): f"1 {NOW - 600_000_000}",
             f(B0, "e2"): "1",
             f(B1, "e3"): f"1 {NOW - 60_000_000}",
             f(B3, "e4"): "1",
         },
-    }
+        p="2 2 1 1",
+        credited={"m-count": "100"},
+    )
 }
 APPLY_SNAPSHOT_APPLIED: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(
-            5, B2, NOW - 1000, p="4 4 1 1", n="1", u="1", **{f"a:{B3}": "1 1 1 1"}
-        )
-        | {"c:m-count": "100"},
-        COUNT.ev: {f(B3, "e4"): "1"},
-    }
+    "hashes": holding(
+        COUNT, 5, B2, {f(B3, "e4"): "1"}, sa=NOW - 1000, p="4 4 1 1", credited={"m-count": "100"}
+    )
 }
 APPLY_SNAPSHOT_EXPIRING: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(
-            2,
-            B0,
-            B0 + 5,
-            n="5",
-            u="1",
-            **{f"a:{B0}": "3 3 1 1", f"a:{B1}": "1 1 1 1", f"a:{B3}": "1 1 1 1"},
-        ),
-        COUNT.ev: {
+    "hashes": holding(
+        COUNT,
+        2,
+        B0,
+        {
             f(B0, "e1"): f"1 {NOW - HOUR - 1}",
             f(B0, "e2"): f"1 {NOW - HOUR}",
             f(B0, "e3"): "1",
             f(B1, "e4"): f"1 {NOW - 2 * HOUR}",
             f(B3, "e5"): f"1 {NOW - 2 * HOUR}",
         },
-    }
+    )
 }
 APPLY_SNAPSHOT_TRICKY: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(2, B1, B1 + 5, n="1", u="0", **{f"a:{B1}": "1 1 1 1"}),
-        COUNT.ev: {f(B1, "e1"): f"1 {NOW - 30_000_000}"},
-    }
+    "hashes": holding(COUNT, 2, B1, {f(B1, "e1"): f"1 {NOW - 30_000_000}"})
 }
 APPLY_SNAPSHOT_CREDITS: dict[str, Any] = {
     "hashes": {
@@ -599,17 +573,12 @@ APPLY_SNAPSHOT_CREDITS: dict[str, Any] = {
     }
 }
 APPLY_SNAPSHOT_HOT_COUNTED: dict[str, Any] = {
-    "hashes": {
-        COUNT.st: snapshot_state(2, B0, B0 + 5, n="1", u="0", **{f"a:{B2}": "1 1 1 1"}),
-        COUNT.ev: {f(B2, "e1"): f"1 {NOW - 5}"},
-    }
+    "hashes": holding(COUNT, 2, B0, {f(B2, "e1"): f"1 {NOW - 5}"})
 }
 APPLY_SNAPSHOT_SEVERAL: dict[str, Any] = {
     "hashes": {
-        TOKENS.st: snapshot_state(4, B0, B0 + 5, n="2", u="0", **{f"a:{B0}": "2 10 3 7"}),
-        TOKENS.ev: {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): f"7 {NOW - 9}"},
-        LARGEST.st: snapshot_state(6, B0, B0 + 5, n="2", u="1", **{f"a:{B0}": "2 10 3 7"}),
-        LARGEST.ev: {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): "7"},
+        **holding(TOKENS, 4, B0, {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): f"7 {NOW - 9}"}),
+        **holding(LARGEST, 6, B0, {f(B0, "e1"): f"3 {NOW - 9}", f(B0, "e2"): "7"}),
     }
 }
 APPLY_SNAPSHOT_FIRST_WITH_EVENTS: dict[str, Any] = {
@@ -799,50 +768,53 @@ RECLAIM: list[Row] = [
 SECOND = 1_000_000
 
 
-def budget_case(name: str, description: str, state: dict[str, str] | None, now: int) -> Case:
-    before = {"hashes": {keys.BUDGET_KEY: state}} if state else {}
-    return case(name, description, before, [keys.BUDGET_KEY], ["300", "20", str(now)])
+def budget_before(state: dict[str, str] | None) -> dict[str, Any]:
+    """The budget hash as ``state`` says, or no budget yet."""
+    return {"hashes": {keys.BUDGET_KEY: state}} if state else {}
 
 
-def budget_cases() -> Iterator[Case]:
-    yield budget_case(
+# KEYS and ARGV of every budget case: 300 requests a minute, a bucket of 20, the caller's clock.
+BUDGET_ARGV = ([keys.BUDGET_KEY], ["300", "20", str(NOW)])
+BUDGET: list[Row] = [
+    Row(
         "a_new_bucket_starts_full",
         "No budget yet: it starts with its capacity (20), one request is taken (reply 0), the "
         "hash expires once it would be full again.",
-        None,
-        NOW,
-    )
-    yield budget_case(
+        budget_before(None),
+        BUDGET_ARGV,
+    ),
+    Row(
         "the_bucket_fills_at_the_rate",
         "Empty one second ago: 300 a minute is 5 a second, so 5 are there; one is taken.",
-        {"t": "0", "at": str(NOW - SECOND)},
-        NOW,
-    )
-    yield budget_case(
+        budget_before({"t": "0", "at": str(NOW - SECOND)}),
+        BUDGET_ARGV,
+    ),
+    Row(
         "fill_stops_at_capacity",
         "An hour idle fills the bucket to its capacity, not beyond.",
-        {"t": "3", "at": str(NOW - 3600 * SECOND)},
-        NOW,
-    )
-    yield budget_case(
+        budget_before({"t": "3", "at": str(NOW - 3600 * SECOND)}),
+        BUDGET_ARGV,
+    ),
+    Row(
         "an_empty_bucket_reserves_the_next_request",
         "Half a request left: the caller takes the next one (t goes to -0.5) and the reply is "
         "the µs until it comes (0.5 / 5 per second = 100 ms).",
-        {"t": "0.5", "at": str(NOW)},
-        NOW,
-    )
-    yield budget_case(
+        budget_before({"t": "0.5", "at": str(NOW)}),
+        BUDGET_ARGV,
+    ),
+    Row(
         "callers_queue_behind_a_reservation",
         "Already overdrawn by one: the next caller waits for two requests' refill (400 ms).",
-        {"t": "-1", "at": str(NOW)},
-        NOW,
-    )
-    yield budget_case(
+        budget_before({"t": "-1", "at": str(NOW)}),
+        BUDGET_ARGV,
+    ),
+    Row(
         "a_clock_behind_fills_nothing",
         "The caller's clock is behind the last fill: nothing is added, `at` stays.",
-        {"t": "1.25", "at": str(NOW + 5 * SECOND)},
-        NOW,
-    )
+        budget_before({"t": "1.25", "at": str(NOW + 5 * SECOND)}),
+        BUDGET_ARGV,
+    ),
+]
 
 
 # -- recording ------------------------------------------------------------------------------------
@@ -863,7 +835,7 @@ CASES: dict[str, list[Case]] = {
     "confirm": cases(CONFIRM),
     "apply_snapshot": cases(APPLY_SNAPSHOT),
     "reclaim": cases(RECLAIM),
-    "budget": list(budget_cases()),
+    "budget": cases(BUDGET),
 }
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,17 +22,10 @@ from typing import Any
 from outpost_emulator import Emulator
 from outpost_sync import NotReady, Outpost
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_until
 
 TRACES = Path(__file__).resolve().parent / "traces"
 CALLS = {"conjunction": "and", "clauses": [{"property": "name", "operator": "eq", "value": "a"}]}
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.005)
 
 
 class Run:

@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -57,6 +59,26 @@ def instance(server: RedisServer, emulator: Emulator) -> Outpost:
     )
 
 
+@contextmanager
+def following_c1(
+    server: RedisServer, emulator: Emulator, credits: int
+) -> Iterator[tuple[Outpost, str]]:
+    """An instance that has read c1's balance of a new count meter granted ``credits``."""
+    meter = count_meter(emulator)
+    emulator.grant_credits(meter, credits, external_customer_id="c1")
+    with instance(server, emulator) as a:
+        a.balance(meter, external_customer_id="c1")
+        yield a, meter
+
+
+def inspect_json(
+    capsys: pytest.CaptureFixture[str], server: RedisServer, emulator: Emulator, meter: str
+) -> tuple[int, Any]:
+    """`outpost inspect` of c1's ``meter`` with --json, checked against its schema."""
+    argv = [meter, "--external-customer-id", "c1", *where(server, emulator)]
+    return run_json(capsys, "inspect", "inspect", *argv)
+
+
 def statuses(data: Any) -> dict[str, str]:
     return {v["check"]: v["status"] for v in data["verdicts"]}
 
@@ -88,10 +110,7 @@ def test_version_and_help_with_defaults(capsys: pytest.CaptureFixture[str]) -> N
 def test_a_healthy_setup(
     capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 100, external_customer_id="c1")
-    with instance(redis_server, emulator) as a:
-        a.balance(meter, external_customer_id="c1")
+    with following_c1(redis_server, emulator, credits=100) as (a, meter):
         for _ in range(3):
             a.track("api_call", external_customer_id="c1")
         assert a.flush(10)
@@ -103,10 +122,7 @@ def test_a_healthy_setup(
         assert checks <= set(statuses(data))
         code, text, _ = run(capsys, "doctor", *where(redis_server, emulator))
         assert code == 0 and "OK    websocket: configuration received" in text
-        code, report = run_json(
-            capsys, "inspect", "inspect", meter, "--external-customer-id", "c1",
-            *where(redis_server, emulator),
-        )  # fmt: skip
+        code, report = inspect_json(capsys, redis_server, emulator, meter)
         assert code == 0
         assert report["local"]["consumed"] == 3 and report["polar"]["consumed"] == 3
         assert report["local"]["balance"] == report["polar"]["balance"] == 97
@@ -124,17 +140,11 @@ def test_a_healthy_setup(
 def test_inspect_explains_undelivered_events(
     capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 10, external_customer_id="c1")
-    with instance(redis_server, emulator) as a:
-        a.balance(meter, external_customer_id="c1")
+    with following_c1(redis_server, emulator, credits=10) as (a, meter):
         emulator.fault_ingest_error(503, count=1000)  # Polar unavailable: nothing delivered
         for _ in range(2):
             a.track("api_call", external_customer_id="c1")
-        code, report = run_json(
-            capsys, "inspect", "inspect", meter, "--external-customer-id", "c1",
-            *where(redis_server, emulator),
-        )  # fmt: skip
+        code, report = inspect_json(capsys, redis_server, emulator, meter)
         assert code == 0
         assert (report["local"]["consumed"], report["polar"]["consumed"]) == (2, 0)
         assert report["difference"]["verdict"] == "safe"

@@ -108,63 +108,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from outpost_core import (
-    ALL_CHANNELS,
-    BUCKET_US,
-    SCRIPT_TEXT,
-    Aggregate,
-    Balance,
-    ChangePublished,
-    ConfigurationReceived,
-    Fetch,
-    IdentityLoaded,
-    LoadIdentity,
-    RunScript,
-    ScriptReplied,
-    Session,
-    Settings,
-    StoreConfiguration,
-    SubscriberLost,
-    SubscriberRestarted,
-    Tick,
-    floor_bucket,
-)
+import outpost_core as oc
 from outpost_core import _keys as keys
-from outpost_core._delivery import (
-    GROUP,
-    BatchAnswered,
-    BatchFailed,
-    ClaimStale,
-    Delivery,
-    DeliveryEffect,
-    DeliveryInput,
-    DeliverySettings,
-    Done,
-    OutboxRead,
-    PostBatch,
-    ReadOutbox,
-    RefreshClaim,
-    ReportDropped,
-    Reported,
-    Settled,
-    SettleScript,
-    Sleep,
-)
-from outpost_core._effects import (
-    CloseConnection,
-    Effect,
-    ListPending,
-    OpenConnection,
-    SendBytes,
-)
-from outpost_core._inputs import (
-    BytesReceived,
-    ConnectionFailed,
-    ConnectionOpened,
-    Input,
-    PendingListed,
-)
-from outpost_core._link import Link, LinkSettings, LinkState, Target
+from outpost_core._link import LinkState
 from tests.conformance._polar import (
     COUNT_WITHIN_US,
     HOUR_US,
@@ -250,7 +196,7 @@ class World:
         self.client = server.client()
         self.scripts = {name: self.client.register_script(text) for name, text in scripts.items()}
         self.pubsub = self.client.pubsub()  # type: ignore[no-untyped-call]
-        self.pubsub.ssubscribe(*ALL_CHANNELS, SENTINEL)
+        self.pubsub.ssubscribe(*oc.ALL_CHANNELS, SENTINEL)
         self.writes = 0
         """Scripts run that changed an identity (each publishes one message)."""
 
@@ -298,11 +244,11 @@ class World:
 class Instance:
     """One SDK instance: a core session, and a driver loop that runs its effects at once."""
 
-    def __init__(self, name: str, machine: OutpostModel, link: Link | None) -> None:
+    def __init__(self, name: str, machine: OutpostModel, link: oc.Link | None) -> None:
         self.name = name
         self.machine = machine
-        self.session = Session(Settings(), link=link)
-        self.session.handle(SubscriberRestarted())  # the subscriber confirms, as at a start
+        self.session = oc.Session(oc.Settings(), link=link)
+        self.session.handle(oc.SubscriberRestarted())  # the subscriber confirms, as at a start
         self.socket: PolarSocket | None = None
         self.inbound = bytearray()
         self.queue: list[bytes] = []
@@ -311,7 +257,7 @@ class Instance:
         self.checked: tuple[int, int] | None = None
         """(Redis writes, inputs) when the copies were last compared with Redis."""
 
-    def handle(self, event: Input) -> None:
+    def handle(self, event: oc.Input) -> None:
         self.inputs += 1
         self.session.handle(event)
         self.drive()
@@ -323,50 +269,50 @@ class Instance:
             if not effects and not self.inbound:
                 return
             self.inputs += 1
-            loads = [e for e in effects if isinstance(e, LoadIdentity)]
+            loads = [e for e in effects if isinstance(e, oc.LoadIdentity)]
             if loads:  # independent reads: one round trip (the drivers run them one by one)
                 pipe = self.machine.client.pipeline(transaction=False)
                 for load in loads:
                     pipe.hgetall(load.key)
                 for load, fields in zip(loads, pipe.execute(), strict=True):
-                    self.session.handle(IdentityLoaded(load.key, fields, load.load_id))
+                    self.session.handle(oc.IdentityLoaded(load.key, fields, load.load_id))
             for effect in effects:
-                if not isinstance(effect, LoadIdentity):
+                if not isinstance(effect, oc.LoadIdentity):
                     self.run(effect)
             if self.inbound:
                 data, self.inbound = bytes(self.inbound), bytearray()
-                self.session.handle(BytesReceived(self.machine.mono, data))
+                self.session.handle(oc.BytesReceived(self.machine.mono, data))
         raise AssertionError(f"{self.name}: the core never stopped asking")
 
-    def run(self, effect: Effect) -> None:
+    def run(self, effect: oc.Effect) -> None:
         client = self.machine.world.client
-        if isinstance(effect, StoreConfiguration):
+        if isinstance(effect, oc.StoreConfiguration):
             client.set(effect.key, effect.text)
-        elif isinstance(effect, RunScript):
+        elif isinstance(effect, oc.RunScript):
             reply = self.machine.script(effect.script, effect.keys, effect.args)
-            self.session.handle(ScriptReplied(reply, effect.tag))
-        elif isinstance(effect, ListPending):
+            self.session.handle(oc.ScriptReplied(reply, effect.tag))
+        elif isinstance(effect, oc.ListPending):
             pipe = client.pipeline(transaction=False)
             for key in effect.keys:
                 pipe.hkeys(key)
             fields = dict(zip(effect.keys, pipe.execute(), strict=True))
-            self.session.handle(PendingListed(effect.tag, fields))
-        elif isinstance(effect, OpenConnection):
+            self.session.handle(oc.PendingListed(effect.tag, fields))
+        elif isinstance(effect, oc.OpenConnection):
             self.socket = PolarSocket(self.machine.answer)
-            self.session.handle(ConnectionOpened(self.machine.mono))
-        elif isinstance(effect, SendBytes):
+            self.session.handle(oc.ConnectionOpened(self.machine.mono))
+        elif isinstance(effect, oc.SendBytes):
             if self.socket is not None:
                 self.inbound += self.socket.receive(effect.data)
-        elif isinstance(effect, CloseConnection):
+        elif isinstance(effect, oc.CloseConnection):
             self.socket = None
             self.inbound.clear()
         else:  # pragma: no cover - every effect is handled above
             raise AssertionError(f"unknown effect {effect!r}")
 
-    def read(self, meter_id: str, customer: str) -> Balance:
+    def read(self, meter_id: str, customer: str) -> oc.Balance:
         for _ in range(100):
             balance = self.session.read(meter_id, external_customer_id=customer)
-            if isinstance(balance, Fetch):  # the copy does not follow Redis: read the hash
+            if isinstance(balance, oc.Fetch):  # the copy does not follow Redis: read the hash
                 fields = {k: self.machine.client.hgetall(k) for k in balance.keys}
                 balance = self.session.read_fetched(meter_id, customer, None, fields)
             if balance is not None:
@@ -386,18 +332,18 @@ class Instance:
 
     def deliver(self, index: int, keep: bool) -> None:
         data = self.queue[index] if keep else self.queue.pop(index)
-        self.handle(ChangePublished(data))
+        self.handle(oc.ChangePublished(data))
 
 
 def _identities(message: bytes) -> set[str]:
     return {change["k"] for change in json.loads(message)["c"]}
 
 
-def local_aggregate(state: Mapping[bytes, bytes]) -> Aggregate:
-    total = Aggregate()
+def local_aggregate(state: Mapping[bytes, bytes]) -> oc.Aggregate:
+    total = oc.Aggregate()
     for name, text in state.items():
         if name.startswith(b"a:") or name == b"p":
-            agg = Aggregate.decode(text.decode())
+            agg = oc.Aggregate.decode(text.decode())
             assert agg is not None, f"unreadable {name!r}={text!r}"
             total = total.merge(agg)
     return total
@@ -423,7 +369,7 @@ class OutpostModel(RuleBasedStateMachine):
         self._checked_bound: tuple[int, int] | None = None
         pipe = self.client.pipeline(transaction=False)
         for stream in keys.ALL_OUTBOXES:
-            pipe.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            pipe.xgroup_create(stream, oc.GROUP, id="0", mkstream=True)
         pipe.execute()
         self.world.messages()  # forget what an earlier (failed) example published
         self.polar = Polar(T0, REDUCERS, CUSTOMERS)
@@ -435,17 +381,17 @@ class OutpostModel(RuleBasedStateMachine):
         self.retracked: set[str] = set()
         """Events track() was called again for: one a snapshot already counted is pending again
         (a duplicate Polar ignores), counted twice until the next snapshot asks about it."""
-        self.held: list[SettleScript] = []
-        link = Link(
-            Target.of("http://polar.test"),
+        self.held: list[oc.SettleScript] = []
+        link = oc.Link(
+            oc.Target.of("http://polar.test"),
             "polar_oat_model",
             random.Random(0),
-            LinkSettings(ping_interval=1e12, dead_after=1e12, connect_timeout=1e12),
+            oc.LinkSettings(ping_interval=1e12, dead_after=1e12, connect_timeout=1e12),
         )
         self.a = Instance("A", self, link)
         self.b = Instance("B", self, None)
-        self.delivery = Delivery(
-            DeliverySettings(
+        self.delivery = oc.Delivery(
+            oc.DeliverySettings(
                 batch_size=3,
                 linger=0.0,
                 max_attempts=MAX_ATTEMPTS,
@@ -459,8 +405,8 @@ class OutpostModel(RuleBasedStateMachine):
         )
         self.delivery.flushing = True
         self.delivery_clock = 0.0
-        self.waiting: DeliveryEffect | None = None
-        self.b.handle(ConfigurationReceived(CONFIGURATION, from_cache=True))
+        self.waiting: oc.DeliveryEffect | None = None
+        self.b.handle(oc.ConfigurationReceived(CONFIGURATION, from_cache=True))
         self.tick()
         assert self.a.session.connected, "the WebSocket did not open"
         assert self.a.session.configuration is not None
@@ -476,8 +422,8 @@ class OutpostModel(RuleBasedStateMachine):
         return (self.polar.now - T0) / 1e6 + self.mono_offset
 
     def tick(self) -> None:
-        self.a.handle(Tick(self.mono, self.polar.now))
-        self.b.handle(Tick(self.mono, self.polar.now))
+        self.a.handle(oc.Tick(self.mono, self.polar.now))
+        self.b.handle(oc.Tick(self.mono, self.polar.now))
 
     def script(self, name: str, keys_: tuple[str, ...], args: tuple[str, ...]) -> Any:
         """Run a script; what it publishes waits in each instance's queue (the rules deliver)."""
@@ -507,90 +453,90 @@ class OutpostModel(RuleBasedStateMachine):
 
     # -- delivery, driven as the drivers drive it ---------------------------------------------
 
-    def next_action(self) -> DeliveryEffect:
+    def next_action(self) -> oc.DeliveryEffect:
         action, self.waiting = self.waiting, None
         if action is None:
             self.delivery_clock += 1000.0  # past any backoff: the rules decide what happens
             action = self.delivery.next_effect(self.delivery_clock)
         return action
 
-    def report(self, outcome: DeliveryInput) -> None:
+    def report(self, outcome: oc.DeliveryInput) -> None:
         self.delivery.handle(outcome, self.delivery_clock, self.polar.now)
 
-    def settle(self, action: SettleScript) -> None:
+    def settle(self, action: oc.SettleScript) -> None:
         # A confirm may name an event Polar stored: a retried track() of an event a snapshot
         # already counted queues it again, and that delivery can fail for good. Whether that
         # matters is the invariants' business (the counted copy is in Polar's totals).
         reply = self.script(action.script, action.keys, action.args)
-        self.a.handle(ScriptReplied(reply))
+        self.a.handle(oc.ScriptReplied(reply))
 
-    def pump(self, hold: bool, stop_at_post: bool) -> PostBatch | None:
+    def pump(self, hold: bool, stop_at_post: bool) -> oc.PostBatch | None:
         """Run delivery actions: settlements (held when ``hold``) and reports always; reads
         when ``stop_at_post``, until a batch is ready to post. Returns that batch."""
         while True:
             action = self.next_action()
-            if isinstance(action, SettleScript):
+            if isinstance(action, oc.SettleScript):
                 if hold:
                     self.held.append(action)
                 else:
                     self.settle(action)
-                self.report(Settled())
-            elif isinstance(action, ReportDropped):
+                self.report(oc.Settled())
+            elif isinstance(action, oc.ReportDropped):
                 self.dropped.update(e["external_id"] for e in action.events)
-                self.report(Reported())
+                self.report(oc.Reported())
             elif not stop_at_post:
                 self.waiting = action
                 return None
-            elif isinstance(action, PostBatch):
+            elif isinstance(action, oc.PostBatch):
                 return action
-            elif isinstance(action, ReadOutbox):
+            elif isinstance(action, oc.ReadOutbox):
                 reply: Any = self.client.xreadgroup(
-                    GROUP, CONSUMER, dict.fromkeys(keys.ALL_OUTBOXES, ">"), count=action.count
+                    oc.GROUP, CONSUMER, dict.fromkeys(keys.ALL_OUTBOXES, ">"), count=action.count
                 )
                 entries = [
                     (stream.decode(), entry_id.decode(), fields)
                     for stream, listing in reply or []
                     for entry_id, fields in listing
                 ]
-                self.report(OutboxRead(entries))
+                self.report(oc.OutboxRead(entries))
                 if not entries and self.delivery.idle:
                     return None
-            elif isinstance(action, ClaimStale):
-                self.report(OutboxRead([]))  # one consumer: nothing to claim
-            elif isinstance(action, RefreshClaim | Sleep):
-                self.report(Done())
+            elif isinstance(action, oc.ClaimStale):
+                self.report(oc.OutboxRead([]))  # one consumer: nothing to claim
+            elif isinstance(action, oc.RefreshClaim | oc.Sleep):
+                self.report(oc.Done())
             else:  # pragma: no cover
                 raise AssertionError(f"unknown delivery action {action!r}")
 
-    def post(self, batch: PostBatch, outcome: str) -> DeliveryInput:
+    def post(self, batch: oc.PostBatch, outcome: str) -> oc.DeliveryInput:
         """What Polar makes of one attempt: store (or not), and what the SDK hears."""
         items = json.loads(batch.body)["events"]
         events = [self.tracked[item["external_id"]] for item in items]
         bad = [i for i, event in enumerate(events) if event.bad]
         if outcome in ("accept", "accept_no_locs") and bad:
             if outcome == "accept_no_locs":
-                return BatchAnswered(422, b'{"detail": "invalid request"}')
+                return oc.BatchAnswered(422, b'{"detail": "invalid request"}')
             detail = [
                 {"loc": ["body", "events", i, "customer_id"], "msg": "x", "type": "value_error"}
                 for i in bad
             ]
-            return BatchAnswered(422, json.dumps({"detail": detail}).encode())
+            return oc.BatchAnswered(422, json.dumps({"detail": detail}).encode())
         if outcome in ("accept", "accept_no_locs", "lost", "failed"):
             if not bad:
                 for event in events:
                     self.polar.store(event)
             if outcome == "lost":
-                return BatchFailed("read timeout", maybe_sent=True)
+                return oc.BatchFailed("read timeout", maybe_sent=True)
             if outcome == "failed":
-                return BatchAnswered(500, b'{"detail": "internal error"}')
-            return BatchAnswered(200, b"{}")
+                return oc.BatchAnswered(500, b'{"detail": "internal error"}')
+            return oc.BatchAnswered(200, b"{}")
         if outcome == "unsent":
-            return BatchFailed("write timeout", maybe_sent=True)
+            return oc.BatchFailed("write timeout", maybe_sent=True)
         if outcome == "refused":
-            return BatchFailed("connection refused", maybe_sent=False)
+            return oc.BatchFailed("connection refused", maybe_sent=False)
         if outcome == "failed_unstored":
-            return BatchAnswered(500, b'{"detail": "internal error"}')
-        return BatchAnswered(503)
+            return oc.BatchAnswered(500, b'{"detail": "internal error"}')
+        return oc.BatchAnswered(503)
 
     def deliver_everything(self) -> None:
         for _ in range(1000):
@@ -603,7 +549,7 @@ class OutpostModel(RuleBasedStateMachine):
     def push(self, snapshot: Mapping[str, Any]) -> None:
         assert self.a.socket is not None
         message = {"type": "snapshot", "payload": {**snapshot, "request_id": None}}
-        self.a.session.handle(BytesReceived(self.mono, self.a.socket.send(message)))
+        self.a.session.handle(oc.BytesReceived(self.mono, self.a.socket.send(message)))
         self.a.drive()
 
     # -- rules: the merchant ------------------------------------------------------------------
@@ -645,7 +591,7 @@ class OutpostModel(RuleBasedStateMachine):
             now_us=self.polar.now,
             event_id=event.event_id,
         )
-        self.a.handle(ScriptReplied(self.script(run.script, run.keys, run.args)))
+        self.a.handle(oc.ScriptReplied(self.script(run.script, run.keys, run.args)))
 
     # -- rules: delivery ----------------------------------------------------------------------
 
@@ -687,9 +633,9 @@ class OutpostModel(RuleBasedStateMachine):
         if self.lazy:
             pass
         elif sync == "on_time":
-            self.polar.sync(floor_bucket(self.polar.now))
+            self.polar.sync(oc.floor_bucket(self.polar.now))
         elif sync == "one_more":
-            self.polar.sync(self.polar.synced_until + BUCKET_US)
+            self.polar.sync(self.polar.synced_until + oc.BUCKET_US)
         self.polar.sync_overdue()
         self.tick()
 
@@ -725,7 +671,7 @@ class OutpostModel(RuleBasedStateMachine):
                 moment = int(parts[1])
                 if moment + COUNT_WITHIN_US < self.polar.now:
                     continue  # too late for this race: time only moves forward
-                if int(bucket) < floor_bucket(moment + COUNT_WITHIN_US) - HOUR_US:
+                if int(bucket) < oc.floor_bucket(moment + COUNT_WITHIN_US) - HOUR_US:
                     acked.append((moment, customer))  # its bucket is cold by then (one hour)
         if not acked:
             return
@@ -774,15 +720,15 @@ class OutpostModel(RuleBasedStateMachine):
         snapshot again)."""
         instance = self.a if to_a else self.b
         if how == "reconnect":
-            self.a.handle(ConnectionFailed(self.mono, "connection reset"))
+            self.a.handle(oc.ConnectionFailed(self.mono, "connection reset"))
             self.a.socket = None
             self.mono_offset += 120.0
             self.tick()
             assert self.a.session.connected
         elif how == "lost":
-            instance.handle(SubscriberLost())
+            instance.handle(oc.SubscriberLost())
             instance.queue.clear()
-            instance.handle(SubscriberRestarted())
+            instance.handle(oc.SubscriberRestarted())
         elif how == "all":
             while instance.queue:
                 instance.deliver(0, keep=False)
@@ -800,9 +746,9 @@ class OutpostModel(RuleBasedStateMachine):
         # snapshot, the last events are delivered (and acknowledged) after it, then it is
         # applied (decisions.md D5: they must stay pending); and the snapshot's last cold bucket
         # holds events it counts (they must leave pending, not count twice).
-        self.polar.now = floor_bucket(self.polar.now) + BUCKET_US + 17_000_000
+        self.polar.now = oc.floor_bucket(self.polar.now) + oc.BUCKET_US + 17_000_000
         self.tick()  # the bucket the last events went into is now the last cold one
-        self.polar.sync(floor_bucket(self.polar.now))
+        self.polar.sync(oc.floor_bucket(self.polar.now))
         late = [self.polar.snapshot(customer, None) for customer in CUSTOMERS]
         self.deliver_everything()
         self.redis_consistent_never_below_polar_and_copies_follow()
@@ -810,7 +756,7 @@ class OutpostModel(RuleBasedStateMachine):
             self.push(snapshot)
         self.redis_consistent_never_below_polar_and_copies_follow()
         self.polar.now += 2 * 60 * MINUTE_US  # past every bucket and the pending limit
-        self.polar.sync(floor_bucket(self.polar.now))
+        self.polar.sync(oc.floor_bucket(self.polar.now))
         self.tick()
         for customer in CUSTOMERS:
             self.push(self.polar.snapshot(customer, None))
@@ -928,15 +874,15 @@ class OutpostModel(RuleBasedStateMachine):
 
 def check_consistent(key: str, state: Mapping[bytes, bytes], events: Mapping[bytes, bytes]) -> None:
     """``a:`` buckets are the aggregates of the events hash; ``n`` and ``u`` count it."""
-    buckets: dict[str, Aggregate] = {}
+    buckets: dict[str, oc.Aggregate] = {}
     undelivered = 0
     for field, value in events.items():
         bucket = field.decode().split(":", 1)[0]
         parts = value.decode().split(" ")
-        buckets[bucket] = buckets.get(bucket, Aggregate()).add(float(parts[0]))
+        buckets[bucket] = buckets.get(bucket, oc.Aggregate()).add(float(parts[0]))
         undelivered += len(parts) == 1
     stored = {
-        name.decode()[2:]: Aggregate.decode(text.decode())
+        name.decode()[2:]: oc.Aggregate.decode(text.decode())
         for name, text in state.items()
         if name.startswith(b"a:")
     }
@@ -959,7 +905,7 @@ def machine_for(
 
 @pytest.fixture
 def model(redis_server: RedisServer) -> Iterator[type[OutpostModel]]:
-    with machine_for(redis_server, SCRIPT_TEXT) as machine:
+    with machine_for(redis_server, oc.SCRIPT_TEXT) as machine:
         yield machine
 
 

@@ -6,17 +6,7 @@ import json
 from typing import Any
 
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import (
-    AcceptConnection,
-    BytesMessage,
-    CloseConnection,
-    Ping,
-    Pong,
-    RejectConnection,
-    RejectData,
-    Request,
-    TextMessage,
-)
+from wsproto import events as ws
 
 from outpost_core import Effect, SendBytes
 
@@ -37,8 +27,8 @@ class Peer:
     """One connection as Polar sees it: feed it the client's bytes, get its answers."""
 
     def __init__(self) -> None:
-        self.ws = WSConnection(ConnectionType.SERVER)
-        self.requests: list[Request] = []
+        self.server = WSConnection(ConnectionType.SERVER)
+        self.requests: list[ws.Request] = []
         self.messages: list[Any] = []
         self.pings: list[bytes] = []
         self.pongs: list[bytes] = []
@@ -46,19 +36,19 @@ class Peer:
 
     def feed(self, data: bytes) -> bytes:
         """Take bytes from the client; return what Polar answers on its own (pongs, closes)."""
-        self.ws.receive_data(data)
+        self.server.receive_data(data)
         out = b""
-        for event in self.ws.events():
-            if isinstance(event, Request):
+        for event in self.server.events():
+            if isinstance(event, ws.Request):
                 self.requests.append(event)
-            elif isinstance(event, TextMessage):
+            elif isinstance(event, ws.TextMessage):
                 self.messages.append(json.loads(event.data))
-            elif isinstance(event, Ping):
+            elif isinstance(event, ws.Ping):
                 self.pings.append(bytes(event.payload))
-                out += self.ws.send(event.response())
-            elif isinstance(event, Pong):
+                out += self.server.send(event.response())
+            elif isinstance(event, ws.Pong):
                 self.pongs.append(bytes(event.payload))
-            elif isinstance(event, CloseConnection):
+            elif isinstance(event, ws.CloseConnection):
                 self.closes.append(event.code)
         return out
 
@@ -74,36 +64,36 @@ class Peer:
         return rest
 
     def accept(self) -> bytes:
-        return self.ws.send(AcceptConnection())
+        return self.server.send(ws.AcceptConnection())
 
     def reject(self, status: int, body: bytes | None = None, *, finished: bool = True) -> bytes:
         """Refuse the upgrade; ``finished=False`` leaves the body open (more may follow)."""
-        out = self.ws.send(RejectConnection(status_code=status, has_body=body is not None))
+        out = self.server.send(ws.RejectConnection(status_code=status, has_body=body is not None))
         if body is not None:
-            out += self.ws.send(RejectData(data=body, body_finished=finished))
+            out += self.server.send(ws.RejectData(data=body, body_finished=finished))
         return out
 
     def reject_more(self, body: bytes, *, finished: bool = True) -> bytes:
         """More of a refusal's body."""
-        return self.ws.send(RejectData(data=body, body_finished=finished))
+        return self.server.send(ws.RejectData(data=body, body_finished=finished))
 
     def send(self, message: Any) -> bytes:
-        return self.ws.send(TextMessage(data=json.dumps(message)))
+        return self.server.send(ws.TextMessage(data=json.dumps(message)))
 
     def send_text(self, text: str, *, finished: bool = True) -> bytes:
-        return self.ws.send(TextMessage(data=text, message_finished=finished))
+        return self.server.send(ws.TextMessage(data=text, message_finished=finished))
 
     def send_bytes(self, data: bytes, *, finished: bool = True) -> bytes:
-        return self.ws.send(BytesMessage(data=data, message_finished=finished))
+        return self.server.send(ws.BytesMessage(data=data, message_finished=finished))
 
     def ping(self, payload: bytes = b"polar") -> bytes:
-        return self.ws.send(Ping(payload=payload))
+        return self.server.send(ws.Ping(payload=payload))
 
     def pong(self, payload: bytes = b"") -> bytes:
-        return self.ws.send(Pong(payload=payload))
+        return self.server.send(ws.Pong(payload=payload))
 
     def close(self, code: int = 1000) -> bytes:
-        return self.ws.send(CloseConnection(code=code))
+        return self.server.send(ws.CloseConnection(code=code))
 
     def take(self) -> list[Any]:
         out, self.messages = self.messages, []

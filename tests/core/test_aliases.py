@@ -161,13 +161,20 @@ class Polar:
         return found
 
 
-def ready_with_alias(x_fields: Mapping[str, str]) -> tuple[Polar, Balance]:
-    """E read, its snapshot names X, X's copy loads with ``x_fields``; the read's balance."""
+def alias_named(local: int = 0) -> Polar:
+    """E read and loaded; its snapshot (revision 1, ``local`` pending events) names X, whose
+    copy is not loaded yet."""
     polar = Polar()
     assert polar.read() is None
     [request] = polar.requests().values()
     polar.load(E, {"rev": "0"})
-    polar.snapshot(E, request, state_hash(1, polar=2, local=1), aliases={"customer_id": UUID})
+    polar.snapshot(E, request, state_hash(1, polar=2, local=local), aliases={"customer_id": UUID})
+    return polar
+
+
+def ready_with_alias(x_fields: Mapping[str, str]) -> tuple[Polar, Balance]:
+    """E read, its snapshot names X, X's copy loads with ``x_fields``; the read's balance."""
+    polar = alias_named(local=1)
     assert polar.read() is None, "X's copy is not loaded yet"
     polar.load(X, x_fields)
     balance = polar.read()
@@ -270,11 +277,7 @@ def test_a_read_waits_for_the_alias_copy_then_counts_its_pending_events() -> Non
 
 
 def test_the_remote_asks_for_the_alias_snapshots_when_the_alias_arrives() -> None:
-    polar = Polar()
-    polar.read()
-    [request] = polar.requests().values()
-    polar.load(E, {"rev": "0"})
-    polar.snapshot(E, request, state_hash(1, polar=2), aliases={"customer_id": UUID})
+    polar = alias_named()
     assert list(polar.requests()) == [X.tag]
     assert [e.key for e in polar.redis if isinstance(e, LoadIdentity)] == [key(X)]
 
@@ -351,11 +354,7 @@ def test_an_unasked_snapshot_records_aliases_but_follows_nothing() -> None:
 
 
 def test_not_ready_names_the_alias_whose_copy_is_missing() -> None:
-    polar = Polar()
-    polar.read()
-    [request] = polar.requests().values()
-    polar.load(E, {"rev": "0"})
-    polar.snapshot(E, request, state_hash(1, polar=2), aliases={"customer_id": UUID})
+    polar = alias_named()
     reason = polar.session.not_ready_reason(COUNT, "c1", None)
     assert reason == f"the local state of {X} (another name of {E}) could not be loaded from Redis"
     polar.load(X, {"rev": "0"})

@@ -12,7 +12,6 @@ from outpost_core import _keys as keys
 from outpost_core._budget import BudgetAnswered, TakeRequest, capacity, take, wait_of
 from outpost_core._delivery import (
     BatchAnswered,
-    Delivery,
     DeliverySettings,
     Done,
     OutboxRead,
@@ -24,30 +23,15 @@ from outpost_core._delivery import (
     SettleScript,
     Sleep,
 )
-from tests.core._polar import FixedRandom
-from tests.core.test_delivery import BUCKET, ST1, STREAM, WALL, body, entries
+from tests.core.test_delivery import BUCKET, ST1, STREAM, Loop, body, entries
 
 
-class Loop:
-    def __init__(self, **settings: Any) -> None:
-        settings.setdefault("requests_per_minute", 300.0)
-        settings.setdefault("linger", 0.0)
-        self.delivery = Delivery(DeliverySettings(**settings), FixedRandom(0.5), now=0.0)
-        self.now = 0.0
-        self.step(OutboxRead([]))  # the first claim of stale entries
-
-    def step(self, outcome: Any, now: float | None = None) -> Any:
-        if now is not None:
-            self.now = now
-        action = self.delivery.next_effect(self.now)
-        self.delivery.handle(outcome, self.now, WALL)
-        return action
-
-    def next_effect(self) -> Any:
-        return self.delivery.next_effect(self.now)
-
-    def report(self, outcome: Any) -> None:
-        self.delivery.handle(outcome, self.now, WALL)
+def budgeted_loop(**settings: Any) -> Loop:
+    """A delivery loop past its first claim, with a budget of 300 requests a minute and no
+    linger unless ``settings`` say otherwise."""
+    settings.setdefault("requests_per_minute", 300.0)
+    settings.setdefault("linger", 0.0)
+    return Loop(DeliverySettings(**settings))
 
 
 TAKE = TakeRequest(keys.BUDGET_KEY, 300.0, 20)
@@ -98,7 +82,7 @@ def test_wait_of(reply: Any, wait: float | None) -> None:
 
 
 def test_a_request_is_taken_before_each_post_and_the_batch_grows_while_waiting() -> None:
-    loop = Loop(batch_size=2)
+    loop = budgeted_loop(batch_size=2)
     loop.step(OutboxRead(entries("a")))
     assert loop.step(BudgetAnswered(0)) == TAKE
     assert loop.step(BatchAnswered(200)) == PostBatch(body("a"), 1)
@@ -113,14 +97,14 @@ def test_a_request_is_taken_before_each_post_and_the_batch_grows_while_waiting()
 
 
 def test_a_full_batch_waits_for_the_budget_without_reading() -> None:
-    loop = Loop(batch_bytes=1024)
+    loop = budgeted_loop(batch_bytes=1024)
     loop.step(OutboxRead([big("a", 600), big("b", 600)]))
     assert loop.step(BudgetAnswered(b"2000000")) == TAKE
     assert loop.next_effect() == Sleep(2.0)  # the buffer holds a batch's worth already
 
 
 def test_a_retry_takes_a_request_too() -> None:
-    loop = Loop()
+    loop = budgeted_loop()
     loop.step(OutboxRead(entries("a")))
     loop.step(BudgetAnswered(0))
     loop.step(BatchAnswered(500))  # retried after a backoff of 0.5 s
@@ -130,7 +114,7 @@ def test_a_retry_takes_a_request_too() -> None:
 
 
 def test_an_unreadable_budget_reply_is_counted_and_the_request_goes() -> None:
-    loop = Loop()
+    loop = budgeted_loop()
     loop.step(OutboxRead(entries("a")))
     loop.step(BudgetAnswered(b"junk"))
     assert loop.delivery.rejected_entries == 1
@@ -138,7 +122,7 @@ def test_an_unreadable_budget_reply_is_counted_and_the_request_goes() -> None:
 
 
 def test_batches_stay_under_batch_bytes() -> None:
-    loop = Loop(batch_bytes=2048, requests_per_minute=0.0)
+    loop = budgeted_loop(batch_bytes=2048, requests_per_minute=0.0)
     loop.step(OutboxRead([big(i, 900) for i in "abcd"]))
     first = loop.next_effect()
     assert first.size == 2 and len(first.body) <= 2048
@@ -148,7 +132,7 @@ def test_batches_stay_under_batch_bytes() -> None:
 
 
 def test_an_event_too_large_for_any_batch_is_dropped_and_reported() -> None:
-    loop = Loop(batch_bytes=1024)
+    loop = budgeted_loop(batch_bytes=1024)
     loop.step(OutboxRead([big("huge", 2000), *entries("a")]))
     report = loop.step(Reported())
     assert isinstance(report, ReportDropped)
@@ -162,6 +146,6 @@ def test_an_event_too_large_for_any_batch_is_dropped_and_reported() -> None:
 
 
 def test_without_a_budget_nothing_is_taken() -> None:
-    loop = Loop(requests_per_minute=0.0)
+    loop = budgeted_loop(requests_per_minute=0.0)
     loop.step(OutboxRead(entries("a")))
     assert loop.next_effect() == PostBatch(body("a"), 1)

@@ -63,14 +63,18 @@ def body(*ids: str) -> bytes:
 
 
 class Loop:
-    """Drives a Delivery as a driver's loop does: the next effect, then what came of it."""
+    """Drives a Delivery as a driver's loop does: the next effect, then what came of it.
+    (Shared by the budget and liveness tests.)"""
 
-    def __init__(self, settings: DeliverySettings | None = None, draw: float = 0.5) -> None:
+    def __init__(
+        self, settings: DeliverySettings | None = None, draw: float = 0.5, *, claimed: bool = True
+    ) -> None:
         settings = settings or DeliverySettings()
         self.delivery = Delivery(settings, FixedRandom(draw), now=0.0)
         self.now = 0.0
-        assert self.next_effect() == ClaimStale(min_idle=300.0, count=settings.batch_size)
-        self.report(Done())
+        if claimed:  # the loop's first question, what dead consumers held: nothing
+            assert self.next_effect() == ClaimStale(min_idle=300.0, count=settings.batch_size)
+            self.report(Done())
 
     def next_effect(self, now: float | None = None) -> Any:
         if now is not None:
@@ -79,6 +83,12 @@ class Loop:
 
     def report(self, outcome: Any) -> None:
         self.delivery.handle(outcome, self.now, WALL)
+
+    def step(self, outcome: Any, now: float | None = None) -> Any:
+        """The next effect, answered with ``outcome``; returns the effect."""
+        action = self.next_effect(now)
+        self.report(outcome)
+        return action
 
     def read(self, *ids: str) -> None:
         assert isinstance(self.next_effect(), ReadOutbox)
@@ -567,12 +577,18 @@ def test_retry_after_on_a_server_error_is_honoured_when_longer() -> None:
     assert loop.next_effect() == Sleep(11.0 + 2.0 * 0.75)
 
 
-def test_a_batch_that_may_have_reached_polar_is_acknowledged_when_dropped() -> None:
-    loop = Loop(DeliverySettings(max_attempts=2))
+def second_attempt_after_a_timeout(max_attempts: int) -> Loop:
+    """Event a's first attempt timed out (it may have reached Polar); the second is posted."""
+    loop = Loop(DeliverySettings(max_attempts=max_attempts))
     loop.read("a")
     loop.post(1.0)
     loop.report(BatchFailed("read timeout", maybe_sent=True))
     loop.post(10.0)
+    return loop
+
+
+def test_a_batch_that_may_have_reached_polar_is_acknowledged_when_dropped() -> None:
+    loop = second_attempt_after_a_timeout(max_attempts=2)
     loop.report(BatchAnswered(500))
     assert loop.work(2) == [
         ReportDropped(events=(item("a"),), reason="Polar answered 500, after 2 attempts"),
@@ -671,11 +687,7 @@ def test_outbox_entry_shape() -> None:
 def test_a_refusal_after_an_uncertain_attempt_keeps_the_event_counting() -> None:
     # The first attempt may have reached Polar (it timed out); a later 422 for the same event
     # cannot prove Polar does not hold it, so it is settled as acknowledged, not confirmed.
-    loop = Loop(DeliverySettings(max_attempts=5))
-    loop.read("a")
-    loop.post(1.0)
-    loop.report(BatchFailed("read timeout", maybe_sent=True))
-    loop.post(10.0)
+    loop = second_attempt_after_a_timeout(max_attempts=5)
     loop.report(BatchAnswered(422, b'{"detail": [{"loc": ["body", "events", 0, "name"]}]}'))
     assert [a.script for a in loop.work(2) if isinstance(a, SettleScript)] == ["acknowledge"]
 

@@ -4,27 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from outpost_core import Customer, parse_configuration
 from outpost_core._inspect import PendingEvent, explain, inspection, parse_events
+from tests.support.payloads import configuration, reducer
 
 NOW = 1_800_000_000_000_000
 BUCKET = 1_799_999_700_000_000
-CONFIGURATION = {
-    "reducers": [
-        {
-            "id": "r1",
-            "filter": {"conjunction": "and", "clauses": []},
-            "aggregation": {"func": "sum", "property": "tokens"},
-            "meter_ids": ["m1"],
-        },
-        {
-            "id": "r2",
-            "filter": {"conjunction": "and", "clauses": []},
-            "aggregation": {"func": "count"},
-            "meter_ids": ["m2"],
-        },
-    ]
-}
+CONFIGURATION = configuration(
+    reducer("r1", ["m1"], func="sum", prop="tokens"), reducer("r2", ["m2"])
+)
 C1 = Customer("external", "c1")
 STATE = {
     "rev": "7",
@@ -41,7 +31,7 @@ STATE = {
 EVENTS = {f"{BUCKET}:e1": "2", f"{BUCKET}:e2": f"3 {NOW - 1_000_000}"}
 
 
-def reducer(meter: str) -> Any:
+def reducer_of(meter: str) -> Any:
     found = parse_configuration(CONFIGURATION).reducer_for(meter)
     assert found is not None
     return found
@@ -51,7 +41,7 @@ def report(polar: dict[str, Any] | None, meter: str = "m1", **fields: Any) -> di
     return inspection(
         meter_id=meter,
         customer=C1,
-        reducer=reducer(meter),
+        reducer=reducer_of(meter),
         state_fields=fields.get("state", STATE),
         event_fields=fields.get("events", EVENTS),
         now_us=NOW,
@@ -97,40 +87,30 @@ def test_no_snapshot_yet() -> None:
     assert data["polar"] is None and data["difference"]["verdict"] == "unknown"
 
 
-def test_undelivered_events_account_for_the_difference() -> None:
-    data = report({"consumed_units": 13, "credited_units": 100, "balance": 87})
-    assert data["difference"]["verdict"] == "safe"
-    assert "The 1 undelivered events account for all of it." in data["difference"]["text"]
-
-
-def test_all_pending_events_account_for_the_difference() -> None:
-    data = report({"consumed_units": 10, "credited_units": 100, "balance": 90})
-    assert "The 2 pending events account for all of it." in data["difference"]["text"]
-
-
-def test_a_difference_no_group_of_events_explains() -> None:
-    data = report({"consumed_units": 14, "credited_units": 100, "balance": 86})
-    assert "1 events are undelivered and 1 acknowledged" in data["difference"]["text"]
+@pytest.mark.parametrize(
+    ("meter", "consumed", "credited", "verdict", "says"),
+    [
+        ("m1", 13, 100, "safe", "The 1 undelivered events account for all of it."),
+        ("m1", 10, 100, "safe", "The 2 pending events account for all of it."),
+        ("m1", 14, 100, "safe", "1 events are undelivered and 1 acknowledged"),
+        ("m2", 3, 5, "safe", "The 1 undelivered events account for all of it."),
+        ("m1", 20, 100, "above_polar", "BELOW Polar's"),
+        ("m1", 15, 50, "above_polar", "Credits differ (local 100, Polar 50)"),
+        ("m1", 15, 150, "same", "Credits differ (local 100, Polar 150)"),
+    ],
+)
+def test_the_difference_with_polar_is_explained(
+    meter: str, consumed: float, credited: float, verdict: str, says: str
+) -> None:
+    polar = {"consumed_units": consumed, "credited_units": credited, "balance": credited - consumed}
+    difference = report(polar, meter=meter)["difference"]
+    assert difference["verdict"] == verdict
+    assert says in difference["text"]
 
 
 def test_count_meters_count_events() -> None:
     data = report({"consumed_units": 3, "credited_units": 5, "balance": 2}, meter="m2")
     assert data["local"]["consumed"] == 4
-    assert "The 1 undelivered events account for all of it." in data["difference"]["text"]
-
-
-def test_a_local_balance_above_polar_is_flagged() -> None:
-    data = report({"consumed_units": 20, "credited_units": 100, "balance": 80})
-    assert data["difference"]["verdict"] == "above_polar"
-    assert "BELOW Polar's" in data["difference"]["text"]
-
-
-def test_credits_that_differ() -> None:
-    more = report({"consumed_units": 15, "credited_units": 50, "balance": 35})
-    assert more["difference"]["verdict"] == "above_polar"
-    assert "Credits differ (local 100, Polar 50)" in more["difference"]["text"]
-    fewer = report({"consumed_units": 15, "credited_units": 150, "balance": 135})
-    assert fewer["difference"]["verdict"] == "same"
 
 
 def test_polar_numbers_that_are_not_numbers() -> None:

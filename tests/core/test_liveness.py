@@ -12,7 +12,6 @@ from outpost_core import _keys as keys
 from outpost_core._delivery import (
     BatchAnswered,
     ClaimStale,
-    Delivery,
     DeliverySettings,
     Done,
     OutboxRead,
@@ -34,8 +33,7 @@ from outpost_core._liveness import (
     reclaims,
     taken_entries,
 )
-from tests.core._polar import FixedRandom
-from tests.core.test_delivery import BUCKET, OTHER, ST1, STREAM, WALL, entries, item
+from tests.core.test_delivery import BUCKET, OTHER, ST1, STREAM, Loop, entries, item
 
 ME = "host:1:aaaa"
 DEAD = "host:2:bbbb"
@@ -57,21 +55,9 @@ def entry_reply(*ids: str, stream: str = STREAM) -> Reclaimed:
     return Reclaimed(stream, json.dumps({"e": taken, "d": [DEAD]}).encode())
 
 
-class Live:
-    """A delivery loop with heartbeats on, driven as the driver drives it."""
-
-    def __init__(self, **settings: Any) -> None:
-        self.settings = DeliverySettings(consumer=ME, heartbeat=8.0, **settings)
-        self.delivery = Delivery(self.settings, FixedRandom(0.5), now=0.0)
-        self.now = 0.0
-
-    def step(self, outcome: Any, now: float | None = None) -> Any:
-        """Poll, report ``outcome``; return the action."""
-        if now is not None:
-            self.now = now
-        action = self.delivery.next_effect(self.now)
-        self.delivery.handle(outcome, self.now, WALL)
-        return action
+def live(**settings: Any) -> Loop:
+    """A delivery loop with heartbeats on: its first question is a beat."""
+    return Loop(DeliverySettings(consumer=ME, heartbeat=8.0, **settings), claimed=False)
 
 
 def test_heartbeat_settings() -> None:
@@ -82,7 +68,7 @@ def test_heartbeat_settings() -> None:
 
 
 def test_a_loop_beats_surveys_and_takes_what_dead_instances_hold() -> None:
-    loop = Live()
+    loop = live()
     assert loop.step(Done()) == Beat(keys.heartbeat_key(ME), 8000)
     assert loop.step(listing((STREAM, [ME, DEAD, LIVE]), (OTHER, [DEAD]))) == SurveyConsumers()
     check = loop.step(HeartbeatsChecked([None, b"1"]))
@@ -91,29 +77,28 @@ def test_a_loop_beats_surveys_and_takes_what_dead_instances_hold() -> None:
     assert loop.step(Reclaimed(OTHER, '{"e": {}, "d": {}}')) == Reclaim(OTHER, ME, 500, (DEAD,))
     assert loop.delivery.consumers_removed == 1
     assert isinstance(loop.step(Done()), ClaimStale)
-    action = loop.delivery.next_effect(loop.now)  # the taken entries wait in the buffer
+    action = loop.next_effect()  # the taken entries wait in the buffer
     assert isinstance(action, ReadOutbox) and action.count == 498
-    loop.delivery.handle(OutboxRead([]), loop.now, WALL)
+    loop.report(OutboxRead([]))
     # Two seconds later (a quarter of the heartbeat): beat and survey again, before the batch.
     assert loop.step(Done(), now=2.0) == Beat(keys.heartbeat_key(ME), 8000)
     assert loop.step(listing((STREAM, [ME]))) == SurveyConsumers()  # nobody else: no check
-    assert isinstance(loop.delivery.next_effect(loop.now), PostBatch)
+    assert isinstance(loop.next_effect(), PostBatch)
 
 
 def test_beats_come_before_a_batch_waiting_for_polar() -> None:
-    loop = Live(linger=0.0)
+    loop = live(linger=0.0)
     loop.step(Done())  # beat
     loop.step(listing())  # survey: nobody
     loop.step(OutboxRead([]))  # claim stale
     loop.step(OutboxRead(entries("a")))  # read
     assert isinstance(loop.step(BatchAnswered(429, retry_after=60.0)), PostBatch)
-    assert isinstance(loop.delivery.next_effect(1.0), Sleep)
-    loop.delivery.handle(Done(), 1.0, WALL)
+    assert isinstance(loop.step(Done(), now=1.0), Sleep)
     assert loop.step(Done(), now=2.0) == Beat(keys.heartbeat_key(ME), 8000)
 
 
 def test_unreadable_answers_are_counted_not_raised() -> None:
-    loop = Live()
+    loop = live()
     loop.step(Done())
     bad = ConsumersListed([(STREAM, [{"name": b"\xff"}, "junk"]), ("nope", [{"name": b"x"}])])
     assert loop.step(bad) == SurveyConsumers()

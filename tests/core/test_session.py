@@ -841,12 +841,18 @@ def test_a_bare_reply_newer_than_the_copy_reloads_it() -> None:
     assert session.read(COUNT, "c1") is None  # never served without what this instance wrote
 
 
-def test_a_gap_reloads_the_copy_and_held_changes_follow() -> None:
+def gap_after_3(rev: int) -> tuple[Session, str, int]:
+    """c1's count copy, at revision 3, hears of revision ``rev`` (n is ``rev``) and reloads:
+    the session, the copy's key and the load's number."""
     session = configured()
     warm(session, fields=snapshot_fields(rev=3))
     key = state("r-count")
-    session.handle(ChangePublished(reply(delta(key, 5, "n", "5"))))
-    load_id = load_asked(session, key)
+    session.handle(ChangePublished(reply(delta(key, rev, "n", str(rev)))))
+    return session, key, load_asked(session, key)
+
+
+def test_a_gap_reloads_the_copy_and_held_changes_follow() -> None:
+    session, key, load_id = gap_after_3(5)
     session.handle(ChangePublished(reply(delta(key, 6, "n", "6"))))
     assert session.effects() == []  # held until the load
     session.handle(IdentityLoaded(key, snapshot_fields(rev=4, n="4"), load_id))
@@ -856,11 +862,7 @@ def test_a_gap_reloads_the_copy_and_held_changes_follow() -> None:
 
 
 def test_a_load_that_leaves_a_gap_loads_again() -> None:
-    session = configured()
-    warm(session, fields=snapshot_fields(rev=3))
-    key = state("r-count")
-    session.handle(ChangePublished(reply(delta(key, 9, "n", "9"))))
-    first = load_asked(session, key)
+    session, key, first = gap_after_3(9)
     session.handle(IdentityLoaded(key, snapshot_fields(rev=5), first))  # 6..8 still missing
     second = load_asked(session, key)
     assert second > first

@@ -11,39 +11,8 @@ from typing import Any
 
 import pytest
 
-from outpost_core import (
-    Aggregate,
-    Balance,
-    ConfigurationReceived,
-    Customer,
-    Fetch,
-    IdentityLoaded,
-    InvalidEvent,
-    LoadFailed,
-    LoadIdentity,
-    RunScript,
-    ScriptReplied,
-    Session,
-    Settings,
-    SubscriberLost,
-    SubscriberRestarted,
-    Tick,
-)
+import outpost_core as oc
 from outpost_core import _keys as keys
-from outpost_core._delivery import (
-    BatchAnswered,
-    Delivery,
-    DeliverySettings,
-    Done,
-    OutboxRead,
-    PostBatch,
-    ReadOutbox,
-    RefreshClaim,
-    Settled,
-)
-from outpost_core._effects import ListPending, SendBytes
-from outpost_core._inputs import BytesReceived, ConnectionOpened, PendingListed
-from outpost_core._link import Link, Target
 from outpost_core._trace import (
     FORMAT,
     VERSION,
@@ -60,7 +29,7 @@ from outpost_core._trace import (
 from tests.core._payloads import COUNT, STANDARD
 from tests.core._polar import Peer
 
-C1 = Customer("external", "c1")
+C1 = oc.Customer("external", "c1")
 COLD = 1_796_223_600_000_000
 WALL = COLD + 400_000_000
 TOKEN = "polar_oat_very_secret"
@@ -83,20 +52,20 @@ TOKEN = "polar_oat_very_secret"
         datetime(2026, 12, 2, 15, 0, 0, 123456, tzinfo=UTC),
         {1: "int keys", 2: b"x"},
         {(1, 2): "tuple keys"},
-        Tick(1.5, 7),
-        ScriptReplied(b'{"c":{}}', tag=3),
-        IdentityLoaded("k", {b"rev": b"1"}, 3),
-        LoadFailed("k", 4),
-        LoadIdentity(key="k", load_id=5),
-        Fetch(keys=("k",)),
-        SubscriberLost(),
-        SubscriberRestarted(),
-        RunScript(script="track", keys=("a", "b"), args=("1",), tag=None, meter_ids=("m",)),
-        ListPending(tag=1, keys=("k1", "k2")),
-        Aggregate.of([1.0, 2.0]),
-        DeliverySettings(batch_size=3),
-        BatchAnswered(200, b"{}", None),
-        RefreshClaim((("s", "1-0"), ("s", "1-1"))),
+        oc.Tick(1.5, 7),
+        oc.ScriptReplied(b'{"c":{}}', tag=3),
+        oc.IdentityLoaded("k", {b"rev": b"1"}, 3),
+        oc.LoadFailed("k", 4),
+        oc.LoadIdentity(key="k", load_id=5),
+        oc.Fetch(keys=("k",)),
+        oc.SubscriberLost(),
+        oc.SubscriberRestarted(),
+        oc.RunScript(script="track", keys=("a", "b"), args=("1",), tag=None, meter_ids=("m",)),
+        oc.ListPending(tag=1, keys=("k1", "k2")),
+        oc.Aggregate.of([1.0, 2.0]),
+        oc.DeliverySettings(batch_size=3),
+        oc.BatchAnswered(200, b"{}", None),
+        oc.RefreshClaim((("s", "1-0"), ("s", "1-1"))),
     ],
 )
 def test_encode_decode_round_trip(value: Any) -> None:
@@ -106,9 +75,9 @@ def test_encode_decode_round_trip(value: Any) -> None:
 
 
 def test_outbox_reads_come_back_with_tuples() -> None:
-    value = OutboxRead([("s", "1-0", {b"e": b"{}"})])
+    value = oc.OutboxRead([("s", "1-0", {b"e": b"{}"})])
     decoded = decode(json.loads(json.dumps(encode(value))))
-    assert isinstance(decoded, OutboxRead)
+    assert isinstance(decoded, oc.OutboxRead)
     assert decoded.entries == (("s", "1-0", {b"e": b"{}"}),)
 
 
@@ -120,13 +89,13 @@ CUSTOMER_TAG_BUG = (
 
 
 def test_customers_round_trip() -> None:
-    value = Customer("customer", "u")
+    value = oc.Customer("customer", "u")
     assert decode(json.loads(json.dumps(encode(value)))) == value
 
 
 def test_tuples_become_lists_except_in_tuple_fields() -> None:
     assert decode(encode((1, 2))) == [1, 2]
-    assert decode(encode(RunScript(script="s", keys=("a",), args=()))).keys == ("a",)
+    assert decode(encode(oc.RunScript(script="s", keys=("a",), args=()))).keys == ("a",)
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf])
@@ -140,15 +109,15 @@ def test_nan_round_trips() -> None:
 
 
 def test_balances_round_trip() -> None:
-    balance = Balance(
+    balance = oc.Balance(
         meter_id="m",
         customer=C1,
         aggregation="sum",
         balance=1.0,
         credited=3.0,
         consumed=2.0,
-        polar=Aggregate(),
-        local=Aggregate.of([2.0]),
+        polar=oc.Aggregate(),
+        local=oc.Aggregate.of([2.0]),
         pending=1,
         undelivered=1,
         cold_until=datetime(2026, 12, 2, tzinfo=UTC),
@@ -170,11 +139,11 @@ def test_unknown_kinds_stay_mappings() -> None:
 
 
 def test_client_bytes_are_recorded_decoded_and_redacted() -> None:
-    link = Link(Target.of("https://polar.test"), TOKEN, random.Random(1))
+    link = oc.Link(oc.Target.of("https://polar.test"), TOKEN, random.Random(1))
     link.wants_connection(0.0)
     link.opened(0.0)
     request = link.data_to_send()
-    handshake = encode(SendBytes(request))
+    handshake = encode(oc.SendBytes(request))
     assert handshake["$kind"] == "SendBytes"
     assert handshake["handshake"]["request"] == "GET /v1/outpost/ HTTP/1.1"
     headers = dict(handshake["handshake"]["headers"])
@@ -190,7 +159,7 @@ def test_client_bytes_are_recorded_decoded_and_redacted() -> None:
     link.send({"type": "configuration"})
     link.tick(20.0)  # a ping
     link.close()
-    frames = encode(SendBytes(link.data_to_send()))
+    frames = encode(oc.SendBytes(link.data_to_send()))
     assert frames == {
         "$kind": "SendBytes",
         "frames": [
@@ -202,12 +171,12 @@ def test_client_bytes_are_recorded_decoded_and_redacted() -> None:
 
 
 def test_a_handshake_with_frames_in_the_same_write() -> None:
-    link = Link(Target.of("http://127.0.0.1:8000"), TOKEN, random.Random(1))
+    link = oc.Link(oc.Target.of("http://127.0.0.1:8000"), TOKEN, random.Random(1))
     link.wants_connection(0.0)
     link.opened(0.0)
     request = link.data_to_send()
     masked = _client_text_frame(b'{"type":"configuration"}')
-    encoded = encode(SendBytes(request + masked))
+    encoded = encode(oc.SendBytes(request + masked))
     assert dict(encoded["handshake"]["headers"])["host"] == "127.0.0.1:8000"
     assert encoded["frames"] == [["TEXT", '{"type":"configuration"}']]
 
@@ -223,28 +192,28 @@ def _client_text_frame(payload: bytes) -> bytes:
 
 def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
     records: list[Record] = [
-        header("session", Settings(), seed, {"server_url": "https://polar.test"})
+        header("session", oc.Settings(), seed, {"server_url": "https://polar.test"})
     ]
-    link = Link(Target.of("https://polar.test"), TOKEN, random.Random(seed))
-    recording = RecordingSession(Session(Settings(), link=link), records.append)
+    link = oc.Link(oc.Target.of("https://polar.test"), TOKEN, random.Random(seed))
+    recording = RecordingSession(oc.Session(oc.Settings(), link=link), records.append)
     peer = Peer()
 
     def to_polar() -> list[Any]:
         return peer.receive(recording.effects())
 
-    recording.handle(ConfigurationReceived(STANDARD, from_cache=True))
+    recording.handle(oc.ConfigurationReceived(STANDARD, from_cache=True))
     assert to_polar() == []
-    recording.handle(SubscriberRestarted())
-    recording.handle(Tick(1.0, WALL))
+    recording.handle(oc.SubscriberRestarted())
+    recording.handle(oc.Tick(1.0, WALL))
     to_polar()
-    recording.handle(ConnectionOpened(1.0))
+    recording.handle(oc.ConnectionOpened(1.0))
     to_polar()
-    recording.handle(BytesReceived(1.0, peer.accept()))
+    recording.handle(oc.BytesReceived(1.0, peer.accept()))
     to_polar()
     assert recording.read(COUNT, "c1") is None
     [load] = to_polar()
     state = keys.state_key(C1, "r-count")
-    recording.handle(IdentityLoaded(state, {"rev": "0"}, load.load_id))
+    recording.handle(oc.IdentityLoaded(state, {"rev": "0"}, load.load_id))
     snapshot = {
         "request_id": None,
         "snapshot_id": "snap-1",
@@ -254,15 +223,15 @@ def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
         "reducers": {"r-count": {"count": 1, "sum": 1, "min": 1, "max": 1}},
         "credited": {COUNT: 5},
     }
-    recording.handle(BytesReceived(2.0, peer.send({"type": "snapshot", "payload": snapshot})))
+    recording.handle(oc.BytesReceived(2.0, peer.send({"type": "snapshot", "payload": snapshot})))
     [listing] = to_polar()
-    recording.handle(PendingListed(listing.tag, {keys.events_key(state): []}))
+    recording.handle(oc.PendingListed(listing.tag, {keys.events_key(state): []}))
     [apply] = to_polar()
     change = {"k": state, "r": 1, "s": ["cu", str(COLD), "sa", str(WALL - 1), "p", "1 1 1 1"]}
-    recording.handle(ScriptReplied(json.dumps({"c": [change]}), tag=apply.tag))
+    recording.handle(oc.ScriptReplied(json.dumps({"c": [change]}), tag=apply.tag))
     balance = recording.read(COUNT, "c1")
     assert balance is not None and balance.consumed == 1.0
-    assert recording.read(COUNT, "c1", fresh=True) == Fetch(keys=(state,))
+    assert recording.read(COUNT, "c1", fresh=True) == oc.Fetch(keys=(state,))
     fields = {b"rev": b"2", b"cu": str(COLD).encode(), b"p": b"1 1 1 1", b"n": b"1"}
     fetched = recording.read_fetched(COUNT, "c1", None, {state: fields})
     assert fetched.source == "redis" and fetched.pending == 1
@@ -274,7 +243,7 @@ def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
         event_id="e1",
     )
     assert run.script == "track"
-    with pytest.raises(InvalidEvent):
+    with pytest.raises(oc.InvalidEvent):
         recording.track(name="", external_customer_id="c1", timestamp_us=0, now_us=0, event_id="e")
     return records, recording
 
@@ -298,14 +267,14 @@ def test_a_recording_session_is_the_session() -> None:
     )
     assert decode(fetched["result"]).source == "redis"
     [fresh] = [r for r in records if r.get("method") == "read" and r["args"]["fresh"]]
-    assert decode(fresh["result"]) == Fetch(keys=(keys.state_key(C1, "r-count"),))
+    assert decode(fresh["result"]) == oc.Fetch(keys=(keys.state_key(C1, "r-count"),))
     assert "effects" in kinds
     assert TOKEN not in json.dumps(records)
     assert records[0] == {
         "format": FORMAT,
         "version": VERSION,
         "machine": "session",
-        "settings": encode(Settings()),
+        "settings": encode(oc.Settings()),
         "seed": 7,
         "server_url": "https://polar.test",
     }
@@ -319,9 +288,9 @@ def test_a_recorded_session_replays_without_mismatch() -> None:
 
 
 def test_a_session_without_a_link_replays() -> None:
-    records: list[Record] = [header("session", Settings(), 0, {})]
-    recording = RecordingSession(Session(), records.append)
-    recording.handle(ConfigurationReceived(STANDARD))
+    records: list[Record] = [header("session", oc.Settings(), 0, {})]
+    recording = RecordingSession(oc.Session(), records.append)
+    recording.handle(oc.ConfigurationReceived(STANDARD))
     recording.effects()
     recording.effects()  # an empty drain is not recorded
     assert recording.read(COUNT, "c1") is None
@@ -380,9 +349,9 @@ def test_a_101_without_an_accept_header_replays_unchanged() -> None:
 
 
 def record_delivery(seed: int = 11) -> list[Record]:
-    settings = DeliverySettings(batch_size=2)
+    settings = oc.DeliverySettings(batch_size=2)
     records: list[Record] = [header("delivery", settings, seed, {"started_at": 0.0})]
-    delivery = RecordingDelivery(Delivery(settings, random.Random(seed), 0.0), records.append)
+    delivery = RecordingDelivery(oc.Delivery(settings, random.Random(seed), 0.0), records.append)
     stream = keys.ALL_OUTBOXES[0]
     entry = {
         b"e": b'{"name":"x","external_customer_id":"c1","external_id":"a"}',
@@ -391,22 +360,22 @@ def record_delivery(seed: int = 11) -> list[Record]:
     }
     now = 0.0
     delivery.next_effect(now)
-    delivery.handle(Done(), now, WALL)
-    assert isinstance(delivery.next_effect(now), ReadOutbox)
-    delivery.handle(OutboxRead([(stream, "1-0", entry)]), now, WALL)
+    delivery.handle(oc.Done(), now, WALL)
+    assert isinstance(delivery.next_effect(now), oc.ReadOutbox)
+    delivery.handle(oc.OutboxRead([(stream, "1-0", entry)]), now, WALL)
     delivery.flushing = True  # forwarded to the delivery
     assert delivery.flushing
-    assert isinstance(delivery.next_effect(now), PostBatch)
-    delivery.handle(BatchAnswered(503), now, WALL)  # a backoff with jitter from the generator
+    assert isinstance(delivery.next_effect(now), oc.PostBatch)
+    delivery.handle(oc.BatchAnswered(503), now, WALL)  # a backoff with jitter from the generator
     sleep = delivery.next_effect(now)
-    delivery.handle(Done(), now, WALL)
+    delivery.handle(oc.Done(), now, WALL)
     now = sleep.until
-    assert isinstance(delivery.next_effect(now), RefreshClaim)
-    delivery.handle(Done(), now, WALL)
-    assert isinstance(delivery.next_effect(now), PostBatch)
-    delivery.handle(BatchAnswered(200), now, WALL)
+    assert isinstance(delivery.next_effect(now), oc.RefreshClaim)
+    delivery.handle(oc.Done(), now, WALL)
+    assert isinstance(delivery.next_effect(now), oc.PostBatch)
+    delivery.handle(oc.BatchAnswered(200), now, WALL)
     delivery.next_effect(now)
-    delivery.handle(Settled(), now, WALL)
+    delivery.handle(oc.Settled(), now, WALL)
     assert delivery.idle
     return records
 
@@ -433,7 +402,7 @@ def test_a_delivery_replay_checks_its_header() -> None:
 
 
 def test_replays_skip_records_they_do_not_know() -> None:
-    session = [header("session", Settings(), 0, {}), {"t": "note", "text": "later version"}]
+    session = [header("session", oc.Settings(), 0, {}), {"t": "note", "text": "later version"}]
     assert replay_session(session, Random) == []
-    delivery = [header("delivery", DeliverySettings(), 0, {}), {"t": "note"}]
+    delivery = [header("delivery", oc.DeliverySettings(), 0, {}), {"t": "note"}]
     assert replay_delivery(delivery, Random) == []

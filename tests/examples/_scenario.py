@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from outpost_core import Balance
 from outpost_emulator import Emulator
 from outpost_sync import Outpost
+from tests.support.waiting import wait_until
 
 # (path, headers) -> (status, JSON body)
 Get = Callable[[str, dict[str, str]], tuple[int, Any]]
@@ -19,15 +19,6 @@ ReadBalance = Callable[[str], Balance]
 def balance_reader(outpost: Outpost, meter_id: str) -> ReadBalance:
     """ReadBalance for an app that holds a sync ``Outpost``."""
     return lambda customer: outpost.balance(meter_id, external_customer_id=customer)
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Poll `check` until it holds, up to `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.005)
 
 
 def serves_until_the_credits_run_out(
@@ -58,7 +49,7 @@ def serves_until_the_credits_run_out(
     assert (status, body["balance"], body["credited"]) == (402, 0, 0)
 
     # Polar counts exactly the served requests (refused ones tracked nothing).
-    wait_for(
+    wait_until(
         lambda: (
             emulator.customer_meter(meter_id, external_customer_id="alice")["consumed_units"] == 3
         ),
@@ -67,10 +58,10 @@ def serves_until_the_credits_run_out(
 
     # Buying credits reaches the app through Polar's snapshot push: it serves again.
     emulator.grant_credits(meter_id, 2, external_customer_id="alice")
-    wait_for(lambda: read_balance("alice").credited == 5, "the credit grant reaching the app")
+    wait_until(lambda: read_balance("alice").credited == 5, "the credit grant reaching the app")
     status, body = get("/generate", {"X-Customer-Id": "alice"})
     assert (status, body["balance"]) == (200, 1)
-    wait_for(
+    wait_until(
         lambda: emulator.customer_meter(meter_id, external_customer_id="alice")["balance"] == 1,
         "Polar agreeing on the balance",
     )

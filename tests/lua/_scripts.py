@@ -206,6 +206,12 @@ class Scripts:
             out[raw.decode()] = self.client.dump(raw)
         return out
 
+    def check_ttls(self, reducer_id: str) -> None:
+        """Both hashes of the identity expire in TTL seconds (less the few the test took)."""
+        for key in (state_key(reducer_id), events_key(reducer_id)):
+            ttl = self.client.ttl(key)
+            assert isinstance(ttl, int) and TTL - 5 <= ttl <= TTL
+
     def check(self, reducer_id: str) -> None:
         """What every script leaves behind: counters and bucket aggregates match the events."""
         state, events = self.state(reducer_id), self.events(reducer_id)

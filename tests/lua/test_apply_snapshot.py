@@ -9,7 +9,6 @@ from outpost_core import Aggregate
 from tests.lua._scripts import (
     BUCKET,
     HOUR,
-    TTL,
     B,
     Channel,
     Scripts,
@@ -280,8 +279,7 @@ def test_ttls_on_both_hashes(scripts: Scripts, client: redis.Redis) -> None:
     client.persist(state_key("r1"))
     client.persist(events_key("r1"))
     first(scripts)
-    for key in (state_key("r1"), events_key("r1")):
-        assert TTL - 5 <= client.ttl(key) <= TTL
+    scripts.check_ttls("r1")
 
 
 def test_track_after_a_snapshot_into_a_cold_bucket(scripts: Scripts) -> None:

@@ -26,7 +26,6 @@ from tests.lua._scripts import (
     BUCKET,
     CHANNEL,
     OUTBOX,
-    TTL,
     B,
     Channel,
     Scripts,
@@ -36,6 +35,7 @@ from tests.lua._scripts import (
     pairs,
     state_key,
 )
+from tests.support.payloads import configuration, reducer
 
 Entries = list[tuple[bytes, dict[bytes, bytes]]]
 
@@ -64,11 +64,9 @@ def test_first_write(scripts: Scripts, channel: Channel, client: redis.Redis) ->
     scripts.check("r1")
 
 
-def test_ttls_on_both_hashes(scripts: Scripts, client: redis.Redis) -> None:
+def test_ttls_on_both_hashes(scripts: Scripts) -> None:
     scripts.track("e1", {"r1": 1})
-    for key in (state_key("r1"), events_key("r1")):
-        ttl = client.ttl(key)
-        assert isinstance(ttl, int) and TTL - 5 <= ttl <= TTL
+    scripts.check_ttls("r1")
 
 
 def test_aggregates_accumulate_per_bucket(scripts: Scripts) -> None:
@@ -202,16 +200,7 @@ def test_every_track_bumps_each_revision_by_one(scripts: Scripts, channel: Chann
 
 def test_the_sessions_script_call_and_reply(scripts: Scripts, channel: Channel) -> None:
     """End to end with the core: its RunScript runs as is, and the reply updates its copy."""
-    payload = {
-        "reducers": [
-            {
-                "id": "r1",
-                "filter": {"conjunction": "and", "clauses": []},
-                "aggregation": {"func": "sum", "property": "tokens"},
-                "meter_ids": ["m"],
-            }
-        ]
-    }
+    payload = configuration(reducer("r1", ["m"], func="sum", prop="tokens"))
     session = Session()
     session.handle(ConfigurationReceived(payload))
     session.handle(SubscriberRestarted())  # as a driver's subscriber confirms at start
