@@ -6,6 +6,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from outpost_async import AsyncOutpost
 from outpost_async._backend import sleep
 from outpost_emulator import Emulator
@@ -45,6 +47,22 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not hold within {timeout} s")
         await sleep(0.005)
+
+
+def holds(condition: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    """A check for ``eventually`` made of a condition that reads no I/O (an attribute, a count)."""
+
+    async def check() -> bool:
+        return condition()
+
+    return check
+
+
+@pytest.fixture
+def on_redis_and_cluster(redis_or_cluster: RedisServer) -> RedisServer:
+    """A suite that runs on one Redis and on a cluster (which has the same ``url`` and
+    ``client()``) takes this as its ``redis_server``: ``redis_server = on_redis_and_cluster``."""
+    return redis_or_cluster
 
 
 async def credited(instance: AsyncOutpost, meter: str, customer: str) -> float:

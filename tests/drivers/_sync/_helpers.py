@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from outpost_emulator import Emulator
 from outpost_sync import Outpost
 from outpost_sync._backend import sleep
@@ -44,6 +46,22 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0, what: str = "co
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not hold within {timeout} s")
         sleep(0.005)
+
+
+def holds(condition: Callable[[], bool]) -> Callable[[], bool]:
+    """A check for ``eventually`` made of a condition that reads no I/O (an attribute, a count)."""
+
+    def check() -> bool:
+        return condition()
+
+    return check
+
+
+@pytest.fixture
+def on_redis_and_cluster(redis_or_cluster: RedisServer) -> RedisServer:
+    """A suite that runs on one Redis and on a cluster (which has the same ``url`` and
+    ``client()``) takes this as its ``redis_server``: ``redis_server = on_redis_and_cluster``."""
+    return redis_or_cluster
 
 
 def credited(instance: Outpost, meter: str, customer: str) -> float:

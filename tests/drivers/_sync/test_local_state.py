@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import cast
 
 import pytest
@@ -18,8 +17,10 @@ from tests.drivers._sync._helpers import (
     TOKENS,
     UNIQUE,
     eventually,
+    holds,
     make,
     now_us,
+    on_redis_and_cluster,
 )
 from tests.support import polar
 from tests.support.redis_server import RedisServer
@@ -50,11 +51,7 @@ def consumed(instance: Outpost, meter: str, customer: str) -> float:
     return (instance.balance(meter, external_customer_id=customer)).consumed
 
 
-@pytest.fixture
-def redis_server(redis_or_cluster: RedisServer) -> RedisServer:
-    """These tests run on one Redis and on a cluster (which has the same ``url`` and
-    ``client()``)."""
-    return redis_or_cluster
+redis_server = on_redis_and_cluster
 
 
 def test_two_instances_see_each_others_events(redis_server: RedisServer) -> None:
@@ -125,8 +122,8 @@ def test_a_killed_subscriber_connection_ends_in_a_correct_copy(
     prepare(redis_server, Customer("external", "c1"))
     with make(redis_server) as a, make(redis_server) as b:
         assert consumed(b, COUNT, "c1") == 0
-        eventually(_subscribed(a), what="a subscribed")
-        eventually(_subscribed(b), what="b subscribed")
+        eventually(holds(lambda: a.subscribed), what="a subscribed")
+        eventually(holds(lambda: b.subscribed), what="b subscribed")
         raw = redis_server.client()
         killed = raw.client_kill_filter(_type="pubsub")
         assert killed >= 2
@@ -137,14 +134,7 @@ def test_a_killed_subscriber_connection_ends_in_a_correct_copy(
             return consumed(a, COUNT, "c1") == 20 and consumed(b, COUNT, "c1") == 20
 
         eventually(both_right, what="both copies converging after the kill")
-        eventually(_subscribed(b), what="b subscribed again")
-
-
-def _subscribed(instance: Outpost) -> Callable[[], bool]:
-    def check() -> bool:
-        return instance.subscribed
-
-    return check
+        eventually(holds(lambda: b.subscribed), what="b subscribed again")
 
 
 def test_a_restarted_redis_ends_in_a_correct_copy(

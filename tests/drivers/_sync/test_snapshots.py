@@ -5,7 +5,6 @@ against the emulator and real Redis."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 import pytest
 
@@ -20,17 +19,14 @@ from tests.drivers._sync._helpers import (
     count_meter,
     credited,
     eventually,
+    holds,
+    on_redis_and_cluster,
     sum_meter,
     until_credited,
 )
 from tests.support.redis_server import RedisServer
 
-
-@pytest.fixture
-def redis_server(redis_or_cluster: RedisServer) -> RedisServer:
-    """These tests run on one Redis and on a cluster (which has the same ``url`` and
-    ``client()``)."""
-    return redis_or_cluster
+redis_server = on_redis_and_cluster
 
 
 def test_first_read_waits_for_the_snapshot_then_reads_from_memory(
@@ -57,7 +53,7 @@ def test_a_late_snapshot_raises_not_ready_then_arrives(
 ) -> None:
     meter = count_meter(emulator)
     with connect(redis_server, emulator, snapshot_timeout=0.3) as a:
-        eventually(_connected(a), what="the WebSocket opening")
+        eventually(holds(lambda: a.connected), what="the WebSocket opening")
         emulator.fault_snapshot_delay(1.0)
         with pytest.raises(NotReady, match="no snapshot from Polar"):
             a.balance(meter, external_customer_id="c1")
@@ -70,13 +66,6 @@ def test_a_late_snapshot_raises_not_ready_then_arrives(
             return True
 
         eventually(arrived, what="the delayed snapshot arriving")
-
-
-def _connected(instance: Outpost) -> Callable[[], bool]:
-    def check() -> bool:
-        return instance.connected
-
-    return check
 
 
 def test_a_snapshot_replaces_the_local_buckets_it_covers(
@@ -161,17 +150,23 @@ def test_reconnects_and_asks_again_after_the_websockets_drop(
     meter = count_meter(emulator)
     emulator.grant_credits(meter, 10, external_customer_id="c1")
     with connect(redis_server, emulator) as a:
-        assert credited(a, meter, "c1") == 10
-        emulator.fault_drop_websockets(mode)
+        check_reconnection(a, emulator, meter, mode)
 
-        def subscribed_again() -> bool:
-            connections = emulator.state()["connections"]
-            return a.connected and any(c.get("subscriptions") for c in connections)
 
-        eventually(subscribed_again, what="a new connection asking for c1 again")
-        emulator.grant_credits(meter, 5, external_customer_id="c1")
+def check_reconnection(instance: Outpost, emulator: Emulator, meter: str, mode: str) -> None:
+    """With c1 credited 10: the WebSockets drop (``mode``), a new connection asks for c1 again,
+    and Polar's next push arrives on it. The TLS suite checks the same over ``wss://``."""
+    assert credited(instance, meter, "c1") == 10
+    emulator.fault_drop_websockets(mode)
 
-        until_credited(meter, "c1", 15, a, what="a push on the new connection")
+    def subscribed_again() -> bool:
+        connections = emulator.state()["connections"]
+        return instance.connected and any(c.get("subscriptions") for c in connections)
+
+    eventually(subscribed_again, what="a new connection asking for c1 again")
+    emulator.grant_credits(meter, 5, external_customer_id="c1")
+
+    until_credited(meter, "c1", 15, instance, what="a push on the new connection")
 
 
 def test_two_instances_converge_to_polars_customer_meters(
@@ -225,10 +220,10 @@ def test_malformed_and_unexpected_frames_are_counted_and_survived(
         ]
         emulator.fault_send_frames(junk)
 
-        def all_counted() -> bool:
-            return sum(a.rejections.values()) >= len(junk)
-
-        eventually(all_counted, what="every bad frame counted as a rejection")
+        eventually(
+            holds(lambda: sum(a.rejections.values()) >= len(junk)),
+            what="every bad frame counted as a rejection",
+        )
         assert a.connected
         assert sum(a.rejections.values()) == len(junk)
         emulator.grant_credits(meter, 5, external_customer_id="c1")

@@ -23,8 +23,10 @@ from tests.drivers._sync._helpers import (
     count_meter,
     credited,
     eventually,
+    holds,
     until_credited,
 )
+from tests.drivers._sync.test_snapshots import check_reconnection
 from tests.support import polar
 from tests.support.connect_proxy import ConnectProxy
 from tests.support.redis_server import RedisServer
@@ -57,17 +59,7 @@ def test_reconnects_over_wss_after_the_connection_drops(
     context = ssl.create_default_context()
     authority.authority.configure_trust(context)  # an SSLContext works as a bundle does
     with connect(redis_server, tls_emulator, verify=context) as a:
-        assert credited(a, meter, "c1") == 10
-        tls_emulator.fault_drop_websockets(mode)
-
-        def subscribed_again() -> bool:
-            connections = tls_emulator.state()["connections"]
-            return a.connected and any(c.get("subscriptions") for c in connections)
-
-        eventually(subscribed_again, what="a new wss:// connection asking for c1 again")
-        tls_emulator.grant_credits(meter, 5, external_customer_id="c1")
-
-        until_credited(meter, "c1", 15, a, what="a push on the new connection")
+        check_reconnection(a, tls_emulator, meter, mode)
 
 
 def test_events_are_delivered_over_https(
@@ -101,10 +93,7 @@ def test_a_certificate_that_does_not_verify_is_named_not_waited_on(
             with pytest.raises(NotReady, match=r"TLS certificate of 127\.0\.0\.1 did not verify"):
                 a.balance("m-count", external_customer_id="c1")
             a.track("api_call", external_customer_id="c1")
-
-            def stalled() -> bool:
-                return a.delivery_stalled is not None
-
+            stalled = holds(lambda: a.delivery_stalled is not None)
             eventually(stalled, what="delivery stalled on the certificate")
             assert a.delivery_stalled is not None
             assert "TLS certificate of 127.0.0.1 did not verify" in a.delivery_stalled
@@ -162,10 +151,7 @@ def test_a_proxy_that_refuses_the_tunnel_is_named(
         with pytest.raises(NotReady, match=r"refused the tunnel .* 407 Proxy Authentication"):
             a.balance("m-count", external_customer_id="c1")
         a.track("api_call", external_customer_id="c1")
-
-        def stalled() -> bool:
-            return a.delivery_stalled is not None
-
+        stalled = holds(lambda: a.delivery_stalled is not None)
         eventually(stalled, what="delivery stalled on the proxy")
         assert a.delivery_stalled is not None and "407" in a.delivery_stalled
         a.close(0.2)
