@@ -32,8 +32,7 @@ redis_server = on_redis_and_cluster
 async def test_first_read_waits_for_the_snapshot_then_reads_from_memory(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(emulator, credits=100)
     async with connect(redis_server, emulator) as a:
         first = await a.balance(meter, external_customer_id="c1")
         assert (first.credited, first.consumed, first.balance) == (100, 0, 100)
@@ -73,8 +72,7 @@ async def test_a_late_snapshot_raises_not_ready_then_arrives(
 async def test_a_snapshot_replaces_the_local_buckets_it_covers(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = sum_meter(emulator)
-    emulator.grant_credits(meter, 1000, external_customer_id="c1")
+    meter = sum_meter(emulator, credits=1000)
     async with connect(redis_server, emulator) as a:
         for tokens in (3, 4, 5):
             await a.track("api_call", external_customer_id="c1", metadata={"tokens": tokens})
@@ -96,8 +94,7 @@ async def test_a_snapshot_replaces_the_local_buckets_it_covers(
 async def test_a_pending_cold_event_stays_counted_until_a_snapshot_counts_it(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(emulator, credits=100)
     emulator.fault_ingest_error(503, count=10_000)  # Polar takes no event for now
     async with connect(redis_server, emulator, max_attempts=1000) as a:
         await a.balance(meter, external_customer_id="c1")
@@ -134,8 +131,7 @@ async def test_a_pending_cold_event_stays_counted_until_a_snapshot_counts_it(
 async def test_a_credit_grant_reaches_every_instance(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(emulator, credits=100)
     async with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
         assert await credited(a, meter, "c1") == 100
         assert await credited(b, meter, "c1") == 100
@@ -154,8 +150,7 @@ async def test_a_credit_grant_reaches_every_instance(
 async def test_reconnects_and_asks_again_after_the_websockets_drop(
     redis_server: RedisServer, emulator: Emulator, mode: str
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(emulator, credits=10)
     async with connect(redis_server, emulator) as a:
         await check_reconnection(a, emulator, meter, mode)
 
@@ -213,8 +208,7 @@ async def test_two_instances_converge_to_polars_customer_meters(
 async def test_malformed_and_unexpected_frames_are_counted_and_survived(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(emulator, credits=10)
     async with connect(redis_server, emulator) as a:
         assert await credited(a, meter, "c1") == 10
         junk: list[str | bytes] = [
@@ -248,8 +242,7 @@ async def test_a_reader_racing_pushed_snapshots_never_leaves_a_flow_hanging(
 ) -> None:
     """A read drains the core's effects; those queued by another thread (a flow's next step)
     must still run, or the customer's flow waits for good (issue 13.1: hung in 3 of 6 runs)."""
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 1000, external_customer_id="c1")
+    meter = count_meter(emulator, credits=1000)
     async with connect(redis_server, emulator) as a:
         await a.balance(meter, external_customer_id="c1")
         done: list[bool] = []

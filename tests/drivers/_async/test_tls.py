@@ -36,8 +36,7 @@ async def test_snapshots_and_pushes_arrive_over_wss(
     redis_server: RedisServer, tls_emulator: Emulator, authority: CertificateAuthority
 ) -> None:
     assert tls_emulator.url.startswith("https://")
-    meter = count_meter(tls_emulator)
-    tls_emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(tls_emulator, credits=100)
     async with connect(redis_server, tls_emulator, verify=authority.bundle) as a:
         first = await a.balance(meter, external_customer_id="c1")
         assert (first.credited, first.balance) == (100, 100)
@@ -55,8 +54,7 @@ async def test_reconnects_over_wss_after_the_connection_drops(
     authority: CertificateAuthority,
     mode: str,
 ) -> None:
-    meter = count_meter(tls_emulator)
-    tls_emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(tls_emulator, credits=10)
     context = ssl.create_default_context()
     authority.authority.configure_trust(context)  # an SSLContext works as a bundle does
     async with connect(redis_server, tls_emulator, verify=context) as a:
@@ -130,8 +128,7 @@ async def test_the_websocket_and_ingestion_both_go_through_the_https_proxy(
     authority: CertificateAuthority,
     proxy: ConnectProxy,
 ) -> None:
-    meter = count_meter(tls_emulator)
-    tls_emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(tls_emulator, credits=10)
     async with connect(redis_server, tls_emulator, verify=authority.bundle) as a:
         assert await credited(a, meter, "c1") == 10  # the snapshot came over the tunnel
         await a.track("api_call", external_customer_id="c1")

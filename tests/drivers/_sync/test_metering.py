@@ -81,8 +81,7 @@ def test_transient_errors_then_success(redis_server: RedisServer, emulator: Emul
 def test_exhausted_attempts_report_and_keep_counting(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(emulator, credits=10)
     emulator.fault_ingest_error(500, count=1000)
     drops = Drops()
     with connect(redis_server, emulator, max_attempts=3, on_dropped=drops) as a:

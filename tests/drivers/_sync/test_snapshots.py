@@ -32,8 +32,7 @@ redis_server = on_redis_and_cluster
 def test_first_read_waits_for_the_snapshot_then_reads_from_memory(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(emulator, credits=100)
     with connect(redis_server, emulator) as a:
         first = a.balance(meter, external_customer_id="c1")
         assert (first.credited, first.consumed, first.balance) == (100, 0, 100)
@@ -71,8 +70,7 @@ def test_a_late_snapshot_raises_not_ready_then_arrives(
 def test_a_snapshot_replaces_the_local_buckets_it_covers(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = sum_meter(emulator)
-    emulator.grant_credits(meter, 1000, external_customer_id="c1")
+    meter = sum_meter(emulator, credits=1000)
     with connect(redis_server, emulator) as a:
         for tokens in (3, 4, 5):
             a.track("api_call", external_customer_id="c1", metadata={"tokens": tokens})
@@ -93,8 +91,7 @@ def test_a_snapshot_replaces_the_local_buckets_it_covers(
 def test_a_pending_cold_event_stays_counted_until_a_snapshot_counts_it(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(emulator, credits=100)
     emulator.fault_ingest_error(503, count=10_000)  # Polar takes no event for now
     with connect(redis_server, emulator, max_attempts=1000) as a:
         a.balance(meter, external_customer_id="c1")
@@ -130,8 +127,7 @@ def test_a_pending_cold_event_stays_counted_until_a_snapshot_counts_it(
 def test_a_credit_grant_reaches_every_instance(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(emulator, credits=100)
     with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
         assert credited(a, meter, "c1") == 100
         assert credited(b, meter, "c1") == 100
@@ -147,8 +143,7 @@ def test_a_credit_grant_reaches_every_instance(
 def test_reconnects_and_asks_again_after_the_websockets_drop(
     redis_server: RedisServer, emulator: Emulator, mode: str
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(emulator, credits=10)
     with connect(redis_server, emulator) as a:
         check_reconnection(a, emulator, meter, mode)
 
@@ -202,8 +197,7 @@ def test_two_instances_converge_to_polars_customer_meters(
 def test_malformed_and_unexpected_frames_are_counted_and_survived(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(emulator, credits=10)
     with connect(redis_server, emulator) as a:
         assert credited(a, meter, "c1") == 10
         junk: list[str | bytes] = [
@@ -236,8 +230,7 @@ def test_a_reader_racing_pushed_snapshots_never_leaves_a_flow_hanging(
 ) -> None:
     """A read drains the core's effects; those queued by another thread (a flow's next step)
     must still run, or the customer's flow waits for good (issue 13.1: hung in 3 of 6 runs)."""
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 1000, external_customer_id="c1")
+    meter = count_meter(emulator, credits=1000)
     with connect(redis_server, emulator) as a:
         a.balance(meter, external_customer_id="c1")
         done: list[bool] = []

@@ -25,6 +25,12 @@ def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture
+def customer() -> str:
+    """A customer named for this test alone (see ``unique``)."""
+    return unique("tele")
+
+
 def customer_points(otel: Otel, customer: str) -> dict[str, list[dict[str, object]]]:
     found: dict[str, list[dict[str, object]]] = {}
     for name, attributes, _ in otel.points():
@@ -51,11 +57,9 @@ def _work(instance: Outpost, meter: str, customer: str) -> None:
 
 
 def test_each_record_has_its_name_attributes_and_outcome(
-    redis_server: RedisServer, emulator: Emulator, otel: Otel
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    customer = unique("tele")
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 5, external_customer_id=customer)
+    meter = count_meter(emulator, credits=5, customer=customer)
     with connect(redis_server, emulator, telemetry=True) as a:
         _work(a, meter, customer)
         emulator.grant_credits(meter, 5, external_customer_id=customer)
@@ -89,9 +93,8 @@ def test_each_record_has_its_name_attributes_and_outcome(
 
 
 def test_a_reconnection_is_a_span(
-    redis_server: RedisServer, emulator: Emulator, otel: Otel
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    customer = unique("tele")
     meter = count_meter(emulator)
     with connect(redis_server, emulator, telemetry=True) as a:
         a.balance(meter, external_customer_id=customer)
@@ -105,9 +108,8 @@ def test_a_reconnection_is_a_span(
 
 
 def test_metadata_and_token_never_appear(
-    redis_server: RedisServer, emulator: Emulator, otel: Otel
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    customer = unique("tele")
     meter = count_meter(emulator)
     with connect(redis_server, emulator, telemetry=True, telemetry_interval=0.3) as a:
         _work(a, meter, customer)
@@ -134,7 +136,7 @@ def test_metadata_and_token_never_appear(
 
 
 def test_the_exporter_reaches_the_relay_tagged_with_organization_and_version(
-    redis_server: RedisServer, emulator: Emulator, otel: Otel
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
         ExportMetricsServiceRequest,
@@ -143,7 +145,7 @@ def test_the_exporter_reaches_the_relay_tagged_with_organization_and_version(
     meter = count_meter(emulator)
     organization = emulator.state()["organization_id"]
     with connect(redis_server, emulator, telemetry=True, telemetry_interval=0.3) as a:
-        _work(a, meter, unique("tele"))
+        _work(a, meter, customer)
 
         def relayed() -> bool:
             return bool(emulator.telemetry()["metrics"])
@@ -191,11 +193,9 @@ def test_telemetry_off_records_and_sends_nothing(
 
 
 def test_a_relay_that_is_down_changes_nothing_for_the_caller(
-    redis_server: RedisServer, emulator: Emulator, otel: Otel
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    customer = unique("tele")
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 3, external_customer_id=customer)
+    meter = count_meter(emulator, credits=3, customer=customer)
     dead = f"http://127.0.0.1:{free_port()}"
     with connect(
         redis_server, emulator, telemetry=True, telemetry_url=dead, telemetry_interval=0.2

@@ -36,8 +36,7 @@ def test_snapshots_and_pushes_arrive_over_wss(
     redis_server: RedisServer, tls_emulator: Emulator, authority: CertificateAuthority
 ) -> None:
     assert tls_emulator.url.startswith("https://")
-    meter = count_meter(tls_emulator)
-    tls_emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(tls_emulator, credits=100)
     with connect(redis_server, tls_emulator, verify=authority.bundle) as a:
         first = a.balance(meter, external_customer_id="c1")
         assert (first.credited, first.balance) == (100, 100)
@@ -54,8 +53,7 @@ def test_reconnects_over_wss_after_the_connection_drops(
     authority: CertificateAuthority,
     mode: str,
 ) -> None:
-    meter = count_meter(tls_emulator)
-    tls_emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(tls_emulator, credits=10)
     context = ssl.create_default_context()
     authority.authority.configure_trust(context)  # an SSLContext works as a bundle does
     with connect(redis_server, tls_emulator, verify=context) as a:
@@ -126,8 +124,7 @@ def test_the_websocket_and_ingestion_both_go_through_the_https_proxy(
     authority: CertificateAuthority,
     proxy: ConnectProxy,
 ) -> None:
-    meter = count_meter(tls_emulator)
-    tls_emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(tls_emulator, credits=10)
     with connect(redis_server, tls_emulator, verify=authority.bundle) as a:
         assert credited(a, meter, "c1") == 10  # the snapshot came over the tunnel
         a.track("api_call", external_customer_id="c1")
