@@ -107,13 +107,13 @@ CALLS_FILTER = {
 }
 
 
-def count_meter(emulator: Emulator, *, credits: float = 0, customer: str = "c1") -> str:
+def count_meter(emulator: Emulator, *, credits: int = 0, customer: str = "c1") -> str:
     """A meter counting ``api_call`` events; ``credits`` (if any) granted on it to ``customer``."""
     meter: dict[str, Any] = emulator.create_meter("calls", CALLS_FILTER, {"func": "count"})
     return _granted(emulator, str(meter["id"]), credits, customer)
 
 
-def sum_meter(emulator: Emulator, *, credits: float = 0, customer: str = "c1") -> str:
+def sum_meter(emulator: Emulator, *, credits: int = 0, customer: str = "c1") -> str:
     """A meter summing the ``tokens`` of ``api_call`` events; ``credits`` as ``count_meter``."""
     meter: dict[str, Any] = emulator.create_meter(
         "tokens", CALLS_FILTER, {"func": "sum", "property": "tokens"}
@@ -121,7 +121,7 @@ def sum_meter(emulator: Emulator, *, credits: float = 0, customer: str = "c1") -
     return _granted(emulator, str(meter["id"]), credits, customer)
 
 
-def _granted(emulator: Emulator, meter: str, credits: float, customer: str) -> str:
+def _granted(emulator: Emulator, meter: str, credits: int, customer: str) -> str:
     if credits:
         emulator.grant_credits(meter, credits, external_customer_id=customer)
     return meter
