@@ -50,14 +50,23 @@ def create_meter(hub: Hub, fields: JsonObject) -> Meter:
     return meter
 
 
-async def meters_endpoint(request: Request) -> Response:
+def _admitted(request: Request, counter: str, scopes: set[str]) -> tuple[Hub, Response | None]:
+    """The hub, with the request counted under ``counter``; and the answer to give instead when
+    the token has none of ``scopes``."""
     hub = hub_of(request)
-    hub.counters["http_meters"] += 1
-    if request.method == "POST":
+    hub.counters[counter] += 1
+    denied = hub.tokens.check(request.headers, scopes)
+    return hub, None if denied is None else denied_response(denied)
+
+
+async def meters_endpoint(request: Request) -> Response:
+    creating = request.method == "POST"
+    scopes = {"meters:write"} if creating else {"meters:read", "meters:write"}
+    hub, refused = _admitted(request, "http_meters", scopes)
+    if refused is not None:
+        return refused
+    if creating:
         return await _create(request, hub)
-    denied = hub.tokens.check(request.headers, {"meters:read", "meters:write"})
-    if denied is not None:
-        return denied_response(denied)
     errors = Errors()
     page, limit = pagination(request, errors)
     if errors:
@@ -71,9 +80,6 @@ async def meters_endpoint(request: Request) -> Response:
 
 
 async def _create(request: Request, hub: Hub) -> Response:
-    denied = hub.tokens.check(request.headers, {"meters:write"})
-    if denied is not None:
-        return denied_response(denied)
     errors = Errors()
     body = await read_json(request, errors)
     fields = None if body is NO_BODY else parse_meter_create(body, errors)
@@ -83,11 +89,9 @@ async def _create(request: Request, hub: Hub) -> Response:
 
 
 async def meter_endpoint(request: Request) -> Response:
-    hub = hub_of(request)
-    hub.counters["http_meters"] += 1
-    denied = hub.tokens.check(request.headers, {"meters:read", "meters:write"})
-    if denied is not None:
-        return denied_response(denied)
+    hub, refused = _admitted(request, "http_meters", {"meters:read", "meters:write"})
+    if refused is not None:
+        return refused
     raw = request.path_params["id"]
     meter_id = normalize_uuid(raw)
     if meter_id is None:
@@ -164,11 +168,10 @@ def list_customer_meters(
 
 
 async def customer_meters_endpoint(request: Request) -> Response:
-    hub = hub_of(request)
-    hub.counters["http_customer_meters"] += 1
-    denied = hub.tokens.check(request.headers, {"customer_meters:read", "customer_meters:write"})
-    if denied is not None:
-        return denied_response(denied)
+    scopes = {"customer_meters:read", "customer_meters:write"}
+    hub, refused = _admitted(request, "http_customer_meters", scopes)
+    if refused is not None:
+        return refused
     errors = Errors()
     page, limit = pagination(request, errors)
     ids: dict[str, list[str] | None] = {}

@@ -6,6 +6,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from outpost_async import AsyncOutpost
 from outpost_async._backend import sleep
 from outpost_emulator import Emulator
@@ -45,6 +47,22 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not hold within {timeout} s")
         await sleep(0.005)
+
+
+def holds(condition: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    """A check for ``eventually`` made of a condition that reads no I/O (an attribute, a count)."""
+
+    async def check() -> bool:
+        return condition()
+
+    return check
+
+
+@pytest.fixture
+def on_redis_and_cluster(redis_or_cluster: RedisServer) -> RedisServer:
+    """A suite that runs on one Redis and on a cluster (which has the same ``url`` and
+    ``client()``) takes this as its ``redis_server``: ``redis_server = on_redis_and_cluster``."""
+    return redis_or_cluster
 
 
 async def credited(instance: AsyncOutpost, meter: str, customer: str) -> float:
@@ -89,13 +107,21 @@ CALLS_FILTER = {
 }
 
 
-def count_meter(emulator: Emulator) -> str:
+def count_meter(emulator: Emulator, *, credits: int = 0, customer: str = "c1") -> str:
+    """A meter counting ``api_call`` events; ``credits`` (if any) granted on it to ``customer``."""
     meter: dict[str, Any] = emulator.create_meter("calls", CALLS_FILTER, {"func": "count"})
-    return str(meter["id"])
+    return _granted(emulator, str(meter["id"]), credits, customer)
 
 
-def sum_meter(emulator: Emulator) -> str:
+def sum_meter(emulator: Emulator, *, credits: int = 0, customer: str = "c1") -> str:
+    """A meter summing the ``tokens`` of ``api_call`` events; ``credits`` as ``count_meter``."""
     meter: dict[str, Any] = emulator.create_meter(
         "tokens", CALLS_FILTER, {"func": "sum", "property": "tokens"}
     )
-    return str(meter["id"])
+    return _granted(emulator, str(meter["id"]), credits, customer)
+
+
+def _granted(emulator: Emulator, meter: str, credits: int, customer: str) -> str:
+    if credits:
+        emulator.grant_credits(meter, credits, external_customer_id=customer)
+    return meter

@@ -10,10 +10,13 @@ from outpost_async import AsyncOutpost
 from outpost_core import _keys
 from outpost_core._delivery import GROUP
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import connect, count_meter, eventually
-from tests.drivers._async.test_metering import counters
+from tests.drivers._async._helpers import connect, count_meter, eventually, holds
+from tests.drivers._async.test_metering import (
+    counters,
+    delivered_once,
+    killed_before_delivering,
+)
 from tests.support.redis_server import RedisServer
-from tests.support.track_and_hang import track_then_get_killed
 
 
 def consumers(server: RedisServer) -> set[str]:
@@ -30,21 +33,14 @@ def consumers(server: RedisServer) -> set[str]:
 async def test_a_killed_instance_s_events_are_delivered_within_30_s_with_default_settings(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    count_meter(emulator)
-    tracked = track_then_get_killed(redis_server.url, emulator.url, emulator.token, 500)
-    assert tracked == 500
-    (dead,) = consumers(redis_server)  # it read (holds) its events, and never posted them
-    assert counters(emulator)["events"] == 0
+    killed_before_delivering(redis_server, emulator, 500)
+    (dead,) = consumers(redis_server)  # it holds its events, and never posted them
     async with connect(redis_server, emulator) as survivor:
         # Started right after the crash: its heartbeat expires within 10 s, then it is taken.
         assert await survivor.flush(30)
-        seen = counters(emulator)
-        assert (seen["events"], seen["events_duplicate"]) == (500, 0)
-
-        async def dead_consumer_removed() -> bool:
-            return dead not in consumers(redis_server)
-
-        await eventually(dead_consumer_removed, 10, "the dead consumer left the group")
+        delivered_once(emulator, 500)
+        gone = holds(lambda: dead not in consumers(redis_server))
+        await eventually(gone, 10, "the dead consumer left the group")
     assert consumers(redis_server) == set()  # the survivor left too, holding nothing
 
 
@@ -67,17 +63,13 @@ async def test_a_closing_instance_hands_back_what_it_could_not_deliver(
     try:
         for _ in range(20):
             await wrong.track("api_call", external_customer_id="c2")
-
-        async def stalled() -> bool:
-            return wrong.delivery_stalled is not None
-
+        stalled = holds(lambda: wrong.delivery_stalled is not None)
         await eventually(stalled, 10, "the instance with a wrong token stalled")
     finally:
         await wrong.close(timeout=0.5)  # it holds them, and Polar refuses its token
     async with connect(redis_server, emulator) as good:
         assert await good.flush(10)  # its first survey finds them handed back
-    seen = counters(emulator)
-    assert (seen["events"], seen["events_duplicate"]) == (21, 0)
+    delivered_once(emulator, 21)
     assert consumers(redis_server) == set()
 
 

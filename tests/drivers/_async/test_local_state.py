@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import cast
 
 import pytest
@@ -17,8 +16,10 @@ from tests.drivers._async._helpers import (
     TOKENS,
     UNIQUE,
     eventually,
+    holds,
     make,
     now_us,
+    on_redis_and_cluster,
 )
 from tests.support import polar
 from tests.support.redis_server import RedisServer
@@ -49,11 +50,7 @@ async def consumed(instance: AsyncOutpost, meter: str, customer: str) -> float:
     return (await instance.balance(meter, external_customer_id=customer)).consumed
 
 
-@pytest.fixture
-def redis_server(redis_or_cluster: RedisServer) -> RedisServer:
-    """These tests run on one Redis and on a cluster (which has the same ``url`` and
-    ``client()``)."""
-    return redis_or_cluster
+redis_server = on_redis_and_cluster
 
 
 @pytest.mark.anyio
@@ -129,8 +126,8 @@ async def test_a_killed_subscriber_connection_ends_in_a_correct_copy(
     prepare(redis_server, Customer("external", "c1"))
     async with make(redis_server) as a, make(redis_server) as b:
         assert await consumed(b, COUNT, "c1") == 0
-        await eventually(_subscribed(a), what="a subscribed")
-        await eventually(_subscribed(b), what="b subscribed")
+        await eventually(holds(lambda: a.subscribed), what="a subscribed")
+        await eventually(holds(lambda: b.subscribed), what="b subscribed")
         raw = redis_server.client()
         killed = raw.client_kill_filter(_type="pubsub")
         assert killed >= 2
@@ -141,14 +138,7 @@ async def test_a_killed_subscriber_connection_ends_in_a_correct_copy(
             return await consumed(a, COUNT, "c1") == 20 and await consumed(b, COUNT, "c1") == 20
 
         await eventually(both_right, what="both copies converging after the kill")
-        await eventually(_subscribed(b), what="b subscribed again")
-
-
-def _subscribed(instance: AsyncOutpost) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return instance.subscribed
-
-    return check
+        await eventually(holds(lambda: b.subscribed), what="b subscribed again")
 
 
 @pytest.mark.anyio

@@ -11,7 +11,13 @@ import pytest
 
 from outpost_core import _keys
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import connect, count_meter, eventually
+from tests.drivers._async._helpers import (
+    connect,
+    count_meter,
+    eventually,
+    holds,
+    on_redis_and_cluster,
+)
 from tests.support.redis_server import RedisServer
 from tests.support.track_and_hang import track_then_get_killed
 
@@ -31,11 +37,20 @@ def counters(emulator: Emulator) -> dict[str, int]:
     return {"events": state["events"]["count"], **state["counters"]}
 
 
-@pytest.fixture
-def redis_server(redis_or_cluster: RedisServer) -> RedisServer:
-    """These tests run on one Redis and on a cluster (which has the same ``url`` and
-    ``client()``)."""
-    return redis_or_cluster
+def killed_before_delivering(server: RedisServer, emulator: Emulator, count: int) -> None:
+    """An instance in another process tracks ``count`` events, reads them from the outbox (it
+    holds them) and is killed before it delivers any."""
+    count_meter(emulator)
+    assert track_then_get_killed(server.url, emulator.url, emulator.token, count) == count
+    assert counters(emulator)["events"] == 0
+
+
+def delivered_once(emulator: Emulator, count: int) -> None:
+    seen = counters(emulator)
+    assert (seen["events"], seen["events_duplicate"]) == (count, 0)
+
+
+redis_server = on_redis_and_cluster
 
 
 @pytest.mark.anyio
@@ -70,8 +85,7 @@ async def test_transient_errors_then_success(redis_server: RedisServer, emulator
 async def test_exhausted_attempts_report_and_keep_counting(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(emulator, credits=10)
     emulator.fault_ingest_error(500, count=1000)
     drops = Drops()
     async with connect(redis_server, emulator, max_attempts=3, on_dropped=drops) as a:
@@ -143,14 +157,10 @@ async def test_a_duplicate_delivery_after_a_lost_response_counts_once(
 async def test_events_of_a_killed_instance_are_delivered_by_another(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    count_meter(emulator)
-    tracked = track_then_get_killed(redis_server.url, emulator.url, emulator.token, 1000)
-    assert tracked == 1000
-    assert counters(emulator)["events"] == 0
+    killed_before_delivering(redis_server, emulator, 1000)
     async with connect(redis_server, emulator, claim_idle=0.5) as survivor:
         assert await survivor.flush(30)
-    seen = counters(emulator)
-    assert (seen["events"], seen["events_duplicate"]) == (1000, 0)
+    delivered_once(emulator, 1000)
 
 
 @pytest.mark.anyio
@@ -194,10 +204,7 @@ async def test_a_stalled_delivery_is_logged_as_an_error(
     with caplog.at_level(logging.ERROR, logger="outpost"):
         async with connect(redis_server, emulator) as a:
             await a.track("api_call", external_customer_id="c1")
-
-            async def stalled() -> bool:
-                return a.delivery_stalled is not None
-
+            stalled = holds(lambda: a.delivery_stalled is not None)
             await eventually(stalled, what="a stalled delivery")
             await a.close(0.1)
     assert "outpost delivery is stalled: Polar answered 401" in caplog.text

@@ -4,7 +4,6 @@ against the emulator and real Redis."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -19,25 +18,21 @@ from tests.drivers._async._helpers import (
     count_meter,
     credited,
     eventually,
+    holds,
+    on_redis_and_cluster,
     sum_meter,
     until_credited,
 )
 from tests.support.redis_server import RedisServer
 
-
-@pytest.fixture
-def redis_server(redis_or_cluster: RedisServer) -> RedisServer:
-    """These tests run on one Redis and on a cluster (which has the same ``url`` and
-    ``client()``)."""
-    return redis_or_cluster
+redis_server = on_redis_and_cluster
 
 
 @pytest.mark.anyio
 async def test_first_read_waits_for_the_snapshot_then_reads_from_memory(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(emulator, credits=100)
     async with connect(redis_server, emulator) as a:
         first = await a.balance(meter, external_customer_id="c1")
         assert (first.credited, first.consumed, first.balance) == (100, 0, 100)
@@ -58,7 +53,7 @@ async def test_a_late_snapshot_raises_not_ready_then_arrives(
 ) -> None:
     meter = count_meter(emulator)
     async with connect(redis_server, emulator, snapshot_timeout=0.3) as a:
-        await eventually(_connected(a), what="the WebSocket opening")
+        await eventually(holds(lambda: a.connected), what="the WebSocket opening")
         emulator.fault_snapshot_delay(1.0)
         with pytest.raises(NotReady, match="no snapshot from Polar"):
             await a.balance(meter, external_customer_id="c1")
@@ -73,19 +68,11 @@ async def test_a_late_snapshot_raises_not_ready_then_arrives(
         await eventually(arrived, what="the delayed snapshot arriving")
 
 
-def _connected(instance: AsyncOutpost) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return instance.connected
-
-    return check
-
-
 @pytest.mark.anyio
 async def test_a_snapshot_replaces_the_local_buckets_it_covers(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = sum_meter(emulator)
-    emulator.grant_credits(meter, 1000, external_customer_id="c1")
+    meter = sum_meter(emulator, credits=1000)
     async with connect(redis_server, emulator) as a:
         for tokens in (3, 4, 5):
             await a.track("api_call", external_customer_id="c1", metadata={"tokens": tokens})
@@ -107,8 +94,7 @@ async def test_a_snapshot_replaces_the_local_buckets_it_covers(
 async def test_a_pending_cold_event_stays_counted_until_a_snapshot_counts_it(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(emulator, credits=100)
     emulator.fault_ingest_error(503, count=10_000)  # Polar takes no event for now
     async with connect(redis_server, emulator, max_attempts=1000) as a:
         await a.balance(meter, external_customer_id="c1")
@@ -145,8 +131,7 @@ async def test_a_pending_cold_event_stays_counted_until_a_snapshot_counts_it(
 async def test_a_credit_grant_reaches_every_instance(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(emulator, credits=100)
     async with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
         assert await credited(a, meter, "c1") == 100
         assert await credited(b, meter, "c1") == 100
@@ -165,20 +150,27 @@ async def test_a_credit_grant_reaches_every_instance(
 async def test_reconnects_and_asks_again_after_the_websockets_drop(
     redis_server: RedisServer, emulator: Emulator, mode: str
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(emulator, credits=10)
     async with connect(redis_server, emulator) as a:
-        assert await credited(a, meter, "c1") == 10
-        emulator.fault_drop_websockets(mode)
+        await check_reconnection(a, emulator, meter, mode)
 
-        async def subscribed_again() -> bool:
-            connections = emulator.state()["connections"]
-            return a.connected and any(c.get("subscriptions") for c in connections)
 
-        await eventually(subscribed_again, what="a new connection asking for c1 again")
-        emulator.grant_credits(meter, 5, external_customer_id="c1")
+async def check_reconnection(
+    instance: AsyncOutpost, emulator: Emulator, meter: str, mode: str
+) -> None:
+    """With c1 credited 10: the WebSockets drop (``mode``), a new connection asks for c1 again,
+    and Polar's next push arrives on it. The TLS suite checks the same over ``wss://``."""
+    assert await credited(instance, meter, "c1") == 10
+    emulator.fault_drop_websockets(mode)
 
-        await until_credited(meter, "c1", 15, a, what="a push on the new connection")
+    async def subscribed_again() -> bool:
+        connections = emulator.state()["connections"]
+        return instance.connected and any(c.get("subscriptions") for c in connections)
+
+    await eventually(subscribed_again, what="a new connection asking for c1 again")
+    emulator.grant_credits(meter, 5, external_customer_id="c1")
+
+    await until_credited(meter, "c1", 15, instance, what="a push on the new connection")
 
 
 @pytest.mark.anyio
@@ -216,8 +208,7 @@ async def test_two_instances_converge_to_polars_customer_meters(
 async def test_malformed_and_unexpected_frames_are_counted_and_survived(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(emulator, credits=10)
     async with connect(redis_server, emulator) as a:
         assert await credited(a, meter, "c1") == 10
         junk: list[str | bytes] = [
@@ -234,10 +225,10 @@ async def test_malformed_and_unexpected_frames_are_counted_and_survived(
         ]
         emulator.fault_send_frames(junk)
 
-        async def all_counted() -> bool:
-            return sum(a.rejections.values()) >= len(junk)
-
-        await eventually(all_counted, what="every bad frame counted as a rejection")
+        await eventually(
+            holds(lambda: sum(a.rejections.values()) >= len(junk)),
+            what="every bad frame counted as a rejection",
+        )
         assert a.connected
         assert sum(a.rejections.values()) == len(junk)
         emulator.grant_credits(meter, 5, external_customer_id="c1")
@@ -251,8 +242,7 @@ async def test_a_reader_racing_pushed_snapshots_never_leaves_a_flow_hanging(
 ) -> None:
     """A read drains the core's effects; those queued by another thread (a flow's next step)
     must still run, or the customer's flow waits for good (issue 13.1: hung in 3 of 6 runs)."""
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 1000, external_customer_id="c1")
+    meter = count_meter(emulator, credits=1000)
     async with connect(redis_server, emulator) as a:
         await a.balance(meter, external_customer_id="c1")
         done: list[bool] = []

@@ -24,6 +24,12 @@ def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture
+def customer() -> str:
+    """A customer named for this test alone (see ``unique``)."""
+    return unique("tele")
+
+
 def customer_points(otel: Otel, customer: str) -> dict[str, list[dict[str, object]]]:
     found: dict[str, list[dict[str, object]]] = {}
     for name, attributes, _ in otel.points():
@@ -51,11 +57,9 @@ async def _work(instance: AsyncOutpost, meter: str, customer: str) -> None:
 
 @pytest.mark.anyio
 async def test_each_record_has_its_name_attributes_and_outcome(
-    redis_server: RedisServer, emulator: Emulator, otel: Otel
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    customer = unique("tele")
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 5, external_customer_id=customer)
+    meter = count_meter(emulator, credits=5, customer=customer)
     async with connect(redis_server, emulator, telemetry=True) as a:
         await _work(a, meter, customer)
         emulator.grant_credits(meter, 5, external_customer_id=customer)
@@ -90,9 +94,8 @@ async def test_each_record_has_its_name_attributes_and_outcome(
 
 @pytest.mark.anyio
 async def test_a_reconnection_is_a_span(
-    redis_server: RedisServer, emulator: Emulator, otel: Otel
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    customer = unique("tele")
     meter = count_meter(emulator)
     async with connect(redis_server, emulator, telemetry=True) as a:
         await a.balance(meter, external_customer_id=customer)
@@ -107,9 +110,8 @@ async def test_a_reconnection_is_a_span(
 
 @pytest.mark.anyio
 async def test_metadata_and_token_never_appear(
-    redis_server: RedisServer, emulator: Emulator, otel: Otel
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    customer = unique("tele")
     meter = count_meter(emulator)
     async with connect(redis_server, emulator, telemetry=True, telemetry_interval=0.3) as a:
         await _work(a, meter, customer)
@@ -137,7 +139,7 @@ async def test_metadata_and_token_never_appear(
 
 @pytest.mark.anyio
 async def test_the_exporter_reaches_the_relay_tagged_with_organization_and_version(
-    redis_server: RedisServer, emulator: Emulator, otel: Otel
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
         ExportMetricsServiceRequest,
@@ -146,7 +148,7 @@ async def test_the_exporter_reaches_the_relay_tagged_with_organization_and_versi
     meter = count_meter(emulator)
     organization = emulator.state()["organization_id"]
     async with connect(redis_server, emulator, telemetry=True, telemetry_interval=0.3) as a:
-        await _work(a, meter, unique("tele"))
+        await _work(a, meter, customer)
 
         async def relayed() -> bool:
             return bool(emulator.telemetry()["metrics"])
@@ -196,11 +198,9 @@ async def test_telemetry_off_records_and_sends_nothing(
 
 @pytest.mark.anyio
 async def test_a_relay_that_is_down_changes_nothing_for_the_caller(
-    redis_server: RedisServer, emulator: Emulator, otel: Otel
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    customer = unique("tele")
-    meter = count_meter(emulator)
-    emulator.grant_credits(meter, 3, external_customer_id=customer)
+    meter = count_meter(emulator, credits=3, customer=customer)
     dead = f"http://127.0.0.1:{free_port()}"
     async with connect(
         redis_server, emulator, telemetry=True, telemetry_url=dead, telemetry_interval=0.2

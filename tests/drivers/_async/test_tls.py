@@ -22,8 +22,10 @@ from tests.drivers._async._helpers import (
     count_meter,
     credited,
     eventually,
+    holds,
     until_credited,
 )
+from tests.drivers._async.test_snapshots import check_reconnection
 from tests.support import polar
 from tests.support.connect_proxy import ConnectProxy
 from tests.support.redis_server import RedisServer
@@ -34,8 +36,7 @@ async def test_snapshots_and_pushes_arrive_over_wss(
     redis_server: RedisServer, tls_emulator: Emulator, authority: CertificateAuthority
 ) -> None:
     assert tls_emulator.url.startswith("https://")
-    meter = count_meter(tls_emulator)
-    tls_emulator.grant_credits(meter, 100, external_customer_id="c1")
+    meter = count_meter(tls_emulator, credits=100)
     async with connect(redis_server, tls_emulator, verify=authority.bundle) as a:
         first = await a.balance(meter, external_customer_id="c1")
         assert (first.credited, first.balance) == (100, 100)
@@ -53,22 +54,11 @@ async def test_reconnects_over_wss_after_the_connection_drops(
     authority: CertificateAuthority,
     mode: str,
 ) -> None:
-    meter = count_meter(tls_emulator)
-    tls_emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(tls_emulator, credits=10)
     context = ssl.create_default_context()
     authority.authority.configure_trust(context)  # an SSLContext works as a bundle does
     async with connect(redis_server, tls_emulator, verify=context) as a:
-        assert await credited(a, meter, "c1") == 10
-        tls_emulator.fault_drop_websockets(mode)
-
-        async def subscribed_again() -> bool:
-            connections = tls_emulator.state()["connections"]
-            return a.connected and any(c.get("subscriptions") for c in connections)
-
-        await eventually(subscribed_again, what="a new wss:// connection asking for c1 again")
-        tls_emulator.grant_credits(meter, 5, external_customer_id="c1")
-
-        await until_credited(meter, "c1", 15, a, what="a push on the new connection")
+        await check_reconnection(a, tls_emulator, meter, mode)
 
 
 @pytest.mark.anyio
@@ -104,10 +94,7 @@ async def test_a_certificate_that_does_not_verify_is_named_not_waited_on(
             with pytest.raises(NotReady, match=r"TLS certificate of 127\.0\.0\.1 did not verify"):
                 await a.balance("m-count", external_customer_id="c1")
             await a.track("api_call", external_customer_id="c1")
-
-            async def stalled() -> bool:
-                return a.delivery_stalled is not None
-
+            stalled = holds(lambda: a.delivery_stalled is not None)
             await eventually(stalled, what="delivery stalled on the certificate")
             assert a.delivery_stalled is not None
             assert "TLS certificate of 127.0.0.1 did not verify" in a.delivery_stalled
@@ -141,8 +128,7 @@ async def test_the_websocket_and_ingestion_both_go_through_the_https_proxy(
     authority: CertificateAuthority,
     proxy: ConnectProxy,
 ) -> None:
-    meter = count_meter(tls_emulator)
-    tls_emulator.grant_credits(meter, 10, external_customer_id="c1")
+    meter = count_meter(tls_emulator, credits=10)
     async with connect(redis_server, tls_emulator, verify=authority.bundle) as a:
         assert await credited(a, meter, "c1") == 10  # the snapshot came over the tunnel
         await a.track("api_call", external_customer_id="c1")
@@ -169,10 +155,7 @@ async def test_a_proxy_that_refuses_the_tunnel_is_named(
         with pytest.raises(NotReady, match=r"refused the tunnel .* 407 Proxy Authentication"):
             await a.balance("m-count", external_customer_id="c1")
         await a.track("api_call", external_customer_id="c1")
-
-        async def stalled() -> bool:
-            return a.delivery_stalled is not None
-
+        stalled = holds(lambda: a.delivery_stalled is not None)
         await eventually(stalled, what="delivery stalled on the proxy")
         assert a.delivery_stalled is not None and "407" in a.delivery_stalled
         await a.close(0.2)
