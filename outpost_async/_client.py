@@ -118,6 +118,7 @@ from outpost_core import (
     Settled,
     SettleScript,
     Sleep,
+    Status,
     StoreConfiguration,
     StreamEntry,
     SubscriberLost,
@@ -456,14 +457,10 @@ class AsyncOutpost:
     def status(self) -> Status:
         """What this instance is connected to, and the last error of each connection."""
         with self._lock:
-            link = self._core.link_status()
-        return Status(
-            websocket=link[0],
-            websocket_error=link[1],
-            subscribed=self._core.subscribed,
-            redis_error=self._state_outage.error or self._subscriber_outage.error,
-            delivery_stalled=self.delivery_stalled,
-        )
+            return self._core.status(
+                redis_error=self._state_outage.error or self._subscriber_outage.error,
+                delivery_stalled=self.delivery_stalled,
+            )
 
     @property
     def rejections(self) -> dict[str, int]:
@@ -1437,24 +1434,6 @@ class _NodeSubscription:
     stopped: bool = False
     failure: BaseException | None = None
     """Why its connection broke (the worker stopped); the topology loop then loses it."""
-
-
-@attrs.frozen(slots=True)
-class Status:
-    """A look at an instance's connections (``AsyncOutpost.status``)."""
-
-    websocket: str
-    """The WebSocket to Polar: ``disconnected``, ``connecting``, ``handshaking``, ``open``,
-    ``closed``, or ``none`` without an access token."""
-    websocket_error: str | None
-    """Why it last failed or was refused (an HTTP status with Polar's detail, a connection
-    refused, a DNS or TLS error), or ``None``."""
-    subscribed: bool
-    """Whether the copies follow Redis's change channels (see ``subscribed``)."""
-    redis_error: str | None
-    """The error of a Redis outage in progress, or ``None`` while Redis answers."""
-    delivery_stalled: str | None
-    """Why delivery to Polar is stalled, or ``None``."""
 
 
 def _log_report(log: logging.Logger, report: Report | None) -> None:

@@ -95,6 +95,7 @@ from ._replies import (
 from ._scripts import SHA1 as SCRIPT_SHA1
 from ._scripts import TEXT as SCRIPT_TEXT
 from ._session import Session, Settings
+from ._status import Status
 from ._telemetry import Recorder, read_outcome, track_outcome
 from ._time import BUCKET_US, floor_bucket, from_us, to_us
 from .errors import (
@@ -189,6 +190,7 @@ __all__ = [
     "SettleScript",
     "Settled",
     "Sleep",
+    "Status",
     "StoreConfiguration",
     "StreamEntry",
     "SubscriberLost",

@@ -68,6 +68,7 @@ from ._observations import Observation
 from ._random import Random
 from ._remote import Remote
 from ._replies import text_of
+from ._status import Status
 from ._time import HOUR_US, floor_bucket
 from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError
 
@@ -291,6 +292,12 @@ class Session:
         if self.remote is not None and (remote := self.remote.next_deadline()) is not None:
             deadlines.append(remote)
         return min(deadlines, default=None)
+
+    def status(self, *, redis_error: str | None, delivery_stalled: str | None) -> Status:
+        """The instance's status: the WebSocket and the subscription as the core knows them;
+        what the driver knows of Redis and delivery, as given."""
+        websocket, websocket_error = self.link_status()
+        return Status(websocket, websocket_error, self.subscribed, redis_error, delivery_stalled)
 
     def link_status(self) -> tuple[str, str | None]:
         """The WebSocket's state and the reason it last failed or was refused (``"none"``

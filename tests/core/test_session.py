@@ -27,6 +27,7 @@ from outpost_core import (
     ScriptReplied,
     Session,
     Settings,
+    Status,
     StoreConfiguration,
     SubscriberLost,
     SubscriberRestarted,
@@ -1221,3 +1222,14 @@ def test_a_channel_that_is_not_ours_is_rejected_and_changes_nothing(
     session.handle(ChannelSubscribed(keys.channel(3, "db2")))  # another database's channel
     assert session.rejections["subscription"] == 3
     assert session.subscribed and session.effects() == []
+
+
+def test_the_status_of_an_instance_without_a_token_has_no_websocket() -> None:
+    session = Session()
+    assert session.status(redis_error=None, delivery_stalled=None) == Status(
+        "none", None, False, None, None
+    )
+    session.handle(SubscriberRestarted())
+    assert session.status(redis_error="Connection refused", delivery_stalled="no token") == Status(
+        "none", None, True, "Connection refused", "no token"
+    )
