@@ -535,12 +535,12 @@ class AsyncOutpost:
         try:
             with self._lock:
                 run = self._core.track(**arguments)
-                self._echoes.sent()
+                ticket = self._echoes.sent()
         except NotReady:
             await self._wait_for_configuration()
             with self._lock:
                 run = self._core.track(**arguments)
-                self._echoes.sent()
+                ticket = self._echoes.sent()
         wait = self._durability.wait()
         try:
             if wait is None:
@@ -549,11 +549,11 @@ class AsyncOutpost:
                 reply, acknowledged = await self._script_then(run, wait)
         except BaseException:
             with self._lock:
-                for data in self._echoes.replied(None):
+                for data in self._echoes.replied(ticket, None):
                     self._core.handle(ChangePublished(data))  # their effects: the next tick's
             raise
         with self._lock:
-            for data in self._echoes.replied(reply):
+            for data in self._echoes.replied(ticket, reply):
                 self._core.handle(ChangePublished(data))  # came before the reply: first
             self._core.handle(ScriptReplied(reply))
             effects = self._core.effects()

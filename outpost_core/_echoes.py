@@ -4,6 +4,13 @@ A script publishes its change and replies with the very same text when the calle
 previous revision of every identity; such a reply was applied in full, so its echo carries nothing
 new and the subscriber skips it without parsing it or taking the core's lock. Bounded: an echo
 that never comes (the subscription was down) is forgotten in time.
+
+An echo may also come before its reply. While scripts of this instance are in flight, a message
+nobody expects is held, with the scripts that were in flight when it came: only one of those can
+have published it. Each reply takes its own echo out of what is held; a held message goes to the
+core once every script it could belong to has replied (then it is some other instance's change).
+So with many scripts in flight at once, each echo is still dropped unparsed by its own reply,
+rather than applied early by whichever reply came first.
 """
 
 from __future__ import annotations
@@ -11,41 +18,60 @@ from __future__ import annotations
 import collections
 import contextlib
 
+from .errors import UsageError
+
 
 class Echoes:
     def __init__(self, size: int = 4096) -> None:
         # OrderedDict: each operation used here is one atomic call, safe across threads.
         self._expected: collections.OrderedDict[bytes | str, None] = collections.OrderedDict()
         self._size = size
-        self._in_flight = 0
-        self._held: list[object] = []
+        self._next_ticket = 0
+        # The scripts in flight, by ticket; a dict keeps them in the order they were sent, so
+        # the first is the oldest.
+        self._in_flight: dict[int, None] = {}
+        # (tickets below this one could have published it, the message), in the order they came.
+        self._held: collections.deque[tuple[int, object]] = collections.deque()
 
-    def sent(self) -> None:
-        """A script of this instance is on its way: a message may be its echo, come early."""
-        self._in_flight += 1
+    def sent(self) -> int:
+        """A script of this instance is on its way: a message may be its echo, come early. The
+        ticket goes back with its reply to :meth:`replied`."""
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        self._in_flight[ticket] = None
+        return ticket
 
     def hold(self, data: object) -> bool:
         """The subscriber got ``data``, which it did not expect: whether it is held (a script is
         in flight, and this may be its echo) rather than to be applied now."""
-        if self._in_flight <= 0:
+        if not self._in_flight:
             return False
-        self._held.append(data)
+        self._held.append((self._next_ticket, data))
         return True
 
-    def replied(self, reply: object) -> list[object]:
-        """A script :meth:`sent` replied (``None``: it failed). The held messages to apply now,
-        before the reply, in the order they came: all of them but the reply's own echo. When
-        that echo has not come yet, it is expected."""
-        self._in_flight -= 1
-        held, self._held = self._held, []
-        if reply is None:
-            return held
-        for index, data in enumerate(held):
+    def replied(self, ticket: int, reply: object) -> list[object]:
+        """The script of ``ticket`` replied (``None``: it failed). Returns the held messages to
+        apply now, before the reply, in the order they came: those no script still in flight
+        can have published. The reply's own echo is dropped; when it has not come yet, it is
+        expected."""
+        try:
+            del self._in_flight[ticket]
+        except KeyError:
+            raise UsageError(f"ticket {ticket} is not a script in flight") from None
+        if reply is not None and not self._take_held(reply):
+            self.expect(reply)
+        oldest = next(iter(self._in_flight), self._next_ticket)
+        released = []
+        while self._held and self._held[0][0] <= oldest:
+            released.append(self._held.popleft()[1])
+        return released
+
+    def _take_held(self, reply: object) -> bool:
+        for index, (_, data) in enumerate(self._held):
             if data == reply:
-                del held[index]
-                return held
-        self.expect(reply)
-        return held
+                del self._held[index]
+                return True
+        return False
 
     def expect(self, reply: object) -> None:
         """A script of this instance replied: its echo may follow."""
