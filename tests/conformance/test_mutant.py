@@ -185,6 +185,7 @@ def mutant_scripts() -> dict[str, str]:
 MUTANT_MACHINE = {"check_representation": False, "quiesce_at_teardown": False}
 
 
+@pytest.mark.timeout(600)  # a hang guard: the hunt takes about a minute, several when busy
 def test_hypothesis_finds_the_literal_rule_wrong(redis_server: RedisServer) -> None:
     start = time.monotonic()
     with (
