@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import redis
@@ -38,6 +38,16 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def redis_client(args: argparse.Namespace) -> redis.Redis:
+    """One Redis, or a Redis Cluster for a ``redis+cluster://`` URL (as the SDK reads it): the
+    commands run alike on both, each key on the node that owns its slot."""
+    scheme, separator, rest = args.redis_url.partition("://")
+    if separator and scheme.endswith("+cluster"):
+        cluster = redis.RedisCluster.from_url(
+            f"{scheme.removesuffix('+cluster')}://{rest}",
+            socket_timeout=TIMEOUT,
+            socket_connect_timeout=TIMEOUT,
+        )
+        return cast(redis.Redis, cluster)
     return redis.Redis.from_url(
         args.redis_url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT
     )

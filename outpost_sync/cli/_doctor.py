@@ -97,9 +97,15 @@ def redis_checks(args: argparse.Namespace) -> list[Verdict]:
 
 
 def _mode(client: redis.Redis) -> Verdict:
-    cluster = client.info("cluster").get("cluster_enabled") in (1, "1")
-    if cluster:
-        return Verdict("redis mode", Status.WARN, "Redis Cluster: not supported by the drivers yet")
+    if isinstance(client, redis.RedisCluster):
+        primaries = len(client.get_primaries())
+        return Verdict("redis mode", Status.OK, f"Redis Cluster, {primaries} primaries")
+    if client.info("cluster").get("cluster_enabled") in (1, "1"):
+        detail = (
+            "this node belongs to a Redis Cluster, and the other nodes' keys answer MOVED here: "
+            "give the SDK and this command redis+cluster://host:port"
+        )
+        return Verdict("redis mode", Status.WARN, detail)
     return Verdict("redis mode", Status.OK, "single Redis")
 
 

@@ -22,7 +22,7 @@ from outpost_emulator import Emulator
 from outpost_sync import Outpost
 from outpost_sync.cli import main
 from tests.drivers._sync._helpers import count_meter, eventually
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisCluster, RedisServer, free_port
 from tests.support.track_and_hang import track_then_get_killed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,13 +42,15 @@ def run_json(capsys: pytest.CaptureFixture[str], schema: str, *argv: str) -> tup
     return code, data
 
 
-def where(server: RedisServer, emulator: Emulator, token: str | None = None) -> list[str]:
+def where(
+    server: RedisServer | RedisCluster, emulator: Emulator, token: str | None = None
+) -> list[str]:
     return [
         "--redis-url", server.url, "--server-url", emulator.url, "--token", token or emulator.token,
     ]  # fmt: skip
 
 
-def instance(server: RedisServer, emulator: Emulator) -> Outpost:
+def instance(server: RedisServer | RedisCluster, emulator: Emulator) -> Outpost:
     return Outpost(
         access_token=emulator.token,
         server_url=emulator.url,
@@ -61,7 +63,7 @@ def instance(server: RedisServer, emulator: Emulator) -> Outpost:
 
 @contextmanager
 def following_c1(
-    server: RedisServer, emulator: Emulator, credits: int
+    server: RedisServer | RedisCluster, emulator: Emulator, credits: int
 ) -> Iterator[tuple[Outpost, str]]:
     """An instance that has read c1's balance of a new count meter granted ``credits``."""
     meter = count_meter(emulator)
@@ -72,7 +74,10 @@ def following_c1(
 
 
 def inspect_json(
-    capsys: pytest.CaptureFixture[str], server: RedisServer, emulator: Emulator, meter: str
+    capsys: pytest.CaptureFixture[str],
+    server: RedisServer | RedisCluster,
+    emulator: Emulator,
+    meter: str,
 ) -> tuple[int, Any]:
     """`outpost inspect` of c1's ``meter`` with --json, checked against its schema."""
     argv = [meter, "--external-customer-id", "c1", *where(server, emulator)]
@@ -108,8 +113,11 @@ def test_version_and_help_with_defaults(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_a_healthy_setup(
-    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+    capsys: pytest.CaptureFixture[str],
+    redis_or_cluster: RedisServer | RedisCluster,
+    emulator: Emulator,
 ) -> None:
+    redis_server = redis_or_cluster  # every command takes the URL the SDK takes
     with following_c1(redis_server, emulator, credits=100) as (a, meter):
         for _ in range(3):
             a.track("api_call", external_customer_id="c1")
@@ -117,6 +125,11 @@ def test_a_healthy_setup(
         code, data = run_json(capsys, "doctor", "doctor", *where(redis_server, emulator))
         assert code == 0 and data["ok"], data
         assert set(statuses(data).values()) == {"ok"}
+        [mode] = [v["detail"] for v in data["verdicts"] if v["check"] == "redis mode"]
+        cluster = isinstance(redis_server, RedisCluster)
+        assert mode == ("Redis Cluster, 3 primaries" if cluster else "single Redis")
+        [key_count] = [v["detail"] for v in data["verdicts"] if v["check"] == "keys"]
+        assert key_count.startswith(f"{outpost_keys(redis_server)} Outpost keys"), key_count
         checks = {"redis", "redis version", "scripts", "sharded pub/sub", "keys", "outbox"}
         checks |= {"polar token", "ingest scope", "clock", "websocket"}
         assert checks <= set(statuses(data))
@@ -135,6 +148,31 @@ def test_a_healthy_setup(
         code, status = run_json(capsys, "outbox", "outbox", *where(redis_server, emulator))
         assert code == 0 and status["stranded"] == 0
         assert [c["alive"] for c in status["consumers"]] == [True]
+
+
+def outpost_keys(server: RedisServer | RedisCluster) -> int:
+    """How many Outpost keys there are, counted node by node on a cluster's primaries."""
+    if isinstance(server, RedisServer):
+        return len(server.client().keys(f"{keys.PREFIX}*"))
+    total = 0
+    for port in server.live_ports():
+        node = server.node_client(port)
+        if node.info("replication")["role"] == "master":
+            total += len(node.keys(f"{keys.PREFIX}*"))
+    return total
+
+
+def test_doctor_on_one_node_of_a_cluster_asks_for_the_cluster_url(
+    capsys: pytest.CaptureFixture[str], redis_cluster: RedisCluster, emulator: Emulator
+) -> None:
+    node = f"redis://127.0.0.1:{redis_cluster.live_ports()[0]}"
+    code, data = run_json(
+        capsys, "doctor", "doctor", "--redis-url", node, "--server-url", emulator.url,
+        "--token", emulator.token,
+    )  # fmt: skip
+    [mode] = [v for v in data["verdicts"] if v["check"] == "redis mode"]
+    assert mode["status"] == "warn" and "redis+cluster://host:port" in mode["detail"], mode
+    assert code != 0  # and the checks of keys on other nodes fail with MOVED
 
 
 def test_inspect_explains_undelivered_events(
