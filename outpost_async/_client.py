@@ -465,7 +465,8 @@ class AsyncOutpost:
     @property
     def rejections(self) -> dict[str, int]:
         """How many inputs from peers were rejected, by kind (each was logged)."""
-        counts = dict(self._core.rejections)
+        with self._lock:
+            counts = dict(self._core.rejections)
         outbox = sum(d.rejected_entries for d in self._deliveries)
         if outbox:
             counts["outbox_entry"] = outbox
@@ -919,7 +920,8 @@ class AsyncOutpost:
         await self._feed(Tick(time.monotonic(), self._now_us()))
 
     def _until_deadline(self) -> float:
-        deadline = self._core.next_deadline()
+        with self._lock:  # the sync driver's other threads change the flows it looks at
+            deadline = self._core.next_deadline()
         if deadline is None:
             return _POLL
         return min(max(deadline - time.monotonic(), 0.0), _POLL)
