@@ -58,6 +58,7 @@ class Mirror:
         "key",
         "load_follows",
         "load_id",
+        "load_rev",
         "loaded",
         "read_keys",
         "reducer_id",
@@ -75,6 +76,8 @@ class Mirror:
         """The latest load asked for; answers to older ones are ignored."""
         self.load_follows = False
         """Whether the latest load was asked while the shard's subscription was confirmed."""
+        self.load_rev = -1
+        """The copy's revision when the latest load was asked."""
         self.following = False
         self.held: list[Change] = []
         self._state: IdentityState | None = None
@@ -122,6 +125,7 @@ class Mirror:
         self.unload()
         self.load_id += 1
         self.load_follows = follows
+        self.load_rev = self.rev
         return self.load_id
 
     def stop_following(self) -> None:
@@ -135,10 +139,12 @@ class Mirror:
             return None
         rev = _int(fields.get("rev")) or 0
         held, self.held = sorted(self.held, key=lambda c: c.rev), []
-        # A load older than the copy is a read that crossed this instance's own newer writes:
-        # the copy is consistent up to its revision, so keep it (the held changes follow). Only a
-        # hash that is gone (expired, wiped: no revision at all) replaces a newer copy.
-        if rev >= self.rev or rev == 0:
+        # A load older than the copy is a second answer to the latest load, come after changes
+        # the copy has taken since: the copy is consistent up to its revision, so keep it (the
+        # held changes follow). A hash older than the copy was when the load was asked has gone
+        # back in time: Redis lost writes (a fail-over, a restart without persistence, a wipe),
+        # and the copy must follow Redis there.
+        if rev >= self.rev or rev < self.load_rev:
             self.fields = dict(fields)
             self.rev = rev
             self._state = None

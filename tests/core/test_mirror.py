@@ -161,11 +161,11 @@ def test_held_full_states_replace_the_loaded_copy() -> None:
     assert (m.rev, m.fields) == (7, {"n": "7"})
 
 
-def test_a_load_older_than_the_copy_is_not_installed() -> None:
+def test_a_load_older_than_the_copy_was_when_asked_is_installed() -> None:
     m = loaded(5, n="5")
     assert m.offer(delta(6, ("n", "6"))) is Offer.APPLIED
-    assert load(m, {"rev": "4", "n": "4"})
-    assert (m.rev, m.fields["n"], m.loaded) == (6, "6", True)
+    assert load(m, {"rev": "4", "n": "4"})  # Redis lost revisions 5 and 6
+    assert (m.rev, m.fields["n"], m.loaded) == (4, "4", True)
     assert load(m, {"rev": "9", "n": "9"})
     assert (m.rev, m.fields) == (9, {"rev": "9", "n": "9"})
 
@@ -251,13 +251,24 @@ def test_stop_following_also_covers_the_load_in_flight() -> None:
     assert (m.loaded, m.following, m.load_follows) == (True, False, False)
 
 
-def test_an_older_load_never_rolls_a_copy_back() -> None:
-    # The read crossed this instance's own newer write: the copy stays, the held change follows.
+def test_a_hash_gone_back_in_time_replaces_the_copy() -> None:
+    # Redis lost revisions 46 to 50 (a fail-over before they reached the replica): the copy
+    # follows it there, and the changes written after (46 again, 47) apply.
     m = loaded(50, n="50")
     load_id = m.start_load(False)
-    m.offer(Change(key="s1", rev=51, set=(("n", "51"),)))
-    assert m.loaded_with({"rev": "2", "n": "2"}, load_id)
-    assert (m.rev, m.fields["n"], m.loaded) == (51, "51", True)
+    assert m.offer(delta(46, ("n", "46"))) is Offer.HELD
+    assert m.loaded_with({"rev": "45", "n": "45"}, load_id)
+    assert (m.rev, m.fields["n"], m.loaded) == (46, "46", True)
+    assert m.offer(delta(47, ("n", "47"))) is Offer.APPLIED
+
+
+def test_a_hash_recreated_below_the_copy_replaces_it_and_a_held_change_past_it_reloads() -> None:
+    # Wiped and written again from Redis's clock, which the old revisions had outrun.
+    m = loaded(50, n="50")
+    load_id = m.start_load(False)
+    m.offer(Change(key="s1", rev=51, set=(("n", "51"),)))  # an old echo, come late
+    assert m.loaded_with({"rev": "20", "n": "1"}, load_id) is False  # 51 after 20: a gap
+    assert (m.rev, m.fields["n"], m.loaded) == (20, "1", False)
 
 
 def test_a_hash_that_is_gone_replaces_the_copy() -> None:

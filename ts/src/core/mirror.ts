@@ -43,6 +43,8 @@ export class Mirror {
   loadId = 0;
   /** Whether the latest load was asked while the shard's subscription was confirmed. */
   loadFollows = false;
+  /** The copy's revision when the latest load was asked. */
+  loadRev = -1;
   following = false;
   held: Change[] = [];
   private derived: IdentityState | null = null;
@@ -99,6 +101,7 @@ export class Mirror {
     this.unload();
     this.loadId += 1;
     this.loadFollows = follows;
+    this.loadRev = this.rev;
     return this.loadId;
   }
 
@@ -114,9 +117,10 @@ export class Mirror {
     const rev = parseInt10(fields.get("rev")) || 0;
     const held = [...this.held].sort((a, b) => a.rev - b.rev);
     this.held = [];
-    // A load older than the copy is a read that crossed this instance's own newer writes: keep
-    // the copy. Only a hash that is gone (no revision at all) replaces a newer copy.
-    if (rev >= this.rev || rev === 0) {
+    // A load older than the copy is a second answer to the latest load, come after changes the
+    // copy has taken since: keep the copy. A hash older than the copy was when the load was asked
+    // has gone back in time (Redis lost writes): the copy follows Redis there.
+    if (rev >= this.rev || rev < this.loadRev) {
       this.fields = new Map(fields);
       this.rev = rev;
       this.derived = null;

@@ -114,6 +114,18 @@ describe("the core's corners", () => {
     assert.match(session.notReadyReason("m-count", "c1", null), /\(another name of external:c1\) could not be loaded/);
   });
 
+  it("follows a hash gone back in time, and keeps a copy newer than a repeated answer", () => {
+    const mirror = new Mirror(KEY, new Customer("external", "c1"), "r");
+    const first = mirror.startLoad(true);
+    mirror.loadedWith(new Map([["rev", "50"], ["n", "50"]]), first);
+    assert.equal(mirror.offer({ key: KEY, rev: 51, set: [["n", "51"]], deleted: [], full: false }), Offer.APPLIED);
+    mirror.loadedWith(new Map([["rev", "50"], ["n", "50"]]), first); // the same load answered again
+    assert.deepEqual([mirror.rev, mirror.fields.get("n")], [51, "51"]);
+    mirror.loadedWith(new Map([["rev", "45"], ["n", "45"]]), mirror.startLoad(true)); // Redis lost 46-51
+    assert.deepEqual([mirror.rev, mirror.fields.get("n"), mirror.loaded], [45, "45", true]);
+    assert.equal(mirror.offer({ key: KEY, rev: 46, set: [["n", "46"]], deleted: [], full: false }), Offer.APPLIED);
+  });
+
   it("reloads a copy behind what this instance wrote, merges names by the newest snapshot", () => {
     const mirror = new Mirror(KEY, new Customer("external", "c1"), "r");
     mirror.loadedWith(new Map([["rev", "3"]]), mirror.startLoad(true));
