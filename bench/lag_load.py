@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,24 @@ def _last_probes(probes: list[str], answers: list[dict[str, Any]]) -> dict[str, 
         probe: answer["probes"][-1][0] if answer["probes"] else 0
         for probe, answer in zip(probes, answers, strict=True)
     }
+
+
+def _until_seen(
+    sight: _Sight,
+    probes: list[str],
+    answers: list[dict[str, Any]],
+    progress: threading.Event | asyncio.Event,
+) -> Iterator[float]:
+    """The seconds left to wait for the poller's progress, as long as it has not seen the last
+    probe event of every tracker this round and ``TIMEOUT_S`` has not passed since the round."""
+    last = _last_probes(probes, answers)
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        progress.clear()
+        remaining = deadline - time.monotonic()
+        if sight.has_seen(last) or remaining <= 0:
+            return
+        yield remaining
 
 
 class _Sight:
@@ -230,13 +248,7 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
                     trips = _get_round_trips(lambda: client.get("bench:load"), scale.load_seconds)
                     answers = [loader.answer() for loader in loaders]
                     gathered.seconds += time.monotonic() - started
-                    last = _last_probes(probes, answers)
-                    deadline = time.monotonic() + TIMEOUT_S
-                    while True:
-                        progress.clear()
-                        remaining = deadline - time.monotonic()
-                        if sight.has_seen(last) or remaining <= 0:
-                            break
+                    for remaining in _until_seen(sight, probes, answers, progress):
                         progress.wait(remaining)
                     gathered.add(sight, probes, answers, trips)
             finally:
@@ -317,13 +329,7 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
                     taken = await trips(scale.load_seconds)
                     answers = [json.loads(await hear(child)) for child in children]
                     gathered.seconds += time.monotonic() - started
-                    last = _last_probes(probes, answers)
-                    deadline = time.monotonic() + TIMEOUT_S
-                    while True:
-                        progress.clear()
-                        remaining = deadline - time.monotonic()
-                        if sight.has_seen(last) or remaining <= 0:
-                            break
+                    for remaining in _until_seen(sight, probes, answers, progress):
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(progress.wait(), remaining)
                     gathered.add(sight, probes, answers, taken)
