@@ -31,9 +31,7 @@ SETUP = (
 
 
 def run(env: Env) -> list[Figure]:
-    env.reset()
-    emu, meter = env.emulator, env.meter
-    emu.grant_credits(meter, 1_000_000, external_customer_id=CUSTOMER)
+    emu, meter = env.start(CUSTOMER, credits=1_000_000)
     sync = _sync(env, emu, meter)
     asynchronous = asyncio.run(_async(env, emu, meter))
     return [*sync, *asynchronous]

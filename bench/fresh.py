@@ -29,9 +29,7 @@ SETUP = (
 
 
 def run(env: Env) -> list[Figure]:
-    env.reset()
-    emu, meter = env.emulator, env.meter
-    emu.grant_credits(meter, 1_000_000, external_customer_id=CUSTOMER)
+    emu, meter = env.start(CUSTOMER, credits=1_000_000)
     key = keys.state_key(Customer("external", CUSTOMER), reducer_of(emu, meter))
     sync = _sync(env, emu, meter, key)
     asynchronous = asyncio.run(_async(env, emu, meter, key))

@@ -26,7 +26,6 @@ bench --only lag`` gives the same rows with it off (the child inherits the varia
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import random
 import sys
@@ -34,10 +33,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-from bench._child import ChildProcess
+from bench._child import AsyncChildProcess, ChildProcess
 from bench._emulator import EmulatorProcess
 from bench._env import Env
 from bench._stats import Figure, Side, Target, percentile, round_ratio
@@ -45,7 +43,6 @@ from outpost_async import AsyncOutpost
 from outpost_core import Balance
 from outpost_sync import Outpost
 
-ROOT = Path(__file__).resolve().parents[1]
 CUSTOMER = "bench-lag"
 COUNTER = "bench:lag:counter"
 TIMEOUT_S = 2.0
@@ -61,9 +58,7 @@ SETUP = (
 
 
 def run(env: Env) -> list[Figure]:
-    env.reset()
-    emu, meter = env.emulator, env.meter
-    emu.grant_credits(meter, 1_000_000_000, external_customer_id=CUSTOMER)
+    emu, meter = env.start(CUSTOMER, credits=1_000_000_000)
     sync = _sync(env, emu, meter)
     asynchronous = asyncio.run(_async(env, emu, meter))
     return [*sync, *asynchronous]
@@ -393,21 +388,14 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     followed, newcomers = rounds.followed, rounds.newcomers
     counter = env.async_client()
     await counter.set(COUNTER, 0)
-    arguments = _arguments("async", env, emu, meter)
-    child = await asyncio.create_subprocess_exec(
-        *arguments, cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
-    )
-    assert child.stdin is not None and child.stdout is not None
-    child_in, child_out = child.stdin, child.stdout
+    child = await AsyncChildProcess.start(_arguments("async", env, emu, meter))
 
     async def ask(command: str) -> int:
-        child_in.write(command.encode() + b"\n")
-        await child_in.drain()
-        return int(await child_out.readline())
+        await child.send(command)
+        return int(await child.line())
 
     try:
-        if (await child_out.readline()).strip() != b"ready":
-            raise RuntimeError("the tracking process did not start")
+        await child.ready()
         async with AsyncOutpost(
             access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=True
         ) as reader:
@@ -486,13 +474,6 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
                 followed.customer = CUSTOMER
                 rounds.news.append([await newcomer() for _ in range(scale.lag_new_instance)])
     finally:
-        with contextlib.suppress(OSError):
-            child_in.write(b"q\n")
-            child_in.close()
-        try:
-            await asyncio.wait_for(child.wait(), 15)
-        except TimeoutError:
-            child.kill()
-            await child.wait()
+        await child.close()
         await counter.aclose()
     return rounds.figures("async", SETUP.format(poller="task in the reader's event loop"))

@@ -51,9 +51,7 @@ SETUP = (
 
 
 def run(env: Env) -> list[Figure]:
-    env.reset()
-    emu, meter = env.emulator, env.meter
-    emu.grant_credits(meter, 1_000_000_000, external_customer_id=CUSTOMER)
+    emu, _ = env.start(CUSTOMER, credits=1_000_000_000)
     configuration = configuration_of(emu)
     client = env.client()
     trivial = str(client.script_load(TRIVIAL))
