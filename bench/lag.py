@@ -138,24 +138,46 @@ class _Rounds(_Lags):
         ]
 
 
+def _lag_figure(
+    key: str,
+    title: str,
+    subject: tuple[str, list[list[float]]],
+    baseline: tuple[str, list[list[float]]],
+    ratio_meaning: str,
+    how: str,
+    extra: dict[str, Any],
+) -> Figure:
+    """A lag row: each side every sample of every round (µs, labelled), the ratio per round
+    their p50s', the lag target."""
+    (label, lags), (base_label, base) = subject, baseline
+    return Figure(
+        key=key,
+        title=title,
+        unit="µs",
+        subject=Side(label, [x for r in lags for x in r]),
+        baseline=Side(base_label, [x for r in base for x in r]),
+        ratios=[round_ratio(s, b) for s, b in zip(lags, base, strict=True)],
+        ratio_meaning=ratio_meaning,
+        setup=how,
+        target=TARGET,
+        extra=extra,
+    )
+
+
 def _first_touch_figure(
     driver: str, rounds: _Rounds, firsts: list[list[float]], followed: _Followed, how: str
 ) -> Figure:
-    warm = rounds.subjects
     every = [x for r in rounds.trips for x in r]
     polls = sum(followed.polls.values())
     label, what = KINDS[followed.kind]
-    return Figure(
-        key=f"lag.{driver}.{followed.kind}",
-        title=f"track() in one process → balance() of {what} in another, {driver}",
-        unit="µs",
-        subject=Side(f"{label} lag {driver}", [x for r in firsts for x in r]),
-        baseline=Side(f"warm-customer lag {driver}", [x for r in warm for x in r]),
-        ratios=[round_ratio(s, b) for s, b in zip(firsts, warm, strict=True)],
-        ratio_meaning=f"{label} lag p50 / warm-customer lag p50 per round",
-        setup=how,
-        target=TARGET,
-        extra={
+    return _lag_figure(
+        f"lag.{driver}.{followed.kind}",
+        f"track() in one process → balance() of {what} in another, {driver}",
+        (f"{label} lag {driver}", firsts),
+        (f"warm-customer lag {driver}", rounds.subjects),
+        f"{label} lag p50 / warm-customer lag p50 per round",
+        how,
+        {
             "customers": sum(followed.first.values()),
             "timeouts": followed.timeouts,
             "timeout_s": TIMEOUT_S,
@@ -175,18 +197,14 @@ def _first_touch_figure(
 
 def _figure(driver: str, rounds: _Rounds, how: str) -> Figure:
     polled = [x for r in rounds.polls for x in r]
-    subjects, trips = rounds.subjects, rounds.trips
-    return Figure(
-        key=f"lag.{driver}",
-        title=f"track() in one process → balance() in another, {driver}",
-        unit="µs",
-        subject=Side(f"cross-instance lag {driver}", [x for r in subjects for x in r]),
-        baseline=Side(f"GET round trip {driver}", [x for r in trips for x in r]),
-        ratios=[round_ratio(s, b) for s, b in zip(subjects, trips, strict=True)],
-        ratio_meaning="lag p50 / GET round-trip p50 per round (how many round trips it takes)",
-        setup=how,
-        target=TARGET,
-        extra={
+    return _lag_figure(
+        f"lag.{driver}",
+        f"track() in one process → balance() in another, {driver}",
+        (f"cross-instance lag {driver}", rounds.subjects),
+        (f"GET round trip {driver}", rounds.trips),
+        "lag p50 / GET round-trip p50 per round (how many round trips it takes)",
+        how,
+        {
             "timeouts": rounds.timeouts,
             "timeout_s": TIMEOUT_S,
             "incr_get_poll_p50_us": percentile(polled, 50),
