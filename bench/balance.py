@@ -39,8 +39,8 @@ def run(env: Env) -> list[Figure]:
 
 
 class _Rounds:
-    """Each round's timed GETs and timed reads (by telemetry), and how many rounds saw the cached
-    balance recomputed meanwhile (``cold_reads``)."""
+    """Each round's timed GETs and timed reads (by telemetry), and how many batches of reads saw
+    the cached balance recomputed meanwhile (``cold_reads``)."""
 
     def __init__(self) -> None:
         self.gets: list[list[int]] = []
