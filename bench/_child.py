@@ -50,6 +50,44 @@ class ChildProcess:
         self._out.close()
 
 
+class AsyncChildProcess:
+    """The asyncio twin of :class:`ChildProcess`; the caller closes it, even when it never
+    said ``ready``."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self._process, self._in, self._out = process, process.stdin, process.stdout
+
+    @classmethod
+    async def start(cls, arguments: list[str]) -> AsyncChildProcess:
+        pipe = asyncio.subprocess.PIPE
+        return cls(
+            await asyncio.create_subprocess_exec(*arguments, cwd=ROOT, stdin=pipe, stdout=pipe)
+        )
+
+    async def ready(self) -> None:
+        """Wait for its ``ready`` line."""
+        if (await self.line()).strip() != b"ready":
+            raise RuntimeError("a benchmark's helper process did not start")
+
+    async def send(self, line: str) -> None:
+        self._in.write(line.encode() + b"\n")
+        await self._in.drain()
+
+    async def line(self) -> bytes:
+        return await self._out.readline()
+
+    async def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._in.write(b"q\n")
+            self._in.close()
+        try:
+            await asyncio.wait_for(self._process.wait(), 15)
+        except TimeoutError:
+            self._process.kill()
+            await self._process.wait()
+
+
 def main_by_driver(
     sync: Callable[..., None], asynchronous: Callable[..., Coroutine[Any, Any, None]]
 ) -> None:

@@ -171,6 +171,15 @@ class Env:
             admin.close()
         gc.collect()
 
+    def start(self, *customers: str, credits: int = 0) -> tuple[EmulatorProcess, str]:
+        """A benchmark's start: an empty Redis (:meth:`reset`), the emulator and its meter, with
+        ``credits`` granted on that meter to each of ``customers``."""
+        self.reset()
+        emu, meter = self.emulator, self.meter
+        for customer in customers:
+            emu.grant_credits(meter, credits, external_customer_id=customer)
+        return emu, meter
+
     @property
     def emulator(self) -> EmulatorProcess:
         """The run's local Polar, in its own process, started on first use; its clock runs from

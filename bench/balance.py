@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench._emulator import EmulatorProcess
 from bench._env import Env
 from bench._stats import Figure, Side, Target, ns_to_us, round_ratio
+from bench._timing import timed_calls, timed_calls_async
 from outpost_async import AsyncOutpost
 from outpost_sync import Outpost
 
@@ -31,19 +32,24 @@ SETUP = (
 
 
 def run(env: Env) -> list[Figure]:
-    env.reset()
-    emu, meter = env.emulator, env.meter
-    emu.grant_credits(meter, 1_000_000, external_customer_id=CUSTOMER)
+    emu, meter = env.start(CUSTOMER, credits=1_000_000)
     sync = _sync(env, emu, meter)
     asynchronous = asyncio.run(_async(env, emu, meter))
     return [*sync, *asynchronous]
 
 
 class _Rounds:
+    """Each round's timed GETs and timed reads (by telemetry), and how many batches of reads saw
+    the cached balance recomputed meanwhile (``cold_reads``)."""
+
     def __init__(self) -> None:
         self.gets: list[list[int]] = []
         self.reads: dict[bool, list[list[int]]] = {True: [], False: []}
         self.misses = 0
+
+    def add_reads(self, telemetry: bool, reads: list[int], missed: bool) -> None:
+        self.reads[telemetry].append(reads)
+        self.misses += missed
 
 
 def _figures(driver: str, rounds: _Rounds) -> list[Figure]:
@@ -91,6 +97,10 @@ def _instance(emu: EmulatorProcess, client: Any, telemetry: bool) -> dict[str, A
     return dict(access_token=emu.token, server_url=emu.url, redis=client, telemetry=telemetry)
 
 
+# The timed reads call balance() directly (as bench._timing's loops do: a wrapper's call would be
+# timed too), so each driver has its own; the async one mirrors the sync one line for line.
+
+
 def _timed_reads(read: Callable[..., Any], meter: str, ops: int) -> tuple[list[int], bool]:
     """``ops`` warm reads, each timed; whether the cached balance was recomputed meanwhile."""
     pc = time.perf_counter_ns
@@ -102,6 +112,20 @@ def _timed_reads(read: Callable[..., Any], meter: str, ops: int) -> tuple[list[i
         read(meter, external_customer_id=CUSTOMER)
         out[i] = pc() - t0
     return out, read(meter, external_customer_id=CUSTOMER) is not first
+
+
+async def _timed_reads_async(
+    read: Callable[..., Awaitable[Any]], meter: str, ops: int
+) -> tuple[list[int], bool]:
+    pc = time.perf_counter_ns
+    gc.collect()
+    out = [0] * ops
+    first = await read(meter, external_customer_id=CUSTOMER)
+    for i in range(ops):
+        t0 = pc()
+        await read(meter, external_customer_id=CUSTOMER)
+        out[i] = pc() - t0
+    return out, await read(meter, external_customer_id=CUSTOMER) is not first
 
 
 def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
@@ -116,20 +140,10 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
         sdks = {True: on, False: off}
         for sdk in sdks.values():
             sdk.balance(meter, external_customer_id=CUSTOMER)
-        pc = time.perf_counter_ns
-        get = client.get
         for _ in range(scale.balance_rounds):
-            gc.collect()
-            out = [0] * scale.get_ops
-            for i in range(scale.get_ops):
-                t0 = pc()
-                get(GET_KEY)
-                out[i] = pc() - t0
-            rounds.gets.append(out)
+            rounds.gets.append(timed_calls(client.get, GET_KEY, scale.get_ops))
             for telemetry, sdk in sdks.items():
-                reads, missed = _timed_reads(sdk.balance, meter, scale.balance_ops)
-                rounds.reads[telemetry].append(reads)
-                rounds.misses += missed
+                rounds.add_reads(telemetry, *_timed_reads(sdk.balance, meter, scale.balance_ops))
     return _figures("sync", rounds)
 
 
@@ -146,27 +160,11 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
             sdks = {True: on, False: off}
             for sdk in sdks.values():
                 await sdk.balance(meter, external_customer_id=CUSTOMER)
-            pc = time.perf_counter_ns
-            get = client.get
             for _ in range(scale.balance_rounds):
-                gc.collect()
-                out = [0] * scale.get_ops
-                for i in range(scale.get_ops):
-                    t0 = pc()
-                    await get(GET_KEY)
-                    out[i] = pc() - t0
-                rounds.gets.append(out)
+                rounds.gets.append(await timed_calls_async(client.get, GET_KEY, scale.get_ops))
                 for telemetry, sdk in sdks.items():
-                    gc.collect()
-                    read = sdk.balance
-                    reads = [0] * scale.balance_ops
-                    first = await read(meter, external_customer_id=CUSTOMER)
-                    for i in range(scale.balance_ops):
-                        t0 = pc()
-                        await read(meter, external_customer_id=CUSTOMER)
-                        reads[i] = pc() - t0
-                    rounds.reads[telemetry].append(reads)
-                    rounds.misses += await read(meter, external_customer_id=CUSTOMER) is not first
+                    timed = await _timed_reads_async(sdk.balance, meter, scale.balance_ops)
+                    rounds.add_reads(telemetry, *timed)
     finally:
         await client.aclose()
     return _figures("async", rounds)

@@ -12,19 +12,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from bench._env import Env
+from bench._offline import METER, prepare
 from bench._stats import Figure, Side, ns_to_us, round_ratio
-from outpost_core import Aggregate, Customer, floor_bucket
 from outpost_emulator.redis_server import RedisCluster
 from outpost_sync import Outpost
-from tests.support import polar
 
-METER = "m-calls"
 CUSTOMER = "bench-cluster"
-CONFIGURATION = polar.configuration(
-    polar.reducer(
-        "r-calls", [METER], clauses=[{"property": "name", "operator": "eq", "value": "api_call"}]
-    )
-)
 SETUP = (
     "No Polar: the configuration is stored in Redis and a snapshot applied with the "
     "apply_snapshot script (instances without an access token: nothing is delivered). Cluster: "
@@ -37,29 +30,14 @@ SETUP = (
 
 def run(env: Env) -> list[Figure]:
     env.reset()
-    _prepare(env.client())
+    prepare(env.client(), CUSTOMER)
     cluster = RedisCluster()
     cluster.start()
     try:
-        client = cluster.client()
-        _prepare(client)
+        prepare(cluster.client(), CUSTOMER)
         return _measure(env, cluster)
     finally:
         cluster.close()
-
-
-def _prepare(client: Any) -> None:
-    polar.store_configuration(client, CONFIGURATION)
-    now = time.time_ns() // 1000
-    polar.apply_snapshot(
-        client,
-        Customer("external", CUSTOMER),
-        cold_until=floor_bucket(now),
-        as_of=now,
-        now=now,
-        totals={"r-calls": Aggregate()},
-        credited={METER: 1e12},
-    )
 
 
 def _measure(env: Env, cluster: RedisCluster) -> list[Figure]:

@@ -31,6 +31,7 @@ from typing import Any
 import redis
 
 from bench import track as track_bench
+from bench._offline import CONFIGURATION, METER, prepare
 from outpost_core import (
     SCRIPT_SHA1,
     SCRIPT_TEXT,
@@ -47,7 +48,6 @@ from outpost_sync import Outpost
 
 CUSTOMER = track_bench.CUSTOMER
 RAW = track_bench.RAW_CUSTOMER
-METER = track_bench.METER
 
 
 def _server_us(client: redis.Redis) -> float:
@@ -72,7 +72,7 @@ class _Driverless:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self.session = Session()
-        self.session.handle(ConfigurationReceived(track_bench.CONFIGURATION, from_cache=True))
+        self.session.handle(ConfigurationReceived(CONFIGURATION, from_cache=True))
         self.session.handle(SubscriberRestarted())  # as the driver's subscriber does at start
         self.script = client.register_script(SCRIPT_TEXT["track"])
         while self.session.read(METER, external_customer_id=RAW) is None:
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with running() as srv:
         client = redis.Redis.from_url(srv.url, health_check_interval=10)
-        track_bench._prepare(client)
+        prepare(client, CUSTOMER, RAW)
         trivial = str(client.script_load("return 1"))
         client.script_load(SCRIPT_TEXT["track"])
         driverless = _Driverless(client)

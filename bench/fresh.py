@@ -11,6 +11,7 @@ from collections import Counter
 from bench._emulator import EmulatorProcess
 from bench._env import Env, reducer_of
 from bench._stats import Figure, Side, Target, ns_to_us, round_ratio
+from bench._timing import timed_calls, timed_calls_async
 from outpost_async import AsyncOutpost
 from outpost_core import Customer
 from outpost_core import _keys as keys
@@ -29,22 +30,24 @@ SETUP = (
 
 
 def run(env: Env) -> list[Figure]:
-    env.reset()
-    emu, meter = env.emulator, env.meter
-    emu.grant_credits(meter, 1_000_000, external_customer_id=CUSTOMER)
+    emu, meter = env.start(CUSTOMER, credits=1_000_000)
     key = keys.state_key(Customer("external", CUSTOMER), reducer_of(emu, meter))
     sync = _sync(env, emu, meter, key)
     asynchronous = asyncio.run(_async(env, emu, meter, key))
     return [sync, asynchronous]
 
 
-def _figure(
-    driver: str,
-    bare: list[list[int]],
-    fresh: list[list[int]],
-    sources: Counter[str],
-    fields: int,
-) -> Figure:
+class _Rounds:
+    """Each round's timed HGETALLs and fresh reads, and where the fresh reads were answered from."""
+
+    def __init__(self) -> None:
+        self.bare: list[list[int]] = []
+        self.fresh: list[list[int]] = []
+        self.sources: Counter[str] = Counter()
+
+
+def _figure(driver: str, rounds: _Rounds, fields: int) -> Figure:
+    bare, fresh, sources = rounds.bare, rounds.fresh, rounds.sources
     return Figure(
         key=f"fresh.{driver}",
         title=f"balance(fresh=True) {driver} vs redis-py HGETALL of the same key",
@@ -66,42 +69,31 @@ def _figure(
 def _sync(env: Env, emu: EmulatorProcess, meter: str, key: str) -> Figure:
     client = env.client()
     scale = env.scale
-    bare: list[list[int]] = []
-    fresh: list[list[int]] = []
-    sources: Counter[str] = Counter()
+    rounds = _Rounds()
     with Outpost(access_token=emu.token, server_url=emu.url, redis=client, telemetry=False) as sdk:
         sdk.balance(meter, external_customer_id=CUSTOMER)
         for _ in range(EVENTS):
             sdk.track("api_call", external_customer_id=CUSTOMER)
         fields = len(client.hgetall(key))
         pc = time.perf_counter_ns
-        hgetall = client.hgetall
         read = sdk.balance
         for _ in range(scale.fresh_rounds):
-            gc.collect()
-            out = [0] * scale.fresh_ops
-            for i in range(scale.fresh_ops):
-                t0 = pc()
-                hgetall(key)
-                out[i] = pc() - t0
-            bare.append(out)
+            rounds.bare.append(timed_calls(client.hgetall, key, scale.fresh_ops))
             gc.collect()
             out = [0] * scale.fresh_ops
             for i in range(scale.fresh_ops):
                 t0 = pc()
                 found = read(meter, external_customer_id=CUSTOMER, fresh=True)
                 out[i] = pc() - t0
-                sources[found.source] += 1
-            fresh.append(out)
-    return _figure("sync", bare, fresh, sources, fields)
+                rounds.sources[found.source] += 1
+            rounds.fresh.append(out)
+    return _figure("sync", rounds, fields)
 
 
 async def _async(env: Env, emu: EmulatorProcess, meter: str, key: str) -> Figure:
     client = env.async_client()
     scale = env.scale
-    bare: list[list[int]] = []
-    fresh: list[list[int]] = []
-    sources: Counter[str] = Counter()
+    rounds = _Rounds()
     try:
         async with AsyncOutpost(
             access_token=emu.token, server_url=emu.url, redis=client, telemetry=False
@@ -111,24 +103,17 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str, key: str) -> Figure
                 await sdk.track("api_call", external_customer_id=CUSTOMER)
             fields = len(await client.hgetall(key))
             pc = time.perf_counter_ns
-            hgetall = client.hgetall
             read = sdk.balance
             for _ in range(scale.fresh_rounds):
-                gc.collect()
-                out = [0] * scale.fresh_ops
-                for i in range(scale.fresh_ops):
-                    t0 = pc()
-                    await hgetall(key)
-                    out[i] = pc() - t0
-                bare.append(out)
+                rounds.bare.append(await timed_calls_async(client.hgetall, key, scale.fresh_ops))
                 gc.collect()
                 out = [0] * scale.fresh_ops
                 for i in range(scale.fresh_ops):
                     t0 = pc()
                     found = await read(meter, external_customer_id=CUSTOMER, fresh=True)
                     out[i] = pc() - t0
-                    sources[found.source] += 1
-                fresh.append(out)
+                    rounds.sources[found.source] += 1
+                rounds.fresh.append(out)
     finally:
         await client.aclose()
-    return _figure("async", bare, fresh, sources, fields)
+    return _figure("async", rounds, fields)

@@ -26,7 +26,6 @@ bench --only lag`` gives the same rows with it off (the child inherits the varia
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import random
 import sys
@@ -34,17 +33,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-from bench._child import ChildProcess
+from bench._child import AsyncChildProcess, ChildProcess
 from bench._emulator import EmulatorProcess
 from bench._env import Env
 from bench._stats import Figure, Side, Target, percentile, round_ratio
 from outpost_async import AsyncOutpost
+from outpost_core import Balance
 from outpost_sync import Outpost
 
-ROOT = Path(__file__).resolve().parents[1]
 CUSTOMER = "bench-lag"
 COUNTER = "bench:lag:counter"
 TIMEOUT_S = 2.0
@@ -60,18 +58,31 @@ SETUP = (
 
 
 def run(env: Env) -> list[Figure]:
-    env.reset()
-    emu, meter = env.emulator, env.meter
-    emu.grant_credits(meter, 1_000_000_000, external_customer_id=CUSTOMER)
+    emu, meter = env.start(CUSTOMER, credits=1_000_000_000)
     sync = _sync(env, emu, meter)
     asynchronous = asyncio.run(_async(env, emu, meter))
     return [*sync, *asynchronous]
 
 
-class _Followed:
+class _Lags:
+    """Turns a sample's two moments into its lag, counting the samples never seen."""
+
+    def __init__(self) -> None:
+        self.timeouts = 0
+
+    def lag(self, returned: int, seen: int | None) -> float:
+        """µs from the child's call returning to the poller's sight (``TIMEOUT_S`` if none)."""
+        if seen is None:
+            self.timeouts += 1
+            return TIMEOUT_S * 1e6
+        return (seen - returned) / 1000.0
+
+
+class _Followed(_Lags):
     """Which customer the poller reads, and where the reads were answered from."""
 
     def __init__(self, kind: str) -> None:
+        super().__init__()
         self.kind = kind
         self.customer = CUSTOMER
         self.last_source = ""
@@ -88,6 +99,16 @@ class _Followed:
         self.customer = f"{CUSTOMER}-{self.kind}-{driver}-{sum(self.first.values())}"
         return self.customer
 
+    def first_read(self, found: Balance) -> float:
+        """Notes where a fresh customer's first read was answered from; its consumed count."""
+        self.first[found.source] += 1
+        return found.consumed
+
+    def lag(self, returned: int, seen: int | None) -> float:
+        if seen is not None:
+            self.seeing[self.last_source] += 1
+        return super().lag(returned, seen)
+
 
 KINDS = {
     "first_touch": ("first-touch", "a customer the reader never read"),
@@ -95,31 +116,70 @@ KINDS = {
 }
 
 
-def _first_touch_figure(
-    driver: str,
-    warm: list[list[float]],
-    firsts: list[list[float]],
-    trips: list[list[float]],
-    timeouts: int,
-    followed: _Followed,
+class _Rounds(_Lags):
+    """What one driver's rounds gather: the lags (``timeouts`` counts the warm-customer and INCR
+    samples'), the GET round trips, and the first-touch and new-instance samples."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.polls: list[list[float]] = []  # INCR in the child seen by GET polling here
+        self.trips: list[list[float]] = []
+        self.subjects: list[list[float]] = []  # the warm customer's lag
+        self.firsts: list[list[float]] = []
+        self.news: list[list[float]] = []
+        self.followed = _Followed("first_touch")
+        self.newcomers = _Followed("new_instance")
+
+    def figures(self, driver: str, how: str) -> list[Figure]:
+        return [
+            _figure(driver, self, how),
+            _first_touch_figure(driver, self, self.firsts, self.followed, how),
+            _first_touch_figure(driver, self, self.news, self.newcomers, how),
+        ]
+
+
+def _lag_figure(
+    key: str,
+    title: str,
+    subject: tuple[str, list[list[float]]],
+    baseline: tuple[str, list[list[float]]],
+    ratio_meaning: str,
     how: str,
+    extra: dict[str, Any],
 ) -> Figure:
-    every = [x for r in trips for x in r]
-    polls = sum(followed.polls.values())
-    label, what = KINDS[followed.kind]
+    """A lag row: each side every sample of every round (µs, labelled), the ratio per round
+    their p50s', the lag target."""
+    (label, lags), (base_label, base) = subject, baseline
     return Figure(
-        key=f"lag.{driver}.{followed.kind}",
-        title=f"track() in one process → balance() of {what} in another, {driver}",
+        key=key,
+        title=title,
         unit="µs",
-        subject=Side(f"{label} lag {driver}", [x for r in firsts for x in r]),
-        baseline=Side(f"warm-customer lag {driver}", [x for r in warm for x in r]),
-        ratios=[round_ratio(s, b) for s, b in zip(firsts, warm, strict=True)],
-        ratio_meaning=f"{label} lag p50 / warm-customer lag p50 per round",
+        subject=Side(label, [x for r in lags for x in r]),
+        baseline=Side(base_label, [x for r in base for x in r]),
+        ratios=[round_ratio(s, b) for s, b in zip(lags, base, strict=True)],
+        ratio_meaning=ratio_meaning,
         setup=how,
         target=TARGET,
-        extra={
+        extra=extra,
+    )
+
+
+def _first_touch_figure(
+    driver: str, rounds: _Rounds, firsts: list[list[float]], followed: _Followed, how: str
+) -> Figure:
+    every = [x for r in rounds.trips for x in r]
+    polls = sum(followed.polls.values())
+    label, what = KINDS[followed.kind]
+    return _lag_figure(
+        f"lag.{driver}.{followed.kind}",
+        f"track() in one process → balance() of {what} in another, {driver}",
+        (f"{label} lag {driver}", firsts),
+        (f"warm-customer lag {driver}", rounds.subjects),
+        f"{label} lag p50 / warm-customer lag p50 per round",
+        how,
+        {
             "customers": sum(followed.first.values()),
-            "timeouts": timeouts,
+            "timeouts": followed.timeouts,
             "timeout_s": TIMEOUT_S,
             "first_read_from_redis": followed.first["redis"],
             "first_read_from_memory": followed.first["memory"],
@@ -135,27 +195,17 @@ def _first_touch_figure(
     )
 
 
-def _figure(
-    driver: str,
-    polls: list[list[float]],
-    trips: list[list[float]],
-    subjects: list[list[float]],
-    timeouts: int,
-    how: str,
-) -> Figure:
-    polled = [x for r in polls for x in r]
-    return Figure(
-        key=f"lag.{driver}",
-        title=f"track() in one process → balance() in another, {driver}",
-        unit="µs",
-        subject=Side(f"cross-instance lag {driver}", [x for r in subjects for x in r]),
-        baseline=Side(f"GET round trip {driver}", [x for r in trips for x in r]),
-        ratios=[round_ratio(s, b) for s, b in zip(subjects, trips, strict=True)],
-        ratio_meaning="lag p50 / GET round-trip p50 per round (how many round trips it takes)",
-        setup=how,
-        target=TARGET,
-        extra={
-            "timeouts": timeouts,
+def _figure(driver: str, rounds: _Rounds, how: str) -> Figure:
+    polled = [x for r in rounds.polls for x in r]
+    return _lag_figure(
+        f"lag.{driver}",
+        f"track() in one process → balance() in another, {driver}",
+        (f"cross-instance lag {driver}", rounds.subjects),
+        (f"GET round trip {driver}", rounds.trips),
+        "lag p50 / GET round-trip p50 per round (how many round trips it takes)",
+        how,
+        {
+            "timeouts": rounds.timeouts,
             "timeout_s": TIMEOUT_S,
             "incr_get_poll_p50_us": percentile(polled, 50),
             "incr_get_poll_p99_us": percentile(polled, 99),
@@ -185,13 +235,6 @@ def _arguments(driver: str, env: Env, emu: EmulatorProcess, meter: str) -> list[
     ]
 
 
-def _lag_us(returned: int, seen: int | None) -> tuple[float, bool]:
-    """The lag, and whether it timed out (then counted as the timeout)."""
-    if seen is None:
-        return TIMEOUT_S * 1e6, True
-    return (seen - returned) / 1000.0, False
-
-
 # -- sync ------------------------------------------------------------------------------------
 
 
@@ -211,7 +254,7 @@ class _Watch:
     """A thread that, once armed, reads until the value moves and notes when it saw it."""
 
     def __init__(self, read: Callable[[], Any]) -> None:
-        self._read = read
+        self.read = read
         self.before: Any = None
         self.seen_at: int | None = None
         self._armed = threading.Event()
@@ -243,7 +286,7 @@ class _Watch:
                 return
             before, deadline = self.before, pc() + int(TIMEOUT_S * 1e9)
             while True:
-                if self._read() != before:
+                if self.read() != before:
                     self.seen_at = pc()
                     break
                 if pc() > deadline:
@@ -262,16 +305,24 @@ def _round_trips(call: Callable[[], Any], count: int) -> list[float]:
     return out
 
 
+def _sample(watch: _Watch, before: Any, child: _Child, command: str, lags: _Lags) -> float:
+    """One lag: the watch armed at ``before``, the child runs ``command``; then a gap."""
+    watch.arm(before)
+    returned = child.ask(command)
+    lag = lags.lag(returned, watch.wait())
+    time.sleep(_gap())
+    return lag
+
+
 def _newcomer_sync(
     env: Env, emu: EmulatorProcess, meter: str, child: _Child, newcomers: _Followed
-) -> tuple[float, bool]:
+) -> float:
     """A new instance's first read of a new customer, then the child's track, then its reads."""
     name = newcomers.fresh_customer("sync")
     with Outpost(
         access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=True
     ) as newcomer:
-        first = newcomer.balance(meter, external_customer_id=name)
-        newcomers.first[first.source] += 1
+        first = newcomers.first_read(newcomer.balance(meter, external_customer_id=name))
 
         def consumed() -> float:
             found = newcomer.balance(meter, external_customer_id=name)
@@ -280,26 +331,15 @@ def _newcomer_sync(
 
         watch = _Watch(consumed)
         try:
-            watch.arm(first.consumed)
-            returned = child.ask(f"t {name}")
-            seen = watch.wait()
+            return _sample(watch, first, child, f"t {name}", newcomers)
         finally:
             watch.close()
-    if seen is not None:
-        newcomers.seeing[newcomers.last_source] += 1
-    return _lag_us(returned, seen)
 
 
 def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     scale = env.scale
-    polls: list[list[float]] = []
-    trips: list[list[float]] = []
-    subjects: list[list[float]] = []
-    firsts: list[list[float]] = []
-    timeouts = first_timeouts = 0
-    followed, newcomers = _Followed("first_touch"), _Followed("new_instance")
-    new_timeouts = 0
-    news: list[list[float]] = []
+    rounds = _Rounds()
+    followed = rounds.followed
     counter = env.client()
     counter.set(COUNTER, 0)
     written = _Watch(lambda: counter.get(COUNTER))
@@ -316,63 +356,44 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
                 return found.consumed
 
             watch = _Watch(consumed)
+
+            def first_touch() -> float:
+                name = followed.fresh_customer("sync")
+                first = followed.first_read(reader.balance(meter, external_customer_id=name))
+                return _sample(watch, first, child, f"t {name}", followed)
+
             try:
                 for _ in range(scale.lag_rounds):
                     gc.collect()
-                    out: list[float] = []
-                    for _ in range(scale.lag_samples):
-                        written.arm(counter.get(COUNTER))
-                        returned = child.ask("i")
-                        lag, late = _lag_us(returned, written.wait())
-                        timeouts += late
-                        out.append(lag)
-                        time.sleep(_gap())
-                    polls.append(out)
-                    trips.append(_round_trips(lambda: counter.get(COUNTER), scale.lag_samples))
+                    rounds.polls.append(
+                        [
+                            _sample(written, counter.get(COUNTER), child, "i", rounds)
+                            for _ in range(scale.lag_samples)
+                        ]
+                    )
+                    trips = _round_trips(lambda: counter.get(COUNTER), scale.lag_samples)
+                    rounds.trips.append(trips)
                     gc.collect()
-                    out = []
-                    for _ in range(scale.lag_samples):
-                        watch.arm(consumed())
-                        returned = child.ask("t")
-                        lag, late = _lag_us(returned, watch.wait())
-                        timeouts += late
-                        out.append(lag)
-                        time.sleep(_gap())
-                    subjects.append(out)
-                    out = []
-                    for _ in range(scale.lag_first_touch):
-                        name = followed.fresh_customer("sync")
-                        first = reader.balance(meter, external_customer_id=name)
-                        followed.first[first.source] += 1
-                        watch.arm(first.consumed)
-                        returned = child.ask(f"t {name}")
-                        seen = watch.wait()
-                        if seen is not None:
-                            followed.seeing[followed.last_source] += 1
-                        lag, late = _lag_us(returned, seen)
-                        first_timeouts += late
-                        out.append(lag)
-                        time.sleep(_gap())
+                    rounds.subjects.append(
+                        [
+                            _sample(watch, consumed(), child, "t", rounds)
+                            for _ in range(scale.lag_samples)
+                        ]
+                    )
+                    rounds.firsts.append([first_touch() for _ in range(scale.lag_first_touch)])
                     followed.customer = CUSTOMER
-                    firsts.append(out)
-                    out = []
-                    for _ in range(scale.lag_new_instance):
-                        lag, late = _newcomer_sync(env, emu, meter, child, newcomers)
-                        new_timeouts += late
-                        out.append(lag)
-                        time.sleep(_gap())
-                    news.append(out)
+                    rounds.news.append(
+                        [
+                            _newcomer_sync(env, emu, meter, child, rounds.newcomers)
+                            for _ in range(scale.lag_new_instance)
+                        ]
+                    )
             finally:
                 watch.close()
     finally:
         child.close()
         written.close()
-    how = SETUP.format(poller="thread")
-    return [
-        _figure("sync", polls, trips, subjects, timeouts, how),
-        _first_touch_figure("sync", subjects, firsts, trips, first_timeouts, followed, how),
-        _first_touch_figure("sync", subjects, news, trips, new_timeouts, newcomers, how),
-    ]
+    return rounds.figures("sync", SETUP.format(poller="thread"))
 
 
 # -- async -----------------------------------------------------------------------------------
@@ -381,31 +402,18 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
 async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
     scale = env.scale
     pc = time.perf_counter_ns
-    polls: list[list[float]] = []
-    trips: list[list[float]] = []
-    subjects: list[list[float]] = []
-    firsts: list[list[float]] = []
-    timeouts = first_timeouts = 0
-    followed, newcomers = _Followed("first_touch"), _Followed("new_instance")
-    new_timeouts = 0
-    news: list[list[float]] = []
+    rounds = _Rounds()
+    followed, newcomers = rounds.followed, rounds.newcomers
     counter = env.async_client()
     await counter.set(COUNTER, 0)
-    arguments = _arguments("async", env, emu, meter)
-    child = await asyncio.create_subprocess_exec(
-        *arguments, cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
-    )
-    assert child.stdin is not None and child.stdout is not None
-    child_in, child_out = child.stdin, child.stdout
+    child = await AsyncChildProcess.start(_arguments("async", env, emu, meter))
 
     async def ask(command: str) -> int:
-        child_in.write(command.encode() + b"\n")
-        await child_in.drain()
-        return int(await child_out.readline())
+        await child.send(command)
+        return int(await child.line())
 
     try:
-        if (await child_out.readline()).strip() != b"ready":
-            raise RuntimeError("the tracking process did not start")
+        await child.ready()
         async with AsyncOutpost(
             access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=True
         ) as reader:
@@ -427,84 +435,63 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> list[Figure]:
                     await asyncio.sleep(0)
                 return pc()
 
-            async def sample(read: Callable[[], Awaitable[Any]], command: str) -> float:
-                nonlocal timeouts
-                poll = asyncio.get_running_loop().create_task(moved(read, await read()))
+            async def sample(
+                read: Callable[[], Awaitable[Any]], before: Any, command: str, lags: _Lags
+            ) -> float:
+                """One lag: a poller task reads until ``before`` moves, the child runs
+                ``command``; then a gap."""
+                poll = asyncio.get_running_loop().create_task(moved(read, before))
                 await asyncio.sleep(0)  # the poller starts reading
                 returned = await ask(command)
-                lag, late = _lag_us(returned, await poll)
-                timeouts += late
+                lag = lags.lag(returned, await poll)
                 await asyncio.sleep(_gap())
                 return lag
 
             async def first_touch() -> float:
-                nonlocal first_timeouts
                 name = followed.fresh_customer("async")
-                first = await reader.balance(meter, external_customer_id=name)
-                followed.first[first.source] += 1
-                poll = asyncio.get_running_loop().create_task(moved(consumed, first.consumed))
-                await asyncio.sleep(0)  # the poller starts reading
-                returned = await ask(f"t {name}")
-                seen = await poll
-                if seen is not None:
-                    followed.seeing[followed.last_source] += 1
-                lag, late = _lag_us(returned, seen)
-                first_timeouts += late
-                await asyncio.sleep(_gap())
-                return lag
+                first = followed.first_read(await reader.balance(meter, external_customer_id=name))
+                return await sample(consumed, first, f"t {name}", followed)
 
             async def newcomer() -> float:
-                nonlocal new_timeouts
                 name = newcomers.fresh_customer("async")
                 async with AsyncOutpost(
                     access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=True
                 ) as instance:
-                    first = await instance.balance(meter, external_customer_id=name)
-                    newcomers.first[first.source] += 1
+                    found = await instance.balance(meter, external_customer_id=name)
+                    first = newcomers.first_read(found)
 
                     async def read() -> float:
                         found = await instance.balance(meter, external_customer_id=name)
                         newcomers.saw(found.source)
                         return found.consumed
 
-                    poll = asyncio.get_running_loop().create_task(moved(read, first.consumed))
-                    await asyncio.sleep(0)  # the poller starts reading
-                    returned = await ask(f"t {name}")
-                    seen = await poll
-                if seen is not None:
-                    newcomers.seeing[newcomers.last_source] += 1
-                lag, late = _lag_us(returned, seen)
-                new_timeouts += late
-                await asyncio.sleep(_gap())
-                return lag
+                    return await sample(read, first, f"t {name}", newcomers)
 
             for _ in range(scale.lag_rounds):
                 gc.collect()
-                polls.append([await sample(count, "i") for _ in range(scale.lag_samples)])
+                rounds.polls.append(
+                    [
+                        await sample(count, await count(), "i", rounds)
+                        for _ in range(scale.lag_samples)
+                    ]
+                )
                 out: list[float] = []
                 for _ in range(scale.lag_samples):
                     t0 = pc()
                     await count()
                     out.append((pc() - t0) / 1000.0)
-                trips.append(out)
+                rounds.trips.append(out)
                 gc.collect()
-                subjects.append([await sample(consumed, "t") for _ in range(scale.lag_samples)])
-                firsts.append([await first_touch() for _ in range(scale.lag_first_touch)])
+                rounds.subjects.append(
+                    [
+                        await sample(consumed, await consumed(), "t", rounds)
+                        for _ in range(scale.lag_samples)
+                    ]
+                )
+                rounds.firsts.append([await first_touch() for _ in range(scale.lag_first_touch)])
                 followed.customer = CUSTOMER
-                news.append([await newcomer() for _ in range(scale.lag_new_instance)])
+                rounds.news.append([await newcomer() for _ in range(scale.lag_new_instance)])
     finally:
-        with contextlib.suppress(OSError):
-            child_in.write(b"q\n")
-            child_in.close()
-        try:
-            await asyncio.wait_for(child.wait(), 15)
-        except TimeoutError:
-            child.kill()
-            await child.wait()
+        await child.close()
         await counter.aclose()
-    how = SETUP.format(poller="task in the reader's event loop")
-    return [
-        _figure("async", polls, trips, subjects, timeouts, how),
-        _first_touch_figure("async", subjects, firsts, trips, first_timeouts, followed, how),
-        _first_touch_figure("async", subjects, news, trips, new_timeouts, newcomers, how),
-    ]
+    return rounds.figures("async", SETUP.format(poller="task in the reader's event loop"))

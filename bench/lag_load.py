@@ -23,11 +23,10 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from bench._child import ChildProcess
+from bench._child import AsyncChildProcess, ChildProcess
 from bench._emulator import EmulatorProcess
 from bench._env import Env
 from bench._loader import TASKS
@@ -37,7 +36,6 @@ from outpost_async import AsyncOutpost
 from outpost_core import Balance
 from outpost_sync import Outpost
 
-ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 2.0
 TRACKERS = 2
 SETUP = (
@@ -51,8 +49,7 @@ SETUP = (
 
 
 def run(env: Env) -> list[Figure]:
-    env.reset()
-    emu, meter = env.emulator, env.meter
+    emu, meter = env.start()
     sync = _sync(env, emu, meter)
     asynchronous = asyncio.run(_async(env, emu, meter))
     return [sync, asynchronous]
@@ -84,6 +81,24 @@ def _last_probes(probes: list[str], answers: list[dict[str, Any]]) -> dict[str, 
         probe: answer["probes"][-1][0] if answer["probes"] else 0
         for probe, answer in zip(probes, answers, strict=True)
     }
+
+
+def _until_seen(
+    sight: _Sight,
+    probes: list[str],
+    answers: list[dict[str, Any]],
+    progress: threading.Event | asyncio.Event,
+) -> Iterator[float]:
+    """The seconds left to wait for the poller's progress, as long as it has not seen the last
+    probe event of every tracker this round and ``TIMEOUT_S`` has not passed since the round."""
+    last = _last_probes(probes, answers)
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        progress.clear()
+        remaining = deadline - time.monotonic()
+        if sight.has_seen(last) or remaining <= 0:
+            return
+        yield remaining
 
 
 class _Sight:
@@ -230,13 +245,7 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
                     trips = _get_round_trips(lambda: client.get("bench:load"), scale.load_seconds)
                     answers = [loader.answer() for loader in loaders]
                     gathered.seconds += time.monotonic() - started
-                    last = _last_probes(probes, answers)
-                    deadline = time.monotonic() + TIMEOUT_S
-                    while True:
-                        progress.clear()
-                        remaining = deadline - time.monotonic()
-                        if sight.has_seen(last) or remaining <= 0:
-                            break
+                    for remaining in _until_seen(sight, probes, answers, progress):
                         progress.wait(remaining)
                     gathered.add(sight, probes, answers, trips)
             finally:
@@ -256,28 +265,13 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
     scale = env.scale
     hot, probes = _names("async")
     children = [
-        await asyncio.create_subprocess_exec(
-            *_arguments("async", env, emu, meter, p),
-            cwd=ROOT,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        for p in probes
+        await AsyncChildProcess.start(_arguments("async", env, emu, meter, p)) for p in probes
     ]
     gathered = _Round()
     progress = asyncio.Event()
     sight = _Sight(probes, progress.set)
     client = env.async_client()
     stopped = False
-
-    async def say(child: asyncio.subprocess.Process, line: str) -> None:
-        assert child.stdin is not None
-        child.stdin.write(line.encode() + b"\n")
-        await child.stdin.drain()
-
-    async def hear(child: asyncio.subprocess.Process) -> bytes:
-        assert child.stdout is not None
-        return await child.stdout.readline()
 
     async def trips(seconds: float) -> list[float]:
         pc = time.perf_counter_ns
@@ -292,8 +286,7 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
 
     try:
         for child in children:
-            if (await hear(child)).strip() != b"ready":
-                raise RuntimeError("a tracking process did not start")
+            await child.ready()
         async with AsyncOutpost(
             access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False
         ) as reader:
@@ -312,18 +305,12 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
                 for _ in range(scale.load_rounds):
                     gc.collect()
                     for child in children:
-                        await say(child, f"go {scale.load_seconds}")
+                        await child.send(f"go {scale.load_seconds}")
                     started = time.monotonic()
                     taken = await trips(scale.load_seconds)
-                    answers = [json.loads(await hear(child)) for child in children]
+                    answers = [json.loads(await child.line()) for child in children]
                     gathered.seconds += time.monotonic() - started
-                    last = _last_probes(probes, answers)
-                    deadline = time.monotonic() + TIMEOUT_S
-                    while True:
-                        progress.clear()
-                        remaining = deadline - time.monotonic()
-                        if sight.has_seen(last) or remaining <= 0:
-                            break
+                    for remaining in _until_seen(sight, probes, answers, progress):
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(progress.wait(), remaining)
                     gathered.add(sight, probes, answers, taken)
@@ -332,15 +319,7 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
                 await poller
     finally:
         for child in children:
-            with contextlib.suppress(OSError):
-                await say(child, "q")
-                assert child.stdin is not None
-                child.stdin.close()
-            try:
-                await asyncio.wait_for(child.wait(), 15)
-            except TimeoutError:
-                child.kill()
-                await child.wait()
+            await child.close()
         await client.aclose()
     how = SETUP.format(how=f"{TASKS} tasks", poller="a task in the reader's event loop")
     return gathered.figure("async", sight, how)

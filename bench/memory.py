@@ -41,6 +41,30 @@ def run(env: Env) -> list[Figure]:
     return [_process(env), _redis_hour(env)]
 
 
+def _bytes_figure(
+    key: str,
+    title: str,
+    subject: tuple[str, list[float]],
+    baseline: tuple[str, list[float]],
+    ratio_meaning: str,
+    setup: str,
+    extra: dict[str, Any],
+) -> Figure:
+    """A memory row: one value a round on each side (bytes, labelled), the ratio per round."""
+    (label, values), (base_label, base) = subject, baseline
+    return Figure(
+        key=key,
+        title=title,
+        unit="bytes",
+        subject=Side(label, values),
+        baseline=Side(base_label, base),
+        ratios=[s / b for s, b in zip(values, base, strict=True)],
+        ratio_meaning=ratio_meaning + "; p50/p99 over rounds",
+        setup=setup,
+        extra=extra,
+    )
+
+
 def _usage(client: redis.Redis, *names: str) -> int:
     total = 0
     for name in names:
@@ -96,16 +120,14 @@ def _process(env: Env) -> Figure:
                 state_bytes.append(_usage(client, *names) / len(customers))
         finally:
             tracemalloc.stop()
-    return Figure(
-        key="memory.process",
-        title="process memory per warm customer-meter",
-        unit="bytes",
-        subject=Side("Outpost instance (sync)", subject),
-        baseline=Side("dict of raw HGETALL replies", baseline),
-        ratios=[s / b for s, b in zip(subject, baseline, strict=True)],
-        ratio_meaning="instance bytes / raw-reply-cache bytes per round; p50/p99 over rounds",
-        setup=PROCESS_SETUP.format(n=scale.memory_customers, e=EVENTS_PER_CUSTOMER),
-        extra={
+    return _bytes_figure(
+        "memory.process",
+        "process memory per warm customer-meter",
+        ("Outpost instance (sync)", subject),
+        ("dict of raw HGETALL replies", baseline),
+        "instance bytes / raw-reply-cache bytes per round",
+        PROCESS_SETUP.format(n=scale.memory_customers, e=EVENTS_PER_CUSTOMER),
+        {
             "customers_per_round": scale.memory_customers,
             "events_per_customer": EVENTS_PER_CUSTOMER,
             "redis_state_hash_bytes": sorted(state_bytes)[len(state_bytes) // 2],
@@ -162,16 +184,14 @@ def _redis_hour(env: Env) -> Figure:
                 counted.append(_usage(client, *names))
         finally:
             emu.resume_syncs()
-    return Figure(
-        key="memory.redis_identity_hour",
-        title="Redis bytes per identity after an hour of events",
-        unit="bytes",
-        subject=Side("counted by snapshots", counted),
-        baseline=Side("every event pending (acknowledged)", pending),
-        ratios=[c / p for c, p in zip(counted, pending, strict=True)],
-        ratio_meaning="bytes once counted / bytes with every event pending; p50/p99 over rounds",
-        setup=REDIS_SETUP.format(e=events),
-        extra={
+    return _bytes_figure(
+        "memory.redis_identity_hour",
+        "Redis bytes per identity after an hour of events",
+        ("counted by snapshots", counted),
+        ("every event pending (acknowledged)", pending),
+        "bytes once counted / bytes with every event pending",
+        REDIS_SETUP.format(e=events),
+        {
             "events_per_hour": events,
             "pending_bytes_per_event": sorted(pending)[len(pending) // 2] / events,
             "undelivered_bytes": sorted(undelivered)[len(undelivered) // 2],

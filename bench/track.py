@@ -21,31 +21,21 @@ import redis
 import redis.asyncio
 
 from bench._env import Env, configuration_of
+from bench._offline import CONFIGURATION
 from bench._stats import Figure, Side, Target, median, ns_to_us, round_ratio
 from outpost_async import AsyncOutpost
 from outpost_core import (
     SCRIPT_SHA1,
     SCRIPT_TEXT,
-    Aggregate,
     ConfigurationReceived,
-    Customer,
     RunScript,
     Session,
-    floor_bucket,
 )
 from outpost_sync import Outpost
-from tests.support import polar
 
-METER = "m-calls"
 CUSTOMER = "bench-track"
 RAW_CUSTOMER = "bench-track-raw"
 TRIVIAL = "return 1"
-CONFIGURATION = polar.configuration(
-    polar.reducer(
-        "r-calls", [METER], clauses=[{"property": "name", "operator": "eq", "value": "api_call"}]
-    )
-)
-"""The configuration ``python -m bench.decompose`` stores in Redis (it runs without Polar)."""
 TIME_TARGET = Target(on="ratio", op="<=", value=1.15)
 RATE_TARGET = Target(on="ratio", op=">=", value=0.8)
 TELEMETRY_TARGET = Target(on="ratio", op="<=", value=1.05)
@@ -61,9 +51,7 @@ SETUP = (
 
 
 def run(env: Env) -> list[Figure]:
-    env.reset()
-    emu, meter = env.emulator, env.meter
-    emu.grant_credits(meter, 1_000_000_000, external_customer_id=CUSTOMER)
+    emu, _ = env.start(CUSTOMER, credits=1_000_000_000)
     configuration = configuration_of(emu)
     client = env.client()
     trivial = str(client.script_load(TRIVIAL))
@@ -124,21 +112,6 @@ def _telemetry_figure(on: Figure, off: Figure) -> Figure:
         setup=SETUP,
         target=TELEMETRY_TARGET,
     )
-
-
-def _prepare(client: redis.Redis) -> None:
-    polar.store_configuration(client, CONFIGURATION)
-    now = time.time_ns() // 1000
-    for name in (CUSTOMER, RAW_CUSTOMER):
-        polar.apply_snapshot(
-            client,
-            Customer("external", name),
-            cold_until=floor_bucket(now),
-            as_of=now,
-            now=now,
-            totals={"r-calls": Aggregate()},
-            credited={METER: 1e12},
-        )
 
 
 def _raw_runs(count: int, configuration: Any = CONFIGURATION) -> Iterator[RunScript]:
