@@ -1,5 +1,7 @@
--- lib.lua: helpers shared by every Outpost script. `scripts/gen_scripts.py` prepends this file to
--- each script, so each script Redis runs is self-contained; the TypeScript SDK does the same.
+-- lib.lua: helpers shared by every Outpost script. `scripts/gen_scripts.py` prepends to each
+-- script the stretches of this file (between blank lines) it uses: every one that defines no
+-- function, and each function the script or another one it keeps names. Each script Redis runs
+-- is self-contained; the TypeScript SDK composes them the same way.
 --
 -- Aggregates are "count sum min max", min and max written "-" for an empty set. Numbers are
 -- written in the shortest form that reads back exactly. Every write bumps the identity's `rev`,
