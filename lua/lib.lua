@@ -1,5 +1,7 @@
--- lib.lua: helpers shared by every Outpost script. `scripts/gen_scripts.py` prepends this file to
--- each script, so each script Redis runs is self-contained; the TypeScript SDK does the same.
+-- lib.lua: helpers shared by every Outpost script. `scripts/gen_scripts.py` prepends to each
+-- script the stretches of this file (between blank lines) it uses: every one that defines no
+-- function, and each function the script or another one it keeps names. Each script Redis runs
+-- is self-contained; the TypeScript SDK composes them the same way.
 --
 -- Aggregates are "count sum min max", min and max written "-" for an empty set. Numbers are
 -- written in the shortest form that reads back exactly. Every write bumps the identity's `rev`,
@@ -8,15 +10,17 @@
 
 local TTL = 691200 -- eight days: an identity nobody writes for that long is forgotten
 
+local format, floor = string.format, math.floor -- upvalues: cheaper than a field lookup each call
+
 local function fmt(x)
-  if x == math.floor(x) and math.abs(x) < 9007199254740992 then
-    return string.format("%d", x)
+  if x == floor(x) and x < 9007199254740992 and x > -9007199254740992 then
+    return format("%d", x)
   end
-  local s = string.format("%.15g", x)
+  local s = format("%.15g", x)
   if tonumber(s) ~= x then
-    s = string.format("%.16g", x)
+    s = format("%.16g", x)
     if tonumber(s) ~= x then
-      s = string.format("%.17g", x)
+      s = format("%.17g", x)
     end
   end
   return s
@@ -38,14 +42,6 @@ local function next_rev(current)
   return fresh_rev
 end
 
-local function agg_decode(text)
-  if not text then
-    return { c = 0, s = 0 }
-  end
-  local c, s, lo, hi = string.match(text, "^(%S+) (%S+) (%S+) (%S+)$")
-  return { c = tonumber(c), s = tonumber(s), lo = tonumber(lo), hi = tonumber(hi) }
-end
-
 local function agg_add(a, v)
   a.c = a.c + 1
   a.s = a.s + v
@@ -60,6 +56,20 @@ local function agg_encode(a)
     lo, hi = fmt(a.lo), fmt(a.hi)
   end
   return a.c .. " " .. fmt(a.s) .. " " .. lo .. " " .. hi
+end
+
+-- The aggregate `text` (nil: the empty one) with one more value `v`, without building a table:
+-- track runs this on every event.
+local function agg_with(text, v)
+  if not text then
+    local x = fmt(v)
+    return "1 " .. x .. " " .. x .. " " .. x
+  end
+  local c, s, lo, hi = string.match(text, "^(%S+) (%S+) (%S+) (%S+)$")
+  lo, hi = tonumber(lo), tonumber(hi)
+  if lo == nil or v < lo then lo = v end
+  if hi == nil or v > hi then hi = v end
+  return (tonumber(c) + 1) .. " " .. fmt(tonumber(s) + v) .. " " .. fmt(lo) .. " " .. fmt(hi)
 end
 
 -- An events-hash field is "<bucket start>:<event id>"; its value is "<value>" while the event is

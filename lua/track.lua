@@ -28,15 +28,15 @@ for i = 1, n do
     local f = "a:" .. bucket
     local old = redis.call("HMGET", st, "rev", "n", "u", f)
     local rev = next_rev(tonumber(old[1]))
-    local pending = (tonumber(old[2]) or 0) + 1
-    local undelivered = (tonumber(old[3]) or 0) + 1
-    local text = agg_encode(agg_add(agg_decode(old[4]), tonumber(raw)))
+    -- counters as strings: redis.call would format a number argument itself, at a cost
+    local pending = fmt((tonumber(old[2]) or 0) + 1)
+    local undelivered = fmt((tonumber(old[3]) or 0) + 1)
+    local text = agg_with(old[4], tonumber(raw))
     redis.call("HSET", st, "rev", fmt(rev), "n", pending, "u", undelivered, f, text)
     if not old[4] then
       touch(st, ev) -- once per identity and bucket: every other script refreshes the TTL too
     end
-    record(reply, publish, st, rev, known,
-      { f, text, "n", tostring(pending), "u", tostring(undelivered) }, {})
+    record(reply, publish, st, rev, known, { f, text, "n", pending, "u", undelivered }, {})
   end
 end
 if n > 0 and written == 0 then

@@ -1,6 +1,7 @@
 """Generate ``outpost_core/_scripts.py`` from ``lua/*.lua``; ``--check`` fails when it is stale.
 
-Each script Redis runs is ``lua/lib.lua`` followed by the script's own file. The generated module
+Each script Redis runs is the part of ``lua/lib.lua`` it uses followed by the script's own file
+(:func:`compose_script`). The generated module
 carries the composed text and its SHA1 (the EVALSHA name), so the package needs no data files:
 the scripts reach a wheel and an editable install alike.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import sys
 from pathlib import Path
 
@@ -18,10 +20,33 @@ TARGET = ROOT / "outpost_core" / "_scripts.py"
 LIBRARY = "lib.lua"
 
 
+DEFINES = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+
+
+def compose_script(library: str, own: str) -> str:
+    """The chunks of ``library`` (stretches between blank lines) that ``own`` needs, a blank line,
+    then ``own``. A chunk defining functions is kept when the script, or a chunk kept, names one
+    of them; every other chunk is kept. Redis runs the whole text on every call, so a function
+    the script never calls would still cost a closure per call."""
+    chunks = library.rstrip("\n").split("\n\n")
+    defined = [DEFINES.findall(chunk) for chunk in chunks]
+    kept = [not names for names in defined]
+    text = own + "".join(chunk for chunk, keep in zip(chunks, kept, strict=True) if keep)
+    grew = True
+    while grew:
+        grew = False
+        for i, names in enumerate(defined):
+            if not kept[i] and any(re.search(rf"\b{name}\b", text) for name in names):
+                kept[i], grew = True, True
+                text += chunks[i]
+    used = [chunk for chunk, keep in zip(chunks, kept, strict=True) if keep]
+    return "\n\n".join(used) + "\n\n" + own
+
+
 def compose() -> dict[str, str]:
     library = (LUA / LIBRARY).read_text(encoding="utf-8")
     return {
-        path.stem: library + "\n" + path.read_text(encoding="utf-8")
+        path.stem: compose_script(library, path.read_text(encoding="utf-8"))
         for path in sorted(LUA.glob("*.lua"))
         if path.name != LIBRARY
     }

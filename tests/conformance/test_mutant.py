@@ -40,6 +40,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, run_state_machine_as_test
 
 from outpost_core import SCRIPT_TEXT
+from scripts import gen_scripts
 from tests.conformance._mutants import all_mutants, hunt
 from tests.conformance.test_model import OutpostModel, machine_for
 from tests.support.redis_server import RedisServer
@@ -179,7 +180,8 @@ def mutant_scripts() -> dict[str, str]:
     """The real scripts, with the mutant (composed with lib.lua, as gen_scripts does) for
     acknowledge."""
     library = (ROOT / "lua" / "lib.lua").read_text(encoding="utf-8")
-    return {**SCRIPT_TEXT, "acknowledge": library + "\n" + MUTANT.read_text(encoding="utf-8")}
+    mutant = gen_scripts.compose_script(library, MUTANT.read_text(encoding="utf-8"))
+    return {**SCRIPT_TEXT, "acknowledge": mutant}
 
 
 MUTANT_MACHINE = {"check_representation": False, "quiesce_at_teardown": False}

@@ -1,5 +1,5 @@
-/** Generate src/core/scripts.generated.ts from ../lua/*.lua (lib.lua, a newline, then the script,
- * as scripts/gen_scripts.py composes them); `--check` exits 1 when the file is stale. */
+/** Generate src/core/scripts.generated.ts from ../lua/*.lua (the part of lib.lua a script uses,
+ * then the script, as scripts/gen_scripts.py composes them); `--check` exits 1 when it is stale. */
 
 import { createHash } from "node:crypto";
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
@@ -10,12 +10,34 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const LUA = join(ROOT, "..", "lua");
 export const TARGET = join(ROOT, "src", "core", "scripts.generated.ts");
 
+/** The chunks of `library` (stretches between blank lines) that `own` needs, a blank line, then
+ * `own`: a chunk defining functions is kept when the script, or a chunk kept, names one of them;
+ * every other chunk is kept. Redis runs the whole text on every call, so a function the script
+ * never calls would still cost a closure per call. */
+export function composeScript(library: string, own: string): string {
+  const chunks = library.replace(/\n+$/, "").split("\n\n");
+  const defined = chunks.map((chunk) => [...chunk.matchAll(/^local function (\w+)\(/gm)].map((m) => m[1]));
+  const kept = defined.map((names) => names.length === 0);
+  let text = own + chunks.filter((_, i) => kept[i]).join("");
+  for (let grew = true; grew; ) {
+    grew = false;
+    defined.forEach((names, i) => {
+      if (!kept[i] && names.some((name) => new RegExp(`\\b${name}\\b`).test(text))) {
+        kept[i] = true;
+        grew = true;
+        text += chunks[i];
+      }
+    });
+  }
+  return chunks.filter((_, i) => kept[i]).join("\n\n") + "\n\n" + own;
+}
+
 export function compose(): Map<string, string> {
   const library = readFileSync(join(LUA, "lib.lua"), "utf-8");
   const out = new Map<string, string>();
   for (const name of readdirSync(LUA).sort()) {
     if (!name.endsWith(".lua") || name === "lib.lua") continue;
-    out.set(name.slice(0, -4), library + "\n" + readFileSync(join(LUA, name), "utf-8"));
+    out.set(name.slice(0, -4), composeScript(library, readFileSync(join(LUA, name), "utf-8")));
   }
   return out;
 }

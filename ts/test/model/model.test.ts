@@ -30,6 +30,7 @@ import { PythonRandom } from "../../src/core/random.js";
 import { Session, makeSettings } from "../../src/core/session.js";
 import { BUCKET_US, HOUR_US, floorBucket } from "../../src/core/time.js";
 import { SCRIPT_TEXT } from "../../src/core/scripts.generated.js";
+import { composeScript } from "../../scripts/gen-scripts.js";
 import { CONFORMANCE, REPO } from "../support/paths.js";
 import { RedisServer, waitFor } from "../support/redisServer.js";
 
@@ -485,7 +486,10 @@ describe("the invariant against a reference model of Polar (fast-check)", () => 
   ];
   const mutant = {
     ...SCRIPT_TEXT,
-    acknowledge: readFileSync(join(REPO, "lua", "lib.lua"), "utf-8") + "\n" + readFileSync(join(CONFORMANCE, "mutants", "acknowledge_hot_forgets.lua"), "utf-8"),
+    acknowledge: composeScript(
+      readFileSync(join(REPO, "lua", "lib.lua"), "utf-8"),
+      readFileSync(join(CONFORMANCE, "mutants", "acknowledge_hot_forgets.lua"), "utf-8"),
+    ),
   };
 
   it("passes D5's case with the real scripts", () => execute(D5));
