@@ -5,9 +5,11 @@ before, the script's KEYS and ARGV, and what the script must produce: its reply,
 and the messages it published. :func:`execute` loads the state before into an empty database, runs
 the composed script with EVALSHA, and returns what came out in the same normal form:
 
-* replies and published messages are parsed JSON; each change's ``s`` becomes a list of
-  ``[field, value]`` pairs sorted by field, its ``d`` a sorted list (Lua's cjson writes an empty
-  list as ``{}``; both read as ``[]``), so the order in which Lua iterates a table never matters;
+* replies and published messages are parsed JSON (a reply that comes as the pair
+  ``[published text, reply]`` is the list of both, each parsed); each change's ``s`` becomes a
+  list of ``[field, value]`` pairs sorted by field, its ``d`` a sorted list (Lua's cjson writes
+  an empty list as ``{}``; both read as ``[]``), so the order in which Lua iterates a table never
+  matters;
 * stream entry ids a script creates (``XADD *``) become ``<new:1>``, ``<new:2>``… in stream order;
   ids present before keep their value;
 * a key's time to live is ``"set"`` or ``"none"``, never a number of seconds;
@@ -114,7 +116,7 @@ def execute(
     raw = client.evalsha(sha, len(keys), *keys, *argv)
     published = drain(client, pubsub)
     return {
-        "reply": normal_changes(json.loads(_text(raw))),
+        "reply": normal_reply(raw),
         "after": dump(client, before),
         "published": [
             {"channel": channel, "message": normal_changes(json.loads(data))}
@@ -124,6 +126,13 @@ def execute(
 
 
 # -- the normal form ----------------------------------------------------------------------------
+
+
+def normal_reply(raw: object) -> Json:
+    """A script's reply in normal form: a pair ``[published text, reply]`` as the list of both."""
+    if isinstance(raw, list):
+        return [normal_changes(json.loads(_text(part))) for part in raw]
+    return normal_changes(json.loads(_text(raw)))
 
 
 def _list(value: Json) -> list[Json]:

@@ -142,6 +142,7 @@ local function record(reply, publish, st, rev, known, set, del)
   if known < 0 then
     reply[#reply + 1] = { k = st, r = rev }
     reply.differs = true
+    reply.blind = true
   elseif known == rev - 1 then
     reply[#reply + 1] = publish[#publish]
   else
@@ -151,7 +152,11 @@ local function record(reply, publish, st, rev, known, set, del)
 end
 
 -- Publish the deltas and return the reply; both are the same text in the common case (the
--- caller held every previous revision), so it is encoded once.
+-- caller held every previous revision), so it is encoded once. When the reply differs (the
+-- caller held older revisions: whole states) but still carries every change, it comes with the
+-- published text, as [message, reply]: the caller then knows the echo it will get, unparsed. A
+-- reply that carries only revisions (the caller did not follow an identity) comes alone: its
+-- echo has content the caller lacks.
 local function finish(channel, reply, publish)
   local message = nil
   if #publish > 0 then
@@ -161,8 +166,13 @@ local function finish(channel, reply, publish)
   if message and not reply.differs then
     return message
   end
-  reply.differs = nil
-  return cjson.encode({ c = reply })
+  local covered = message and not reply.blind
+  reply.differs, reply.blind = nil, nil
+  local text = cjson.encode({ c = reply })
+  if covered then
+    return { message, text }
+  end
+  return text
 end
 
 -- The identities of a settle script (acknowledge, confirm): KEYS[2i], KEYS[2i+1] are identity

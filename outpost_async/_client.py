@@ -828,6 +828,7 @@ class AsyncOutpost:
         self._redis_answered(self._state_outage)
         with self._lock:
             self._core.handle(ScriptReplied(reply, effect.tag))
+        self._echoes.expect(reply)
 
     async def _send_bytes(self, effect: SendBytes) -> None:
         await self._send(effect.data)
@@ -1202,6 +1203,7 @@ class AsyncOutpost:
             with self._lock:
                 self._core.handle(ScriptReplied(reply))
                 effects = self._core.effects()
+            self._echoes.expect(reply)  # applied: its echo, if it has not come yet, is dropped
             await self._run(effects)
         finally:
             self._settling -= 1

@@ -10,6 +10,7 @@ from . import _keys as keys
 from ._aggregate import Aggregate
 from ._balance import Balance
 from ._budget import BudgetAnswered, TakeRequest
+from ._changes import published_of, reply_of
 from ._configuration import Configuration, Reducer, parse_configuration
 from ._delivery import (
     GROUP,
@@ -213,7 +214,9 @@ __all__ = [
     "nothing_done",
     "parse_configuration",
     "published_data",
+    "published_of",
     "read_outcome",
+    "reply_of",
     "retry_after",
     "stream_entries",
     "text_of",

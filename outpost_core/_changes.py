@@ -4,6 +4,10 @@ A script answers (and publishes) ``{"c": [change, ...]}``; a change is
 ``{"k": state key, "r": revision, "s": [field, value, ...], "d": [field, ...], "full": 1?}``.
 ``full`` marks ``s`` as the whole state hash rather than a delta. Lua's cjson writes an empty list
 as ``{}``, so an empty object is read as an empty list.
+
+A reply that differs from what its script published, yet carries every change of it (whole
+states), comes as a pair ``[message, reply]``: the published text first, so that its echo is
+known without parsing it (:class:`~outpost_core.Echoes`); the reply's changes are the second.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class Malformed(ValueError):
 
 def parse_changes(raw: object) -> list[Change] | None:
     """The changes of a reply or message; ``None`` for a duplicate-track reply."""
+    raw = reply_of(raw)
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
@@ -46,6 +51,21 @@ def parse_changes(raw: object) -> list[Change] | None:
         return None
     items = _list(obj.get("c"), "c")
     return [_change(item) for item in items]
+
+
+def published_of(reply: object) -> object:
+    """What the script published, as its reply says it: the first of a pair, else the reply
+    itself (the same text when the caller held every previous revision)."""
+    if isinstance(reply, list | tuple) and len(reply) == 2:
+        return reply[0]
+    return reply
+
+
+def reply_of(reply: object) -> object:
+    """The changes part of a reply: the second of a pair, else the reply itself."""
+    if isinstance(reply, list | tuple) and len(reply) == 2:
+        return reply[1]
+    return reply
 
 
 def _list(value: object, where: str) -> list[object]:

@@ -1,8 +1,9 @@
 """Recognising this instance's own changes when they come back over pub/sub.
 
 A script publishes its change and replies with the very same text when the caller held the
-previous revision of every identity; such a reply was applied in full, so its echo carries nothing
-new and the subscriber skips it without parsing it or taking the core's lock. Bounded: an echo
+previous revision of every identity, or with that text beside its own when it answers with whole
+states (``_changes``); either reply carries all its echo does, so the subscriber skips the echo
+without parsing it or taking the core's lock. Bounded: an echo
 that never comes (the subscription was down) is forgotten in time.
 
 An echo may also come before its reply. While scripts of this instance are in flight, a message
@@ -18,6 +19,7 @@ from __future__ import annotations
 import collections
 import contextlib
 
+from ._changes import published_of
 from .errors import UsageError
 
 
@@ -58,7 +60,7 @@ class Echoes:
             del self._in_flight[ticket]
         except KeyError:
             raise UsageError(f"ticket {ticket} is not a script in flight") from None
-        if reply is not None and not self._take_held(reply):
+        if reply is not None and not self._take_held(published_of(reply)):
             self.expect(reply)
         oldest = next(iter(self._in_flight), self._next_ticket)
         released = []
@@ -74,9 +76,11 @@ class Echoes:
         return False
 
     def expect(self, reply: object) -> None:
-        """A script of this instance replied: its echo may follow."""
-        if isinstance(reply, bytes | str):
-            self._expected[reply] = None
+        """A script of this instance replied: its echo may follow (the reply itself, or the
+        published text a pair carries)."""
+        echo = published_of(reply)
+        if isinstance(echo, bytes | str):
+            self._expected[echo] = None
             if len(self._expected) > self._size:
                 with contextlib.suppress(KeyError):  # another thread popped it first
                     self._expected.popitem(last=False)

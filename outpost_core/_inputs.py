@@ -18,7 +18,8 @@ class ConfigurationReceived:
 
 @attrs.frozen(slots=True)
 class ScriptReplied:
-    """A script of ours answered (the raw reply, bytes or text)."""
+    """A script of ours answered (the raw reply: bytes or text, or a pair of them, see
+    ``_changes``)."""
 
     reply: object
     tag: int | None = None

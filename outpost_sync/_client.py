@@ -821,6 +821,7 @@ class Outpost:
         self._redis_answered(self._state_outage)
         with self._lock:
             self._core.handle(ScriptReplied(reply, effect.tag))
+        self._echoes.expect(reply)
 
     def _send_bytes(self, effect: SendBytes) -> None:
         self._send(effect.data)
@@ -1193,6 +1194,7 @@ class Outpost:
             with self._lock:
                 self._core.handle(ScriptReplied(reply))
                 effects = self._core.effects()
+            self._echoes.expect(reply)  # applied: its echo, if it has not come yet, is dropped
             self._run(effects)
         finally:
             self._settling -= 1

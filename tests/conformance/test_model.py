@@ -93,7 +93,7 @@ import os
 import random
 import sys
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, Phase, seed, settings
@@ -229,12 +229,14 @@ class World:
         """Run a script; return its reply and the message it published (each script that
         changes something publishes exactly one, before its reply)."""
         reply = self.scripts[name](keys=keys_, args=args)
-        changes = json.loads(reply).get("c")
+        changes = json.loads(cast(bytes, oc.reply_of(reply))).get("c")
         if not changes:  # {"dup": 1}, or {"c": {}} (cjson's empty list): nothing written
             return reply, None
         self.writes += 1
         data = self.next_message()
         assert data is not None, f"{name} changed {len(changes)} identities but published nothing"
+        if isinstance(reply, list):  # whole states, with the published text beside them
+            assert reply[0] == data, f"{name} replied another text than it published"
         return reply, data
 
     def close(self) -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from outpost_core._changes import Change, Malformed, parse_changes
+from outpost_core._changes import Change, Malformed, parse_changes, published_of, reply_of
 
 DELTA = {"k": "s1", "r": 4, "s": ["a:0", "1 1 1 1", "n", "1"], "d": ["a:300"]}
 
@@ -21,6 +21,17 @@ def test_delta_change() -> None:
             full=False,
         )
     ]
+
+
+def test_a_pair_reply_is_read_from_its_second_text() -> None:
+    message = json.dumps({"c": [DELTA]}).encode()
+    whole = json.dumps({"c": [{**DELTA, "s": ["n", "1", "rev", "4"], "full": 1}]}).encode()
+    pair = [message, whole]
+    assert published_of(pair) == message and reply_of(pair) == whole
+    assert parse_changes(pair) == parse_changes(whole)
+    assert published_of(message) is message and reply_of(message) is message
+    with pytest.raises(Malformed):
+        parse_changes([message])  # not a pair
 
 
 def test_bytes_and_str_read_alike() -> None:

@@ -81,3 +81,14 @@ def test_a_reply_without_its_ticket_is_refused() -> None:
         echoes.replied(ticket, b"mine")  # twice
     with pytest.raises(UsageError):
         echoes.replied(7, None)  # never sent
+
+
+def test_a_pair_reply_names_its_echo_by_the_published_text() -> None:
+    echoes = Echoes()
+    ticket = echoes.sent()
+    assert echoes.hold(b"published")  # come before the reply
+    assert echoes.replied(ticket, [b"published", b"whole states"]) == []  # dropped, unparsed
+    later = echoes.sent()
+    assert echoes.replied(later, [b"published later", b"whole states"]) == []
+    assert echoes.seen(b"published later")  # expected, come after the reply
+    assert not echoes.seen(b"whole states")

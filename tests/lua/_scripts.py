@@ -98,7 +98,13 @@ class Scripts:
         self._scripts = {name: client.register_script(text) for name, text in SCRIPT_TEXT.items()}
 
     def run(self, name: str, keys_: Sequence[str], args: Sequence[Any]) -> str:
+        """The script's reply (its changes, as text); the published text a pair carries beside
+        them is kept in ``echo``."""
         reply = self._scripts[name](keys=list(keys_), args=list(args))
+        self.echo: str | None = None
+        if isinstance(reply, list):  # [published, reply]
+            published, reply = reply
+            self.echo = published.decode("utf-8")
         assert isinstance(reply, bytes)
         for key in keys_:  # note where each new hash's revisions start
             if key != OUTBOX and not key.endswith(":ev"):

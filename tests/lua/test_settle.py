@@ -111,12 +111,18 @@ def test_acknowledge_ignores_fields_that_are_not_pending(
     scripts.check("r1")
 
 
-def test_acknowledge_reply_modes(scripts: Scripts) -> None:
+def test_acknowledge_reply_modes(scripts: Scripts, channel: Channel) -> None:
     track_three(scripts)
+    channel.published()
     [delta] = changes(scripts.settle("acknowledge", {"r1": [F1]}, known={"r1": 4}))
     assert delta == {"k": state_key("r1"), "r": 5, "s": ["u", "3"], "d": []}
+    assert scripts.echo is None  # the reply is the published text itself
     [full] = changes(scripts.settle("acknowledge", {"r1": [F2]}, known={"r1": 1}))
     assert full["full"] == 1 and pairs(full["s"]) == scripts.state("r1")
+    # Whole states carry every change: the reply comes with the published text, exactly.
+    assert channel.published()[-1] == scripts.echo
+    [bare] = changes(scripts.settle("acknowledge", {"r1": [F3]}, known={"r1": -1}))
+    assert "s" not in bare and scripts.echo is None  # revisions only: the echo says more
 
 
 def test_acknowledge_without_entry_ids_touches_no_stream(scripts: Scripts) -> None:

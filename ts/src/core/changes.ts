@@ -32,7 +32,19 @@ export function textOf(value: unknown): string | null {
 }
 
 /** The changes of a reply or message; null for a duplicate-track reply. */
-export function parseChanges(raw: unknown): Change[] | null {
+/** What the script published, as its reply says it: the first of a pair [message, reply] (a
+ * reply with whole states that still carries every change), else the reply itself. */
+export function publishedOf(reply: unknown): unknown {
+  return Array.isArray(reply) && reply.length === 2 ? reply[0] : reply;
+}
+
+/** The changes part of a reply: the second of a pair, else the reply itself. */
+export function replyOf(reply: unknown): unknown {
+  return Array.isArray(reply) && reply.length === 2 ? reply[1] : reply;
+}
+
+export function parseChanges(reply: unknown): Change[] | null {
+  const raw = replyOf(reply);
   let text: string;
   if (raw instanceof Uint8Array) {
     const decoded = textOf(raw);

@@ -1,17 +1,21 @@
 /** Recognising this instance's own changes when they come back over pub/sub
  * (outpost_core/_echoes.py). A script publishes its change and replies with the very same text
- * when the caller held the previous revision of every identity; such a reply was applied in full,
- * so its echo carries nothing new and the subscriber skips it without parsing it. Bounded: an
+ * when the caller held the previous revision of every identity, or with that text beside its own
+ * when it answers with whole states; either reply carries all its echo does, so the subscriber
+ * skips the echo without parsing it. Bounded: an
  * echo that never comes (the subscription was down) is forgotten in time. */
+
+import { publishedOf } from "./changes.js";
 
 export class Echoes {
   private readonly expected = new Map<string, 0>();
 
   constructor(private readonly size = 4096) {}
 
-  /** A script of this instance replied: its echo may follow. */
+  /** A script of this instance replied: its echo may follow (the reply itself, or the published
+   * text a pair carries). */
   expect(reply: unknown): void {
-    const key = keyOf(reply);
+    const key = keyOf(publishedOf(reply));
     if (key === null) return;
     this.expected.set(key, 0); // an existing key keeps its place, as in an OrderedDict
     if (this.expected.size > this.size) {
