@@ -498,6 +498,7 @@ export class Outpost {
             }
             this.redisAnswered(this.stateOutage);
             this.core.handle({ kind: "ScriptReplied", reply, tag: effect.tag });
+            this.echoes.expect(reply); // applied: its echo, if it has not come yet, is dropped
             break;
           }
           case "SendBytes":
@@ -802,6 +803,7 @@ export class Outpost {
         try {
           const reply = await this.script(call.script, call.keys, call.args, connection);
           this.core.handle({ kind: "ScriptReplied", reply, tag: null });
+          this.echoes.expect(reply);
           await this.run(this.core.effects());
           return { kind: "Settled", reply };
         } finally {
