@@ -72,9 +72,9 @@ from outpost_core import (
     CloseConnection,
     Closing,
     ConfigurationReceived,
-    Connection,
     ConnectionFailed,
     ConnectionOpened,
+    ConnectionOptions,
     ConsumersListed,
     Delivery,
     DeliveryEffect,
@@ -242,7 +242,7 @@ class AsyncOutpost:
         self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self._log = logger or logging.getLogger("outpost")
         self._owns_redis = redis is None
-        options = Connection.resolve(
+        options = ConnectionOptions.resolve(
             os.environ,
             access_token=access_token,
             redis_url=redis_url,

@@ -83,7 +83,7 @@ from ._liveness import (
     SurveyConsumers,
     hand_back,
 )
-from ._options import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, Connection
+from ._options import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, ConnectionOptions
 from ._outage import Outage, Report
 from ._replies import (
     StreamEntry,
@@ -138,9 +138,9 @@ __all__ = [
     "Closing",
     "Configuration",
     "ConfigurationReceived",
-    "Connection",
     "ConnectionFailed",
     "ConnectionOpened",
+    "ConnectionOptions",
     "ConsumersListed",
     "Customer",
     "Delivery",

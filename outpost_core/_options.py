@@ -22,7 +22,7 @@ argument."""
 
 
 @attrs.frozen(slots=True, kw_only=True)
-class Connection:
+class ConnectionOptions:
     access_token: str | None
     """``None``: no token anywhere, so no WebSocket, no delivery and no telemetry."""
     redis_url: str
@@ -41,7 +41,7 @@ class Connection:
         server_url: str | None = None,
         telemetry: bool = True,
         telemetry_url: str | None = None,
-    ) -> Connection:
+    ) -> ConnectionOptions:
         """The argument where given, else the environment's variable, else the default."""
         server_url = server_url or environ.get(SERVER_URL_VARIABLE) or DEFAULT_SERVER_URL
         return cls(

@@ -56,9 +56,9 @@ from outpost_core import (
     CloseConnection,
     Closing,
     ConfigurationReceived,
-    Connection,
     ConnectionFailed,
     ConnectionOpened,
+    ConnectionOptions,
     ConsumersListed,
     Delivery,
     DeliveryEffect,
@@ -243,7 +243,7 @@ class Outpost:
         self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         self._log = logger or logging.getLogger("outpost")
         self._owns_redis = redis is None
-        options = Connection.resolve(
+        options = ConnectionOptions.resolve(
             os.environ,
             access_token=access_token,
             redis_url=redis_url,

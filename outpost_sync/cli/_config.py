@@ -12,13 +12,13 @@ from typing import Any, cast
 import httpx
 import redis
 
-from outpost_core import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, Connection, __version__
+from outpost_core import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, ConnectionOptions, __version__
 
 TIMEOUT = 5.0
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
-    resolved = Connection.resolve(os.environ)  # as the SDK resolves them
+    resolved = ConnectionOptions.resolve(os.environ)  # as the SDK resolves them
     parser.add_argument(
         "--redis-url",
         default=resolved.redis_url,

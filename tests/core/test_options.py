@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from outpost_core import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, Connection, DeliverySettings
+from outpost_core import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, ConnectionOptions, DeliverySettings
 
 ENVIRONMENT = {
     "POLAR_ACCESS_TOKEN": "polar_oat_env",
@@ -12,8 +12,8 @@ ENVIRONMENT = {
 
 
 def test_nothing_given_nothing_set_takes_the_defaults() -> None:
-    resolved = Connection.resolve({})
-    assert resolved == Connection(
+    resolved = ConnectionOptions.resolve({})
+    assert resolved == ConnectionOptions(
         access_token=None,
         redis_url=DEFAULT_REDIS_URL,
         server_url=DEFAULT_SERVER_URL,
@@ -23,14 +23,14 @@ def test_nothing_given_nothing_set_takes_the_defaults() -> None:
 
 
 def test_the_environment_fills_what_the_caller_left_out() -> None:
-    resolved = Connection.resolve(ENVIRONMENT)
+    resolved = ConnectionOptions.resolve(ENVIRONMENT)
     assert resolved.access_token == "polar_oat_env"
     assert resolved.redis_url == "redis://cache:6379/2"
     assert resolved.server_url == resolved.telemetry_url == "https://sandbox-api.polar.sh"
 
 
 def test_arguments_win_over_the_environment() -> None:
-    resolved = Connection.resolve(
+    resolved = ConnectionOptions.resolve(
         ENVIRONMENT,
         access_token="polar_oat_arg",
         redis_url="redis://other:6379/0",
@@ -46,16 +46,18 @@ def test_arguments_win_over_the_environment() -> None:
 
 def test_empty_values_count_as_unset() -> None:
     empty = {name: "" for name in ENVIRONMENT}
-    resolved = Connection.resolve(empty, access_token="", redis_url="", server_url="")
+    resolved = ConnectionOptions.resolve(empty, access_token="", redis_url="", server_url="")
     assert resolved.access_token is None
     assert (resolved.redis_url, resolved.server_url) == (DEFAULT_REDIS_URL, DEFAULT_SERVER_URL)
 
 
 def test_telemetry_is_off_when_either_the_argument_or_the_variable_says_so() -> None:
-    assert not Connection.resolve({}, telemetry=False).telemetry
-    assert not Connection.resolve({"POLAR_OUTPOST_TELEMETRY": "0"}).telemetry
-    assert Connection.resolve({"POLAR_OUTPOST_TELEMETRY": "1"}).telemetry
-    assert not Connection.resolve({"POLAR_OUTPOST_TELEMETRY": "1"}, telemetry=False).telemetry
+    assert not ConnectionOptions.resolve({}, telemetry=False).telemetry
+    assert not ConnectionOptions.resolve({"POLAR_OUTPOST_TELEMETRY": "0"}).telemetry
+    assert ConnectionOptions.resolve({"POLAR_OUTPOST_TELEMETRY": "1"}).telemetry
+    assert not ConnectionOptions.resolve(
+        {"POLAR_OUTPOST_TELEMETRY": "1"}, telemetry=False
+    ).telemetry
 
 
 def test_stale_entries_are_looked_for_twice_per_claim_idle_at_most_every_30_s() -> None:
