@@ -530,7 +530,7 @@ class Delivery:
         too_large: list[OutboxEntry] = []
         held = {(e.stream, e.id) for e in self._held()}
         for stream, entry_id, fields in outcome.entries:
-            if (stream, entry_id) in held:
+            if (text_of(stream), text_of(entry_id)) in held:  # held as text, answered as bytes
                 continue  # claimed back while this loop still holds it: it is here already
             entry = _entry(stream, entry_id, fields)
             if entry is None:
