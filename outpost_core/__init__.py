@@ -83,7 +83,7 @@ from ._liveness import (
     SurveyConsumers,
     hand_back,
 )
-from ._options import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, ConnectionOptions
+from ._options import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, ConnectionOptions, cluster_node_url
 from ._outage import Outage, Report
 from ._replies import (
     StreamEntry,
@@ -205,6 +205,7 @@ __all__ = [
     "UnsupportedMeter",
     "UsageError",
     "claimed_entries",
+    "cluster_node_url",
     "event_id_of",
     "floor_bucket",
     "from_us",

@@ -51,3 +51,12 @@ class ConnectionOptions:
             telemetry=telemetry and environ.get(TELEMETRY_VARIABLE, "1") != "0",
             telemetry_url=telemetry_url or server_url,
         )
+
+
+def cluster_node_url(url: str) -> str | None:
+    """For ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS), which names a Redis
+    Cluster by any of its nodes, that node's plain URL; ``None`` for a URL of one Redis."""
+    scheme, separator, rest = url.partition("://")
+    if separator and scheme.endswith("+cluster"):
+        return f"{scheme.removesuffix('+cluster')}://{rest}"
+    return None

@@ -114,6 +114,7 @@ from outpost_core import (
     UsageError,
     __version__,
     claimed_entries,
+    cluster_node_url,
     event_id_of,
     hand_back,
     keys,
@@ -1409,9 +1410,9 @@ def _owner(cluster: RedisCluster, key: str) -> Any:
 def _redis_from_url(url: str) -> Redis | RedisCluster:
     """``redis+cluster://host:port`` (or ``rediss+cluster://``) names a cluster by any of its
     nodes; any other URL, one Redis."""
-    scheme, separator, rest = url.partition("://")
-    if separator and scheme.endswith("+cluster"):
-        return RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
+    node = cluster_node_url(url)
+    if node is not None:
+        return RedisCluster.from_url(node)
     return Redis.from_url(url, health_check_interval=10)
 
 

@@ -12,7 +12,13 @@ from typing import Any, cast
 import httpx
 import redis
 
-from outpost_core import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, ConnectionOptions, __version__
+from outpost_core import (
+    DEFAULT_REDIS_URL,
+    DEFAULT_SERVER_URL,
+    ConnectionOptions,
+    __version__,
+    cluster_node_url,
+)
 
 TIMEOUT = 5.0
 
@@ -40,12 +46,10 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 def redis_client(args: argparse.Namespace) -> redis.Redis:
     """One Redis, or a Redis Cluster for a ``redis+cluster://`` URL (as the SDK reads it): the
     commands run alike on both, each key on the node that owns its slot."""
-    scheme, separator, rest = args.redis_url.partition("://")
-    if separator and scheme.endswith("+cluster"):
+    node = cluster_node_url(args.redis_url)
+    if node is not None:
         cluster = redis.RedisCluster.from_url(
-            f"{scheme.removesuffix('+cluster')}://{rest}",
-            socket_timeout=TIMEOUT,
-            socket_connect_timeout=TIMEOUT,
+            node, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT
         )
         return cast(redis.Redis, cluster)
     return redis.Redis.from_url(

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from outpost_core import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, ConnectionOptions, DeliverySettings
+from outpost_core import (
+    DEFAULT_REDIS_URL,
+    DEFAULT_SERVER_URL,
+    ConnectionOptions,
+    DeliverySettings,
+    cluster_node_url,
+)
 
 ENVIRONMENT = {
     "POLAR_ACCESS_TOKEN": "polar_oat_env",
@@ -64,3 +70,10 @@ def test_stale_entries_are_looked_for_twice_per_claim_idle_at_most_every_30_s() 
     assert DeliverySettings().claim_interval == 30.0
     assert DeliverySettings(claim_idle=10.0).claim_interval == 5.0
     assert DeliverySettings(claim_idle=10.0, claim_interval=1.0).claim_interval == 1.0
+
+
+def test_a_cluster_url_names_one_of_its_nodes() -> None:
+    assert cluster_node_url("redis+cluster://10.0.0.1:7000") == "redis://10.0.0.1:7000"
+    assert cluster_node_url("rediss+cluster://u:p@h:7000/0") == "rediss://u:p@h:7000/0"
+    assert cluster_node_url("redis://127.0.0.1:6379/0") is None
+    assert cluster_node_url("not a url+cluster") is None
