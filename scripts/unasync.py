@@ -97,30 +97,29 @@ def is_generated(path: Path) -> bool:
     return path.read_text(encoding="utf-8").startswith("# GENERATED")
 
 
+def client_orphans() -> list[Path]:
+    """Generated files in ``outpost_sync/`` whose source is gone, or left the list."""
+    wanted = {ROOT / target for _, target in PAIRS}
+    return [t for t in SYNC_PACKAGE.rglob("*.py") if t not in wanted and is_generated(t)]
+
+
 def check_client() -> list[str]:
-    """The committed generated files that differ from what their sources give."""
+    """The committed generated files that differ from what their sources give, or are orphans."""
     stale = []
-    wanted = set()
     for source_name, target_name in PAIRS:
         source, target = ROOT / source_name, ROOT / target_name
-        wanted.add(target)
         current = target.read_text(encoding="utf-8") if target.exists() else None
         if current != generated(source, target, client_header(source)):
             stale.append(target_name)
-    # A generated file whose source is gone, or left the list, is stale too.
-    for target in SYNC_PACKAGE.rglob("*.py"):
-        if target not in wanted and is_generated(target):
-            stale.append(str(target.relative_to(ROOT)))
-    return stale
+    return stale + [str(orphan.relative_to(ROOT)) for orphan in client_orphans()]
 
 
 def write_client() -> None:
     for source_name, target_name in PAIRS:
         source, target = ROOT / source_name, ROOT / target_name
         target.write_text(generated(source, target, client_header(source)), encoding="utf-8")
-    for target in SYNC_PACKAGE.rglob("*.py"):
-        if target.name != "_client.py" and is_generated(target):
-            target.unlink()
+    for orphan in client_orphans():
+        orphan.unlink()
 
 
 def build_sync_tests(source_dir: Path = TEST_SOURCE, target_dir: Path = TEST_TARGET) -> None:
