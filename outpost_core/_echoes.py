@@ -3,8 +3,8 @@
 A script publishes its change and replies with the very same text when the caller held the
 previous revision of every identity, or with that text beside its own when it answers with whole
 states (``_changes``); either reply carries all its echo does, so the subscriber skips the echo
-without parsing it or taking the core's lock. Bounded: an echo
-that never comes (the subscription was down) is forgotten in time.
+without parsing it or taking the core's lock. Bounded: an echo that never comes (the subscription
+was down) is forgotten in time.
 
 An echo may also come before its reply. While scripts of this instance are in flight, a message
 nobody expects is held, with the scripts that were in flight when it came: only one of those can

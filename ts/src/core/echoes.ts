@@ -2,8 +2,8 @@
  * (outpost_core/_echoes.py). A script publishes its change and replies with the very same text
  * when the caller held the previous revision of every identity, or with that text beside its own
  * when it answers with whole states; either reply carries all its echo does, so the subscriber
- * skips the echo without parsing it. Bounded: an
- * echo that never comes (the subscription was down) is forgotten in time. */
+ * skips the echo without parsing it. Bounded: an echo that never comes (the subscription was
+ * down) is forgotten in time. */
 
 import { publishedOf } from "./changes.js";
 
