@@ -26,7 +26,7 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else math.nan
 
 
-def ns_to_us(samples: Sequence[int]) -> list[float]:
+def ns_to_us(samples: Sequence[float]) -> list[float]:
     return [s / 1000.0 for s in samples]
 
 

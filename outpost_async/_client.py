@@ -308,7 +308,7 @@ class AsyncOutpost:
         )
         if self._telemetry.enabled:
             self._core.count_warm_reads()
-        self._cached = self._core.cached
+        self._warm = self._core.warm
         self._clock = clock
         self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
         self._lock = CoreLock()
@@ -413,6 +413,7 @@ class AsyncOutpost:
             await self._feed(Closing())  # a close frame to Polar while the socket is still open
         finally:
             self._closed = True
+            self._warm = {}  # the core may still cache a read in flight: none is answered now
             self._signal.fire()
             for worker in self._workers:
                 await worker.stop(deadline - time.monotonic())
@@ -684,13 +685,21 @@ class AsyncOutpost:
             UnknownMeter / UnsupportedMeter: the meter cannot be read locally.
             RedisUnavailable: the read had to go to Redis, and Redis did not answer.
         """
-        if self._closed:
-            raise OutpostClosed("this Outpost instance is closed")
         if not fresh:  # the warm path: Session.cached_balance, inlined
-            cached = self._cached.get((meter_id, external_customer_id, customer_id))
-            if cached is not None:
+            try:
+                customer = (
+                    external_customer_id
+                    if customer_id is None
+                    else (external_customer_id, customer_id)
+                )
+                cached = self._warm[customer][meter_id]
+            except (KeyError, TypeError):  # TypeError: an unhashable argument, refused below
+                pass
+            else:
                 cached.hits += 1  # counted for telemetry, not timed
                 return cached.balance
+        if self._closed:  # a closed instance reads nothing warm either: close() empties _warm
+            raise OutpostClosed("this Outpost instance is closed")
         if not self._telemetry.enabled:
             return await self._balance_when_ready(
                 meter_id, external_customer_id, customer_id, fresh

@@ -118,7 +118,13 @@ class CachedBalance:
         self.hits = 0
 
 
-"""(meter id, external customer id, customer id): the warm path's lookup key."""
+"""(meter id, external customer id, customer id): a read's key."""
+
+
+def warm_customer(external_customer_id: object, customer_id: object) -> object:
+    """The customer part of a read, as :attr:`Session.warm` keys it: the external customer id
+    of a read that names only that (the common case), else both ids."""
+    return external_customer_id if customer_id is None else (external_customer_id, customer_id)
 
 
 class Session:
@@ -154,8 +160,13 @@ class Session:
         self._balances: dict[ReadKey, CachedBalance] = {}
         self.cached: Mapping[ReadKey, CachedBalance] = self._balances
         """The balances computed since their last change, by read (meter id, external customer
-        id, customer id): :meth:`cached_balance` without the call, for a driver's hottest path
-        (it adds one to ``hits`` of the balance it returns). Always the same mapping."""
+        id, customer id). Always the same mapping."""
+        self._warm: dict[object, dict[str, CachedBalance]] = {}
+        self.warm: Mapping[object, Mapping[str, CachedBalance]] = self._warm
+        """The same balances by customer (:func:`warm_customer`), then meter id:
+        :meth:`cached_balance` without the call, for a driver's hottest path (it adds one to
+        ``hits`` of the balance it returns). Two lookups of keys whose hashes Python caches are
+        cheaper than hashing a new tuple on every read. Always the same mapping."""
         self._warm_reads: collections.Counter[ReadKey] | None = None
         """Warm reads of balances no longer cached, once :meth:`count_warm_reads` was called."""
         self._effects: list[Effect] = []
@@ -461,7 +472,7 @@ class Session:
         """The warm path: a balance computed since the last change, or ``None``. Counted: a warm
         read is too quick to time, so telemetry reports how many there were
         (:meth:`warm_reads`)."""
-        cached = self._balances.get((meter_id, external_customer_id, customer_id))
+        cached = self._warm.get(warm_customer(external_customer_id, customer_id), {}).get(meter_id)
         if cached is None:
             return None
         cached.hits += 1  # racing threads may lose one: a count for telemetry, nothing more
@@ -486,9 +497,21 @@ class Session:
                 counts[key] += hits
         return dict(counts)
 
+    def _cache(self, key: ReadKey, balance: Balance) -> None:
+        self._uncache(key)  # a fresh read replaces it: keep its count
+        cached = self._balances[key] = CachedBalance(balance)
+        self._warm.setdefault(warm_customer(key[1], key[2]), {})[key[0]] = cached
+
     def _uncache(self, key: ReadKey) -> None:
         cached = self._balances.pop(key, None)
-        if cached is not None and cached.hits and self._warm_reads is not None:
+        if cached is None:
+            return
+        customer = warm_customer(key[1], key[2])
+        by_meter = self._warm[customer]
+        del by_meter[key[0]]
+        if not by_meter:
+            del self._warm[customer]
+        if cached.hits and self._warm_reads is not None:
             self._warm_reads[key] += cached.hits
 
     def read(
@@ -540,8 +563,7 @@ class Session:
                 m.read_keys.add((meter_id, external_customer_id, customer_id))
         balance = compute_balance(meter_id, customer, reducer.aggregation.func, state, aliases)
         key = (meter_id, external_customer_id, customer_id)
-        self._uncache(key)  # a fresh read replaces it: keep its count
-        self._balances[key] = CachedBalance(balance)
+        self._cache(key, balance)
         mirror.read_keys.add(key)
         return balance
 

@@ -6,7 +6,14 @@ from typing import cast
 
 import pytest
 
-from outpost_async import AsyncOutpost, InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter
+from outpost_async import (
+    AsyncOutpost,
+    InvalidEvent,
+    NotReady,
+    UnknownMeter,
+    UnsupportedMeter,
+    UsageError,
+)
 from outpost_core import Aggregate, Customer
 from outpost_core import _keys as keys
 from tests.drivers._async._helpers import (
@@ -271,6 +278,21 @@ async def test_bad_input_raises_before_anything_is_written(
         with pytest.raises(InvalidEvent, match=message):
             await a.track(**arguments)  # type: ignore[arg-type]
     assert sorted(raw.keys("*")) == before
+
+
+@pytest.mark.anyio
+async def test_unhashable_read_arguments_get_a_clear_error(redis_server: RedisServer) -> None:
+    # The warm path looks arguments up before it checks them: what it cannot hash is still
+    # refused with the SDK's own error, not a TypeError from a dict.
+    prepare(redis_server, Customer("external", "c1"))
+    async with make(redis_server) as a:
+        await a.balance(COUNT, external_customer_id="c1")  # warm: a cache to look in
+        with pytest.raises(InvalidEvent, match="external_customer_id"):
+            await a.balance(COUNT, external_customer_id=["c1"])  # type: ignore[arg-type]
+        with pytest.raises(InvalidEvent, match="customer_id"):
+            await a.balance(COUNT, external_customer_id="c1", customer_id={})  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="meter_id"):
+            await a.balance([COUNT], external_customer_id="c1")  # type: ignore[arg-type]
 
 
 @pytest.mark.anyio
