@@ -15,12 +15,13 @@ difference: a session may ask for many effects at once and drains them with ``ef
 every effect of a loop is a request whose answer is its next input, so a loop asks for one at a
 time.
 
-A loop reads up to ``batch_size`` entries, lingers up to ``linger`` seconds for more, and posts
-one batch. With a shared request budget (``requests_per_minute``, ``_budget``) it first takes a
-request from it; while it waits for one it keeps reading, so under load batches grow, up to
-``batch_bytes`` of body (under Polar's 10 MiB; without a budget a batch holds at most
-``batch_size`` events). An event too large for any batch is dropped. Every batch ends in one of
-two ways, whatever the number of attempts:
+A loop reads up to ``batch_size`` entries, lingers up to ``linger`` seconds for more (reading
+what came every ``linger / 8`` seconds, not as each entry comes), and posts one batch. With a
+shared request budget (``requests_per_minute``, ``_budget``) it first takes a request from it;
+while it waits for one it keeps reading, so under load batches grow, up to ``batch_bytes`` of
+body (under Polar's 10 MiB; without a budget a batch holds at most ``batch_size`` events). An
+event too large for any batch is dropped. Every batch ends in one of two ways, whatever the
+number of attempts:
 
 * **delivered** (2xx): the ``acknowledge`` script marks its events acknowledged and removes the
   entries from the outbox;
@@ -79,6 +80,12 @@ from ._replies import text_of
 from .errors import UsageError
 
 GROUP = "outpost"
+_LINGER_READS = 8
+"""A loop that lingers for more entries reads again at most this many times before the batch is
+due, whatever arrives: a read that blocked until the next entry came would be one read (and one
+GIL hand-off, in the sync driver) per event at moderate rates. Often enough that a batch still
+fills to ``batch_size`` well before ``linger`` under load."""
+
 _SHARD_OF_STREAM = {stream: shard for shard, stream in enumerate(_keys.ALL_OUTBOXES)}
 
 
@@ -324,6 +331,8 @@ class Delivery:
         self._budgeted = settings.requests_per_minute > 0
         self._granted_at: float | None = None  # when the request taken from the budget may go
         self._buffer_since: float | None = None
+        self._next_read = 0.0
+        """While lingering, no read before this: see ``_LINGER_READS``."""
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
         self._work: list[DeliveryEffect] = []  # settle scripts and reports of the batch that ended
         self._awaiting: type | None = None
@@ -382,9 +391,9 @@ class Delivery:
             full = len(self._buffer) >= s.batch_size or self._buffer_bytes >= s.batch_bytes
             if full or now >= due or self.flushing:
                 return self._gate(now, reading=True) or self._start_batch()
-            return ReadOutbox(
-                count=s.batch_size - len(self._buffer), block=min(due - now, s.read_block)
-            )
+            if now < self._next_read:
+                return Sleep(min(self._next_read, due))
+            return ReadOutbox(count=s.batch_size - len(self._buffer), block=0.0)
         return ReadOutbox(
             count=s.batch_size, block=s.flush_block if self.flushing else s.read_block
         )
@@ -546,6 +555,7 @@ class Delivery:
                 self._buffer_since = now
             self._buffer.append(entry)
             self._buffer_bytes += len(entry.item) + 1
+        self._next_read = now + self.settings.linger / _LINGER_READS
         if too_large:
             limit = self.settings.batch_bytes
             self._drop(too_large, f"larger than an ingestion request may be ({limit} bytes)",

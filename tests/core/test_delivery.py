@@ -178,8 +178,14 @@ def test_reads_linger_then_post_then_acknowledge() -> None:
     assert loop.next_effect(1.0) == ReadOutbox(count=500, block=0.5)
     loop.report(OutboxRead(entries("a", "b")))
     assert not loop.delivery.idle
-    assert loop.next_effect(1.05) == ReadOutbox(count=498, block=pytest.approx(0.15))
+    # Lingering, it reads what came every linger / 8 seconds, without blocking: not one read
+    # (and one wake-up) per event.
+    assert loop.next_effect(1.01) == Sleep(1.025)
+    loop.report(Done())
+    assert loop.next_effect(1.05) == ReadOutbox(count=498, block=0.0)
     loop.report(OutboxRead(entries("c")))
+    assert loop.next_effect(1.06) == Sleep(1.075)
+    loop.report(Done())
     assert loop.next_effect(1.2) == PostBatch(body=body("a", "b", "c"), size=3)
     loop.report(BatchAnswered(200, b'{"inserted":3,"duplicates":0}'))
     assert loop.work(1) == [settle("acknowledge", ["a", "b", "c"], ["a", "b", "c"])]
@@ -187,10 +193,14 @@ def test_reads_linger_then_post_then_acknowledge() -> None:
     assert loop.delivery.delivered == 3
 
 
-def test_a_read_never_blocks_longer_than_read_block() -> None:
-    loop = Loop(DeliverySettings(linger=5.0, read_block=0.5))
+def test_a_lingering_loop_sleeps_at_most_until_the_batch_is_due() -> None:
+    loop = Loop(DeliverySettings(linger=0.08))
     loop.read("a")
-    assert loop.next_effect() == ReadOutbox(count=499, block=0.5)
+    assert loop.next_effect(0.0) == Sleep(0.01)
+    loop.report(Done())
+    assert loop.next_effect(0.075) == ReadOutbox(count=499, block=0.0)
+    loop.report(OutboxRead([]))
+    assert loop.next_effect(0.076) == Sleep(0.08)  # due before the next read
 
 
 def test_a_full_buffer_posts_at_once_and_keeps_the_rest() -> None:

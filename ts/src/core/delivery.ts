@@ -14,6 +14,9 @@ import { ALL_OUTBOXES, channel, eventsKey } from "./keys.js";
 import type { Random } from "./random.js";
 
 export const GROUP = "outpost";
+/** A loop that lingers for more entries reads again at most this many times before the batch is
+ * due, whatever arrives, rather than once per event as a blocking read would (delivery.py). */
+const LINGER_READS = 8;
 const SHARD_OF_STREAM = new Map(ALL_OUTBOXES.map((stream, shard) => [stream, shard]));
 const UTF8 = new TextEncoder();
 
@@ -168,6 +171,8 @@ export class Delivery {
   private readonly budgeted: boolean;
   private grantedAt: number | null = null; // when the request taken from the budget may go
   private bufferSince: number | null = null;
+  /** While lingering, no read before this: see LINGER_READS. */
+  private nextRead = 0;
   private readonly batches: Batch[] = []; // splits waiting their turn, first is current
   private readonly work: DeliveryEffect[] = []; // settle scripts and reports of the batch that ended
   private awaiting: DeliveryEffect["kind"] | null = null;
@@ -236,7 +241,8 @@ export class Delivery {
       const due = (this.bufferSince as number) + s.linger;
       const full = this.buffer.length >= s.batchSize || this.bufferBytes >= s.batchBytes;
       if (full || now >= due || this.flushing) return this.gate(now, true) ?? this.startBatch();
-      return { kind: "ReadOutbox", count: s.batchSize - this.buffer.length, block: Math.min(due - now, s.readBlock) };
+      if (now < this.nextRead) return { kind: "Sleep", until: Math.min(this.nextRead, due) };
+      return { kind: "ReadOutbox", count: s.batchSize - this.buffer.length, block: 0 };
     }
     return { kind: "ReadOutbox", count: s.batchSize, block: this.flushing ? s.flushBlock : s.readBlock };
   }
@@ -401,6 +407,7 @@ export class Delivery {
       this.buffer.push(entry);
       this.bufferBytes += entry.size + 1;
     }
+    this.nextRead = now + this.settings.linger / LINGER_READS;
     if (tooLarge.length) {
       this.drop(tooLarge, `larger than an ingestion request may be (${this.settings.batchBytes} bytes)`, true);
     }

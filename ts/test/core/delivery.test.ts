@@ -38,6 +38,25 @@ const ids = (action: DeliveryEffect): string[] =>
   action.kind === "PostBatch" ? (JSON.parse(new TextDecoder().decode(action.body)).events as { external_id: string }[]).map((e) => e.external_id) : [];
 
 describe("the delivery policy", () => {
+  it("lingers by sleeping, and reads what came every linger / 8 seconds without blocking", () => {
+    const delivery = new Delivery(makeDeliverySettings({ linger: 0.2 }), { random: () => 0.5 }, 0);
+    assert.equal(delivery.nextEffect(0).kind, "ClaimStale");
+    delivery.handle({ kind: "OutboxRead", entries: [] }, 0, 0);
+    assert.equal(delivery.nextEffect(1).kind, "ReadOutbox");
+    delivery.handle({ kind: "OutboxRead", entries: [entry(1)] }, 1, 0);
+    assert.deepEqual(delivery.nextEffect(1.01), { kind: "Sleep", until: 1.025 });
+    delivery.handle({ kind: "Done" }, 1.01, 0);
+    assert.deepEqual(delivery.nextEffect(1.03), { kind: "ReadOutbox", count: 499, block: 0 });
+    delivery.handle({ kind: "OutboxRead", entries: [entry(2)] }, 1.03, 0);
+    assert.deepEqual(delivery.nextEffect(1.04), { kind: "Sleep", until: 1.055 });
+    delivery.handle({ kind: "Done" }, 1.04, 0);
+    assert.equal(delivery.nextEffect(1.19).kind, "ReadOutbox");
+    delivery.handle({ kind: "OutboxRead", entries: [] }, 1.19, 0);
+    assert.deepEqual(delivery.nextEffect(1.195), { kind: "Sleep", until: 1.2 }); // due first
+    delivery.handle({ kind: "Done" }, 1.195, 0);
+    assert.equal(delivery.nextEffect(1.2).kind, "PostBatch");
+  });
+
   it("acknowledges a delivered batch", () => {
     const [delivery] = posted(2);
     delivery.handle(answered(200), 1, 5);
