@@ -17,6 +17,7 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 
 from outpost_async._shared.proxy import ProxyError, proxy_for
+from outpost_async._shared.pubsub import buffered_replies
 
 
 def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the sync twin is an RLock
@@ -88,6 +89,17 @@ def open_pubsub(client: Redis) -> Any:
 
 async def close_pubsub(pubsub: Any) -> None:
     await pubsub.aclose()
+
+
+async def read_pubsub(pubsub: Any, timeout: float) -> list[Any]:
+    """The raw replies that came on a subscription (``[b"smessage", channel, data]``, not
+    redis-py's messages), waiting up to ``timeout`` seconds for the first. Under load one read
+    of the socket holds many messages: the first comes through redis-py, the rest straight from
+    the connection's hiredis reader, without redis-py's layers for each."""
+    response = await pubsub.parse_response(block=False, timeout=timeout)
+    if response is None:
+        return []
+    return [response, *buffered_replies(pubsub)]
 
 
 async def run_on_node(

@@ -47,6 +47,7 @@ from outpost_async._backend import (
     open_node_pubsub,
     open_pubsub,
     open_stream,
+    read_pubsub,
     run_on_node,
     sleep,
     start_afresh_after_fork,
@@ -976,28 +977,20 @@ class AsyncOutpost:
             try:
                 await pubsub.ssubscribe(*self._channels)
                 while not self._closed:
-                    # get_message() in two steps, so that this instance's own change (already
-                    # applied from the script's reply) is dropped before redis-py makes a
-                    # message of it: the echo of every track() costs the least it can.
-                    response = await pubsub.parse_response(block=False, timeout=_POLL)
-                    change = published_data(response)
-                    if change is not None and self._echoes.seen(change):
-                        continue
-                    message = None
-                    if response is not None and change is None:  # a subscription's confirmation
-                        message = await pubsub.handle_message(response)
-                    with self._lock:
-                        if change is not None:  # to the core as it came: no redis-py message
-                            if self._echoes.hold(change):
-                                continue  # maybe the echo of a script in flight
-                            self._core.handle(ChangePublished(change))
-                        elif message is not None:
-                            self._message_to_core(message)
-                        self._core.handle(Tick(time.monotonic(), self._now_us()))
-                        effects = self._core.effects()
-                    if effects or response is not None:
-                        await self._run(effects)
-                    self._housekeeping()
+                    # Raw replies, not redis-py's messages, so that this instance's own changes
+                    # (already applied from the scripts' replies) are dropped before anything
+                    # is made of them: the echo of every track() costs the least it can.
+                    responses = await read_pubsub(pubsub, _POLL)
+                    news: list[tuple[object, dict[str, Any] | None]] = []
+                    for response in responses:
+                        change = published_data(response)
+                        if change is None:  # a subscription's confirmation, a health check
+                            news.append((None, await pubsub.handle_message(response)))
+                        elif not self._echoes.seen(change):
+                            news.append((change, None))
+                    if responses and not news:
+                        continue  # only echoes
+                    await self._subscriber_news(news, bool(responses))
             except (RedisError, OSError) as exc:
                 with self._lock:
                     self._core.handle(SubscriberLost())
@@ -1006,6 +999,29 @@ class AsyncOutpost:
             finally:
                 with contextlib.suppress(RedisError, OSError):
                     await close_pubsub(pubsub)
+
+    async def _subscriber_news(
+        self, news: list[tuple[object, dict[str, Any] | None]], heard: bool
+    ) -> None:
+        """Hand the core what the subscription heard, in order (a change published, or
+        redis-py's message of any other reply), then tick it and run what it asks for."""
+        with self._lock:
+            reached = not heard  # a quiet poll still ticks the core
+            for change, message in news:
+                if change is None:
+                    reached = True
+                    if message is not None:
+                        self._message_to_core(message)
+                elif not self._echoes.hold(change):  # held: maybe the echo of a script in flight
+                    self._core.handle(ChangePublished(change))  # as it came: no redis-py message
+                    reached = True
+            if not reached:
+                return  # every change was held: nothing for the core yet
+            self._core.handle(Tick(time.monotonic(), self._now_us()))
+            effects = self._core.effects()
+        if effects or heard:
+            await self._run(effects)
+        self._housekeeping()
 
     async def _subscribe_to_cluster(self, cluster: RedisCluster) -> None:
         """One sharded subscription per node, for the channels of the shards it owns now, each

@@ -21,6 +21,7 @@ from redis import ConnectionPool, Redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from outpost_async._shared.proxy import MAX_REPLY, ProxyError, proxy_for
+from outpost_async._shared.pubsub import buffered_replies
 
 
 def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the async twin: no lock
@@ -116,6 +117,34 @@ def open_pubsub(client: Redis) -> Any:
 
 def close_pubsub(pubsub: Any) -> None:
     pubsub.close()
+
+
+def read_pubsub(pubsub: Any, timeout: float) -> list[Any]:
+    """The raw replies that came on a subscription (``[b"smessage", channel, data]``, not
+    redis-py's messages), waiting up to ``timeout`` seconds for the first.
+
+    With hiredis it reads the socket into the connection's own reader and takes every reply it
+    holds: a few microseconds a message, against some tens through redis-py's layers. That
+    matters here more than in the async twin: the echo of every ``track()`` wakes the
+    subscriber thread, and what it does then, it does holding the GIL the caller waits for.
+    """
+    parser: Any = getattr(pubsub.connection, "_parser", None)
+    if not hasattr(parser, "read_from_socket") or not hasattr(
+        getattr(parser, "_reader", None), "gets"
+    ):  # the pure-Python parser: redis-py's own way, one reply at a time
+        response = pubsub.parse_response(block=False, timeout=timeout)
+        return [] if response is None else [response]
+    replies = buffered_replies(pubsub)
+    if replies:
+        return replies
+    connection = pubsub.connection
+    pubsub.check_health()  # as redis-py's read does: a PING when the connection was idle
+    if not parser.read_from_socket(timeout=timeout, raise_on_timeout=False):
+        return []
+    if connection.health_check_interval:  # as redis-py's read does: it heard from Redis
+        connection.next_health_check = time.monotonic() + connection.health_check_interval
+    return buffered_replies(pubsub)
+
     # A cluster's pub/sub holds one connection per node, which its close() leaves open.
     for node_pubsub in list(getattr(pubsub, "node_pubsub_mapping", {}).values()):
         node_pubsub.close()
