@@ -41,6 +41,7 @@ from outpost_async._shared.traces import Traces
 from outpost_core import (
     CONFIGURATION_KEY,
     GROUP,
+    SCRIPT_SHA1,
     SCRIPT_TEXT,
     Balance,
     BatchAnswered,
@@ -312,7 +313,7 @@ class Outpost:
             self._core.count_warm_reads()
         self._warm = self._core.warm
         self._clock = clock
-        self._scripts = {name: redis.register_script(text) for name, text in SCRIPT_TEXT.items()}
+        self._shas = SCRIPT_SHA1
         self._lock = CoreLock()
         self._signal = Signal()
         self._echoes = Echoes()
@@ -591,7 +592,7 @@ class Outpost:
     def _script_calls(self, name: str, keys: Any, args: Any, *after: tuple[Any, ...]) -> list[Any]:
         """The script ``name`` (EVALSHA, or EVAL where Redis does not hold it), then ``after``,
         on one connection in one round trip: on a cluster, one of the node owning the keys."""
-        sha = self._scripts[name].sha
+        sha = self._shas[name]
         try:
             return self._in_one_trip(keys[0], ("EVALSHA", sha, len(keys), *keys, *args), *after)
         except NoScriptError:
@@ -642,7 +643,13 @@ class Outpost:
 
     def _run_script(self, name: str, keys: Any, args: Any) -> Any:
         if self._cluster is None:
-            return self._scripts[name](keys=keys, args=args)
+            # EVALSHA straight on the client: redis-py's Script object adds a layer of calls to
+            # every track(). EVAL where Redis does not hold the script (restarted, flushed)
+            # caches it again.
+            try:
+                return self._redis.evalsha(self._shas[name], len(keys), *keys, *args)
+            except NoScriptError:
+                return self._redis.eval(SCRIPT_TEXT[name], len(keys), *keys, *args)
         # redis-py's reload after NOSCRIPT loads the script on every primary, and fails while
         # one is down: EVAL runs it on the node that owns the keys, and caches it there.
         (reply,) = self._script_calls(name, keys, args)

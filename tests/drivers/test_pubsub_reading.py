@@ -8,11 +8,13 @@ connection's hiredis reader, without redis-py's message layers. Against a real R
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import redis.asyncio
 
 from outpost_async._backend import read_pubsub as read_async
+from outpost_sync._backend import open_pubsub
 from outpost_sync._backend import read_pubsub as read_sync
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
@@ -22,7 +24,7 @@ CHANNEL = "outpost:v1:{0}:changes"
 
 def test_one_read_takes_every_message_that_came(redis_server: RedisServer) -> None:
     client = redis_server.client()
-    pubsub = client.pubsub()
+    pubsub = open_pubsub(client)
     pubsub.ssubscribe(CHANNEL)
     confirmations = read_sync(pubsub, 1.0)
     assert [reply[0] for reply in confirmations] == [b"ssubscribe"]
@@ -39,7 +41,7 @@ def test_one_read_takes_every_message_that_came(redis_server: RedisServer) -> No
 
 def test_a_closed_connection_raises(redis_server: RedisServer) -> None:
     client = redis_server.client()
-    pubsub = client.pubsub()
+    pubsub = open_pubsub(client)
     pubsub.ssubscribe(CHANNEL)
     read_sync(pubsub, 1.0)
     client.client_kill_filter(_type="pubsub")
@@ -50,8 +52,8 @@ def test_a_closed_connection_raises(redis_server: RedisServer) -> None:
 
 def test_the_async_read_takes_every_buffered_message(redis_server: RedisServer) -> None:
     async def main() -> None:
-        client = redis.asyncio.Redis.from_url(redis_server.url)
-        pubsub = client.pubsub()
+        client: Any = redis.asyncio.Redis.from_url(redis_server.url)
+        pubsub = open_pubsub(client)
         await pubsub.ssubscribe(CHANNEL)
         assert [reply[0] for reply in await read_async(pubsub, 1.0)] == [b"ssubscribe"]
         for n in range(3):

@@ -281,6 +281,19 @@ async def test_bad_input_raises_before_anything_is_written(
 
 
 @pytest.mark.anyio
+async def test_a_redis_that_forgot_the_scripts_is_given_them_again(
+    redis_server: RedisServer,
+) -> None:
+    prepare(redis_server, Customer("external", "c1"))
+    raw = redis_server.client()
+    async with make(redis_server) as a:
+        await a.track("api_call", external_customer_id="c1")
+        raw.script_flush()  # as after a restart without persistence: EVALSHA answers NOSCRIPT
+        await a.track("api_call", external_customer_id="c1")
+        assert (await a.balance(COUNT, external_customer_id="c1", fresh=True)).pending == 2
+
+
+@pytest.mark.anyio
 async def test_unhashable_read_arguments_get_a_clear_error(redis_server: RedisServer) -> None:
     # The warm path looks arguments up before it checks them: what it cannot hash is still
     # refused with the SDK's own error, not a TypeError from a dict.
