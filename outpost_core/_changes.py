@@ -13,6 +13,7 @@ known without parsing it (:class:`~outpost_core.Echoes`); the reply's changes ar
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import attrs
 
@@ -31,8 +32,14 @@ class Malformed(ValueError):
     """A reply or message that is not what our scripts write."""
 
 
-def parse_changes(raw: object) -> list[Change] | None:
-    """The changes of a reply or message; ``None`` for a duplicate-track reply."""
+def parse_changes(
+    raw: object, wanted: Callable[[str], bool] | None = None
+) -> list[Change] | None:
+    """The changes of a reply or message; ``None`` for a duplicate-track reply.
+
+    With ``wanted``, only the changes of the keys it accepts: the others are checked for a key
+    and left unread (every instance hears every change of a shard, and follows few of them).
+    """
     raw = reply_of(raw)
     if isinstance(raw, bytes):
         try:
@@ -50,7 +57,9 @@ def parse_changes(raw: object) -> list[Change] | None:
     if obj.get("dup") == 1:
         return None
     items = _list(obj.get("c"), "c")
-    return [_change(item) for item in items]
+    if wanted is None:
+        return [_change(item) for item in items]
+    return [_change(item) for item in items if wanted(_key_of(item))]
 
 
 def published_of(reply: object) -> object:
@@ -81,6 +90,13 @@ def _strings(value: object, where: str) -> list[str]:
     if not all(isinstance(item, str) for item in items):
         raise Malformed(f"{where!r} holds a non-string")
     return items  # type: ignore[return-value]
+
+
+def _key_of(item: object) -> str:
+    key = item.get("k") if isinstance(item, dict) else None
+    if not isinstance(key, str):
+        raise Malformed("a change needs a key")
+    return key
 
 
 def _change(item: object) -> Change:

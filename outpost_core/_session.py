@@ -711,14 +711,12 @@ class Session:
 
     def _changes(self, raw: object) -> None:
         try:
-            changes = parse_changes(raw)
+            changes = parse_changes(raw, self._mirrors.__contains__)
         except Malformed as exc:
             self._reject("change", f"unreadable change from Redis: {exc}")
             return
-        for change in changes or ():
-            mirror = self._mirrors.get(change.key)
-            if mirror is None:
-                continue
+        for change in changes or ():  # only those of followed keys
+            mirror = self._mirrors[change.key]
             outcome = mirror.offer(change)
             if outcome is not Offer.IGNORED:
                 # Applied, or waiting behind a load: either way the cached balance is stale.

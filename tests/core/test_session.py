@@ -1057,18 +1057,39 @@ def test_a_load_answered_in_time_cancels_the_retry() -> None:
 
 
 @pytest.mark.parametrize(
-    "raw", [b"\xff", None, "nope", "[]", '{"c":[{"k":"s"}]}', '{"c":[{"k":"s","r":1,"s":["a"]}]}']
+    "raw",
+    [
+        b"\xff",
+        None,
+        "nope",
+        "[]",
+        '{"c":[{"r":1}]}',
+        '{"c":[{"k":"KEY"}]}',
+        '{"c":[{"k":"KEY","r":1,"s":["a"]}]}',
+    ],
 )
 def test_unreadable_changes_are_rejected_not_raised(
     raw: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     session = configured()
     warm(session)
+    if isinstance(raw, str):
+        raw = raw.replace("KEY", state("r-count"))  # a key this session follows
     with caplog.at_level(logging.WARNING, logger="outpost"):
         session.handle(ChangePublished(raw))
         session.handle(ScriptReplied(raw))
     assert session.rejections == {"change": 2}
     assert "outpost rejected change: unreadable change from Redis" in caplog.text
+    assert session.cached_balance(COUNT, "c1", None) is not None
+
+
+def test_changes_of_keys_not_followed_are_left_unread() -> None:
+    # Every instance hears every change of a shard: what it does not follow, it does not parse
+    # (a key is still needed to tell).
+    session = configured()
+    warm(session)
+    session.handle(ChangePublished('{"c":[{"k":"not-followed","r":"x","s":7}]}'))
+    assert session.rejections == {}
     assert session.cached_balance(COUNT, "c1", None) is not None
 
 
