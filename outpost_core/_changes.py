@@ -32,9 +32,7 @@ class Malformed(ValueError):
     """A reply or message that is not what our scripts write."""
 
 
-def parse_changes(
-    raw: object, wanted: Callable[[str], bool] | None = None
-) -> list[Change] | None:
+def parse_changes(raw: object, wanted: Callable[[str], bool] | None = None) -> list[Change] | None:
     """The changes of a reply or message; ``None`` for a duplicate-track reply.
 
     With ``wanted``, only the changes of the keys it accepts: the others are checked for a key
