@@ -43,7 +43,10 @@ export function replyOf(reply: unknown): unknown {
   return Array.isArray(reply) && reply.length === 2 ? reply[1] : reply;
 }
 
-export function parseChanges(reply: unknown): Change[] | null {
+/** The changes of a reply or message; null for a duplicate-track reply. With `wanted`, only the
+ * changes of the keys it accepts: the others are checked for a key and left unread (every
+ * instance hears every change of a shard, and follows few of them). */
+export function parseChanges(reply: unknown, wanted?: (key: string) => boolean): Change[] | null {
   const raw = replyOf(reply);
   let text: string;
   if (raw instanceof Uint8Array) {
@@ -63,7 +66,15 @@ export function parseChanges(reply: unknown): Change[] | null {
   }
   if (!isObject(obj)) throw new Malformed("not a JSON object");
   if (obj.dup === 1) return null;
-  return list(obj.c, "c").map(change);
+  const items = list(obj.c, "c");
+  if (wanted === undefined) return items.map(change);
+  return items.filter((item) => wanted(keyOf(item))).map(change);
+}
+
+function keyOf(item: unknown): string {
+  const key = isObject(item) ? item.k : undefined;
+  if (typeof key !== "string") throw new Malformed("a change needs a key");
+  return key;
 }
 
 function list(value: unknown, where: string): unknown[] {

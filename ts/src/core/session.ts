@@ -604,15 +604,14 @@ export class Session {
   private changes(raw: unknown): void {
     let changes;
     try {
-      changes = parseChanges(raw);
+      changes = parseChanges(raw, (key) => this.mirrors.has(key));
     } catch (exc) {
       if (!(exc instanceof Malformed)) throw exc;
       this.reject("change", `unreadable change from Redis: ${exc.message}`);
       return;
     }
     for (const change of changes ?? []) {
-      const mirror = this.mirrors.get(change.key);
-      if (mirror === undefined) continue;
+      const mirror = this.mirrors.get(change.key) as Mirror; // only those of followed keys
       const outcome = mirror.offer(change);
       // Applied, or waiting behind a load: either way the cached balance is stale.
       if (outcome !== Offer.IGNORED) this.invalidate(mirror);

@@ -146,12 +146,16 @@ describe("the session", () => {
     const session = new Session(makeSettings(), { debug: () => {}, warn: (m) => warnings.push(m) });
     session.handle({ kind: "ConfigurationReceived", payload: CONFIGURATION, fromCache: false });
     session.read("m-count", "c1");
-    for (const data of ["not json", "[]", '{"c":[1]}', '{"c":[{"k":"x"}]}', '{"c":[{"k":"x","r":1,"s":["a"]}]}', '{"c":[{"k":"x","r":1,"s":[1,2]}]}', new Uint8Array([0xff]), 42]) {
+    const followed = ['{"c":[{"k":"x"}]}', '{"c":[{"k":"x","r":1,"s":["a"]}]}', '{"c":[{"k":"x","r":1,"s":[1,2]}]}'].map((t) => t.replace('"x"', JSON.stringify(KEY)));
+    for (const data of ["not json", "[]", '{"c":[1]}', '{"c":[{"r":1}]}', ...followed, new Uint8Array([0xff]), 42]) {
       session.handle({ kind: "ChangePublished", data });
     }
-    assert.equal(session.rejections.get("change"), 8);
+    assert.equal(session.rejections.get("change"), 9);
+    // A change of a key it does not follow is left unread: not even counted when malformed.
+    session.handle({ kind: "ChangePublished", data: '{"c":[{"k":"not-followed","r":"x","s":7}]}' });
+    assert.equal(session.rejections.get("change"), 9);
     session.handle({ kind: "IdentityLoaded", key: KEY, fields: new Map<unknown, unknown>([["rev", "x"], ["a:1", "garbage"], ["c:m", "nan"], ["p", "1"], [new Uint8Array([0xff]), "1"]]), loadId: 1 });
     assert.equal(session.rejections.get("state"), 5);
-    assert.equal(warnings.length, 14); // and the malformed reducer of the configuration
+    assert.equal(warnings.length, 15); // and the malformed reducer of the configuration
   });
 });
