@@ -255,11 +255,11 @@ class Remote:
 
     def listed(self, tag: int, fields: Mapping[str, list[Any]]) -> None:
         flow = self._tags.pop(tag, None)
-        if flow is None or flow.current is None:
+        if flow is None or flow.current is None or flow.step not in (Step.BUCKETS, Step.LISTING):
             return
         if flow.step is Step.BUCKETS:
             self._list_events(flow, fields)
-        elif flow.step is Step.LISTING:
+        else:
             self._listed_events(flow, fields)
 
     def _list_events(self, flow: CustomerFlow, fields: Mapping[str, list[Any]]) -> None:
