@@ -47,8 +47,7 @@ SETUP_HOT = (
 
 def _events_key(state: str, bucket: int) -> str:
     """The events hash an event of ``bucket`` lives in (the layout's choice)."""
-    del bucket
-    return keys.events_key(state)
+    return keys.bucket_key(state, bucket)
 
 
 class Identity:
@@ -91,6 +90,11 @@ class Identity:
             items = list(mapping.items())
             for start in range(0, len(items), 1000):
                 pipe.hset(key, mapping=dict(items[start : start + 1000]))
+                # every event acknowledged: indexed by when (none long enough ago to drop)
+                pipe.zadd(
+                    keys.acked_key(self.state),
+                    dict.fromkeys(dict(items[start : start + 1000]), acked),
+                )
         pipe.execute()
         n = sum(len(m) for m in by_key.values())
         self.client.hset(self.state, mapping={"n": n, "u": 0})
@@ -123,7 +127,7 @@ class Identity:
         ]
 
     def script_keys(self) -> list[str]:
-        return [self.state, keys.events_key(self.state)]
+        return [self.state, keys.acked_key(self.state)]
 
     def apply(self) -> Any:
         script_keys = self.script_keys()

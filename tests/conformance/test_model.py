@@ -110,6 +110,7 @@ from hypothesis.stateful import (
 
 import outpost_core as oc
 from outpost_core import _keys as keys
+from outpost_core._inspect import events_keys
 from outpost_core._link import LinkState
 from tests.conformance._polar import (
     COUNT_WITHIN_US,
@@ -791,19 +792,31 @@ class OutpostModel(RuleBasedStateMachine):
     # -- invariants ---------------------------------------------------------------------------
 
     def fetch(self) -> Hashes:
-        """Every identity's state and events hashes, in one round trip (none when no script
-        changed anything since the last time)."""
+        """Every identity's state hash and events (its bucket hashes together), in two round
+        trips (none when no script changed anything since the last time)."""
         if self._fetched is not None and self._fetched[0] == self.world.writes:
             return self._fetched[1]
         pipe = self.client.pipeline(transaction=False)
         for _, _, st_key in IDENTITIES:
             pipe.hgetall(st_key)
-            pipe.hgetall(keys.events_key(st_key))
-        replies = pipe.execute()
-        hashes = {
-            (customer, reducer): (st_key, replies[2 * i], replies[2 * i + 1])
-            for i, (customer, reducer, st_key) in enumerate(IDENTITIES)
-        }
+        states = pipe.execute()
+        # Then the events hashes of the buckets each state hash indexes (its `a:` fields).
+        wanted = []
+        for (_, _, st_key), state in zip(IDENTITIES, states, strict=True):
+            text = {k.decode(): v.decode() for k, v in state.items()}
+            wanted.append(events_keys(st_key, text))
+        for names in wanted:
+            for name in names:
+                pipe.hgetall(name)
+        replies = iter(pipe.execute())
+        hashes = {}
+        for (customer, reducer, st_key), state, names in zip(
+            IDENTITIES, states, wanted, strict=True
+        ):
+            events: dict[bytes, bytes] = {}
+            for _ in names:
+                events.update(next(replies))
+            hashes[customer, reducer] = (st_key, state, events)
         self._fetched = (self.world.writes, hashes)
         return hashes
 

@@ -254,8 +254,8 @@ class Scripts:
         assert self.acked(reducer_id) == acked
         # Each field lives in the hash of its own bucket.
         for key in events_keys(self.client, reducer_id):
-            bucket = key.rsplit(":", 1)[1]
-            assert all(name.startswith(f"{bucket}:") for name in self.hash(key)), key
+            start = key.rsplit(":", 1)[1]
+            assert all(name.startswith(f"{start}:") for name in self.hash(key)), key
         by_bucket: dict[int, list[float]] = defaultdict(list)
         for name, value in events.items():
             by_bucket[int(name.split(":", 1)[0])].append(float(value.split(" ")[0]))

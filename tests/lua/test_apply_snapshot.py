@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import redis
@@ -316,15 +316,14 @@ def test_track_after_a_snapshot_into_a_cold_bucket(scripts: Scripts) -> None:
 
 @pytest.fixture
 def counting(client: redis.Redis) -> Iterator[None]:
-    saved = client.config_get("maxmemory-policy")
-    factor, decay = client.config_get("lfu-log-factor"), client.config_get("lfu-decay-time")
+    names = ("maxmemory-policy", "lfu-log-factor", "lfu-decay-time")
+    saved = {name: cast(Any, client.config_get(name))[name] for name in names}
     client.config_set("maxmemory-policy", "allkeys-lfu")
     client.config_set("lfu-log-factor", 0)
     client.config_set("lfu-decay-time", 0)
     yield
-    client.config_set("maxmemory-policy", saved["maxmemory-policy"])
-    client.config_set("lfu-log-factor", factor["lfu-log-factor"])
-    client.config_set("lfu-decay-time", decay["lfu-decay-time"])
+    for name, value in saved.items():
+        client.config_set(name, value)
 
 
 def _holding(client: redis.Redis, reducer_id: str, fields: set[str]) -> set[str]:
@@ -332,9 +331,11 @@ def _holding(client: redis.Redis, reducer_id: str, fields: set[str]) -> set[str]
     state = state_key(reducer_id)
     found = set()
     for raw in cast(list[bytes], list(client.scan_iter(match=state + ":*"))):
-        key = raw.decode()
+        key = raw.decode() if isinstance(raw, bytes) else raw
         # one access per key: the counter saturates at 255
-        if client.type(key) == b"hash" and fields & {n.decode() for n in client.hkeys(key)}:
+        if client.type(key) != b"hash":
+            continue
+        if fields & {n.decode() for n in cast(list[bytes], client.hkeys(key))}:
             found.add(key)
     return found
 
