@@ -101,7 +101,7 @@ async function dump(client: Redis, state: Json): Promise<Json> {
       if ("rev" in fields) fields.rev = fresh(fields.rev);
       hashes[key] = fields;
     } else if (kind === "zset") {
-      const flat = await client.zrange(key, 0, -1, "WITHSCORES");
+      const flat = await client.zrange(key, "0", "-1", "WITHSCORES");
       const members: Json = {};
       for (let i = 0; i < flat.length; i += 2) members[flat[i] as string] = flat[i + 1];
       zsets[key] = members;

@@ -49,7 +49,7 @@ describe("the key layout (conformance/README.md §1)", () => {
   it("percent-encodes what could break a key, and only that", () => {
     assert.equal(encodeComponent("acme:{eu} 1"), "acme%3A%7Beu%7D%201");
     assert.equal(encodeComponent("é\u200b😀"), "é%E2%80%8B😀");
-    assert.equal(stateKey(new Customer("external", "c1"), "r-count"), "outpost:v1:{10}:external:c1:r-count");
+    assert.equal(stateKey(new Customer("external", "c1"), "r-count"), "outpost:v2:{10}:external:c1:r-count");
   });
 
   it("writes times as Polar and Python do", () => {
