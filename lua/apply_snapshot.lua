@@ -19,8 +19,9 @@
 -- buckets it makes cold (from the old cold_until to the new one, found in the state hash's `a:`
 -- fields) are read and rebuilt; the counted events are removed from their buckets, which are
 -- rebuilt; the acknowledged events whose keep time ran out come from the acknowledged set (a
--- range of scores), and only those in cold buckets are removed. Hot buckets, and cold ones that
--- lose nothing, are not touched.
+-- range of scores), and only those in cold buckets are removed (one in a hot bucket stays in the
+-- range, read again by each snapshot until its bucket is cold: only when Polar's cold_until lags
+-- more than an hour behind). Hot buckets, and cold ones that lose nothing, are not touched.
 
 local now, keep = tonumber(ARGV[2]), tonumber(ARGV[3])
 local cold, as_of, sid = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
