@@ -67,7 +67,7 @@ def test_a_script_touches_undeclared_keys_of_its_slot_but_no_other(
     node = redis_cluster.node_client(redis_cluster.port_for_slot(key_slot(state.encode())))
     other = "outpost:test:{4}:x"
     assert key_slot(other.encode()) != key_slot(state.encode())
-    with pytest.raises(redis.ResponseError, match="slot|non local"):
+    with pytest.raises(redis.ResponseError, match=r"slot|non local"):
         node.eval("return redis.call('GET', ARGV[1])", 1, state, other)
 
 
