@@ -167,7 +167,8 @@ local function rebuild(st, buckets, undelivered, set, del)
   set[#set + 1] = "n"
   set[#set + 1] = tostring(redis.call("HINCRBY", st, "n", delta))
   set[#set + 1] = "u"
-  set[#set + 1] = tostring(redis.call("HINCRBY", st, "u", 0 - undelivered)) -- never "-0": HINCRBY refuses it
+  -- 0 - x, not -x: -0 would be written "-0", which HINCRBY refuses
+  set[#set + 1] = tostring(redis.call("HINCRBY", st, "u", 0 - undelivered))
 end
 
 -- XACK and XDEL the outbox entries ARGV[first..last], in slices: unpack() of thousands of
