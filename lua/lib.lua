@@ -97,7 +97,8 @@ end
 -- own while the state hash lives on (an outage that holds its events undelivered that long): its
 -- `a:` field and `n` then still count the events it held, until a snapshot makes the bucket cold
 -- or a script rebuilds it. That only over-counts local consumption, so the balance stays
--- conservative (lower than Polar's), never generous.
+-- conservative (lower than Polar's), never generous. `u`, a status figure outside the balance,
+-- keeps counting the undelivered events such a hash held (nothing tells how many there were).
 local function bucket_key(st, bucket)
   return st .. ":ev:" .. bucket
 end

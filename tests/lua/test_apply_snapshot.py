@@ -413,3 +413,22 @@ def test_the_acknowledged_set_follows_the_events(scripts: Scripts) -> None:
     scripts.settle("confirm", {"r1": [E4]})
     assert scripts.acked("r1") == {}
     scripts.check("r1")
+
+
+def test_a_bucket_hash_gone_on_its_own_counts_until_its_bucket_goes_cold(
+    scripts: Scripts, client: redis.Redis
+) -> None:
+    """A bucket hash that expired on its own (no script wrote it for eight days) leaves its `a:`
+    field and `n` counting its events: more local consumption, never less. The snapshot that
+    makes the bucket cold reads the hash, finds it empty, and drops both. `u` (a status figure,
+    not part of the balance) keeps counting the undelivered ones it lost."""
+    prepare(scripts)
+    client.delete(bucket_key("r1", OLD))  # e1, e2, e5: 3 events, 19 units
+    assert scripts.state("r1")[f"a:{OLD}"] == "3 19 3 11"
+    first(scripts, counted={})
+    state = scripts.state("r1")
+    assert f"a:{OLD}" not in state
+    assert (state["n"], state[f"a:{COLD}"]) == ("2", "1 7 7 7")
+    assert set(scripts.events("r1")) == {E3, E4}
+    assert state["u"] == "3"  # e2 and e5 went with the hash: 1 is true
+    assert E1 not in scripts.acked("r1")  # expired: its hour was over
