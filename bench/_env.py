@@ -54,6 +54,7 @@ class Scale:
     snapshot_rounds: int
     snapshot_applies: int  # per round and number of pending events
     snapshot_pending: tuple[int, ...]
+    snapshot_hot: tuple[int, ...]  # hot pending events beside one bucket made cold
     failover_rounds: int
     failover_events: int  # tracked by the process that gets killed
     fleet_processes: int
@@ -85,6 +86,7 @@ FULL = Scale(
     snapshot_rounds=11,
     snapshot_applies=20,
     snapshot_pending=(1, 100, 10_000),
+    snapshot_hot=(10, 10_000),
     failover_rounds=3,
     failover_events=500,
     fleet_processes=8,
@@ -116,6 +118,7 @@ SMOKE = Scale(
     snapshot_rounds=2,
     snapshot_applies=2,
     snapshot_pending=(1, 100, 10_000),
+    snapshot_hot=(10, 10_000),
     failover_rounds=1,
     failover_events=20,
     fleet_processes=2,

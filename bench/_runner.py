@@ -85,6 +85,8 @@ EXPECTED = (
     "snapshot.apply.1",
     "snapshot.apply.100",
     "snapshot.apply.10000",
+    "snapshot.hot.10",
+    "snapshot.hot.10000",
     "failover",
     "fleet",
     "fleet.delay",

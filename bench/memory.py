@@ -65,6 +65,12 @@ def _bytes_figure(
     )
 
 
+def _identity_keys(client: redis.Redis, state: str) -> list[str]:
+    """Every key of one identity: its state hash, its bucket hashes and acknowledged set."""
+    found = client.scan_iter(match=f"{state}:*", count=1000)
+    return [state, *(k.decode() if isinstance(k, bytes) else str(k) for k in found)]
+
+
 def _usage(client: redis.Redis, *names: str) -> int:
     total = 0
     for name in names:
@@ -157,7 +163,6 @@ def _redis_hour(env: Env) -> Figure:
         name = f"bench-hour-{r}"
         customer = Customer("external", name)
         state = keys.state_key(customer, reducer)
-        names = (state, keys.events_key(state))
         stream = keys.outbox_key(customer.shard)
         emu.pause_syncs()
         try:
@@ -172,16 +177,16 @@ def _redis_hour(env: Env) -> Figure:
                 for n in range(events):
                     at = end - HOUR_US + (n + 1) * HOUR_US // events
                     sdk.track("api_call", external_customer_id=name, timestamp=from_us(at))
-                undelivered.append(_usage(client, *names))
+                undelivered.append(_usage(client, *_identity_keys(client, state)))
                 outbox.append((_usage(client, stream) - stream_before) / events)
                 if not sdk.flush(120):
                     raise RuntimeError("the hour of events was not delivered within 120 s")
                 _wait(lambda: balance().undelivered == 0, 30, "every acknowledgement")
-                pending.append(_usage(client, *names))
+                pending.append(_usage(client, *_identity_keys(client, state)))
                 emu.resume_syncs()
                 emu.advance((BUCKET_US + 2 * 60_000_000) / 1e6)  # past the last bucket's sync
                 _wait(lambda: balance().pending == 0, 60, "snapshots counting every event")
-                counted.append(_usage(client, *names))
+                counted.append(_usage(client, *_identity_keys(client, state)))
         finally:
             emu.resume_syncs()
     return _bytes_figure(

@@ -46,11 +46,15 @@ def _text(value: object) -> str:
 
 
 def load(client: redis.Redis, before: Mapping[str, Json]) -> None:
-    """Empty the database, then write ``before``: hashes, then streams with their groups."""
+    """Empty the database, then write ``before``: hashes, sorted sets (member → score), then
+    streams with their groups."""
     client.flushall()
     for key, fields in before.get("hashes", {}).items():
         if fields:
             client.hset(key, mapping=fields)
+    for key, members in before.get("zsets", {}).items():
+        if members:
+            client.zadd(key, {member: float(score) for member, score in members.items()})
     for key, stream in before.get("streams", {}).items():
         for entry in stream.get("entries", []):
             client.xadd(key, entry["fields"], id=entry["id"])
@@ -184,6 +188,7 @@ def dump(client: redis.Redis, before: Mapping[str, Json]) -> dict[str, Json]:
         for entry in stream.get("entries", [])
     }
     hashes: dict[str, dict[str, str]] = {}
+    zsets: dict[str, dict[str, str]] = {}
     streams: dict[str, Json] = {}
     ttl: dict[str, str] = {}
     for raw_key in sorted(client.scan_iter(count=1000)):
@@ -195,11 +200,15 @@ def dump(client: redis.Redis, before: Mapping[str, Json]) -> dict[str, Json]:
             if "rev" in fields:
                 fields["rev"] = fresh(fields["rev"])
             hashes[key] = fields
+        elif kind == "zset":
+            # Scores as Redis writes them (integral µs here: no exponent, no point).
+            pairs = client.zrange(key, 0, -1, withscores=True, score_cast_func=_text)
+            zsets[key] = {_text(m): _text(score) for m, score in cast(Any, pairs)}
         elif kind == "stream":
             streams[key] = _dump_stream(client, key, known)
         else:
             raise ValueError(f"unexpected {kind} key {key!r}")
-    return {"hashes": hashes, "streams": streams, "ttl": ttl}
+    return {"hashes": hashes, "zsets": zsets, "streams": streams, "ttl": ttl}
 
 
 def _dump_stream(client: redis.Redis, key: str, known: set[str]) -> Json:

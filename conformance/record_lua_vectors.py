@@ -51,14 +51,26 @@ class Row(NamedTuple):
 
 
 class Ident:
-    """One identity (customer × reducer): its two hashes, its shard's channel and outbox."""
+    """One identity (customer × reducer): its state hash, acknowledged set and bucket hashes, its
+    shard's channel and outbox."""
 
     def __init__(self, customer: str, reducer: str) -> None:
         self.customer = Customer("external", customer)
         self.st = keys.state_key(self.customer, reducer)
-        self.ev = keys.events_key(self.st)
+        self.acked = keys.acked_key(self.st)
         self.channel = keys.channel(self.customer.shard)
         self.outbox = keys.outbox_key(self.customer.shard)
+
+    def ev(self, bucket: int) -> str:
+        """The events hash of one bucket."""
+        return keys.bucket_key(self.st, bucket)
+
+    def events(self, events: dict[str, str]) -> dict[str, dict[str, str]]:
+        """Events fields → value, as the bucket hashes that hold them."""
+        out: dict[str, dict[str, str]] = {}
+        for name, value in events.items():
+            out.setdefault(self.ev(int(name.split(":")[0])), {})[name] = value
+        return out
 
 
 COUNT = Ident("c1", "r-count")
@@ -137,10 +149,11 @@ def holding(
     p: str = "0 0 - -",
     credited: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """An identity's two hashes: a snapshot at ``cold`` (as of ``sa``, by default 5 µs later)
-    with ``credited`` (meter → units), and the pending ``events`` (events-hash field → value,
-    then the acknowledgement time once acknowledged). n, u and each bucket's aggregate are
-    computed from the events, as the scripts keep them."""
+    """An identity's hashes: a snapshot at ``cold`` (as of ``sa``, by default 5 µs later) with
+    ``credited`` (meter → units), and the pending ``events`` (events field → value, then the
+    acknowledgement time once acknowledged) in their buckets' hashes. n, u and each bucket's
+    aggregate are computed from the events, as the scripts keep them (and the acknowledged set,
+    by :func:`indexed`, for every case)."""
     values: dict[int, list[float]] = {}
     for name, value in events.items():
         values.setdefault(int(name.split(":")[0]), []).append(float(value.split(" ")[0]))
@@ -159,7 +172,7 @@ def holding(
         **aggregates,
         **{f"c:{meter}": units for meter, units in (credited or {}).items()},
     )
-    return {ident.st: state, ident.ev: events}
+    return {ident.st: state, **ident.events(events)}
 
 
 def queued(entry_id: str, event_id: str, bucket: int, *, read: bool) -> dict[str, Any]:
@@ -183,7 +196,7 @@ def track_argv(
         states(*(t[0] for t in targets)),
     ]
     for target, known, value in targets:
-        k += [target.st, target.ev]
+        k += [target.st, target.ev(bucket)]
         argv += [known, value]
     return k, argv
 
@@ -331,7 +344,7 @@ def settle_argv(
     k = [ident.outbox]
     argv = [ident.channel, GROUP, str(NOW), str(len(entry_ids)), *entry_ids]
     for target, known, fields in targets:
-        k += [target.st, target.ev]
+        k += [target.st, target.acked]
         argv += [known, str(len(fields)), *fields]
     return k, argv
 
@@ -525,7 +538,7 @@ def apply_argv(
     for meter, units in credits:
         argv += [meter, units]
     for target, known, polar, counted in targets:
-        k += [target.st, target.ev]
+        k += [target.st, target.acked]
         argv += [known, polar, str(len(counted)), *counted]
     return k, argv
 
@@ -584,7 +597,7 @@ APPLY_SNAPSHOT_SEVERAL: dict[str, Any] = {
 APPLY_SNAPSHOT_FIRST_WITH_EVENTS: dict[str, Any] = {
     "hashes": {
         COUNT.st: {"rev": "2", "n": "2", "u": "2", f"a:{B0}": "1 1 1 1", f"a:{B2}": "1 1 1 1"},
-        COUNT.ev: {f(B0, "e1"): "1", f(B2, "e2"): "1"},
+        **COUNT.events({f(B0, "e1"): "1", f(B2, "e2"): "1"}),
     }
 }
 APPLY_SNAPSHOT: list[Row] = [
@@ -820,7 +833,20 @@ BUDGET: list[Row] = [
 # -- recording ------------------------------------------------------------------------------------
 
 
+def indexed(before: dict[str, Any]) -> dict[str, Any]:
+    """``before`` with the acknowledged set of every identity that has acknowledged events (member:
+    the events field, score: when it was acknowledged), as acknowledge.lua keeps it."""
+    zsets: dict[str, dict[str, str]] = {}
+    for key, fields in before.get("hashes", {}).items():
+        state, found, _ = key.rpartition(":ev:")
+        for name, value in fields.items() if found else ():
+            if " " in value:
+                zsets.setdefault(keys.acked_key(state), {})[name] = value.split(" ")[1]
+    return {**before, "zsets": zsets} if zsets else before
+
+
 def case(name: str, description: str, before: dict[str, Any], k: list[str], a: list[str]) -> Case:
+    before = indexed(before)
     return {"name": name, "description": description, "before": before, "keys": k, "argv": a}
 
 

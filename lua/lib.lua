@@ -72,10 +72,40 @@ local function agg_with(text, v)
   return (tonumber(c) + 1) .. " " .. fmt(tonumber(s) + v) .. " " .. fmt(lo) .. " " .. fmt(hi)
 end
 
--- An events-hash field is "<bucket start>:<event id>"; its value is "<value>" while the event is
--- undelivered and "<value> <acknowledged at>" once Polar has acknowledged it.
+-- The layout of an identity's pending events (version 2). Each bucket's events live in a hash of
+-- their own, `<state key>:ev:<bucket start>`, so a script reads only the buckets it works on. A
+-- field is "<bucket start>:<event id>"; its value is "<value>" while the event is undelivered and
+-- "<value> <acknowledged at>" once Polar has acknowledged it. The sorted set `<state key>:acked`
+-- indexes the acknowledged events still pending (member: the field, score: acknowledged at), so
+-- a snapshot finds those whose keep time ran out without reading any events hash.
+--
+-- A bucket's events hash is non-empty only while the state hash has its `a:<bucket>` field: the
+-- state hash is the index of the identity's buckets. Every script keeps it so (track writes both;
+-- `rebuild` deletes `a:` only for a bucket whose hash is empty). `n` is the sum of the `a:`
+-- counts, moved by what each script adds or removes (HINCRBY), never recounted by a full pass.
+--
+-- Keys: a script declares, per identity, the state hash and one more key it knows: track the
+-- event's bucket hash, every other script the acknowledged set. The other bucket hashes a script
+-- touches it derives from the state key (`bucket_key`): they share the state key's hash tag, so
+-- they are in its slot, which Redis Cluster accepts from a script without a shebang
+-- (tests/cluster/test_cluster_facts.py checks it on a real cluster). The caller could not declare
+-- them: which buckets a snapshot makes cold, and where the expired acknowledged events are, is
+-- known only inside the script.
+--
+-- TTL: every key a script writes gets eight days again (state hash, the bucket hashes it writes or
+-- rebuilds, the acknowledged set). A bucket hash no script writes for eight days expires on its
+-- own while the state hash lives on (an outage that holds its events undelivered that long): its
+-- `a:` field and `n` then still count the events it held, until a snapshot makes the bucket cold
+-- or a script rebuilds it. That only over-counts local consumption, so the balance stays
+-- conservative (lower than Polar's), never generous. `u`, a status figure outside the balance,
+-- keeps counting the undelivered events such a hash held (nothing tells how many there were).
+local function bucket_key(st, bucket)
+  return st .. ":ev:" .. bucket
+end
+
+-- The bucket start of an events field, as the text it is written in (nil: not a field).
 local function field_bucket(field)
-  return tonumber(string.match(field, "^(%d+):"))
+  return string.match(field, "^(%d+):")
 end
 
 local function event_value(text)
@@ -83,40 +113,63 @@ local function event_value(text)
   return tonumber(v), tonumber(acked)
 end
 
--- Rebuild the local aggregate of each bucket in `buckets` (a set of bucket starts) from the
--- events that remain, and the identity's counters, from one pass over the events hash. A caller
--- that already read the hash passes it (`flat`) with the fields it removed since (`removed`).
-local function rebuild(st, ev, buckets, set, del, flat, removed)
-  flat = flat or redis.call("HGETALL", ev)
-  removed = removed or {}
-  local aggs, n, u = {}, 0, 0
-  for i = 1, #flat, 2 do
-    if not removed[flat[i]] then -- a field the caller removed after reading the hash is gone
-      n = n + 1
-      local v, acked = event_value(flat[i + 1])
-      if not acked then u = u + 1 end
-      local b = field_bucket(flat[i])
-      if buckets[b] then
-        aggs[b] = agg_add(aggs[b] or { c = 0, s = 0 }, v)
-      end
-    end
+-- Remove one pending event (its field) from its bucket's hash and from the acknowledged set, and
+-- mark its bucket in `buckets` for `rebuild`. Returns 1 when the event was undelivered (not
+-- acknowledged), else 0 (also when it was not pending: nothing to remove).
+local function remove_event(st, acked, field, buckets)
+  local b = field_bucket(field)
+  redis.call("ZREM", acked, field)
+  if not b then
+    return 0
   end
+  local ev = bucket_key(st, b)
+  local text = redis.call("HGET", ev, field)
+  if not text then
+    return 0
+  end
+  redis.call("HDEL", ev, field)
+  buckets[b] = true
+  if string.find(text, " ", 1, true) then
+    return 0
+  end
+  return 1
+end
+
+-- Rebuild the local aggregate of each bucket in `buckets` (a set of bucket starts, as text) from
+-- its events hash alone, move `n` by how many events those buckets hold less (their old `a:`
+-- counts against what remains) and `u` down by `undelivered` (the caller removed that many
+-- undelivered events), and add the fields set and deleted to `set` and `del`.
+local function rebuild(st, buckets, undelivered, set, del)
+  local delta = 0
   for b in pairs(buckets) do
-    local f = "a:" .. fmt(b)
-    if aggs[b] then
-      local text = agg_encode(aggs[b])
+    local f = "a:" .. b
+    local old = redis.call("HGET", st, f)
+    if old then
+      delta = delta - tonumber(string.match(old, "^(%S+) "))
+    end
+    local ev = bucket_key(st, b)
+    local flat = redis.call("HGETALL", ev)
+    if #flat > 0 then
+      local a = { c = 0, s = 0 }
+      for i = 2, #flat, 2 do
+        agg_add(a, (event_value(flat[i])))
+      end
+      delta = delta + a.c
+      local text = agg_encode(a)
       redis.call("HSET", st, f, text)
+      redis.call("EXPIRE", ev, TTL)
       set[#set + 1] = f
       set[#set + 1] = text
-    elseif redis.call("HDEL", st, f) == 1 then
+    elseif old then
+      redis.call("HDEL", st, f)
       del[#del + 1] = f
     end
   end
-  redis.call("HSET", st, "n", n, "u", u)
   set[#set + 1] = "n"
-  set[#set + 1] = tostring(n)
+  set[#set + 1] = tostring(redis.call("HINCRBY", st, "n", delta))
   set[#set + 1] = "u"
-  set[#set + 1] = tostring(u)
+  -- 0 - x, not -x: -0 would be written "-0", which HINCRBY refuses
+  set[#set + 1] = tostring(redis.call("HINCRBY", st, "u", 0 - undelivered))
 end
 
 -- XACK and XDEL the outbox entries ARGV[first..last], in slices: unpack() of thousands of
@@ -129,9 +182,9 @@ local function settle_entries(stream, group, first, last)
   end
 end
 
-local function touch(st, ev)
+local function touch(st, other)
   redis.call("EXPIRE", st, TTL)
-  redis.call("EXPIRE", ev, TTL)
+  redis.call("EXPIRE", other, TTL)
 end
 
 -- Record one identity's change: the delta goes to the channel; the caller gets the delta when
@@ -176,25 +229,26 @@ local function finish(channel, reply, publish)
 end
 
 -- The identities of a settle script (acknowledge, confirm): KEYS[2i], KEYS[2i+1] are identity
--- i's state and events hashes; from ARGV[pos] come the revision the caller holds (-1: none), k,
--- and k events-hash fields. `change(st, ev, fields)` does the script's own work and returns the
--- state-hash fields it set and deleted, or nil when nothing changed; then the revision moves on,
--- the TTLs are refreshed and the change is recorded. Returns the reply and the deltas to publish.
+-- i's state hash and acknowledged set; from ARGV[pos] come the revision the caller holds (-1:
+-- none), k, and k events fields. `change(st, acked, fields)` does the script's own work and
+-- returns the state-hash fields it set and deleted, or nil when nothing changed; then the
+-- revision moves on, the TTLs are refreshed and the change is recorded. Returns the reply and the
+-- deltas to publish.
 local function settle_identities(pos, change)
   local reply, publish = {}, {}
   for i = 1, (#KEYS - 1) / 2 do
-    local st, ev = KEYS[2 * i], KEYS[2 * i + 1]
+    local st, acked = KEYS[2 * i], KEYS[2 * i + 1]
     local known, k = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
     local fields = {}
     for j = pos + 2, pos + 1 + k do
       fields[#fields + 1] = ARGV[j]
     end
     pos = pos + 2 + k
-    local set, del = change(st, ev, fields)
+    local set, del = change(st, acked, fields)
     if set then
       local rev = next_rev(tonumber(redis.call("HGET", st, "rev")))
       redis.call("HSET", st, "rev", fmt(rev))
-      touch(st, ev)
+      touch(st, acked)
       record(reply, publish, st, rev, known, set, del)
     end
   end

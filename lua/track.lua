@@ -1,9 +1,10 @@
 -- track.lua: reduce one event into each identity it counts in, and queue it for delivery.
 --
 -- KEYS[1]            the shard's outbox stream
--- KEYS[2i], KEYS[2i+1]  state hash and events hash of identity i (i = 1..n), same shard
+-- KEYS[2i], KEYS[2i+1]  state hash of identity i (i = 1..n), same shard, and its events hash of
+--                       the event's bucket (`<state key>:ev:<bucket start>`)
 -- ARGV[1]  the shard's channel
--- ARGV[2]  events-hash field "<bucket start>:<event id>"
+-- ARGV[2]  events field "<bucket start>:<event id>"
 -- ARGV[3]  bucket start (µs)
 -- ARGV[4]  outbox field "e": the event as an item of Polar's ingestion body (JSON)
 -- ARGV[5]  outbox field "k": the state keys of the identities (JSON list)
@@ -14,7 +15,7 @@
 -- already holds it is left alone, so a retry after the configuration changed writes only the
 -- identities that are new to the event.
 -- The event counts whole in its bucket's local aggregate, hot or cold: it stays there, and in
--- the events hash, until a snapshot counts it or it is confirmed dropped.
+-- its bucket's events hash, until a snapshot counts it or it is confirmed dropped.
 
 local field, bucket = ARGV[2], ARGV[3]
 local n = (#KEYS - 1) / 2

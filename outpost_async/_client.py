@@ -882,7 +882,11 @@ class AsyncOutpost:
 
     async def _list_pending(self, effect: ListPending) -> None:
         try:
-            fields = {key: list(await self._redis.hkeys(key)) for key in effect.keys}
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in effect.keys:
+                    pipe.hkeys(key)
+                replies = await pipe.execute()
+            fields = {key: list(names) for key, names in zip(effect.keys, replies, strict=True)}
         except RedisError as exc:
             self._redis_failed(self._state_outage, exc)
             with self._lock:

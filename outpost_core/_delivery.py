@@ -681,7 +681,7 @@ def _settle_call(
     keys = [stream]
     args = [_keys.channel(shard, namespace), GROUP, str(wall_us), str(len(ids)), *ids]
     for state, names in fields.items():
-        keys += (state, _keys.events_key(state))
+        keys += (state, _keys.acked_key(state))
         args += ("-1", str(len(names)), *names)
     return SettleScript(script=script, keys=tuple(keys), args=tuple(args))
 

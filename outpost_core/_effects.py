@@ -51,7 +51,8 @@ class StoreConfiguration:
 
 @attrs.frozen(slots=True)
 class ListPending:
-    """``HKEYS`` each events hash; report :class:`PendingListed` (or :class:`ListFailed`)."""
+    """``HKEYS`` each hash (state hashes, then the events hashes of their cold buckets), in one
+    round trip; report :class:`PendingListed` (or :class:`ListFailed`)."""
 
     tag: int
     keys: tuple[str, ...]

@@ -114,7 +114,7 @@ class Tick:
 
 @attrs.frozen(slots=True)
 class PendingListed:
-    """The fields of each events hash a :class:`ListPending` asked for."""
+    """The fields of each hash a :class:`ListPending` asked for."""
 
     tag: int
     fields: Mapping[str, list[Any]]

@@ -20,7 +20,7 @@ import attrs
 from ._aggregate import Aggregate, parse_number
 from ._balance import compute_balance
 from ._configuration import Reducer
-from ._keys import Customer
+from ._keys import Customer, bucket_key
 from ._mirror import derive_state
 from ._time import from_us
 
@@ -39,8 +39,17 @@ class PendingEvent:
     """When Polar acknowledged it (µs), or ``None`` while undelivered."""
 
 
+def events_keys(state_key: str, state_fields: Mapping[str, str]) -> list[str]:
+    """The events hashes of an identity, oldest bucket first: one per ``a:<bucket>`` field of its
+    state hash, which is the index of the buckets that hold pending events."""
+    buckets = [name[2:] for name in state_fields if name.startswith("a:")]
+    starts = sorted(int(b) for b in buckets if b.isascii() and b.isdigit())
+    return [bucket_key(state_key, start) for start in starts]
+
+
 def parse_events(fields: Mapping[str, str]) -> tuple[list[PendingEvent], list[str]]:
-    """The events hash as events (oldest bucket first), and the fields that could not be read."""
+    """The events hashes' fields as events (oldest bucket first), and the fields that could not be
+    read."""
     events: list[PendingEvent] = []
     problems: list[str] = []
     for name, text in fields.items():

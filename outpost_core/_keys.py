@@ -1,4 +1,4 @@
-"""Customer identities and the Redis key layout, version 1.
+"""Customer identities and the Redis key layout, version 2 (docs/redis-layout.md).
 
 Every key of one customer carries the same hash tag, ``{<shard>}``, so one script can touch all of a
 customer's reducers and its outbox stream, and the layout works on Redis Cluster unchanged. The
@@ -18,7 +18,7 @@ from typing import Literal
 
 import attrs
 
-VERSION = 1
+VERSION = 2
 PREFIX = f"outpost:v{VERSION}:"
 SHARDS = 16
 _TAGS = tuple(f"{PREFIX}{{{shard}}}:" for shard in range(SHARDS))  # built once: on every track()
@@ -83,9 +83,16 @@ def state_key(customer: Customer, reducer_id: str) -> str:
     return f"{customer_prefix(customer)}:{encode_component(reducer_id)}"
 
 
-def events_key(state: str) -> str:
-    """The hash of the identity's pending events, beside its state hash (same hash tag)."""
-    return f"{state}:ev"
+def bucket_key(state: str, bucket: int | str) -> str:
+    """The hash of the identity's pending events of one bucket (its start, µs), beside its state
+    hash (same hash tag). The state hash's ``a:<bucket>`` fields say which buckets hold some."""
+    return f"{state}:ev:{bucket}"
+
+
+def acked_key(state: str) -> str:
+    """The sorted set of the identity's acknowledged pending events (member: the events field,
+    score: when Polar acknowledged it, µs)."""
+    return f"{state}:acked"
 
 
 def channel(shard: int, namespace: str = "") -> str:

@@ -1,6 +1,6 @@
 """Which outbox consumers are dead, and what a live instance takes from them (D14).
 
-Every instance keeps a heartbeat key (``outpost:v1:{fleet}:alive:<consumer>``) that its delivery
+Every instance keeps a heartbeat key (``outpost:v2:{fleet}:alive:<consumer>``) that its delivery
 loop refreshes every quarter of ``heartbeat`` seconds with a time to live of ``heartbeat``. A
 consumer of the outbox group whose heartbeat key is gone is **dead**: its instance was killed, or
 closed (a closing instance deletes its key so that others take what it holds at once). A live

@@ -244,22 +244,50 @@ class Remote:
             self._start(flow)
 
     def _start(self, flow: CustomerFlow) -> None:
+        """List the fields of the customer's state hashes: their ``a:`` fields are the buckets
+        that hold pending events (docs/redis-layout.md)."""
         assert flow.current is not None
         tag = next(self._ids)
         self._tags[tag] = flow
-        flow.step, flow.since, flow.tag, flow.retry_at = Step.LISTING, self.now, tag, None
-        keys = tuple(
-            _keys.events_key(_keys.state_key(flow.customer, reducer_id))
-            for reducer_id in flow.current.reducers
-        )
+        flow.step, flow.since, flow.tag, flow.retry_at = Step.BUCKETS, self.now, tag, None
+        keys = tuple(_keys.state_key(flow.customer, r) for r in flow.current.reducers)
         self._session.emit(ListPending(tag=tag, keys=keys))
 
     def listed(self, tag: int, fields: Mapping[str, list[Any]]) -> None:
         flow = self._tags.pop(tag, None)
-        if flow is None or flow.step is not Step.LISTING or flow.current is None:
+        if flow is None or flow.current is None or flow.step not in (Step.BUCKETS, Step.LISTING):
             return
+        if flow.step is Step.BUCKETS:
+            self._list_events(flow, fields)
+        else:
+            self._listed_events(flow, fields)
+
+    def _list_events(self, flow: CustomerFlow, fields: Mapping[str, list[Any]]) -> None:
+        """List the events of the buckets before the snapshot's ``cold_until`` only: the hot
+        buckets' events are none of its business, however many they are."""
+        assert flow.current is not None
+        cold_until = flow.current.cold_until
+        keys: list[str] = []
+        for state, names in fields.items():
+            for raw in names:
+                name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+                bucket = name[2:] if name.startswith("a:") else ""
+                # ASCII digits only: isdigit() alone passes "²", which int() refuses.
+                if bucket.isascii() and bucket.isdigit() and int(bucket) < cold_until:
+                    keys.append(_keys.bucket_key(state, bucket))
+        if not keys:
+            self._apply(flow)
+            return
+        tag = next(self._ids)
+        self._tags[tag] = flow
+        flow.step, flow.since, flow.tag = Step.LISTING, self.now, tag
+        self._session.emit(ListPending(tag=tag, keys=tuple(sorted(keys))))
+
+    def _listed_events(self, flow: CustomerFlow, fields: Mapping[str, list[Any]]) -> None:
+        assert flow.current is not None
         cold_until = flow.current.cold_until
         for key, names in fields.items():
+            state = key.rpartition(":ev:")[0]
             for raw in names:
                 try:
                     name = raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -272,7 +300,7 @@ class Remote:
                     self._session.reject("state", f"{key}: unreadable field {name!r}")
                     continue
                 if int(bucket) < cold_until:
-                    flow.candidates.setdefault(event_id, []).append(f"{key}\n{name}")
+                    flow.candidates.setdefault(event_id, []).append(f"{state}\n{name}")
         if not flow.candidates:
             self._apply(flow)
             return
@@ -423,9 +451,8 @@ def _apply_script(
         args += (meter_id, format_number(units))
     for reducer_id, aggregate in snapshot.reducers.items():
         state = _keys.state_key(customer, reducer_id)
-        events = _keys.events_key(state)
-        names = counted.get(events, [])
-        keys += (state, events)
+        names = counted.get(state, [])
+        keys += (state, _keys.acked_key(state))
         args += (str(session.known_rev(state)), aggregate.encode(), str(len(names)), *names)
     return RunScript(script="apply_snapshot", keys=tuple(keys), args=tuple(args), tag=tag)
 

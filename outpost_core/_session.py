@@ -445,7 +445,7 @@ class Session:
             state = _keys.state_key(customer, reducer_id)
             mirror = self._mirrors.get(state)
             known = mirror.rev if mirror is not None and mirror.loaded else -1
-            keys += (state, _keys.events_key(state))
+            keys += (state, _keys.bucket_key(state, bucket))
             values += (str(known), format_number(value))
             states.append(state)
         args = (

@@ -1,8 +1,9 @@
 """Polar's snapshots: parsing them, and the per-customer flow that applies them.
 
-A snapshot is applied in three steps, one customer at a time: list the pending events of the
-customer's identities (Redis), ask Polar which of those before ``cold_until`` the snapshot counts
-(the ``counted`` question), then run ``apply_snapshot`` with the answer. A snapshot that arrives
+A snapshot is applied in four steps, one customer at a time: list the buckets of the customer's
+identities (their state hashes' fields, Redis), list the pending events of the buckets before
+``cold_until`` (Redis), ask Polar which of those the snapshot counts (the ``counted`` question),
+then run ``apply_snapshot`` with the answer. A snapshot that arrives
 while another is in progress waits; a newer one replaces a waiting older one.
 """
 
@@ -124,7 +125,8 @@ def customer_in(payload: Mapping[object, object]) -> Customer:
 
 class Step(enum.Enum):
     IDLE = "idle"  #: nothing in progress
-    LISTING = "listing"  #: waiting for the pending events of the customer's identities
+    BUCKETS = "listing buckets"  #: waiting for the fields of the customer's state hashes
+    LISTING = "listing"  #: waiting for the pending events of the buckets before cold_until
     ASKING = "asking"  #: waiting for Polar's answers to the counted question
     APPLYING = "applying"  #: waiting for apply_snapshot
 
@@ -141,7 +143,8 @@ class CustomerFlow:
     current: Snapshot | None = None
     waiting: Snapshot | None = None
     candidates: dict[str, list[str]] = attrs.Factory(dict)
-    """Event id → the events-hash fields holding it, for the pending events before cold_until."""
+    """Event id → ``<state key>\n<events field>`` of each identity holding it, for the pending
+    events before cold_until."""
     questions: set[str] = attrs.Factory(set)
     counted: set[str] = attrs.Factory(set)
     before: dict[str, dict[str, float]] = attrs.Factory(dict)

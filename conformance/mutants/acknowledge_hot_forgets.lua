@@ -1,8 +1,8 @@
 -- MUTANT of acknowledge.lua (tests/conformance/test_mutant.py): the design document's literal
 -- write-path rule, "a hot bucket, at or after cold_until, counts its events whole, so an
 -- acknowledged event just stops being pending". In a hot bucket (bucket >= cu, or no cu yet)
--- acknowledging removes the event from the events hash and leaves the bucket's aggregate as it
--- is; in a cold bucket the event stays pending, marked acknowledged, as acknowledge.lua does.
+-- acknowledging removes the event from its bucket's events hash and leaves the bucket's aggregate
+-- as it is; in a cold bucket the event stays pending, marked acknowledged, as acknowledge.lua does.
 --
 -- It is wrong (decisions.md D5): a snapshot computed before the acknowledgement, applied after
 -- it, makes the bucket cold without counting the event, and rebuilds the bucket from the events
@@ -14,18 +14,21 @@ local m = tonumber(ARGV[4])
 local pos = 5 + m
 local reply, publish = {}, {}
 for i = 1, (#KEYS - 1) / 2 do
-  local st, ev = KEYS[2 * i], KEYS[2 * i + 1]
+  local st, acked = KEYS[2 * i], KEYS[2 * i + 1]
   local known, k = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
   local cold = tonumber(redis.call("HGET", st, "cu"))
   local done, forgotten = 0, 0
   for j = pos + 2, pos + 1 + k do
+    local b = field_bucket(ARGV[j])
+    local ev = bucket_key(st, b)
     local text = redis.call("HGET", ev, ARGV[j])
     if text and not string.find(text, " ", 1, true) then
-      if cold == nil or field_bucket(ARGV[j]) >= cold then
+      if cold == nil or tonumber(b) >= cold then
         redis.call("HDEL", ev, ARGV[j])
         forgotten = forgotten + 1
       else
         redis.call("HSET", ev, ARGV[j], text .. " " .. now)
+        redis.call("ZADD", acked, now, ARGV[j])
       end
       done = done + 1
     end
@@ -38,7 +41,7 @@ for i = 1, (#KEYS - 1) / 2 do
       set[4] = tostring(redis.call("HINCRBY", st, "n", -forgotten))
     end
     local rev = redis.call("HINCRBY", st, "rev", 1)
-    touch(st, ev)
+    touch(st, acked)
     record(reply, publish, st, rev, known, set, {})
   end
 end

@@ -13,7 +13,7 @@ import redis
 from outpost_core import CONFIGURATION_KEY, InvalidEvent, parse_configuration
 from outpost_core import _keys as keys
 from outpost_core._event import customer_of
-from outpost_core._inspect import inspection
+from outpost_core._inspect import events_keys, inspection
 from outpost_sync.cli._config import (
     add_connection_arguments,
     fail,
@@ -57,7 +57,12 @@ def run(args: argparse.Namespace) -> int:
             return fail("inspect", f"meter {args.meter_id!r} is not in Polar's configuration")
         state_key = keys.state_key(customer, reducer.id)
         state = text_map(client.hgetall(state_key))
-        events = text_map(client.hgetall(keys.events_key(state_key)))
+        pipe = client.pipeline(transaction=False)
+        for events_key in events_keys(state_key, state):
+            pipe.hgetall(events_key)
+        events = {
+            name: value for fields in pipe.execute() for name, value in text_map(fields).items()
+        }
     except redis.RedisError as exc:
         return fail("inspect", f"Redis at {args.redis_url} failed: {exc}")
     finally:

@@ -10,7 +10,7 @@ both instances must agree with each other and with Polar's own customer meters, 
 left pending.
 
 Redis: `--redis-url` or `REDIS_URL` as given; else database 15 of the Redis on 127.0.0.1:6379
-(never flushed: keys live under `outpost:v1:` and customer ids are fresh every run); else a
+(never flushed: keys live under `outpost:v2:` and customer ids are fresh every run); else a
 `redis-server` from PATH, started on a free port in a temporary directory and stopped at the end;
 else the demo says how to install Redis and exits with status 2.
 """
@@ -245,7 +245,7 @@ def find_redis(explicit: str | None) -> RedisChoice:
                 url=local,
                 description=(
                     f"database {LOCAL_DB} of the Redis on {host}:{port} (nothing is flushed; "
-                    "keys under outpost:v1:, fresh customer ids)"
+                    "keys under outpost:v2:, fresh customer ids)"
                 ),
             )
         skipped = f"the Redis on {host}:{port} is {_dotted(version)}, older than 7"

@@ -48,6 +48,29 @@ def test_a_script_runs_when_its_keys_share_a_slot_and_is_refused_across_slots(
         node.eval(SCRIPT, 2, *across)
 
 
+DERIVED = """
+redis.call('HSET', KEYS[1] .. ':ev:300000000', 'f', 'v')
+return redis.call('HGET', KEYS[1] .. ':ev:300000000', 'f')
+"""
+
+
+def test_a_script_touches_undeclared_keys_of_its_slot_but_no_other(
+    redis_cluster: RedisCluster,
+) -> None:
+    """Layout v2's scripts derive an identity's bucket hashes from its state key (lua/lib.lua):
+    a script without a shebang may, on the node owning the slot; a key of another slot it may
+    not touch, declared or not."""
+    state = "outpost:test:{3}:external:c1:r1"
+    client = redis_cluster.client()
+    assert client.register_script(DERIVED)(keys=[state]) == b"v"
+    assert client.hget(f"{state}:ev:300000000", "f") == b"v"
+    node = redis_cluster.node_client(redis_cluster.port_for_slot(key_slot(state.encode())))
+    other = "outpost:test:{4}:x"
+    assert key_slot(other.encode()) != key_slot(state.encode())
+    with pytest.raises(redis.ResponseError, match=r"slot|non local"):
+        node.eval("return redis.call('GET', ARGV[1])", 1, state, other)
+
+
 def test_multi_stream_xreadgroup_across_slots_is_refused(redis_cluster: RedisCluster) -> None:
     streams = ["outpost:test:{0}:outbox", "outpost:test:{1}:outbox"]
     assert key_slot(streams[0].encode()) != key_slot(streams[1].encode())

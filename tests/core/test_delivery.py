@@ -37,8 +37,8 @@ STREAM = keys.ALL_OUTBOXES[3]
 OTHER = keys.ALL_OUTBOXES[7]
 BUCKET = 1_796_223_600_000_000
 WALL = BUCKET + 5_000_000
-ST1 = "outpost:v1:{3}:external:c1:r1"
-ST2 = "outpost:v1:{3}:external:c1:r2"
+ST1 = "outpost:v2:{3}:external:c1:r1"
+ST2 = "outpost:v2:{3}:external:c1:r2"
 
 
 def item(event_id: str) -> dict[str, Any]:
@@ -118,7 +118,7 @@ def settle(script: str, ids: list[str], field_ids: list[str], *, stream: str = S
     args += [f"1-{i}" for i in ids]
     key_list = [stream]
     if field_ids:
-        key_list += [ST1, keys.events_key(ST1)]
+        key_list += [ST1, keys.acked_key(ST1)]
         args += ["-1", str(len(field_ids)), *(f"{BUCKET}:{i}" for i in field_ids)]
     return SettleScript(script=script, keys=tuple(key_list), args=tuple(args))
 
@@ -249,7 +249,7 @@ def test_entries_of_several_streams_and_identities_settle_per_stream() -> None:
     loop.post(1.0)
     loop.report(BatchAnswered(200))
     first, second = loop.work(2)
-    assert first.keys == (STREAM, ST1, keys.events_key(ST1), ST2, keys.events_key(ST2))
+    assert first.keys == (STREAM, ST1, keys.acked_key(ST1), ST2, keys.acked_key(ST2))
     assert first.args == (
         keys.channel(3),
         GROUP,
@@ -722,7 +722,7 @@ def test_settling_can_tell_the_script_which_revisions_are_held() -> None:
 
     action = SettleScript(
         script="acknowledge",
-        keys=(STREAM, "s1", "s1:ev", "s2", "s2:ev"),
+        keys=(STREAM, "s1", "s1:acked", "s2", "s2:acked"),
         args=("ch", GROUP, "7", "2", "1-a", "1-b", "-1", "2", "f1", "f2", "-1", "1", "f3"),
     )
     revs = {"s1": 12, "s2": -1}

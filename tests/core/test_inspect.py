@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from outpost_core import Customer, parse_configuration
-from outpost_core._inspect import PendingEvent, explain, inspection, parse_events
+from outpost_core._inspect import PendingEvent, events_keys, explain, inspection, parse_events
 from tests.support.payloads import configuration, reducer
 
 NOW = 1_800_000_000_000_000
@@ -47,6 +47,12 @@ def report(polar: dict[str, Any] | None, meter: str = "m1", **fields: Any) -> di
         now_us=NOW,
         polar_meter=polar,
     )
+
+
+def test_the_events_hashes_are_those_the_state_hash_indexes() -> None:
+    state = {"rev": "3", "a:600000000": "1 1 1 1", "a:300000000": "2 2 1 1", "a:x": "", "n": "3"}
+    assert events_keys("st", state) == ["st:ev:300000000", "st:ev:600000000"]
+    assert events_keys("st", {}) == []
 
 
 def test_parse_events_sorts_and_names_what_it_cannot_read() -> None:

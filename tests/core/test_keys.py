@@ -40,9 +40,9 @@ AWKWARD = [
 
 
 def test_prefix_and_configuration_key_carry_the_layout_version() -> None:
-    assert keys.VERSION == 1
-    assert keys.PREFIX == "outpost:v1:"
-    assert CONFIGURATION_KEY == "outpost:v1:configuration"
+    assert keys.VERSION == 2
+    assert keys.PREFIX == "outpost:v2:"
+    assert CONFIGURATION_KEY == "outpost:v2:configuration"
 
 
 def test_customer_tag_wire_and_str() -> None:
@@ -116,26 +116,28 @@ def test_state_key_layout() -> None:
     customer = Customer("external", "a:b")
     shard = customer.shard
     state = keys.state_key(customer, "r:1")
-    assert state == f"outpost:v1:{{{shard}}}:external:a%3Ab:r%3A1"
-    assert keys.customer_prefix(customer) == f"outpost:v1:{{{shard}}}:external:a%3Ab"
-    assert keys.events_key(state) == state + ":ev"
-    assert keys.tag_of(shard) == f"outpost:v1:{{{shard}}}:"
+    assert state == f"outpost:v2:{{{shard}}}:external:a%3Ab:r%3A1"
+    assert keys.customer_prefix(customer) == f"outpost:v2:{{{shard}}}:external:a%3Ab"
+    assert keys.bucket_key(state, 300_000_000) == state + ":ev:300000000"
+    assert keys.bucket_key(state, "300000000") == state + ":ev:300000000"
+    assert keys.acked_key(state) == state + ":acked"
+    assert keys.tag_of(shard) == f"outpost:v2:{{{shard}}}:"
 
 
 def test_channels_of_numbered_databases_are_their_own() -> None:
     assert keys.namespace_of_database(0) == ""
     assert keys.namespace_of_database(5) == "db5"
-    assert keys.channel(3, "db5") == "outpost:v1:{3}:changes:db5"
-    assert keys.all_channels("db5")[3] == "outpost:v1:{3}:changes:db5"
+    assert keys.channel(3, "db5") == "outpost:v2:{3}:changes:db5"
+    assert keys.all_channels("db5")[3] == "outpost:v2:{3}:changes:db5"
     assert keys.all_channels() == ALL_CHANNELS
     assert set(keys.all_channels("db1")).isdisjoint(ALL_CHANNELS)
 
 
 def test_channel_and_outbox_naming() -> None:
-    assert keys.channel(3) == "outpost:v1:{3}:changes"
-    assert keys.outbox_key(3) == "outpost:v1:{3}:outbox"
-    assert tuple(f"outpost:v1:{{{s}}}:changes" for s in range(16)) == ALL_CHANNELS
-    assert tuple(f"outpost:v1:{{{s}}}:outbox" for s in range(16)) == keys.ALL_OUTBOXES
+    assert keys.channel(3) == "outpost:v2:{3}:changes"
+    assert keys.outbox_key(3) == "outpost:v2:{3}:outbox"
+    assert tuple(f"outpost:v2:{{{s}}}:changes" for s in range(16)) == ALL_CHANNELS
+    assert tuple(f"outpost:v2:{{{s}}}:outbox" for s in range(16)) == keys.ALL_OUTBOXES
 
 
 def _hash_tag(key: str) -> str:
@@ -151,7 +153,8 @@ def test_every_key_of_a_customer_shares_the_hash_tag() -> None:
         state = keys.state_key(customer, "{r}")
         for key in (
             state,
-            keys.events_key(state),
+            keys.bucket_key(state, 300_000_000),
+            keys.acked_key(state),
             keys.channel(customer.shard),
             keys.outbox_key(customer.shard),
         ):
@@ -161,7 +164,9 @@ def test_every_key_of_a_customer_shares_the_hash_tag() -> None:
 def test_keys_of_awkward_ids_are_distinct() -> None:
     customers = [Customer(kind, i) for i in AWKWARD for kind in ("external", "customer")]
     states = [keys.state_key(c, r) for c in customers for r in ("r1", "r:1", "r1:ev")]
-    everything = states + [keys.events_key(s) for s in states]
+    everything = (
+        states + [keys.bucket_key(s, 0) for s in states] + [keys.acked_key(s) for s in states]
+    )
     assert len(set(everything)) == len(everything)
     for key in everything:
         assert not re.search(r"\s", key)
@@ -172,4 +177,4 @@ def test_state_keys_collide_only_for_the_same_identity(a: str, ra: str, b: str, 
     ka = keys.state_key(Customer("external", a), ra)
     kb = keys.state_key(Customer("external", b), rb)
     assert (ka == kb) == ((a, ra) == (b, rb))
-    assert keys.events_key(ka) != kb
+    assert keys.bucket_key(ka, 0) != kb and keys.acked_key(ka) != kb

@@ -155,5 +155,5 @@ def test_hand_back() -> None:
 
 
 def test_heartbeat_key_is_in_the_fleet_slot() -> None:
-    assert keys.heartbeat_key("h:1:ab") == "outpost:v1:{fleet}:alive:h%3A1%3Aab"
-    assert keys.BUDGET_KEY == "outpost:v1:{fleet}:budget"
+    assert keys.heartbeat_key("h:1:ab") == "outpost:v2:{fleet}:alive:h%3A1%3Aab"
+    assert keys.BUDGET_KEY == "outpost:v2:{fleet}:budget"

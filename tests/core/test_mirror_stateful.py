@@ -28,7 +28,7 @@ from outpost_core import Customer
 from outpost_core._changes import Change
 from outpost_core._mirror import Mirror, Offer
 
-KEY = "outpost:v1:{0}:external:c1:r1"
+KEY = "outpost:v2:{0}:external:c1:r1"
 FIELDS = ["n", "u", "cu", "a:0", "a:300", "c:m"]
 FRESH_REVISION_STEP = 1000
 """How far a hash written again after it vanished jumps ahead (Redis's clock)."""

@@ -58,8 +58,9 @@ def state(reducer_id: str, customer: Customer = C1) -> str:
     return keys.state_key(customer, reducer_id)
 
 
-def events(reducer_id: str, customer: Customer = C1) -> str:
-    return keys.events_key(state(reducer_id, customer))
+def events(reducer_id: str, customer: Customer = C1, bucket: int = COLD) -> str:
+    """The events hash of one of the identity's buckets (COLD: before the snapshot's HOT)."""
+    return keys.bucket_key(state(reducer_id, customer), bucket)
 
 
 class Polar:
@@ -167,6 +168,24 @@ def listing(effects: list[Effect]) -> ListPending:
     [effect] = effects
     assert isinstance(effect, ListPending)
     return effect
+
+
+def cold_listing(polar: Polar, listed: ListPending, *reducer_ids: str) -> ListPending:
+    """Answer the listing of the state hashes: each of ``reducer_ids`` has a COLD bucket (and a
+    HOT one, which is not listed); return the listing of the cold buckets' events that follows."""
+    fields = {state(r): ["rev", f"a:{COLD}".encode(), f"a:{HOT}"] for r in reducer_ids}
+    polar.session.handle(PendingListed(listed.tag, fields))
+    following = listing(polar.effects())
+    assert following.keys == tuple(sorted(events(r) for r in reducer_ids))
+    return following
+
+
+def list_events(polar: Polar, listed: ListPending, fields: dict[str, list[Any]]) -> None:
+    """Answer both listings: the buckets (one COLD bucket per events hash of ``fields``), then
+    the events, ``fields``."""
+    reducers = [r for r in ("r-count", "r-tokens") if events(r) in fields]
+    following = cold_listing(polar, listed, *reducers)
+    polar.session.handle(PendingListed(following.tag, fields))
 
 
 def applying(effects: list[Effect]) -> RunScript:
@@ -301,9 +320,21 @@ def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
     assert polar.session.not_ready_reason(COUNT, "c1", None) == (
         "no snapshot from Polar for external:c1 yet (WebSocket open)"
     )
-    listed = listing(polar.snapshot(request_id))
-    assert listed.keys == (events("r-count"), events("r-tokens"))
+    buckets = listing(polar.snapshot(request_id))
+    assert buckets.keys == (state("r-count"), state("r-tokens"))  # which buckets hold events
     flow = remote(polar).flows[C1]
+    assert (flow.request_id, step(flow)) == (None, Step.BUCKETS)
+    polar.session.handle(
+        PendingListed(
+            buckets.tag,
+            {
+                state("r-count"): [b"rev", f"a:{HOT}", f"a:{COLD}".encode(), b"a:x", b"\xff", "n"],
+                state("r-tokens"): [f"a:{COLD}", "a:\u00b2"],
+            },
+        )
+    )
+    listed = listing(polar.effects())  # the cold buckets' events only
+    assert listed.keys == (events("r-count"), events("r-tokens"))
     assert (flow.request_id, step(flow)) == (None, Step.LISTING)
     polar.session.handle(
         PendingListed(
@@ -331,7 +362,13 @@ def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
     run = applying(
         polar.send({"type": "counted", "payload": dict(answer, event_ids=["e1", "zz", 5])})
     )
-    assert run.keys == (state("r-count"), events("r-count"), state("r-tokens"), events("r-tokens"))
+    acked = keys.acked_key
+    assert run.keys == (
+        state("r-count"),
+        acked(state("r-count")),
+        state("r-tokens"),
+        acked(state("r-tokens")),
+    )
     assert run.args == (
         keys.channel(C1.shard),
         str(WALL),
@@ -376,7 +413,7 @@ def test_a_snapshot_without_pending_events_applies_at_once() -> None:
     polar.connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
-    polar.session.handle(PendingListed(listed.tag, {events("r-count"): [], events("r-tokens"): []}))
+    polar.session.handle(PendingListed(listed.tag, {state("r-count"): [], state("r-tokens"): []}))
     run = applying(polar.effects())
     assert run.args[11:] == ("0", "3 3 1 1", "0", "-1", "0 0 - -", "0")
     assert polar.take() == []
@@ -386,6 +423,31 @@ def test_a_snapshot_without_pending_events_applies_at_once() -> None:
     assert observation.meter_ids == (COUNT,)
     assert observation.local_consumed == (0.0,)  # an empty copy read nothing before it
     assert observation.polar_consumed == (3.0,)
+
+
+def test_hot_buckets_are_never_listed() -> None:
+    """However many events the hot buckets hold, the snapshot lists none of them: only the
+    state hashes, and (here) no cold bucket, so it applies at once."""
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listed = listing(polar.snapshot(None))
+    hot = {state("r-count"): [f"a:{HOT}", f"a:{HOT + 300_000_000}"], state("r-tokens"): ["rev"]}
+    polar.session.handle(PendingListed(listed.tag, hot))
+    run = applying(polar.effects())
+    assert run.args[11:] == ("0", "3 3 1 1", "0", "-1", "0 0 - -", "0")
+
+
+def test_cold_buckets_without_events_apply_at_once() -> None:
+    """A cold bucket whose hash is empty (its events expired with it) asks Polar nothing."""
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    listed = cold_listing(polar, listing(polar.snapshot(None)), "r-count", "r-tokens")
+    polar.session.handle(PendingListed(listed.tag, {events("r-count"): [], events("r-tokens"): []}))
+    run = applying(polar.effects())
+    assert run.args[11:] == ("0", "3 3 1 1", "0", "-1", "0 0 - -", "0")
+    assert polar.take() == []
 
 
 def test_a_copy_loaded_during_the_apply_has_no_consumption_before_it() -> None:
@@ -416,7 +478,7 @@ def test_many_pending_events_are_asked_in_chunks() -> None:
     polar.follow()
     listed = listing(polar.snapshot(None))
     names = [f"{COLD}:e{i:05d}" for i in range(10_001)]
-    polar.session.handle(PendingListed(listed.tag, {events("r-count"): names}))
+    list_events(polar, listed, {events("r-count"): names})
     questions = polar.take()
     assert [len(q["payload"]["event_ids"]) for q in questions] == [10_000, 1]
     first, second = (q["payload"]["request_id"] for q in questions)
@@ -578,8 +640,8 @@ def test_unreadable_pending_fields_are_counted_and_skipped(field: bytes | str) -
     polar = Polar()
     polar.connect()
     listed = listing(polar.snapshot(polar.follow()))
-    fields = {events("r-count"): [field, f"{COLD}:e1"], events("r-tokens"): []}
-    polar.session.handle(PendingListed(listed.tag, fields))
+    fields: dict[str, list[Any]] = {events("r-count"): [field, f"{COLD}:e1"]}
+    list_events(polar, listed, fields)
     assert polar.session.rejections == {"state": 1}
     [question] = polar.take()
     assert question["payload"]["event_ids"] == ["e1"]
@@ -600,7 +662,7 @@ def asking(polar: Polar) -> str:
     polar.connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
-    polar.session.handle(PendingListed(listed.tag, {events("r-count"): [f"{COLD}:e1"]}))
+    list_events(polar, listed, {events("r-count"): [f"{COLD}:e1"]})
     [question] = polar.take()
     return str(question["payload"]["request_id"])
 
@@ -718,10 +780,10 @@ def test_a_snapshot_arriving_during_the_backoff_starts_at_once() -> None:
     flow = remote(polar).flows[C1]
     fail_once_more(polar, flow, apply=False)
     listing(polar.snapshot(None, snapshot_id="snap-2"))  # Polar pushed one meanwhile
-    assert (step(flow), flow.retry_at) == (Step.LISTING, None)
+    assert (step(flow), flow.retry_at) == (Step.BUCKETS, None)
 
 
-@pytest.mark.parametrize("stuck", [Step.LISTING, Step.ASKING, Step.APPLYING])
+@pytest.mark.parametrize("stuck", [Step.BUCKETS, Step.LISTING, Step.ASKING, Step.APPLYING])
 def test_a_flow_stuck_in_a_step_asks_polar_again_and_ignores_the_late_answer(
     stuck: Step, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -731,8 +793,10 @@ def test_a_flow_stuck_in_a_step_asks_polar_again_and_ignores_the_late_answer(
     polar.now = 50.0
     listed = listing(polar.snapshot(None))
     flow = remote(polar).flows[C1]
-    if stuck is Step.ASKING:
-        polar.session.handle(PendingListed(listed.tag, {events("r-count"): [f"{COLD}:e1"]}))
+    if stuck is Step.LISTING:
+        listed = cold_listing(polar, listed, "r-count")
+    elif stuck is Step.ASKING:
+        list_events(polar, listed, {events("r-count"): [f"{COLD}:e1"]})
         [question] = polar.take()
         answer = {"request_id": question["payload"]["request_id"], "event_ids": ["e1"]}
     elif stuck is Step.APPLYING:
@@ -749,7 +813,7 @@ def test_a_flow_stuck_in_a_step_asks_polar_again_and_ignores_the_late_answer(
     assert polar.session.rejections == {"stuck_flow": 1}
     assert f"outpost rejected stuck_flow: {C1}: no answer while {stuck.value}" in caplog.text
     # The answer that was lost turns up: it belongs to a flow given up, and changes nothing.
-    if stuck is Step.LISTING:
+    if stuck in (Step.BUCKETS, Step.LISTING):
         polar.session.handle(PendingListed(listed.tag, {}))
         assert polar.effects() == []
     elif stuck is Step.ASKING:
@@ -772,7 +836,7 @@ def test_a_step_that_moves_on_in_time_is_not_stuck() -> None:
     polar.now = 50.0
     listed = listing(polar.snapshot(None))
     assert polar.tick(50.0 + STEP_TIMEOUT - 1) == []  # the listing answers late, but in time
-    polar.session.handle(PendingListed(listed.tag, {events("r-count"): [f"{COLD}:e1"]}))
+    list_events(polar, listed, {events("r-count"): [f"{COLD}:e1"]})
     polar.take()
     # The next step has its own deadline, counted from when it began.
     assert polar.session.next_deadline() == polar.now + STEP_TIMEOUT
@@ -809,6 +873,7 @@ def test_the_link_closing_for_good_mid_listing_restarts_quietly() -> None:
     polar.connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
+    listed = cold_listing(polar, listed, "r-count")
     polar.link.close()
     polar.session.handle(PendingListed(listed.tag, {events("r-count"): [f"{COLD}:e1"]}))
     flow = remote(polar).flows[C1]

@@ -13,7 +13,7 @@ from outpost_core import (
     text_of,
 )
 
-STREAM = "outpost:v1:{3}:outbox"
+STREAM = "outpost:v2:{3}:outbox"
 FIELDS = {b"e": b"{}", b"f": b"0:a", b"k": b"[]"}
 
 
@@ -67,7 +67,7 @@ def test_an_autoclaim_answer_gives_the_claimed_entries_of_its_stream() -> None:
 @pytest.mark.parametrize(
     ("error", "lost"),
     [
-        ("NOGROUP No such key 'outpost:v1:{0}:outbox' or consumer group 'outpost'", True),
+        ("NOGROUP No such key 'outpost:v2:{0}:outbox' or consumer group 'outpost'", True),
         ("no such key", True),
         ("Connection refused", False),
         ("BUSYGROUP Consumer Group name already exists", False),
@@ -78,7 +78,7 @@ def test_a_lost_group_is_recognised_from_the_error(error: str, lost: bool) -> No
 
 
 def test_a_claim_refresh_names_each_stream_s_entries_once() -> None:
-    other = "outpost:v1:{4}:outbox"
+    other = "outpost:v2:{4}:outbox"
     claim = RefreshClaim(((STREAM, "1-0"), (other, "2-0"), (STREAM, "3-0")))
     assert claim.by_stream() == {STREAM: ["1-0", "3-0"], other: ["2-0"]}
 

@@ -254,7 +254,7 @@ def test_configuration_from_polar_is_stored_in_the_cache() -> None:
     assert session.configuration is not None
     assert set(session.configuration.reducers) == {r["id"] for r in STANDARD["reducers"]}
     [store] = session.effects()
-    assert store == StoreConfiguration(key="outpost:v1:configuration", text=_compact(STANDARD))
+    assert store == StoreConfiguration(key="outpost:v2:configuration", text=_compact(STANDARD))
     assert json.loads(store.text) == STANDARD
 
 
@@ -391,7 +391,7 @@ def test_track_layout_for_an_identity_nobody_follows() -> None:
     assert run.meter_ids == ("m-count", "m-tokens", "m-largest", "m-smallest", "m-average")
     expected_keys = [keys.outbox_key(shard)]
     for reducer_id in matching:
-        expected_keys += [state(reducer_id), keys.events_key(state(reducer_id))]
+        expected_keys += [state(reducer_id), keys.bucket_key(state(reducer_id), BUCKET)]
     assert run.keys == tuple(expected_keys)
     assert run.args[:3] == (keys.channel(shard), f"{BUCKET}:e1", str(BUCKET))
     assert json.loads(run.args[3]) == {
@@ -930,8 +930,8 @@ def test_a_change_for_a_reducer_that_left_the_configuration() -> None:
 
 def test_load_answers_for_keys_nobody_follows_are_ignored() -> None:
     session = configured()
-    session.handle(IdentityLoaded("outpost:v1:{0}:external:x:r", {"rev": "1"}, 1))
-    session.handle(LoadFailed("outpost:v1:{0}:external:x:r", 1))
+    session.handle(IdentityLoaded("outpost:v2:{0}:external:x:r", {"rev": "1"}, 1))
+    session.handle(LoadFailed("outpost:v2:{0}:external:x:r", 1))
     assert session.effects() == []
     assert session.next_deadline() is None
 

@@ -225,7 +225,7 @@ def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
     }
     recording.handle(oc.BytesReceived(2.0, peer.send({"type": "snapshot", "payload": snapshot})))
     [listing] = to_polar()
-    recording.handle(oc.PendingListed(listing.tag, {keys.events_key(state): []}))
+    recording.handle(oc.PendingListed(listing.tag, {state: [b"rev"]}))  # no bucket: nothing to list
     [apply] = to_polar()
     change = {"k": state, "r": 1, "s": ["cu", str(COLD), "sa", str(WALL - 1), "p", "1 1 1 1"]}
     recording.handle(oc.ScriptReplied(json.dumps({"c": [change]}), tag=apply.tag))

@@ -52,7 +52,7 @@ def test_the_demo_ends_with_an_agreeing_verdict(demo_redis: RedisServer | RedisC
     # The demo never flushes Redis; its keys stay, under the layout's prefix only.
     found = redis_server.client().scan_iter()
     keys = [k.decode() if isinstance(k, bytes) else str(k) for k in found]
-    assert keys and all(key.startswith("outpost:v1:") for key in keys)
+    assert keys and all(key.startswith("outpost:v2:") for key in keys)
 
 
 def test_demo_help_goes_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:

@@ -28,8 +28,19 @@ def state_key(reducer_id: str) -> str:
     return keys.state_key(CUSTOMER, reducer_id)
 
 
-def events_key(reducer_id: str) -> str:
-    return keys.events_key(state_key(reducer_id))
+def bucket_key(reducer_id: str, bucket: int = BUCKET) -> str:
+    """The events hash of one bucket of the identity."""
+    return keys.bucket_key(state_key(reducer_id), bucket)
+
+
+def acked_key(reducer_id: str) -> str:
+    return keys.acked_key(state_key(reducer_id))
+
+
+def events_keys(client: redis.Redis, reducer_id: str) -> list[str]:
+    """Every events hash of the identity that exists (found by SCAN: tests only)."""
+    match = state_key(reducer_id).replace("[", "\\[") + ":ev:*"
+    return sorted(k.decode() for k in cast(list[bytes], list(client.scan_iter(match=match))))
 
 
 def field(bucket: int, event_id: str) -> str:
@@ -107,7 +118,7 @@ class Scripts:
             self.echo = published.decode("utf-8")
         assert isinstance(reply, bytes)
         for key in keys_:  # note where each new hash's revisions start
-            if key != OUTBOX and not key.endswith(":ev"):
+            if key != OUTBOX and ":ev:" not in key and not key.endswith(":acked"):
                 rev = self.client.hget(key, "rev")
                 if rev is not None:
                     relative(key, int(rev))
@@ -127,7 +138,7 @@ class Scripts:
         states = [state_key(r) for r in values]
         keys_ = [OUTBOX]
         for reducer_id in values:
-            keys_ += [state_key(reducer_id), events_key(reducer_id)]
+            keys_ += [state_key(reducer_id), bucket_key(reducer_id, bucket)]
         item = item or {"name": "api_call", "external_customer_id": "c1", "external_id": event_id}
         args: list[Any] = [
             CHANNEL,
@@ -155,7 +166,7 @@ class Scripts:
         keys_ = [OUTBOX]
         args: list[Any] = [CHANNEL, group, now, len(ids), *ids]
         for reducer_id, names in fields.items():
-            keys_ += [state_key(reducer_id), events_key(reducer_id)]
+            keys_ += [state_key(reducer_id), acked_key(reducer_id)]
             args += [absolute(state_key(reducer_id), known.get(reducer_id, -1)), len(names), *names]
         return self.run(script, keys_, args)
 
@@ -181,7 +192,7 @@ class Scripts:
             args += [meter_id, units]
         for reducer_id, aggregate in totals.items():
             names = counted.get(reducer_id, [])
-            keys_ += [state_key(reducer_id), events_key(reducer_id)]
+            keys_ += [state_key(reducer_id), acked_key(reducer_id)]
             known_rev = absolute(state_key(reducer_id), known.get(reducer_id, -1))
             args += [known_rev, aggregate.encode(), len(names), *names]
         return self.run("apply_snapshot", keys_, args)
@@ -200,7 +211,15 @@ class Scripts:
         return fields
 
     def events(self, reducer_id: str) -> dict[str, str]:
-        return self.hash(events_key(reducer_id))
+        """The fields of every events hash of the identity, together."""
+        out: dict[str, str] = {}
+        for key in events_keys(self.client, reducer_id):
+            out.update(self.hash(key))
+        return out
+
+    def acked(self, reducer_id: str) -> dict[str, int]:
+        pairs = self.client.zrange(acked_key(reducer_id), 0, -1, withscores=True)
+        return {k.decode(): int(v) for k, v in cast(list[tuple[bytes, float]], pairs)}
 
     def rev(self, reducer_id: str) -> int:
         return int(self.state(reducer_id).get("rev", 0))
@@ -213,10 +232,14 @@ class Scripts:
         return out
 
     def check_ttls(self, reducer_id: str) -> None:
-        """Both hashes of the identity expire in TTL seconds (less the few the test took)."""
-        for key in (state_key(reducer_id), events_key(reducer_id)):
+        """Every key of the identity (state hash, events hashes, acknowledged set) expires in TTL
+        seconds (less the few the test took)."""
+        names = [state_key(reducer_id), *events_keys(self.client, reducer_id)]
+        if self.client.exists(acked_key(reducer_id)):
+            names.append(acked_key(reducer_id))
+        for key in names:
             ttl = self.client.ttl(key)
-            assert isinstance(ttl, int) and TTL - 5 <= ttl <= TTL
+            assert isinstance(ttl, int) and TTL - 5 <= ttl <= TTL, (key, ttl)
 
     def check(self, reducer_id: str) -> None:
         """What every script leaves behind: counters and bucket aggregates match the events."""
@@ -224,8 +247,15 @@ class Scripts:
         if not state:
             assert not events
             return
-        assert int(state["n"]) == len(events) == self.client.hlen(events_key(reducer_id))
+        assert int(state["n"]) == len(events)
         assert int(state["u"]) == sum(1 for v in events.values() if " " not in v)
+        # The acknowledged set indexes exactly the acknowledged pending events, by time.
+        acked = {name: int(v.split(" ")[1]) for name, v in events.items() if " " in v}
+        assert self.acked(reducer_id) == acked
+        # Each field lives in the hash of its own bucket.
+        for key in events_keys(self.client, reducer_id):
+            start = key.rsplit(":", 1)[1]
+            assert all(name.startswith(f"{start}:") for name in self.hash(key)), key
         by_bucket: dict[int, list[float]] = defaultdict(list)
         for name, value in events.items():
             by_bucket[int(name.split(":", 1)[0])].append(float(value.split(" ")[0]))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any, cast
+
 import pytest
 import redis
 
@@ -9,11 +12,14 @@ from outpost_core import Aggregate
 from tests.lua._scripts import (
     BUCKET,
     HOUR,
+    TTL,
     B,
     Channel,
     Scripts,
+    acked_key,
+    bucket_key,
     changes,
-    events_key,
+    events_keys,
     field,
     pairs,
     state_key,
@@ -274,12 +280,17 @@ def test_reply_modes(scripts: Scripts) -> None:
     assert full["full"] == 1 and pairs(full["s"]) == scripts.state("r1")
 
 
-def test_ttls_on_both_hashes(scripts: Scripts, client: redis.Redis) -> None:
+def test_ttls_of_the_keys_it_writes(scripts: Scripts, client: redis.Redis) -> None:
+    """The state hash, the acknowledged set and the buckets it makes cold get eight days again;
+    the hot bucket's hash is none of its business: not even its TTL is touched."""
     prepare(scripts)
-    client.persist(state_key("r1"))
-    client.persist(events_key("r1"))
+    for key in (state_key("r1"), acked_key("r1"), *events_keys(client, "r1")):
+        client.persist(key)
     first(scripts)
-    scripts.check_ttls("r1")
+    for key in (state_key("r1"), acked_key("r1"), bucket_key("r1", OLD), bucket_key("r1", COLD)):
+        ttl = client.ttl(key)
+        assert TTL - 5 <= ttl <= TTL, (key, ttl)
+    assert client.ttl(bucket_key("r1", HOT)) == -1
 
 
 def test_track_after_a_snapshot_into_a_cold_bucket(scripts: Scripts) -> None:
@@ -294,3 +305,130 @@ def test_track_after_a_snapshot_into_a_cold_bucket(scripts: Scripts) -> None:
     )
     assert scripts.state("r1")[f"a:{OLD}"] == "1 11 11 11"
     scripts.check("r1")
+
+
+# -- what a snapshot reads ------------------------------------------------------------------------
+#
+# Under an LFU eviction policy with `lfu-log-factor 0` and `lfu-decay-time 0`, Redis adds exactly
+# one to a key's access counter (OBJECT FREQ, which does not count itself) on every access, and
+# never decays it: the counter tells, without timing anything, whether a script read a key.
+
+
+@pytest.fixture
+def counting(client: redis.Redis) -> Iterator[None]:
+    names = ("maxmemory-policy", "lfu-log-factor", "lfu-decay-time")
+    saved = {name: cast(Any, client.config_get(name))[name] for name in names}
+    client.config_set("maxmemory-policy", "allkeys-lfu")
+    client.config_set("lfu-log-factor", 0)
+    client.config_set("lfu-decay-time", 0)
+    yield
+    for name, value in saved.items():
+        client.config_set(name, value)
+
+
+def _holding(client: redis.Redis, reducer_id: str, fields: set[str]) -> set[str]:
+    """The identity's events keys that hold any of ``fields``."""
+    state = state_key(reducer_id)
+    found = set()
+    for raw in cast(list[bytes], list(client.scan_iter(match=state + ":*"))):
+        key = raw.decode() if isinstance(raw, bytes) else raw
+        # one access per key: the counter saturates at 255
+        if client.type(key) != b"hash":
+            continue
+        if fields & {n.decode() for n in cast(list[bytes], client.hkeys(key))}:
+            found.add(key)
+    return found
+
+
+def _reads(client: redis.Redis, names: set[str]) -> dict[str, int]:
+    return {key: int(cast(int, client.object("freq", key))) for key in names}
+
+
+def test_a_snapshot_reads_no_hot_event(
+    scripts: Scripts, client: redis.Redis, counting: None
+) -> None:
+    """Hot pending events cost a snapshot nothing, however many: the keys holding them are not
+    accessed at all, while the bucket it makes cold is read (so the counter does see reads)."""
+    scripts.track("c1", {"r1": 1}, bucket=COLD)
+    hot = [field(HOT + (n % 3) * B, f"h{n}") for n in range(60)]
+    for name in hot:
+        bucket, event_id = name.split(":")
+        scripts.track(event_id, {"r1": 1}, bucket=int(bucket))
+    scripts.settle("acknowledge", {"r1": hot[:20]}, now=NOW - 2 * HOUR)  # expired, but hot
+    hot_keys = _holding(client, "r1", set(hot))
+    cold_keys = _holding(client, "r1", {field(COLD, "c1")})
+    assert hot_keys and cold_keys
+    before = _reads(client, hot_keys | cold_keys)
+    assert max(before.values()) < 200  # far from saturated (255)
+    first(scripts, counted={})
+    after = _reads(client, hot_keys | cold_keys)
+    assert {k: after[k] for k in hot_keys} == {k: before[k] for k in hot_keys}
+    assert all(after[k] > before[k] for k in cold_keys)
+    assert len(scripts.events("r1")) == 61  # the hot ones stay, acknowledged or not
+    scripts.check("r1")
+
+
+def test_a_later_snapshot_reads_only_the_buckets_it_makes_cold(
+    scripts: Scripts, client: redis.Redis, counting: None
+) -> None:
+    """Buckets already cold that lose nothing are not read again."""
+    prepare(scripts)
+    first(scripts)
+    scripts.track("e6", {"r1": 4}, bucket=HOT + B)
+    old_keys = _holding(client, "r1", {E3, E5})
+    hot_keys = _holding(client, "r1", {E4})
+    later_keys = _holding(client, "r1", {field(HOT + B, "e6")})
+    before = _reads(client, old_keys | hot_keys | later_keys)
+    scripts.apply_snapshot(
+        {"r1": POLAR}, cold_until=HOT + B, as_of=NOW + 1, now=NOW + 1, snapshot_id="s-2"
+    )
+    after = _reads(client, old_keys | hot_keys | later_keys)
+    assert {k: after[k] for k in old_keys | later_keys} == {
+        k: before[k] for k in old_keys | later_keys
+    }
+    assert all(after[k] > before[k] for k in hot_keys)  # HOT became cold: read and rebuilt
+    assert scripts.state("r1")["cu"] == str(HOT + B)
+    scripts.check("r1")
+
+
+def test_confirm_reads_only_the_buckets_of_its_events(
+    scripts: Scripts, client: redis.Redis, counting: None
+) -> None:
+    prepare(scripts)
+    others = _holding(client, "r1", {E3, E4})
+    before = _reads(client, others)
+    scripts.settle("confirm", {"r1": [E2]})
+    assert _reads(client, others) == before
+    assert E2 not in scripts.events("r1")
+    scripts.check("r1")
+
+
+def test_the_acknowledged_set_follows_the_events(scripts: Scripts) -> None:
+    """Acknowledged events are indexed by time until they leave: counted, dropped or expired."""
+    prepare(scripts)
+    assert scripts.acked("r1") == {E1: NOW - 2 * HOUR, E3: NOW - 10 * 60_000_000}
+    scripts.settle("acknowledge", {"r1": [E4]}, now=NOW)
+    first(scripts, counted={"r1": [E3]})  # E1 expires, E3 is counted, E4 is hot
+    assert scripts.acked("r1") == {E4: NOW}
+    scripts.settle("confirm", {"r1": [E4]})
+    assert scripts.acked("r1") == {}
+    scripts.check("r1")
+
+
+def test_a_bucket_hash_gone_on_its_own_counts_until_its_bucket_goes_cold(
+    scripts: Scripts, client: redis.Redis
+) -> None:
+    """A bucket hash that expired on its own (no script wrote it for eight days) leaves its `a:`
+    field and `n` counting its events: more local consumption, never less. The snapshot that
+    makes the bucket cold reads the hash, finds it empty, and drops both. `u` (a status figure,
+    not part of the balance) keeps counting the undelivered ones it lost."""
+    prepare(scripts)
+    client.delete(bucket_key("r1", OLD))  # e1, e2, e5: 3 events, 19 units
+    assert scripts.state("r1")[f"a:{OLD}"] == "3 19 3 11"
+    first(scripts, counted={})
+    state = scripts.state("r1")
+    assert f"a:{OLD}" not in state
+    assert (state["n"], state[f"a:{COLD}"]) == ("2", "1 7 7 7")
+    assert set(scripts.events("r1")) == {E3, E4}
+    assert state["u"] == "3"  # e2 and e5 went with the hash: 1 is true
+    assert E1 not in scripts.acked("r1")  # expired: its hour was over

@@ -14,8 +14,8 @@ from tests.lua._scripts import (
     B,
     Channel,
     Scripts,
+    bucket_key,
     changes,
-    events_key,
     field,
     pairs,
     state_key,
@@ -135,7 +135,7 @@ def test_acknowledge_without_entry_ids_touches_no_stream(scripts: Scripts) -> No
 def test_acknowledge_refreshes_the_ttls(scripts: Scripts, client: redis.Redis) -> None:
     scripts.track("e1", {"r1": 5})
     client.expire(state_key("r1"), 100)
-    client.expire(events_key("r1"), 100)
+    client.expire(bucket_key("r1"), 100)
     scripts.settle("acknowledge", {"r1": [F1]})
     scripts.check_ttls("r1")
 

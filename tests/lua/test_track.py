@@ -29,8 +29,8 @@ from tests.lua._scripts import (
     B,
     Channel,
     Scripts,
+    bucket_key,
     changes,
-    events_key,
     field,
     pairs,
     state_key,
@@ -142,7 +142,7 @@ def test_a_new_hash_starts_above_any_earlier_incarnation(
     seconds, micros = client.time()
     assert abs(first - (seconds * 10_000 + micros // 100)) < 10_000 * 60  # Redis's clock
     assert len(str(first)) == 14  # written exactly by cjson and HSET
-    client.delete(state_key("r1"), events_key("r1"))  # expired, or wiped
+    client.delete(state_key("r1"), bucket_key("r1"))  # expired, or wiped
     scripts.track("e2", {"r1": 1})
     again = int(client.hget(state_key("r1"), "rev") or 0)
     assert again > first  # a copy that followed the old one sees a gap and reloads

@@ -10,6 +10,7 @@ import redis
 
 from outpost_core import SCRIPT_TEXT, Aggregate, Customer, floor_bucket
 from outpost_core import _keys as keys
+from outpost_core._inspect import events_keys
 from tests.support.payloads import configuration as configuration
 from tests.support.payloads import reducer as reducer
 
@@ -42,12 +43,17 @@ def apply_snapshot(
         args += [meter_id, units]
     for reducer_id, aggregate in totals.items():
         state = keys.state_key(customer, reducer_id)
-        keys_ += [state, keys.events_key(state)]
-        listed = client.hkeys(keys.events_key(state))
-        pending = [f.decode() if isinstance(f, bytes) else str(f) for f in listed]
+        keys_ += [state, keys.acked_key(state)]
+        index = {_text(k): _text(v) for k, v in client.hgetall(state).items()}
+        listed = [f for key in events_keys(state, index) for f in client.hkeys(key)]
+        pending = [_text(f) for f in listed]
         fields = [f for f in pending for e in counted.get(reducer_id, []) if f.endswith(f":{e}")]
         args += [-1, aggregate.encode(), len(fields), *fields]
     return script(keys=keys_, args=args)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def bucket_of(t_us: int) -> int:

@@ -15,7 +15,9 @@ C1 = Customer("external", "c1")
 
 
 def _events_on(server: RedisServer) -> list[str]:
-    fields = server.client().hkeys(keys.events_key(keys.state_key(C1, "r-count")))
+    client = server.client()
+    match = keys.state_key(C1, "r-count") + ":ev:*"
+    fields = [f for key in client.scan_iter(match=match) for f in client.hkeys(key)]
     return [f.decode() if isinstance(f, bytes) else f for f in fields]
 
 

@@ -10,7 +10,7 @@ import { textOf } from "./changes.js";
 import { UsageError } from "./errors.js";
 import * as liveness from "./liveness.js";
 import type { Beat, CheckHeartbeats, ConsumersListed, HeartbeatsChecked, Reclaim, Reclaimed, SurveyConsumers } from "./liveness.js";
-import { ALL_OUTBOXES, channel, eventsKey } from "./keys.js";
+import { ALL_OUTBOXES, ackedKey, channel } from "./keys.js";
 import type { Random } from "./random.js";
 
 export const GROUP = "outpost";
@@ -540,7 +540,7 @@ export function settleCall(
   const keys = [stream];
   const args = [channel(shard, namespace), GROUP, String(wallUs), String(ids.length), ...ids];
   for (const [state, names] of fields) {
-    keys.push(state, eventsKey(state));
+    keys.push(state, ackedKey(state));
     args.push("-1", String(names.length), ...names);
   }
   return { kind: "SettleScript", script, keys, args };

@@ -13,7 +13,7 @@ export type { Effect, Fetch, RunScript } from "./effects.js";
 export { eventIdOf, timestampUsOf } from "./event.js";
 export { InvalidEvent, NotReady, OutpostClosed, OutpostError, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "./errors.js";
 export type { Input, RawFields } from "./inputs.js";
-export { ALL_CHANNELS, ALL_OUTBOXES, BUDGET_KEY, CONFIGURATION_KEY, Customer, allChannels, channel, eventsKey, heartbeatKey, namespaceOfDatabase, outboxKey, stateKey, encodeComponent, crc32 } from "./keys.js";
+export { ALL_CHANNELS, ALL_OUTBOXES, BUDGET_KEY, CONFIGURATION_KEY, Customer, ackedKey, allChannels, bucketKey, channel, heartbeatKey, namespaceOfDatabase, outboxKey, stateKey, encodeComponent, crc32 } from "./keys.js";
 export { Link, LinkState, Target, type LinkSettings } from "./link.js";
 export {
   type Beat,

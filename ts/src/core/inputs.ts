@@ -39,7 +39,7 @@ export type Input =
   | { kind: "Closing" }
   /** Time passed: now is monotonic seconds, wallUs the wall clock in µs since the epoch. */
   | { kind: "Tick"; now: number; wallUs: number }
-  /** The fields of each events hash a ListPending asked for. */
+  /** The fields of each hash a ListPending asked for (state hashes, then cold buckets' events hashes). */
   | { kind: "PendingListed"; tag: number; fields: Map<string, unknown[]> | Record<string, unknown[]> }
   | { kind: "ListFailed"; tag: number }
   /** The TCP (and TLS) connection to Polar is open. */

@@ -1,10 +1,10 @@
-/** Customer identities and the Redis key layout, version 1 (conformance/README.md §1).
+/** Customer identities and the Redis key layout, version 2 (conformance/README.md §1).
  *
  * Every key of one customer carries the same hash tag, `{<shard>}`: the CRC-32 of the identity
  * modulo 16. External ids are percent-encoded where they could break the layout and kept as they
  * are otherwise, so keys stay readable and no two ids share a key. */
 
-export const VERSION = 1;
+export const VERSION = 2;
 export const PREFIX = `outpost:v${VERSION}:`;
 export const SHARDS = 16;
 export const CONFIGURATION_KEY = `${PREFIX}configuration`;
@@ -97,9 +97,16 @@ export function stateKey(customer: Customer, reducerId: string): string {
   return `${customerPrefix(customer)}:${encodeComponent(reducerId)}`;
 }
 
-/** The hash of the identity's pending events, beside its state hash (same hash tag). */
-export function eventsKey(state: string): string {
-  return `${state}:ev`;
+/** The hash of the identity's pending events of one bucket (its start, µs), beside its state hash
+ * (same hash tag). The state hash's `a:<bucket>` fields say which buckets hold some. */
+export function bucketKey(state: string, bucket: number | string): string {
+  return `${state}:ev:${bucket}`;
+}
+
+/** The sorted set of the identity's acknowledged pending events (member: the events field, score:
+ * when Polar acknowledged it, µs). */
+export function ackedKey(state: string): string {
+  return `${state}:acked`;
 }
 
 /** The sharded pub/sub channel every change of the shard's identities is published on; instances

@@ -3,7 +3,7 @@
 
 import { formatNumber, isObject } from "./aggregate.js";
 import { type Effect, type RunScript, runScript } from "./effects.js";
-import { type Customer, channel, eventsKey, stateKey } from "./keys.js";
+import { type Customer, ackedKey, bucketKey, channel, stateKey } from "./keys.js";
 import { type Link, LinkState, Unreadable } from "./link.js";
 import type { Observation } from "./observations.js";
 import { repr, reprString } from "./pyrepr.js";
@@ -265,25 +265,60 @@ export class Remote {
     if (flow.offer(snapshot)) this.start(flow);
   }
 
+  /** List the fields of the customer's state hashes: their `a:` fields are the buckets that hold
+   * pending events (conformance/README.md §1). */
   private start(flow: CustomerFlow): void {
     const current = flow.current as Snapshot;
     const tag = this.nextId();
     this.tags.set(tag, flow);
-    flow.step = Step.LISTING;
+    flow.step = Step.BUCKETS;
     flow.since = this.now;
     flow.tag = tag;
     flow.retryAt = null;
-    const keys = [...current.reducers.keys()].map((reducerId) => eventsKey(stateKey(flow.customer, reducerId)));
+    const keys = [...current.reducers.keys()].map((reducerId) => stateKey(flow.customer, reducerId));
     this.host.emit({ kind: "ListPending", tag, keys });
   }
 
   listed(tag: number, fields: Map<string, unknown[]> | Record<string, unknown[]>): void {
     const flow = this.tags.get(tag);
     this.tags.delete(tag);
-    if (flow === undefined || flow.step !== Step.LISTING || flow.current === null) return;
-    const coldUntil = flow.current.coldUntil;
+    if (flow === undefined || flow.current === null) return;
+    if (flow.step !== Step.BUCKETS && flow.step !== Step.LISTING) return;
     const entries = fields instanceof Map ? [...fields.entries()] : Object.entries(fields);
+    if (flow.step === Step.BUCKETS) this.listEvents(flow, entries);
+    else this.listedEvents(flow, entries);
+  }
+
+  /** List the events of the buckets before the snapshot's cold_until only: the hot buckets' events
+   * are none of its business, however many they are. */
+  private listEvents(flow: CustomerFlow, entries: [string, unknown[]][]): void {
+    const coldUntil = (flow.current as Snapshot).coldUntil;
+    const keys: string[] = [];
+    for (const [state, names] of entries) {
+      for (const raw of names) {
+        const name = raw instanceof Uint8Array ? (textOf(raw) ?? "") : String(raw);
+        const bucket = name.startsWith("a:") ? name.slice(2) : "";
+        if (/^[0-9]+$/.test(bucket) && Number(bucket) < coldUntil) keys.push(bucketKey(state, bucket));
+      }
+    }
+    if (keys.length === 0) {
+      this.apply(flow);
+      return;
+    }
+    const tag = this.nextId();
+    this.tags.set(tag, flow);
+    flow.step = Step.LISTING;
+    flow.since = this.now;
+    flow.tag = tag;
+    this.host.emit({ kind: "ListPending", tag, keys: keys.sort(byCodePoint) });
+  }
+
+  private listedEvents(flow: CustomerFlow, entries: [string, unknown[]][]): void {
+    const current = flow.current as Snapshot;
+    const coldUntil = current.coldUntil;
     for (const [key, names] of entries) {
+      const cut = key.lastIndexOf(":ev:");
+      const state = cut < 0 ? "" : key.slice(0, cut);
       for (const raw of names) {
         const name = raw instanceof Uint8Array ? textOf(raw) : String(raw);
         if (name === null) {
@@ -299,7 +334,7 @@ export class Remote {
         }
         if (Number(bucket) < coldUntil) {
           const list = flow.candidates.get(eventId) ?? [];
-          list.push(`${key}\n${name}`);
+          list.push(`${state}\n${name}`);
           flow.candidates.set(eventId, list);
         }
       }
@@ -316,7 +351,7 @@ export class Remote {
       const requestId = `q${this.nextId()}`;
       const payload = {
         request_id: requestId,
-        snapshot_id: flow.current.snapshotId,
+        snapshot_id: current.snapshotId,
         event_ids: ids.slice(start, start + MAX_IDS_PER_QUESTION),
       };
       if (!this.link.send({ type: "counted", payload })) {
@@ -476,9 +511,8 @@ function applyScript(snapshot: Snapshot, counted: Map<string, string[]>, host: H
   for (const [meterId, units] of snapshot.credited) args.push(meterId, formatNumber(units));
   for (const [reducerId, aggregate] of snapshot.reducers) {
     const state = stateKey(customer, reducerId);
-    const events = eventsKey(state);
-    const names = counted.get(events) ?? [];
-    keys.push(state, events);
+    const names = counted.get(state) ?? [];
+    keys.push(state, ackedKey(state));
     args.push(String(host.knownRev(state)), aggregate.encode(), String(names.length), ...names);
   }
   return runScript("apply_snapshot", keys, args, tag);

@@ -16,7 +16,7 @@ import { InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError } fr
 import { buildEvent, customerOf } from "./event.js";
 import { InvalidDefinition } from "./filters.js";
 import type { Input, RawFields } from "./inputs.js";
-import { ALL_CHANNELS, CONFIGURATION_KEY, type Customer, channel, eventsKey, outboxKey, stateKey } from "./keys.js";
+import { ALL_CHANNELS, CONFIGURATION_KEY, type Customer, bucketKey, channel, outboxKey, stateKey } from "./keys.js";
 import { type Link, LinkState } from "./link.js";
 import { Mirror, Offer, deriveState } from "./mirror.js";
 import type { Observation } from "./observations.js";
@@ -391,7 +391,7 @@ export class Session {
       }
       meterIds.push(...(reducers.get(reducerId) as Reducer).meterIds);
       const state = stateKey(customer, reducerId);
-      keys.push(state, eventsKey(state));
+      keys.push(state, bucketKey(state, bucket));
       values.push(String(this.knownRev(state)), formatNumber(value));
       states.push(state);
     }

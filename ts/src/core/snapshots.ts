@@ -110,6 +110,9 @@ export function customerIn(payload: Record<string, unknown>): Customer {
 
 export enum Step {
   IDLE = "idle",
+  /** waiting for the fields of the customer's state hashes (which buckets hold events) */
+  BUCKETS = "listing buckets",
+  /** waiting for the pending events of the buckets before cold_until */
   LISTING = "listing",
   ASKING = "asking",
   APPLYING = "applying",

@@ -585,10 +585,19 @@ export class Outpost {
     this.core.handle({ kind: "IdentityLoaded", key, fields, loadId });
   }
 
+  /** HKEYS of each key the core names (state hashes, then the cold buckets' events hashes), in
+   * one round trip. */
   private async listPending(tag: number, keys: string[]): Promise<void> {
     const fields = new Map<string, unknown[]>();
     try {
-      for (const key of keys) fields.set(key, await this.redis.hkeys(key));
+      const pipeline = this.redis.pipeline();
+      for (const key of keys) pipeline.hkeys(key);
+      const replies = (await pipeline.exec()) ?? [];
+      keys.forEach((key, i) => {
+        const [error, names] = replies[i] ?? [new Error("no reply"), null];
+        if (error) throw error;
+        fields.set(key, names as unknown[]);
+      });
     } catch (exc) {
       this.log.warn(`outpost could not list pending events: ${String(exc)}`);
       this.core.handle({ kind: "ListFailed", tag });

@@ -61,6 +61,10 @@ async function load(client: Redis, state: Json): Promise<void> {
   for (const [key, fields] of Object.entries(state.hashes ?? {})) {
     if (Object.keys(fields as object).length) await client.hset(key, fields as Record<string, string>);
   }
+  for (const [key, members] of Object.entries<Record<string, string>>(state.zsets ?? {})) {
+    const flat = Object.entries(members).flatMap(([member, score]) => [score, member]);
+    if (flat.length) await client.zadd(key, ...flat);
+  }
   for (const [key, stream] of Object.entries<Json>(state.streams ?? {})) {
     for (const entry of stream.entries ?? []) await client.xadd(key, entry.id, ...Object.entries(entry.fields).flat() as string[]);
     for (const [group, spec] of Object.entries<Json>(stream.groups ?? {})) {
@@ -86,6 +90,7 @@ async function dump(client: Redis, state: Json): Promise<Json> {
     keys.push(...batch);
   } while (cursor !== "0");
   const hashes: Json = {};
+  const zsets: Json = {};
   const streams: Json = {};
   const ttl: Json = {};
   for (const key of keys.sort(byCodePoint)) {
@@ -95,6 +100,11 @@ async function dump(client: Redis, state: Json): Promise<Json> {
       const fields = await client.hgetall(key);
       if ("rev" in fields) fields.rev = fresh(fields.rev);
       hashes[key] = fields;
+    } else if (kind === "zset") {
+      const flat = await client.zrange(key, "0", "-1", "WITHSCORES");
+      const members: Json = {};
+      for (let i = 0; i < flat.length; i += 2) members[flat[i] as string] = flat[i + 1];
+      zsets[key] = members;
     } else if (kind === "stream") {
       const names = new Map<string, string>();
       const name = (id: string) => {
@@ -121,7 +131,7 @@ async function dump(client: Redis, state: Json): Promise<Json> {
       throw new Error(`unexpected ${kind} key ${key}`);
     }
   }
-  return { hashes, streams, ttl };
+  return { hashes, zsets, streams, ttl };
 }
 
 describe("the Lua vectors, through a real redis-server", () => {

@@ -5,7 +5,7 @@ import { describe, it } from "node:test";
 import { type DeliveryEffect, Delivery, type DeliveryInput, makeDeliverySettings, retryAfter, withKnownRevs } from "../../src/core/delivery.js";
 import { UsageError } from "../../src/core/errors.js";
 
-const STREAM = "outpost:v1:{3}:outbox";
+const STREAM = "outpost:v2:{3}:outbox";
 const te = new TextEncoder();
 const entry = (n: number): [string, string, Map<string, string>] => [
   STREAM,
@@ -13,7 +13,7 @@ const entry = (n: number): [string, string, Map<string, string>] => [
   new Map([
     ["e", JSON.stringify({ name: "a", external_id: `e${n}` })],
     ["f", `0:e${n}`],
-    ["k", JSON.stringify(["outpost:v1:{3}:external:x:r"])],
+    ["k", JSON.stringify(["outpost:v2:{3}:external:x:r"])],
   ]),
 ];
 const answered = (status: number, body: unknown = "", retry: number | null = null): DeliveryInput => ({
@@ -62,7 +62,7 @@ describe("the delivery policy", () => {
     delivery.handle(answered(200), 1, 5);
     const settle = delivery.nextEffect(1);
     assert.equal(settle.kind, "SettleScript");
-    assert.deepEqual(settle.kind === "SettleScript" && settle.args, ["outpost:v1:{3}:changes", "outpost", "5", "2", "1-0", "2-0", "-1", "2", "0:e1", "0:e2"]);
+    assert.deepEqual(settle.kind === "SettleScript" && settle.args, ["outpost:v2:{3}:changes", "outpost", "5", "2", "1-0", "2-0", "-1", "2", "0:e1", "0:e2"]);
     assert.deepEqual(withKnownRevs(settle as never, () => 7).args.slice(6, 7), ["7"]);
     delivery.handle({ kind: "Settled", reply: null }, 1, 5);
     assert.ok(delivery.idle);

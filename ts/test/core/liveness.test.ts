@@ -12,12 +12,12 @@ import { ALL_OUTBOXES, BUDGET_KEY, heartbeatKey } from "../../src/core/keys.js";
 import { beat, check, consumersOf, handBack, reclaims, takenEntries } from "../../src/core/liveness.js";
 import { Outage } from "../../src/core/outage.js";
 
-const STREAM = "outpost:v1:{3}:outbox";
+const STREAM = "outpost:v2:{3}:outbox";
 const fields = (n: number, item = JSON.stringify({ name: "a", external_id: `e${n}` })): Map<string, string> =>
   new Map([
     ["e", item],
     ["f", `0:e${n}`],
-    ["k", JSON.stringify(["outpost:v1:{3}:external:x:r"])],
+    ["k", JSON.stringify(["outpost:v2:{3}:external:x:r"])],
   ]);
 const half = { random: () => 0.5 };
 
@@ -35,7 +35,7 @@ describe("liveness", () => {
     assert.deepEqual(step(delivery, 0, "Beat", { kind: "Done" }), { kind: "Beat", key: heartbeatKey("me"), ttlMs: 4000 });
     const listing: [string, unknown][] = [
       [STREAM, [["name", "me"], ["name", "dead"], ["name", "alive"]]],
-      ["outpost:v1:{4}:outbox", [{ name: "dead" }, new Map([["name", "gone"]]), { nothing: 1 }]],
+      ["outpost:v2:{4}:outbox", [{ name: "dead" }, new Map([["name", "gone"]]), { nothing: 1 }]],
       ["not-an-outbox", []],
     ];
     step(delivery, 0, "SurveyConsumers", { kind: "ConsumersListed", listing });
@@ -47,7 +47,7 @@ describe("liveness", () => {
     delivery.handle({ kind: "Reclaimed", stream: STREAM, reply: JSON.stringify({ e: [["1-0", ["e", '{"external_id":"e1"}', "f", "0:e1", "k", '["s"]']]], d: ["alive"] }) }, 0, 0);
     assert.equal(delivery.consumersRemoved, 1);
     assert.equal(second, null);
-    step(delivery, 0, "Reclaim", { kind: "Reclaimed", stream: "outpost:v1:{4}:outbox", reply: "not json" });
+    step(delivery, 0, "Reclaim", { kind: "Reclaimed", stream: "outpost:v2:{4}:outbox", reply: "not json" });
     assert.equal(delivery.rejectedEntries, 2);
     assert.equal(delivery.nextEffect(0).kind, "ClaimStale"); // then delivery as usual, with the taken entry
     delivery.handle({ kind: "OutboxRead", entries: [] }, 0, 0);

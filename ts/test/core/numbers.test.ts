@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Aggregate, formatNumber, parseNumber } from "../../src/core/aggregate.js";
-import { Customer, encodeComponent, stateKey } from "../../src/core/keys.js";
+import { Customer, ackedKey, bucketKey, encodeComponent, stateKey } from "../../src/core/keys.js";
 import { iso, isoPython } from "../../src/core/time.js";
 
 describe("numbers as lib.lua's fmt writes them (conformance/README.md §2)", () => {
@@ -49,7 +49,14 @@ describe("the key layout (conformance/README.md §1)", () => {
   it("percent-encodes what could break a key, and only that", () => {
     assert.equal(encodeComponent("acme:{eu} 1"), "acme%3A%7Beu%7D%201");
     assert.equal(encodeComponent("é\u200b😀"), "é%E2%80%8B😀");
-    assert.equal(stateKey(new Customer("external", "c1"), "r-count"), "outpost:v1:{10}:external:c1:r-count");
+    assert.equal(stateKey(new Customer("external", "c1"), "r-count"), "outpost:v2:{10}:external:c1:r-count");
+  });
+
+  it("keeps each bucket's events in a hash of its own, and indexes the acknowledged ones", () => {
+    const state = stateKey(new Customer("external", "c1"), "r-count");
+    assert.equal(bucketKey(state, 300_000_000), `${state}:ev:300000000`);
+    assert.equal(bucketKey(state, "300000000"), `${state}:ev:300000000`);
+    assert.equal(ackedKey(state), `${state}:acked`);
   });
 
   it("writes times as Polar and Python do", () => {

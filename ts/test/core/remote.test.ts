@@ -11,7 +11,7 @@ import { replayBytes } from "../../src/core/trace.js";
 import { acceptFor, decodeClientFrames } from "../../src/core/websocket.js";
 
 const te = new TextEncoder();
-const KEY = "outpost:v1:{10}:external:c1:r-count";
+const KEY = "outpost:v2:{10}:external:c1:r-count";
 const CONFIGURATION = {
   organization_id: "org",
   reducers: [{ id: "r-count", filter: { conjunction: "and", clauses: [] }, aggregation: { func: "count" }, meter_ids: ["m-count"] }],
@@ -82,6 +82,16 @@ const snapshot = (requestId: string | null, extra: Record<string, unknown> = {})
   },
 });
 
+/** Answer the listing of the state hashes (a cold bucket, 300000000, and a hot one, 900000000,
+ * for a snapshot cold until 600000000): return the tag of the cold bucket's events listing. */
+function coldListing(session: Session, tag: number): number {
+  session.handle({ kind: "PendingListed", tag, fields: { [KEY]: ["rev", "a:300000000", new TextEncoder().encode("a:900000000")] } });
+  const [next] = session.effects();
+  assert.equal(next?.kind, "ListPending");
+  assert.deepEqual((next as { keys: string[] }).keys, [`${KEY}:ev:300000000`]);
+  return (next as { tag: number }).tag;
+}
+
 describe("the remote side", () => {
   it("asks which pending events a snapshot counts, then applies it with the answer", () => {
     const polar = new Polar();
@@ -89,14 +99,15 @@ describe("the remote side", () => {
     const [list] = polar.send(snapshot(requestId));
     assert.equal(list?.kind, "ListPending");
     const tag = (list as { tag: number }).tag;
-    polar.session.handle({ kind: "PendingListed", tag, fields: new Map([[`${KEY}:ev`, ["300000000:e1", "300000000:e2", "900000000:e3", "bad", "x:e4"]]]) });
+    const events = coldListing(polar.session, tag);
+    polar.session.handle({ kind: "PendingListed", tag: events, fields: new Map([[`${KEY}:ev:300000000`, ["300000000:e1", "300000000:e2", "900000000:e3", "bad", "x:e4"]]]) });
     assert.equal(polar.session.rejections.get("state"), 2);
     const [question] = sent(polar.session.effects());
     assert.deepEqual(question.payload.event_ids, ["e1", "e2"]);
     const [apply] = polar.send({ type: "counted", payload: { request_id: question.payload.request_id, event_ids: ["e2", "e9"] } });
     assert.equal(apply?.kind, "RunScript");
     const run = apply as { args: string[]; tag: number };
-    assert.deepEqual(run.args, ["outpost:v1:{10}:changes", "1000", "3600000000", "600000000", "600000001", "s-1", "1", "m-count", "10", "3", "2 2 1 1", "1", "300000000:e2"]);
+    assert.deepEqual(run.args, ["outpost:v2:{10}:changes", "1000", "3600000000", "600000000", "600000001", "s-1", "1", "m-count", "10", "3", "2 2 1 1", "1", "300000000:e2"]);
     polar.session.handle({ kind: "ScriptReplied", reply: JSON.stringify({ c: [{ k: KEY, r: 4, s: ["cu", "600000000", "p", "2 2 1 1", "c:m-count", "10"], d: [] }] }), tag: run.tag });
     const [applied] = polar.session.observations().filter((o) => o.kind === "SnapshotApplied");
     assert.equal(applied?.kind === "SnapshotApplied" && applied.counted, 1);
@@ -114,12 +125,12 @@ describe("the remote side", () => {
     polar.session.handle({ kind: "Tick", now: 0.1875, wallUs: 1_000 });
     assert.equal(sent(polar.session.effects())[0].type, "snapshot");
     const [again] = polar.send(snapshot(null));
-    polar.session.handle({ kind: "PendingListed", tag: (again as { tag: number }).tag, fields: { [`${KEY}:ev`]: ["300000000:e1"] } });
+    polar.session.handle({ kind: "PendingListed", tag: coldListing(polar.session, (again as { tag: number }).tag), fields: { [`${KEY}:ev:300000000`]: ["300000000:e1"] } });
     const [question] = sent(polar.session.effects());
     const restarted = polar.send({ type: "error", payload: { request_id: question.payload.request_id, code: "snapshot_expired", message: "too old" } });
     assert.equal(sent(restarted)[0].type, "snapshot");
     const [third] = polar.send(snapshot(null));
-    polar.session.handle({ kind: "PendingListed", tag: (third as { tag: number }).tag, fields: { [`${KEY}:ev`]: [] } });
+    polar.session.handle({ kind: "PendingListed", tag: (third as { tag: number }).tag, fields: { [KEY]: [] } }); // no bucket
     const [apply] = polar.session.effects();
     polar.session.handle({ kind: "ScriptFailed", tag: (apply as { tag: number }).tag });
     assert.deepEqual(polar.session.effects(), []);

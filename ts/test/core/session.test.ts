@@ -15,7 +15,7 @@ const CONFIGURATION = {
     { id: "bad", filter: { conjunction: "xor", clauses: [] }, aggregation: { func: "count" }, meter_ids: ["m-bad"] },
   ],
 };
-const KEY = "outpost:v1:{10}:external:c1:r-count";
+const KEY = "outpost:v2:{10}:external:c1:r-count";
 
 function configured(): Session {
   const session = new Session();
@@ -55,7 +55,7 @@ describe("the session", () => {
   it("tracks into every reducer the event counts in, with the revision it holds", () => {
     const session = configured();
     const run = session.track({ name: "a", externalCustomerId: "c1", metadata: { user: "u" }, timestampUs: 300_000_001, nowUs: 300_000_001, eventId: "e1" });
-    assert.deepEqual(run.keys, ["outpost:v1:{10}:outbox", KEY, `${KEY}:ev`]);
+    assert.deepEqual(run.keys, ["outpost:v2:{10}:outbox", KEY, `${KEY}:ev:300000000`]);
     assert.deepEqual(run.args.slice(1, 3), ["300000000:e1", "300000000"]);
     assert.deepEqual(run.args.slice(5), ["-1", "1"]);
     assert.deepEqual(run.meterIds, ["m-count"]);
@@ -123,19 +123,19 @@ describe("the session", () => {
     const first = session.effects().find((e) => e.kind === "LoadIdentity");
     assert.equal(first?.kind === "LoadIdentity" && first.key, KEY);
     for (let shard = 0; shard < 16; shard++) {
-      if (shard !== 10) session.handle({ kind: "ChannelSubscribed", channel: `outpost:v1:{${shard}}:changes` });
+      if (shard !== 10) session.handle({ kind: "ChannelSubscribed", channel: `outpost:v2:{${shard}}:changes` });
     }
     assert.equal(session.subscribed, false); // c1's shard (10) is not confirmed yet
-    session.handle({ kind: "ChannelSubscribed", channel: new TextEncoder().encode("outpost:v1:{10}:changes") });
+    session.handle({ kind: "ChannelSubscribed", channel: new TextEncoder().encode("outpost:v2:{10}:changes") });
     assert.equal(session.subscribed && session.everSubscribed, true);
     const reload = session.effects().find((e) => e.kind === "LoadIdentity");
     assert.ok(reload?.kind === "LoadIdentity" && reload.key === KEY, "the shard's copy reloads");
     session.handle({ kind: "IdentityLoaded", key: KEY, fields, loadId: reload.loadId });
     assert.equal((session.read("m-count", "c1") as Balance).source, "memory");
-    session.handle({ kind: "ChannelsLost", channels: ["outpost:v1:{3}:changes"] }); // another shard
+    session.handle({ kind: "ChannelsLost", channels: ["outpost:v2:{3}:changes"] }); // another shard
     assert.equal(session.subscribed, false);
     assert.equal((session.read("m-count", "c1") as Balance).source, "memory"); // still following
-    session.handle({ kind: "ChannelsLost", channels: ["outpost:v1:{10}:changes"] });
+    session.handle({ kind: "ChannelsLost", channels: ["outpost:v2:{10}:changes"] });
     assert.deepEqual(session.read("m-count", "c1"), { kind: "Fetch", keys: [KEY] });
     session.handle({ kind: "ChannelsLost", channels: ["someone:else", 7] });
     assert.equal(session.rejections.get("subscription"), 2);

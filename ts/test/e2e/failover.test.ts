@@ -21,7 +21,7 @@ async function consumers(url: string): Promise<string[]> {
   try {
     const names = new Set<string>();
     for (let shard = 0; shard < 16; shard++) {
-      const listing = (await probe.xinfo("CONSUMERS", `outpost:v1:{${shard}}:outbox`, "outpost")) as string[][];
+      const listing = (await probe.xinfo("CONSUMERS", `outpost:v2:{${shard}}:outbox`, "outpost")) as string[][];
       for (const item of listing) names.add(item[1] as string);
     }
     return [...names];

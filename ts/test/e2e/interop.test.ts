@@ -120,7 +120,7 @@ describe("a TypeScript and a Python instance sharing one Redis", () => {
       await eventually(async () => {
         let held = 0;
         for (let shard = 0; shard < 16; shard++) {
-          held += Number(((await probe.xpending(`outpost:v1:{${shard}}:outbox`, "outpost")) as [number])[0]);
+          held += Number(((await probe.xpending(`outpost:v2:{${shard}}:outbox`, "outpost")) as [number])[0]);
         }
         return held === 3;
       }, "the Python loop to read the events");

@@ -25,7 +25,7 @@ import { Balance } from "../../src/core/balance.js";
 import { Delivery, type DeliveryInput, makeDeliverySettings, withKnownRevs } from "../../src/core/delivery.js";
 import type { Effect } from "../../src/core/effects.js";
 import type { Input } from "../../src/core/inputs.js";
-import { ALL_CHANNELS, ALL_OUTBOXES, Customer, channel, eventsKey, stateKey } from "../../src/core/keys.js";
+import { ALL_CHANNELS, ALL_OUTBOXES, Customer, ackedKey, bucketKey, channel, stateKey } from "../../src/core/keys.js";
 import { PythonRandom } from "../../src/core/random.js";
 import { Session, makeSettings } from "../../src/core/session.js";
 import { BUCKET_US, HOUR_US, floorBucket } from "../../src/core/time.js";
@@ -300,9 +300,12 @@ class World {
     const args = [channel(customer.shard), String(this.nowUs), String(HOUR_US), String(snapshot.coldUntil), String(snapshot.asOf), snapshot.id, "1", "m-count", "10"];
     for (const [reducer, aggregate] of snapshot.totals) {
       const state = stateKey(customer, reducer);
-      const pending = await this.redis.hkeys(eventsKey(state));
+      // The buckets the state hash indexes (its a: fields), then their events.
+      const buckets = (await this.redis.hkeys(state)).filter((f) => f.startsWith("a:")).map((f) => f.slice(2));
+      const pending: string[] = [];
+      for (const bucket of buckets) pending.push(...(await this.redis.hkeys(bucketKey(state, bucket))));
       const counted = pending.filter((f) => Number(f.split(":")[0]) < snapshot.coldUntil && snapshot.counted.has(f.split(":")[1] as string));
-      keys.push(state, eventsKey(state));
+      keys.push(state, ackedKey(state));
       args.push(String(a.knownRev(state)), aggregate.encode(), String(counted.length), ...counted);
     }
     const reply = await this.script("apply_snapshot", keys, args);

@@ -19,7 +19,7 @@ const probe = new Redis(options.redis);
 for (;;) {
   let pending = 0;
   for (let shard = 0; shard < 16; shard++) {
-    const summary = (await probe.xpending(`outpost:v1:{${shard}}:outbox`, "outpost")) as [number, ...unknown[]];
+    const summary = (await probe.xpending(`outpost:v2:{${shard}}:outbox`, "outpost")) as [number, ...unknown[]];
     pending += Number(summary[0]);
   }
   if (pending >= options.count) break;
