@@ -82,9 +82,10 @@ from .errors import UsageError
 GROUP = "outpost"
 _LINGER_READS = 8
 """A loop that lingers for more entries reads again at most this many times before the batch is
-due, whatever arrives: a read that blocked until the next entry came would be one read (and one
-GIL hand-off, in the sync driver) per event at moderate rates. Often enough that a batch still
-fills to ``batch_size`` well before ``linger`` under load."""
+due, whatever arrives (and at least every ``read_block``: a long linger still reads what waits):
+a read that blocked until the next entry came would be one read (and one GIL hand-off, in the
+sync driver) per event at moderate rates. Often enough that a batch still fills to
+``batch_size`` well before ``linger`` under load."""
 
 _SHARD_OF_STREAM = {stream: shard for shard, stream in enumerate(_keys.ALL_OUTBOXES)}
 
@@ -555,7 +556,7 @@ class Delivery:
                 self._buffer_since = now
             self._buffer.append(entry)
             self._buffer_bytes += len(entry.item) + 1
-        self._next_read = now + self.settings.linger / _LINGER_READS
+        self._next_read = now + min(self.settings.linger / _LINGER_READS, self.settings.read_block)
         if too_large:
             limit = self.settings.batch_bytes
             self._drop(too_large, f"larger than an ingestion request may be ({limit} bytes)",

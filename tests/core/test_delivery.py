@@ -203,6 +203,12 @@ def test_a_lingering_loop_sleeps_at_most_until_the_batch_is_due() -> None:
     assert loop.next_effect(0.076) == Sleep(0.08)  # due before the next read
 
 
+def test_a_long_linger_still_reads_every_read_block() -> None:
+    loop = Loop(DeliverySettings(linger=3600.0, read_block=0.5))
+    loop.read("a")
+    assert loop.next_effect(0.0) == Sleep(0.5)
+
+
 def test_a_full_buffer_posts_at_once_and_keeps_the_rest() -> None:
     loop = Loop(DeliverySettings(batch_size=2))
     loop.read("a", "b", "c")

@@ -15,7 +15,8 @@ import type { Random } from "./random.js";
 
 export const GROUP = "outpost";
 /** A loop that lingers for more entries reads again at most this many times before the batch is
- * due, whatever arrives, rather than once per event as a blocking read would (delivery.py). */
+ * due (and at least every readBlock), whatever arrives, rather than once per event as a blocking
+ * read would (delivery.py). */
 const LINGER_READS = 8;
 const SHARD_OF_STREAM = new Map(ALL_OUTBOXES.map((stream, shard) => [stream, shard]));
 const UTF8 = new TextEncoder();
@@ -407,7 +408,7 @@ export class Delivery {
       this.buffer.push(entry);
       this.bufferBytes += entry.size + 1;
     }
-    this.nextRead = now + this.settings.linger / LINGER_READS;
+    this.nextRead = now + Math.min(this.settings.linger / LINGER_READS, this.settings.readBlock);
     if (tooLarge.length) {
       this.drop(tooLarge, `larger than an ingestion request may be (${this.settings.batchBytes} bytes)`, true);
     }

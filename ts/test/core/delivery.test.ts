@@ -57,6 +57,13 @@ describe("the delivery policy", () => {
     assert.equal(delivery.nextEffect(1.2).kind, "PostBatch");
   });
 
+  it("still reads every readBlock while a long linger runs", () => {
+    const delivery = new Delivery(makeDeliverySettings({ linger: 3600, readBlock: 0.5 }), { random: () => 0.5 }, 0);
+    assert.equal(delivery.nextEffect(0).kind, "ClaimStale");
+    delivery.handle({ kind: "OutboxRead", entries: [entry(1)] }, 0, 0);
+    assert.deepEqual(delivery.nextEffect(0), { kind: "Sleep", until: 0.5 });
+  });
+
   it("acknowledges a delivered batch", () => {
     const [delivery] = posted(2);
     delivery.handle(answered(200), 1, 5);
