@@ -3,6 +3,7 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { coldListing } from "../support/coldListing.js";
 import { Aggregate, EMPTY } from "../../src/core/aggregate.js";
 import { Balance, computeBalance, mergedState } from "../../src/core/balance.js";
 import type { Effect } from "../../src/core/effects.js";
@@ -56,15 +57,6 @@ const snapshot = (extra: Record<string, unknown> = {}) => ({
   payload: { snapshot_id: "s-1", external_customer_id: "c1", as_of: 2, cold_until: 0, reducers: { "r-count": { count: 0, sum: 0 } }, credited: {}, ...extra },
 });
 
-/** Answer the listing of the state hashes (a cold bucket, 300000000, and a hot one, 900000000,
- * for a snapshot cold until 600000000): return the tag of the cold bucket's events listing. */
-function coldListing(session: Session, tag: number): number {
-  session.handle({ kind: "PendingListed", tag, fields: { [KEY]: ["rev", "a:300000000", new TextEncoder().encode("a:900000000")] } });
-  const [next] = session.effects();
-  assert.equal(next?.kind, "ListPending");
-  assert.deepEqual((next as { keys: string[] }).keys, [`${KEY}:ev:300000000`]);
-  return (next as { tag: number }).tag;
-}
 
 describe("the core's corners", () => {
   it("applies an unasked-for snapshot, and restarts a flow Polar errs in", () => {
@@ -72,13 +64,13 @@ describe("the core's corners", () => {
     const [list] = send(snapshot({ external_customer_id: "other", request_id: null }));
     assert.equal(list?.kind, "ListPending");
     const listed = send(snapshot({ request_id: requestId, cold_until: 600_000_000 })).find((e) => e.kind === "ListPending") as { tag: number };
-    session.handle({ kind: "PendingListed", tag: coldListing(session, listed.tag), fields: { [`${KEY}:ev:300000000`]: [new Uint8Array([0xff]), "300000000:e1"] } });
+    session.handle({ kind: "PendingListed", tag: coldListing(session, KEY, listed.tag), fields: { [`${KEY}:ev:300000000`]: [new Uint8Array([0xff]), "300000000:e1"] } });
     assert.equal(session.rejections.get("state"), 1);
     const [question] = sent(session.effects());
     const restarted = send({ type: "counted", payload: { request_id: question.payload.request_id, event_ids: "e1" } });
     assert.equal(sent(restarted)[0].type, "snapshot");
     const again = send(snapshot({ cold_until: 600_000_000 })).find((e) => e.kind === "ListPending") as { tag: number };
-    session.handle({ kind: "PendingListed", tag: coldListing(session, again.tag), fields: { [`${KEY}:ev:300000000`]: ["300000000:e1"] } });
+    session.handle({ kind: "PendingListed", tag: coldListing(session, KEY, again.tag), fields: { [`${KEY}:ev:300000000`]: ["300000000:e1"] } });
     const [second] = sent(session.effects());
     const errored = send({ type: "error", payload: { request_id: second.payload.request_id, code: "internal", message: "oops" } });
     assert.equal(sent(errored)[0].type, "snapshot");

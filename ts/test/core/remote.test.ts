@@ -3,6 +3,7 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { coldListing } from "../support/coldListing.js";
 import type { Effect } from "../../src/core/effects.js";
 import { Link, Target } from "../../src/core/link.js";
 import { Session, makeSettings } from "../../src/core/session.js";
@@ -82,15 +83,6 @@ const snapshot = (requestId: string | null, extra: Record<string, unknown> = {})
   },
 });
 
-/** Answer the listing of the state hashes (a cold bucket, 300000000, and a hot one, 900000000,
- * for a snapshot cold until 600000000): return the tag of the cold bucket's events listing. */
-function coldListing(session: Session, tag: number): number {
-  session.handle({ kind: "PendingListed", tag, fields: { [KEY]: ["rev", "a:300000000", new TextEncoder().encode("a:900000000")] } });
-  const [next] = session.effects();
-  assert.equal(next?.kind, "ListPending");
-  assert.deepEqual((next as { keys: string[] }).keys, [`${KEY}:ev:300000000`]);
-  return (next as { tag: number }).tag;
-}
 
 describe("the remote side", () => {
   it("asks which pending events a snapshot counts, then applies it with the answer", () => {
@@ -99,7 +91,7 @@ describe("the remote side", () => {
     const [list] = polar.send(snapshot(requestId));
     assert.equal(list?.kind, "ListPending");
     const tag = (list as { tag: number }).tag;
-    const events = coldListing(polar.session, tag);
+    const events = coldListing(polar.session, KEY, tag);
     polar.session.handle({ kind: "PendingListed", tag: events, fields: new Map([[`${KEY}:ev:300000000`, ["300000000:e1", "300000000:e2", "900000000:e3", "bad", "x:e4"]]]) });
     assert.equal(polar.session.rejections.get("state"), 2);
     const [question] = sent(polar.session.effects());
@@ -125,7 +117,7 @@ describe("the remote side", () => {
     polar.session.handle({ kind: "Tick", now: 0.1875, wallUs: 1_000 });
     assert.equal(sent(polar.session.effects())[0].type, "snapshot");
     const [again] = polar.send(snapshot(null));
-    polar.session.handle({ kind: "PendingListed", tag: coldListing(polar.session, (again as { tag: number }).tag), fields: { [`${KEY}:ev:300000000`]: ["300000000:e1"] } });
+    polar.session.handle({ kind: "PendingListed", tag: coldListing(polar.session, KEY, (again as { tag: number }).tag), fields: { [`${KEY}:ev:300000000`]: ["300000000:e1"] } });
     const [question] = sent(polar.session.effects());
     const restarted = polar.send({ type: "error", payload: { request_id: question.payload.request_id, code: "snapshot_expired", message: "too old" } });
     assert.equal(sent(restarted)[0].type, "snapshot");
