@@ -16,7 +16,8 @@ every effect of a loop is a request whose answer is its next input, so a loop as
 time.
 
 A loop reads up to ``batch_size`` entries, lingers up to ``linger`` seconds for more (reading
-what came every ``linger / 8`` seconds, not as each entry comes), and posts one batch. With a
+what came every ``linger / 8`` seconds, not as each entry comes, and once more when a flush
+begins), and posts one batch. With a
 shared request budget (``requests_per_minute``, ``_budget``) it first takes a request from it;
 while it waits for one it keeps reading, so under load batches grow, up to ``batch_bytes`` of
 body (under Polar's 10 MiB; without a budget a batch holds at most ``batch_size`` events). An
@@ -334,6 +335,8 @@ class Delivery:
         self._buffer_since: float | None = None
         self._next_read = 0.0
         """While lingering, no read before this: see ``_LINGER_READS``."""
+        self._topped_up = False
+        """Whether the buffer was read once more since a flush began."""
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
         self._work: list[DeliveryEffect] = []  # settle scripts and reports of the batch that ended
         self._awaiting: type | None = None
@@ -390,9 +393,11 @@ class Delivery:
             assert self._buffer_since is not None
             due = self._buffer_since + s.linger
             full = len(self._buffer) >= s.batch_size or self._buffer_bytes >= s.batch_bytes
-            if full or now >= due or self.flushing:
+            if full or self._topped_up or (now >= due and not self.flushing):
                 return self._gate(now, reading=True) or self._start_batch()
-            if now < self._next_read:
+            if self.flushing:  # one read first: a flush sends what is queued in one batch
+                self._topped_up = True
+            elif now < self._next_read:
                 return Sleep(min(self._next_read, due))
             return ReadOutbox(count=s.batch_size - len(self._buffer), block=0.0)
         return ReadOutbox(
@@ -442,6 +447,7 @@ class Delivery:
     def _start_batch(self) -> PostBatch:
         """A batch of the oldest buffered entries, as many as ``batch_bytes`` of body holds (and
         ``batch_size`` without a budget: requests are only scarce with one)."""
+        self._topped_up = False
         room = self.settings.batch_bytes - _BODY_OVERHEAD
         most = len(self._buffer) if self._budgeted else self.settings.batch_size
         taken = 0

@@ -225,7 +225,19 @@ def test_flushing_posts_without_lingering_and_reads_blocking_briefly() -> None:
     # Never 0 (no BLOCK at all): a read that returns at once would spin Redis during a flush.
     assert loop.next_effect() == ReadOutbox(count=500, block=0.01)
     loop.report(OutboxRead(entries("a")))
-    assert loop.next_effect() == PostBatch(body=body("a"), size=1)
+    # Once more, without blocking: what was queued by the flush goes in the same batch.
+    assert loop.next_effect() == ReadOutbox(count=499, block=0.0)
+    loop.report(OutboxRead(entries("b")))
+    assert loop.next_effect() == PostBatch(body=body("a", "b"), size=2)
+
+
+def test_a_flush_reads_once_more_before_a_batch_that_was_lingering() -> None:
+    loop = Loop()
+    loop.read("a")  # lingering: the next read is linger / 8 away
+    loop.delivery.flushing = True
+    assert loop.next_effect() == ReadOutbox(count=499, block=0.0)
+    loop.report(OutboxRead(entries("b", "c")))
+    assert loop.next_effect() == PostBatch(body=body("a", "b", "c"), size=3)
 
 
 def test_stale_entries_are_claimed_every_claim_interval() -> None:

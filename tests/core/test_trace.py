@@ -365,6 +365,8 @@ def record_delivery(seed: int = 11) -> list[Record]:
     delivery.handle(oc.OutboxRead([(stream, "1-0", entry)]), now, WALL)
     delivery.flushing = True  # forwarded to the delivery
     assert delivery.flushing
+    assert isinstance(delivery.next_effect(now), oc.ReadOutbox)  # what came since, then post
+    delivery.handle(oc.OutboxRead([]), now, WALL)
     assert isinstance(delivery.next_effect(now), oc.PostBatch)
     delivery.handle(oc.BatchAnswered(503), now, WALL)  # a backoff with jitter from the generator
     sleep = delivery.next_effect(now)

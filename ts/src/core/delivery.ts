@@ -174,6 +174,8 @@ export class Delivery {
   private bufferSince: number | null = null;
   /** While lingering, no read before this: see LINGER_READS. */
   private nextRead = 0;
+  /** Whether the buffer was read once more since a flush began. */
+  private toppedUp = false;
   private readonly batches: Batch[] = []; // splits waiting their turn, first is current
   private readonly work: DeliveryEffect[] = []; // settle scripts and reports of the batch that ended
   private awaiting: DeliveryEffect["kind"] | null = null;
@@ -241,8 +243,9 @@ export class Delivery {
     if (this.buffer.length) {
       const due = (this.bufferSince as number) + s.linger;
       const full = this.buffer.length >= s.batchSize || this.bufferBytes >= s.batchBytes;
-      if (full || now >= due || this.flushing) return this.gate(now, true) ?? this.startBatch();
-      if (now < this.nextRead) return { kind: "Sleep", until: Math.min(this.nextRead, due) };
+      if (full || this.toppedUp || (now >= due && !this.flushing)) return this.gate(now, true) ?? this.startBatch();
+      if (this.flushing) this.toppedUp = true; // one read first: a flush sends what is queued in one batch
+      else if (now < this.nextRead) return { kind: "Sleep", until: Math.min(this.nextRead, due) };
       return { kind: "ReadOutbox", count: s.batchSize - this.buffer.length, block: 0 };
     }
     return { kind: "ReadOutbox", count: s.batchSize, block: this.flushing ? s.flushBlock : s.readBlock };
@@ -294,6 +297,7 @@ export class Delivery {
   /** A batch of the oldest buffered entries, as many as batchBytes of body holds (and batchSize
    * without a budget: requests are only scarce with one). */
   private startBatch(): DeliveryEffect {
+    this.toppedUp = false;
     let room = this.settings.batchBytes - BODY_OVERHEAD;
     const most = this.budgeted ? this.buffer.length : this.settings.batchSize;
     let taken = 0;

@@ -64,6 +64,17 @@ describe("the delivery policy", () => {
     assert.deepEqual(delivery.nextEffect(0), { kind: "Sleep", until: 0.5 });
   });
 
+  it("reads once more when a flush begins, so the flush sends what is queued in one batch", () => {
+    const delivery = new Delivery(makeDeliverySettings({ linger: 0.2 }), { random: () => 0.5 }, 0);
+    assert.equal(delivery.nextEffect(0).kind, "ClaimStale");
+    delivery.handle({ kind: "OutboxRead", entries: [entry(1)] }, 0, 0);
+    delivery.flushing = true;
+    assert.deepEqual(delivery.nextEffect(0.001), { kind: "ReadOutbox", count: 499, block: 0 });
+    delivery.handle({ kind: "OutboxRead", entries: [entry(2)] }, 0.001, 0);
+    const post = delivery.nextEffect(0.001);
+    assert.deepEqual(ids(post), ["e1", "e2"]);
+  });
+
   it("acknowledges a delivered batch", () => {
     const [delivery] = posted(2);
     delivery.handle(answered(200), 1, 5);
