@@ -14,5 +14,7 @@ def backoff(attempt: int, base: float, cap: float, draw: float) -> float:
     """Seconds to wait before retry number ``attempt`` (1 for the first retry)."""
     if attempt < 1:
         raise UsageError(f"backoff attempts count from 1, got {attempt}")
-    ceiling: float = min(cap, base * 2.0 ** (attempt - 1))
+    # The exponent stops growing long before a float overflows (2.0 ** 1024 raises): an outage
+    # that fails a thousand times must still get the cap, not an OverflowError in its loop.
+    ceiling: float = min(cap, base * 2.0 ** min(attempt - 1, 64))
     return ceiling * (0.5 + 0.5 * draw)

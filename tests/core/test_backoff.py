@@ -18,8 +18,10 @@ def test_the_delay_is_drawn_from_the_upper_half_of_the_ceiling(draw: float, shar
     assert backoff(3, 1.0, 60.0, draw) == pytest.approx(4.0 * share)
 
 
-def test_a_huge_attempt_number_stays_at_the_cap() -> None:
-    assert backoff(1000, 0.25, 30.0, 0.0) == 15.0
+@pytest.mark.parametrize("attempt", [1000, 1025, 100_000])
+def test_a_huge_attempt_number_stays_at_the_cap(attempt: int) -> None:
+    # 2.0 ** 1024 overflows a float: a subscriber failing fast for long enough crashed here.
+    assert backoff(attempt, 0.25, 30.0, 0.0) == 15.0
 
 
 @pytest.mark.parametrize("attempt", [0, -1])
