@@ -1126,28 +1126,41 @@ class AsyncOutpost:
         return loop
 
     async def _take_node_messages(self, node: _NodeSubscription) -> None:
-        """What one node's subscription brought, to the core."""
-        message = await node.pubsub.get_message(timeout=_NODE_POLL)
-        if message is None or self._echoes.seen(message.get("data")):
+        """What one node's subscription brought, to the core: read in batches, and echoes
+        dropped unparsed, as on a single Redis."""
+        news: list[tuple[object, dict[str, Any] | None]] = []
+        for response in await read_pubsub(node.pubsub, _NODE_POLL):
+            change = published_data(response)
+            if change is None:  # a subscription's confirmation or end, a health check
+                news.append((None, await node.pubsub.handle_message(response)))
+            elif not self._echoes.seen(change):
+                news.append((change, None))
+        if not news:
             return
-        kind = text_of(message.get("type"))
-        channel = text_of(message.get("channel"))
         with self._lock:
-            if kind == "smessage" and self._echoes.hold(message.get("data")):
-                return  # maybe the echo of a script in flight: its reply decides
-            if kind == "ssubscribe":
-                if channel in node.channels:
-                    self._core.handle(ChannelSubscribed(channel))
-            elif kind == "sunsubscribe":
-                if channel in node.channels:  # not ours: the node gave the slot away
-                    node.channels.discard(channel)
-                    self._core.handle(ChannelsLost((channel,)))
-                    self._signal.fire()  # the topology loop looks for its new owner
-            else:
-                self._message_to_core(message)
+            for change, message in news:
+                if change is not None:
+                    if not self._echoes.hold(change):  # held: maybe the echo of a script in flight
+                        self._core.handle(ChangePublished(change))
+                elif message is not None:
+                    self._node_message_to_core(node, message)
             effects = self._core.effects()
         self._subscriber_back()
         await self._run(effects)
+
+    def _node_message_to_core(self, node: _NodeSubscription, message: dict[str, Any]) -> None:
+        kind = text_of(message.get("type"))
+        channel = text_of(message.get("channel"))
+        if kind == "ssubscribe":
+            if channel in node.channels:
+                self._core.handle(ChannelSubscribed(channel))
+        elif kind == "sunsubscribe":
+            if channel in node.channels:  # not ours: the node gave the slot away
+                node.channels.discard(channel)
+                self._core.handle(ChannelsLost((channel,)))
+                self._signal.fire()  # the topology loop looks for its new owner
+        else:
+            self._message_to_core(message)
 
     async def _lose_node(self, nodes: dict[str, _NodeSubscription], name: str) -> None:
         node = nodes.pop(name)

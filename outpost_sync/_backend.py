@@ -128,6 +128,8 @@ def read_pubsub(pubsub: Any, timeout: float) -> list[Any]:
     matters here more than in the async twin: the echo of every ``track()`` wakes the
     subscriber thread, and what it does then, it does holding the GIL the caller waits for.
     """
+    if not pubsub.subscribed and not pubsub.subscribed_event.wait(timeout):
+        return []  # nothing to read before a first subscription (a cluster node's, say)
     parser: Any = getattr(pubsub.connection, "_parser", None)
     if not hasattr(parser, "read_from_socket") or not hasattr(
         getattr(parser, "_reader", None), "gets"
