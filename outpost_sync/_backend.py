@@ -117,6 +117,9 @@ def open_pubsub(client: Redis) -> Any:
 
 def close_pubsub(pubsub: Any) -> None:
     pubsub.close()
+    # A cluster's pub/sub holds one connection per node, which its close() leaves open.
+    for node_pubsub in list(getattr(pubsub, "node_pubsub_mapping", {}).values()):
+        node_pubsub.close()
 
 
 def read_pubsub(pubsub: Any, timeout: float) -> list[Any]:
@@ -146,10 +149,6 @@ def read_pubsub(pubsub: Any, timeout: float) -> list[Any]:
     if connection.health_check_interval:  # as redis-py's read does: it heard from Redis
         connection.next_health_check = time.monotonic() + connection.health_check_interval
     return buffered_replies(pubsub)
-
-    # A cluster's pub/sub holds one connection per node, which its close() leaves open.
-    for node_pubsub in list(getattr(pubsub, "node_pubsub_mapping", {}).values()):
-        node_pubsub.close()
 
 
 def run_on_node(

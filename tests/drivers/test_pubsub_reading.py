@@ -11,15 +11,18 @@ import asyncio
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio
+from redis.crc import key_slot
 
 from outpost_async._backend import read_pubsub as read_async
-from outpost_sync._backend import open_pubsub
+from outpost_core import keys
+from outpost_sync._backend import close_pubsub, open_pubsub
 from outpost_sync._backend import read_pubsub as read_sync
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisCluster, RedisServer
 from tests.support.waiting import wait_until
 
-CHANNEL = "outpost:v1:{0}:changes"
+CHANNEL = keys.channel(0)
 
 
 def test_one_read_takes_every_message_that_came(redis_server: RedisServer) -> None:
@@ -77,3 +80,22 @@ def _socket_has(pubsub: object, size: int) -> bool:
     sock = pubsub.connection._sock  # type: ignore[attr-defined]
     raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, struct.pack("i", 0))
     return int(struct.unpack("i", raw)[0]) >= size
+
+
+def test_closing_a_cluster_subscription_closes_every_node_connection(
+    redis_cluster: RedisCluster,
+) -> None:
+    # redis-py's ClusterPubSub.close() leaves its nodes' connections open (the CLI's doctor
+    # subscribes through one): close_pubsub closes those too.
+    owner: Any = redis.Redis(port=redis_cluster.port_for_slot(key_slot(CHANNEL.encode())))
+
+    def subscribers() -> int:
+        return int(owner.execute_command("PUBSUB", "SHARDNUMSUB", CHANNEL)[1])
+
+    cluster: Any = redis_cluster.client()  # the CLI passes a cluster client as it passes one
+    pubsub = open_pubsub(cluster)
+    pubsub.ssubscribe(CHANNEL)
+    wait_until(lambda: subscribers() == 1, "the subscription")
+    close_pubsub(pubsub)
+    wait_until(lambda: subscribers() == 0, "every node let go")
+    owner.close()
