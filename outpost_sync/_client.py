@@ -10,6 +10,7 @@ input means lives in the core.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -981,20 +982,10 @@ class Outpost:
             try:
                 pubsub.ssubscribe(*self._channels)
                 while not self._closed:
-                    # Raw replies, not redis-py's messages, so that this instance's own changes
-                    # (already applied from the scripts' replies) are dropped before anything
-                    # is made of them: the echo of every track() costs the least it can.
-                    responses = read_pubsub(pubsub, _POLL)
-                    news: list[tuple[object, dict[str, Any] | None]] = []
-                    for response in responses:
-                        change = published_data(response)
-                        if change is None:  # a subscription's confirmation, a health check
-                            news.append((None, pubsub.handle_message(response)))
-                        elif not self._echoes.seen(change):
-                            news.append((change, None))
-                    if responses and not news:
+                    news, heard = self._hear(pubsub, _POLL)
+                    if heard and not news:
                         continue  # only echoes
-                    self._subscriber_news(news, bool(responses))
+                    self._subscriber_news(news, heard)
             except (RedisError, OSError) as exc:
                 with self._lock:
                     self._core.handle(SubscriberLost())
@@ -1004,23 +995,44 @@ class Outpost:
                 with contextlib.suppress(RedisError, OSError):
                     close_pubsub(pubsub)
 
-    def _subscriber_news(
-        self, news: list[tuple[object, dict[str, Any] | None]], heard: bool
-    ) -> None:
-        """Hand the core what the subscription heard, in order (a change published, or
-        redis-py's message of any other reply), then tick it and run what it asks for."""
+    def _hear(self, pubsub: Any, timeout: float) -> tuple[list[_News], bool]:
+        """What a subscription brought within ``timeout``, and whether anything came: each
+        change published that is not an echo ``seen()`` recognises, as it came, and redis-py's
+        message of any other reply. Raw replies, not redis-py's messages, so that this
+        instance's own changes (already applied from the scripts' replies) are dropped before
+        anything is made of them: the echo of every track() costs the least it can."""
+        responses = read_pubsub(pubsub, timeout)
+        news: list[_News] = []
+        for response in responses:
+            change = published_data(response)
+            if change is None:  # a subscription's confirmation or end, a health check
+                news.append((None, pubsub.handle_message(response)))
+            elif not self._echoes.seen(change):
+                news.append((change, None))
+        return news, bool(responses)
+
+    def _news_to_core(
+        self, news: list[_News], message_to_core: Callable[[dict[str, Any]], None]
+    ) -> bool:
+        """Hand the core what :meth:`_hear` heard, in order, under the lock; whether anything
+        reached it (a change held as maybe the echo of a script in flight does not)."""
+        reached = False
+        for change, message in news:
+            if change is None:
+                reached = True
+                if message is not None:
+                    message_to_core(message)
+            elif not self._echoes.hold(change):
+                self._core.handle(ChangePublished(change))  # as it came: no redis-py message
+                reached = True
+        return reached
+
+    def _subscriber_news(self, news: list[_News], heard: bool) -> None:
+        """What the subscription heard to the core, then tick it and run what it asks for."""
         with self._lock:
-            reached = not heard  # a quiet poll still ticks the core
-            for change, message in news:
-                if change is None:
-                    reached = True
-                    if message is not None:
-                        self._message_to_core(message)
-                elif not self._echoes.hold(change):  # held: maybe the echo of a script in flight
-                    self._core.handle(ChangePublished(change))  # as it came: no redis-py message
-                    reached = True
-            if not reached:
-                return  # every change was held: nothing for the core yet
+            # A quiet poll still ticks the core; changes that were all held do not.
+            if not self._news_to_core(news, self._message_to_core) and heard:
+                return
             self._core.handle(Tick(time.monotonic(), self._now_us()))
             effects = self._core.effects()
         if effects or heard:
@@ -1117,24 +1129,12 @@ class Outpost:
         return loop
 
     def _take_node_messages(self, node: _NodeSubscription) -> None:
-        """What one node's subscription brought, to the core: read in batches, and echoes
-        dropped unparsed, as on a single Redis."""
-        news: list[tuple[object, dict[str, Any] | None]] = []
-        for response in read_pubsub(node.pubsub, _NODE_POLL):
-            change = published_data(response)
-            if change is None:  # a subscription's confirmation or end, a health check
-                news.append((None, node.pubsub.handle_message(response)))
-            elif not self._echoes.seen(change):
-                news.append((change, None))
+        """What one node's subscription brought, to the core, as on a single Redis."""
+        news, _ = self._hear(node.pubsub, _NODE_POLL)
         if not news:
             return
         with self._lock:
-            for change, message in news:
-                if change is not None:
-                    if not self._echoes.hold(change):  # held: maybe the echo of a script in flight
-                        self._core.handle(ChangePublished(change))
-                elif message is not None:
-                    self._node_message_to_core(node, message)
+            self._news_to_core(news, functools.partial(self._node_message_to_core, node))
             effects = self._core.effects()
         self._subscriber_back()
         self._run(effects)
@@ -1479,6 +1479,11 @@ class _NodeSubscription:
     stopped: bool = False
     failure: BaseException | None = None
     """Why its connection broke (the worker stopped); the topology loop then loses it."""
+
+
+_News = tuple[object, dict[str, Any] | None]
+"""What a subscription heard: a change published (its data, as it came), or redis-py's message
+of another reply (``None`` when redis-py makes none of it)."""
 
 
 def _log_report(log: logging.Logger, report: Report | None) -> None:
