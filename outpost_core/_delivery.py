@@ -17,12 +17,11 @@ time.
 
 A loop reads up to ``batch_size`` entries, lingers up to ``linger`` seconds for more (reading
 what came every ``linger / 8`` seconds, not as each entry comes, and once more when a flush
-begins), and posts one batch. With a
-shared request budget (``requests_per_minute``, ``_budget``) it first takes a request from it;
-while it waits for one it keeps reading, so under load batches grow, up to ``batch_bytes`` of
-body (under Polar's 10 MiB; without a budget a batch holds at most ``batch_size`` events). An
-event too large for any batch is dropped. Every batch ends in one of two ways, whatever the
-number of attempts:
+begins), and posts one batch. With a shared request budget (``requests_per_minute``,
+``_budget``) it first takes a request from it; while it waits for one it keeps reading, so under
+load batches grow, up to ``batch_bytes`` of body (under Polar's 10 MiB; without a budget a batch
+holds at most ``batch_size`` events). An event too large for any batch is dropped. Every batch
+ends in one of two ways, whatever the number of attempts:
 
 * **delivered** (2xx): the ``acknowledge`` script marks its events acknowledged and removes the
   entries from the outbox;

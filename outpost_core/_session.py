@@ -158,9 +158,8 @@ class Session:
         self._customer_mirrors: dict[Customer, list[Mirror]] = {}
         """Each customer's copies, one per reducer read (an alias change invalidates them)."""
         self._balances: dict[ReadKey, CachedBalance] = {}
-        self.cached: Mapping[ReadKey, CachedBalance] = self._balances
         """The balances computed since their last change, by read (meter id, external customer
-        id, customer id). Always the same mapping."""
+        id, customer id)."""
         self._warm: dict[object, dict[str, CachedBalance]] = {}
         self.warm: Mapping[object, Mapping[str, CachedBalance]] = self._warm
         """The same balances by customer (:func:`warm_customer`), then meter id:
