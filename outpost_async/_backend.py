@@ -62,6 +62,80 @@ class Worker:
             await self._task
 
 
+class CommandBatches:
+    """Commands that many tasks send at once, sent together (auto-pipelining): the scripts, and
+    the reads of state hashes.
+
+    A call that finds fewer than ``slots`` sends in flight goes at once, alone: a lone task pays
+    nothing for this. A call that finds them all busy waits; when a send returns, every call
+    waiting goes as the next send, one pipeline: one write, one read of all the replies, on one
+    connection. Redis runs them in the order they were called. Sixty-four tasks tracking at once
+    then cost this process a few round trips' work instead of sixty-four (redis-py's work per
+    command is most of what a track costs its caller), and open a few connections, not one each:
+    redis-py's pool refuses more than 100.
+
+    A waiting call that is cancelled is not sent; one cancelled once sent may still run, as any
+    call cancelled while Redis runs it.
+    """
+
+    def __init__(self, client: Redis, slots: int = 4, most: int = 512) -> None:
+        self._client = client
+        self._slots = slots
+        self._most = most
+        self._in_flight = 0
+        self._waiting: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._sends: set[asyncio.Task[None]] = set()
+
+    async def execute(self, *command: Any) -> Any:
+        """``command``'s reply, or the error Redis or the connection gave it."""
+        if self._in_flight < self._slots and not self._waiting:
+            self._in_flight += 1
+            try:
+                return await self._client.execute_command(*command)  # type: ignore[no-untyped-call]
+            finally:
+                self._returned()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append((command, future))
+        return await future
+
+    def _returned(self) -> None:
+        self._in_flight -= 1
+        while self._waiting and self._in_flight < self._slots:
+            batch = [call for call in self._waiting[: self._most] if not call[1].done()]
+            del self._waiting[: self._most]
+            if batch:
+                self._in_flight += 1
+                send = asyncio.get_running_loop().create_task(self._send(batch))
+                self._sends.add(send)  # a task nothing holds may be collected mid-send
+                send.add_done_callback(self._sends.discard)
+
+    async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        try:
+            pipeline: Any = self._client.pipeline(transaction=False)
+            async with pipeline as pipe:
+                for command, _ in batch:
+                    pipe.execute_command(*command)
+                replies = await pipe.execute(raise_on_error=False)
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
+        except Exception as exc:  # the connection failed: every call of the send did
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        else:
+            for (_, future), reply in zip(batch, replies, strict=True):
+                if future.done():
+                    continue
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+        finally:
+            self._returned()
+
+
 async def sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 

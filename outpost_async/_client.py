@@ -36,6 +36,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from outpost_async._backend import (
+    CommandBatches,
     CoreLock,
     Signal,
     Stream,
@@ -314,6 +315,9 @@ class AsyncOutpost:
         self._warm = self._core.warm
         self._clock = clock
         self._shas = SCRIPT_SHA1
+        # Scripts and hash reads of many tasks at once go in one pipeline (async; the sync twin
+        # sends each as it comes).
+        self._batches = CommandBatches(self._redis)
         self._lock = CoreLock()
         self._signal = Signal()
         self._echoes = Echoes()
@@ -651,7 +655,9 @@ class AsyncOutpost:
             # every track(). EVAL where Redis does not hold the script (restarted, flushed)
             # caches it again.
             try:
-                return await self._redis.evalsha(self._shas[name], len(keys), *keys, *args)
+                return await self._batches.execute(
+                    "EVALSHA", self._shas[name], len(keys), *keys, *args
+                )
             except NoScriptError:
                 return await self._redis.eval(SCRIPT_TEXT[name], len(keys), *keys, *args)
         # redis-py's reload after NOSCRIPT loads the script on every primary, and fails while
@@ -796,7 +802,7 @@ class AsyncOutpost:
 
     async def _hgetall_each(self, keys: tuple[str, ...]) -> dict[str, dict[Any, Any]]:
         if len(keys) == 1:  # the common case: no pipeline to build
-            return {keys[0]: await self._redis.hgetall(keys[0])}
+            return {keys[0]: await self._batches.execute("HGETALL", keys[0])}
         async with self._redis.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.hgetall(key)
@@ -952,7 +958,7 @@ class AsyncOutpost:
 
     async def _load(self, effect: LoadIdentity) -> None:
         try:
-            fields = await self._redis.hgetall(effect.key)
+            fields = await self._batches.execute("HGETALL", effect.key)
         except RedisError as exc:
             self._redis_failed(self._state_outage, exc)
             with self._lock:

@@ -30,6 +30,17 @@ def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the async twin: no 
     return threading.RLock()
 
 
+class CommandBatches:
+    """Each command sent as it comes: a thread waits for its own reply (the async twin pipelines
+    the commands of many tasks)."""
+
+    def __init__(self, client: Redis, slots: int = 4, most: int = 512) -> None:
+        self._client = client
+
+    def execute(self, *command: Any) -> Any:
+        return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
+
+
 class Signal:
     """Wakes every waiter when the core's state changed. Waiters pass the version they saw, so a
     change between their check and their wait is never missed."""

@@ -134,6 +134,7 @@ from outpost_core import (
     with_known_revs,
 )
 from outpost_sync._backend import (
+    CommandBatches,
     CoreLock,
     Signal,
     Stream,
@@ -315,6 +316,9 @@ class Outpost:
         self._warm = self._core.warm
         self._clock = clock
         self._shas = SCRIPT_SHA1
+        # Scripts and hash reads of many tasks at once go in one pipeline (async; the sync twin
+        # sends each as it comes).
+        self._batches = CommandBatches(self._redis)
         self._lock = CoreLock()
         self._signal = Signal()
         self._echoes = Echoes()
@@ -648,7 +652,7 @@ class Outpost:
             # every track(). EVAL where Redis does not hold the script (restarted, flushed)
             # caches it again.
             try:
-                return self._redis.evalsha(self._shas[name], len(keys), *keys, *args)
+                return self._batches.execute("EVALSHA", self._shas[name], len(keys), *keys, *args)
             except NoScriptError:
                 return self._redis.eval(SCRIPT_TEXT[name], len(keys), *keys, *args)
         # redis-py's reload after NOSCRIPT loads the script on every primary, and fails while
@@ -789,7 +793,7 @@ class Outpost:
 
     def _hgetall_each(self, keys: tuple[str, ...]) -> dict[str, dict[Any, Any]]:
         if len(keys) == 1:  # the common case: no pipeline to build
-            return {keys[0]: self._redis.hgetall(keys[0])}
+            return {keys[0]: self._batches.execute("HGETALL", keys[0])}
         with self._redis.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.hgetall(key)
@@ -945,7 +949,7 @@ class Outpost:
 
     def _load(self, effect: LoadIdentity) -> None:
         try:
-            fields = self._redis.hgetall(effect.key)
+            fields = self._batches.execute("HGETALL", effect.key)
         except RedisError as exc:
             self._redis_failed(self._state_outage, exc)
             with self._lock:

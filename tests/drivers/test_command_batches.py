@@ -1,0 +1,180 @@
+"""Auto-pipelining in the async driver (``CommandBatches``): calls made while every send is busy
+wait, and go together as one pipeline on one connection, in order. Against a real Redis.
+
+The sync twin sends each call as it comes (a thread waits for its own reply): nothing to test
+beyond the driver tests, which run every script through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from outpost_async import AsyncOutpost
+from outpost_async._backend import CommandBatches
+from outpost_core import Customer
+from tests.drivers._async._helpers import COUNT
+from tests.drivers._async.test_local_state import consumed, prepare
+from tests.support.redis_server import RedisCluster, RedisServer
+
+
+@pytest.fixture
+def client(redis_server: RedisServer) -> Iterator[Any]:
+    # No retries: a failed send is seen as it failed.
+    yield redis.asyncio.Redis.from_url(redis_server.url, retry=Retry(NoBackoff(), 0))
+
+
+async def _blocked(batches: CommandBatches, client: Any) -> asyncio.Task[Any]:
+    """A call that holds the one slot until something is pushed on ``gate``."""
+    blocker = asyncio.create_task(batches.execute("BLPOP", "gate", 10))
+    await _until(lambda: _clients_blocked(client), "the blocker waiting in Redis")
+    return blocker
+
+
+async def _clients_blocked(client: Any) -> bool:
+    info = await client.info("clients")
+    return int(info["blocked_clients"]) == 1
+
+
+async def _until(check: Any, what: str) -> None:
+    for _ in range(2000):
+        if await check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{what} did not happen within 10 s")
+
+
+@pytest.mark.anyio
+async def test_calls_that_find_every_slot_busy_go_as_one_pipeline_in_order(client: Any) -> None:
+    batches = CommandBatches(client, slots=1)
+    blocker = await _blocked(batches, client)
+    calls = [asyncio.create_task(batches.execute("RPUSH", "order", n)) for n in range(50)]
+    ids = [asyncio.create_task(batches.execute("CLIENT", "ID")) for _ in range(5)]
+    for _ in range(3):
+        await asyncio.sleep(0)  # each task runs to its wait
+    assert await client.llen("order") == 0  # waiting for the slot, not sent
+    await client.rpush("gate", "go")
+    assert list(await blocker) == [b"gate", b"go"]
+    assert await asyncio.gather(*calls) == list(range(1, 51))
+    assert await client.lrange("order", 0, -1) == [str(n).encode() for n in range(50)]
+    assert len(set(await asyncio.gather(*ids))) == 1  # one connection carried them all
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_lone_call_goes_at_once(client: Any) -> None:
+    batches = CommandBatches(client, slots=1)
+    assert await batches.execute("SET", "k", "v") is True
+    assert await batches.execute("GET", "k") == b"v"
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_error_fails_only_its_own_call(client: Any) -> None:
+    batches = CommandBatches(client, slots=1)
+    await client.set("text", "not a number")
+    blocker = await _blocked(batches, client)
+    before = asyncio.create_task(batches.execute("INCR", "n"))
+    wrong = asyncio.create_task(batches.execute("INCR", "text"))
+    after = asyncio.create_task(batches.execute("INCR", "n"))
+    await client.rpush("gate", "go")
+    await blocker
+    assert await before == 1
+    with pytest.raises(ResponseError):
+        await wrong
+    assert await after == 2
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_waiting_call_is_not_sent(client: Any) -> None:
+    batches = CommandBatches(client, slots=1)
+    blocker = await _blocked(batches, client)
+    first = asyncio.create_task(batches.execute("INCR", "n"))
+    cancelled = asyncio.create_task(batches.execute("INCR", "cancelled"))
+    last = asyncio.create_task(batches.execute("INCR", "n"))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await client.rpush("gate", "go")
+    await blocker
+    assert (await first, await last) == (1, 2)
+    assert cancelled.cancelled()
+    assert await client.get("cancelled") is None
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_broken_connection_fails_every_call_of_its_send(client: Any) -> None:
+    batches = CommandBatches(client, slots=1)
+    blocker = await _blocked(batches, client)
+    calls = [asyncio.create_task(batches.execute("INCR", "n")) for _ in range(3)]
+    # The pipeline's own connection is closed by Redis while it reads the replies.
+    kill = ("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "no")
+    killer = asyncio.create_task(batches.execute(*kill))
+    after = [asyncio.create_task(batches.execute("INCR", "n")) for _ in range(2)]
+    await client.rpush("gate", "go")
+    outcomes = await asyncio.gather(blocker, *calls, killer, *after, return_exceptions=True)
+    assert any(isinstance(outcome, RedisConnectionError) for outcome in outcomes)
+    for outcome in outcomes[-2:]:
+        assert isinstance(outcome, RedisConnectionError)  # sent with the killer, failed with it
+    # The slot is free again: a new call goes (on a new connection).
+    assert isinstance(await batches.execute("PING"), bool)
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_many_tasks_tracking_at_once_share_a_few_connections(
+    redis_or_cluster: RedisServer | RedisCluster,
+) -> None:
+    """128 tasks track at once: every event counts exactly, and the instance's scripts went
+    over a handful of connections (one each, without pipelining)."""
+    server = redis_or_cluster
+    prepare(server, Customer("external", "c1"))  # type: ignore[arg-type]
+    async with AsyncOutpost(redis_url=server.url, telemetry=False) as outpost:
+        assert await consumed(outpost, COUNT, "c1") == 0
+
+        async def one() -> None:
+            await outpost.track("api_call", external_customer_id="c1")
+
+        for _ in range(3):
+            await asyncio.gather(*(one() for _ in range(128)))
+        assert await consumed(outpost, COUNT, "c1") == 3 * 128
+    _assert_few_connections(server, "384 tracks")
+
+
+@pytest.mark.anyio
+async def test_many_fresh_reads_and_loads_at_once_share_a_few_connections(
+    redis_or_cluster: RedisServer | RedisCluster,
+) -> None:
+    """Reads that go to Redis are sent the same way: 300 fresh reads at once, then 300 first
+    reads of customers nobody read before (one load each), neither opening a connection per
+    read (redis-py's pool refuses a 101st: every read failed then)."""
+    customers = [Customer("external", f"c{n}") for n in range(300)]
+    server = redis_or_cluster
+    prepare(server, *customers)  # type: ignore[arg-type]
+    async with AsyncOutpost(redis_url=server.url, telemetry=False) as outpost:
+        await outpost.track("api_call", external_customer_id="c0")
+
+        async def fresh() -> float:
+            return (await outpost.balance(COUNT, external_customer_id="c0", fresh=True)).consumed
+
+        assert await asyncio.gather(*(fresh() for _ in range(300))) == [1.0] * 300
+        firsts = [consumed(outpost, COUNT, customer.id) for customer in customers[1:]]
+        assert await asyncio.gather(*firsts) == [0.0] * 299
+    _assert_few_connections(server, "600 reads")
+
+
+def _assert_few_connections(server: RedisServer | RedisCluster, what: str) -> None:
+    """On one Redis, the connections it was asked for since it started (a cluster's client
+    keeps a pool per node: what counts there is that nothing failed)."""
+    if isinstance(server, RedisServer):
+        opened = int(server.client().info("stats")["total_connections_received"])
+        assert opened < 20, f"{opened} connections for {what}"
