@@ -25,6 +25,11 @@ def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the sync twin is an
     return contextlib.nullcontext()
 
 
+def CallLimit(calls: int) -> asyncio.Semaphore:  # the sync twin: a threading semaphore
+    """At most ``calls`` tasks inside at once (``async with``); the others wait their turn."""
+    return asyncio.Semaphore(calls)
+
+
 class Signal:
     """Wakes every waiter when the core's state changed. Waiters pass the version they saw, so a
     change between their check and their wait is never missed."""

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 import httpx
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import (
     AskError,
@@ -36,6 +36,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from outpost_async._backend import (
+    CallLimit,
     CommandBatches,
     CoreLock,
     Signal,
@@ -159,6 +160,9 @@ _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
 _REDIRECTIONS = 5  # tries of a script on a cluster whose slot map is changing
 _T = TypeVar("_T")
 _CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
+_CONNECTIONS = 100  # the SDK's own client: at most this many connections, as redis-py 8's pool
+_CONNECTION_WAIT = 20.0  # seconds a call waits for one of them before it fails
+_NODE_CALLS = 64  # calls at once to cluster nodes (redis-py's node pools refuse a 101st)
 _RECHECK = 0.1  # seconds a waiting read (or track) sleeps at most between two looks
 _USER_AGENT = f"outpost-python/{__version__}"
 DroppedCallback = Callable[[list[dict[str, Any]], str], Any]
@@ -318,6 +322,9 @@ class AsyncOutpost:
         # Scripts and hash reads of many tasks at once go in one pipeline (async; the sync twin
         # sends each as it comes).
         self._batches = CommandBatches(self._redis)
+        # A cluster's calls go to one node each, on a connection of its pool: past 100 at once,
+        # redis-py refuses them rather than wait. They wait here instead.
+        self._node_calls = CallLimit(_NODE_CALLS)
         self._lock = CoreLock()
         self._signal = Signal()
         self._echoes = Echoes()
@@ -627,7 +634,8 @@ class AsyncOutpost:
         asking: list[tuple[Any, ...]] = []
         for _ in range(_REDIRECTIONS):
             try:
-                replies = await run_on_node(cluster, node, [*asking, *commands])
+                async with self._node_calls:
+                    replies = await run_on_node(cluster, node, [*asking, *commands])
             except (RedisConnectionError, TimeoutError, OSError):
                 await cluster.nodes_manager.initialize()
                 node, asking = _owner(cluster, key), []
@@ -1477,7 +1485,12 @@ def _redis_from_url(url: str) -> Redis | RedisCluster:
     node = cluster_node_url(url)
     if node is not None:
         return RedisCluster.from_url(node)
-    return Redis.from_url(url, health_check_interval=10)
+    # A call that finds every connection busy waits for one, rather than fail: redis-py 8's
+    # pool refuses a 101st (150 threads tracking at once failed that way).
+    pool = BlockingConnectionPool.from_url(
+        url, health_check_interval=10, max_connections=_CONNECTIONS, timeout=_CONNECTION_WAIT
+    )
+    return Redis.from_pool(pool)
 
 
 @attrs.define

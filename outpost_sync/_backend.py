@@ -41,6 +41,11 @@ class CommandBatches:
         return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
 
 
+def CallLimit(calls: int) -> threading.BoundedSemaphore:  # the async twin: asyncio's
+    """At most ``calls`` threads inside at once (``with``); the others wait their turn."""
+    return threading.BoundedSemaphore(calls)
+
+
 class Signal:
     """Wakes every waiter when the core's state changed. Waiters pass the version they saw, so a
     change between their check and their wait is never missed."""

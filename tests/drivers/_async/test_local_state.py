@@ -249,6 +249,27 @@ async def test_concurrent_tracking_loses_no_increment(redis_server: RedisServer)
 
 
 @pytest.mark.anyio
+async def test_more_callers_at_once_than_redis_py_allows_connections_all_succeed(
+    redis_server: RedisServer,
+) -> None:
+    """300 callers tracking at once, past redis-py's pools of 100 connections (the client's, a
+    cluster node's): each call waits for a connection (threads, a cluster's calls) or goes in a
+    pipeline (tasks) instead of failing."""
+    prepare(redis_server, Customer("external", "c1"))
+    from tests.drivers._async._concurrency import run_concurrently
+
+    async with make(redis_server) as outpost:
+        assert await consumed(outpost, COUNT, "c1") == 0
+
+        async def worker() -> None:
+            for _ in range(20):  # long enough for all 300 to be at it at once
+                await outpost.track("api_call", external_customer_id="c1")
+
+        await run_concurrently([worker] * 300)
+        assert await consumed(outpost, COUNT, "c1") == 6000
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
