@@ -162,6 +162,11 @@ def start_afresh_after_fork(client: Any) -> None:
     return None
 
 
+async def run_blocking(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` on a thread of the loop's pool: work that would stall every task."""
+    return await asyncio.to_thread(function, *args)
+
+
 def open_pubsub(client: Redis) -> Any:
     return client.pubsub()
 

@@ -127,6 +127,12 @@ def start_afresh_after_fork(client: Any) -> None:
     os.register_at_fork(after_in_child=hook)
 
 
+def run_blocking(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)``, here: the calling worker is a thread of its own (the async twin hands
+    it to a thread)."""
+    return function(*args)
+
+
 def open_pubsub(client: Redis) -> Any:
     return client.pubsub()  # type: ignore[no-untyped-call]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,9 @@ its first retry, so within this bound it makes one attempt; at the bound its exp
 down, which ends any wait for a retry."""
 
 
+_SLICE = 256  # records made between two hand-overs of the GIL
+
+
 class _Instruments:
     def __init__(self, meter: metrics.Meter, tracer: trace.Tracer) -> None:
         self.tracer = tracer
@@ -55,10 +59,14 @@ class _Instruments:
         )
 
     def record(self, drained: Drained) -> None:
-        for r in drained.reads:
+        for n, r in enumerate(drained.reads):
             self.read.record(r.value, r.attributes)
-        for r in drained.ingests:
+            if n % _SLICE == _SLICE - 1:
+                time.sleep(0)  # let the application's threads have the GIL between slices
+        for n, r in enumerate(drained.ingests):
             self.ingest.record(r.value, r.attributes)
+            if n % _SLICE == _SLICE - 1:
+                time.sleep(0)
         for r in drained.buckets:
             self.buckets.add(int(r.value), r.attributes)
         for r in drained.warm:
@@ -93,6 +101,9 @@ class Telemetry:
         self._exporters: list[Any] = []
         self._quiet = False
         self._spans: dict[str, list[Any]] = {}
+        # The telemetry worker flushes on its thread; close() flushes last, after it: one at a
+        # time, so the exporters are shut down after the worker's last records, not during them.
+        self._flushing = threading.RLock()
         if enabled:
             self._instruments.append(
                 _Instruments(
@@ -102,6 +113,12 @@ class Telemetry:
             )
 
     # -- slow paths -----------------------------------------------------------------------------
+
+    @property
+    def exporting(self) -> bool:
+        """Whether :meth:`export_to_relay` has nothing left to do: started (or failed to), or
+        there is no relay to export to."""
+        return bool(self._providers) or not (self.enabled and self._relay_url and self._token)
 
     def export_to_relay(self, organization_id: str | None) -> None:
         """Start exporting through Polar's relay (once the organization is known)."""
@@ -167,12 +184,13 @@ class Telemetry:
         ``Session.warm_reads``); report syncs every export interval."""
         if not self.enabled or not (force or self.recorder.due(now)):
             return
-        try:
-            drained = self.recorder.drain(now, received, applied, warm, force=force)
-            for instruments in self._instruments:
-                instruments.record(drained)
-        except Exception:  # pragma: no cover - telemetry never breaks the caller
-            self._log.exception("outpost telemetry failed")
+        with self._flushing:
+            try:
+                drained = self.recorder.drain(now, received, applied, warm, force=force)
+                for instruments in self._instruments:
+                    instruments.record(drained)
+            except Exception:  # pragma: no cover - telemetry never breaks the caller
+                self._log.exception("outpost telemetry failed")
 
     def quiet(self) -> None:
         """From now until the last export is done, OpenTelemetry's failures are held back: the
@@ -192,12 +210,13 @@ class Telemetry:
         """Record what is buffered, end the open spans, and export to the relay one last time
         within ``bound`` seconds. The relay is Polar: when it is down the application is often
         exiting because of it, so a failure here is one DEBUG line, never a retry or a trace."""
-        self.flush(now, received, applied, warm, force=True)
-        if self.enabled:
-            self._apply(self.recorder.close())
-        self.quiet()
-        providers = [p for p in self._providers if p is not None]
-        self._providers = [None]  # nothing starts again after the close
+        with self._flushing:
+            self.flush(now, received, applied, warm, force=True)
+            if self.enabled:
+                self._apply(self.recorder.close())
+            self.quiet()
+            providers = [p for p in self._providers if p is not None]
+            self._providers = [None]  # nothing starts again after the close
         if providers:
             failure = _shut_down_within(providers, self._exporters, max(bound, 0.0))
             if failure is not None:

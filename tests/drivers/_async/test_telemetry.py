@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import uuid
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ from outpost_async import AsyncOutpost, InvalidEvent
 from outpost_core import semconv
 from outpost_emulator import Emulator
 from tests.conftest import Otel
-from tests.drivers._async._helpers import connect, count_meter, eventually
+from tests.drivers._async._helpers import connect, count_meter, eventually, holds
 from tests.support.redis_server import RedisServer, free_port
 
 SECRET = "s3cr3t-metadata-value"
@@ -90,6 +92,30 @@ async def test_each_record_has_its_name_attributes_and_outcome(
     # Closing ends the connection span and reports the syncs.
     assert spans_of(otel, semconv.SPAN_CONNECTION)
     assert spans_of(otel, semconv.SPAN_SYNCS)
+
+
+@pytest.mark.anyio
+async def test_telemetry_is_recorded_off_the_subscriber_and_the_event_loop(
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
+) -> None:
+    """Recording a second's tracks takes milliseconds (about 8 µs each), and starting the
+    relay's exporters longer: done by the subscriber (or on the event loop), the changes it was
+    to apply waited meanwhile."""
+    meter = count_meter(emulator, credits=5, customer=customer)
+    async with connect(redis_server, emulator, telemetry=True) as a:
+        threads: list[str] = []
+        flush = a._telemetry.flush
+
+        def noting_the_thread(*args: Any, **kwargs: Any) -> None:
+            threads.append(threading.current_thread().name)
+            flush(*args, **kwargs)
+
+        a._telemetry.flush = noting_the_thread  # type: ignore[method-assign]
+        await _work(a, meter, customer)
+        await eventually(holds(lambda: len(threads) >= 2), what="two flushes")
+        flushed_on = set(threads)  # close() flushes last, on the caller's thread
+    assert flushed_on
+    assert not flushed_on & {"outpost-subscriber", threading.main_thread().name}
 
 
 @pytest.mark.anyio
