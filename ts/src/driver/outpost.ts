@@ -566,7 +566,7 @@ export class Outpost {
       if (this.telemetry.enabled) {
         const organization = this.core.configuration?.organizationId;
         if (organization !== undefined) this.telemetry.exportToRelay(organization);
-        this.telemetry.flush(monotonic(), ...this.syncCounts());
+        void this.telemetry.flush(monotonic(), ...this.syncCounts()); // records in slices; ticks go on
       }
       await this.signal.wait(version, this.untilDeadline());
     }

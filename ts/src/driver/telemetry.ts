@@ -52,6 +52,7 @@ export const SPAN_SYNCS = "outpost.syncs";
 
 const CAP = 20_000; // buffered records between two flushes; beyond it, records are dropped
 const FLUSH_EVERY = 1.0;
+const SLICE = 256; // records made between two turns of the event loop
 
 /** `external:<id>` or `customer:<id>`, as semconv's outpost.customer. */
 export function customerAttribute(externalCustomerId: unknown, customerId: unknown): string {
@@ -88,6 +89,8 @@ export class Telemetry {
   private nextFlush = 0;
   private nextReport = 0;
   private reported: [number, number] = [0, 0];
+  /** The flush recording now (each waits for the one before it). */
+  private flushing: Promise<void> = Promise.resolve();
 
   constructor(
     readonly enabled: boolean,
@@ -146,8 +149,10 @@ export class Telemetry {
     if (this.enabled && this.reads.length < CAP) this.reads.push({ meterId, customer, seconds, outcome });
   }
 
-  /** Record the buffered reads and writes; report the syncs every export interval. */
-  flush(now: number, received: number, applied: number, force = false): void {
+  /** Record the buffered reads and writes; report the syncs every export interval. Recording
+   * costs a few µs a record (about 33 ms for 10,000 tracks), so the event loop runs between slices
+   * of SLICE records: done at once, it held every message the subscriber was to apply. */
+  async flush(now: number, received: number, applied: number, force = false): Promise<void> {
     if (!this.enabled || (now < this.nextFlush && !force)) return;
     this.nextFlush = now + FLUSH_EVERY;
     const reads = this.reads;
@@ -156,9 +161,33 @@ export class Telemetry {
     this.reads = [];
     this.tracks = [];
     this.warmReads = new Map();
+    const previous = this.flushing;
+    const flushing = this.record(previous, reads, tracks, warm, now, received, applied, force);
+    this.flushing = flushing;
+    await flushing;
+  }
+
+  private async record(
+    previous: Promise<void>,
+    reads: ReadRecord[],
+    tracks: TrackRecord[],
+    warm: Map<string, Map<string, number>>,
+    now: number,
+    received: number,
+    applied: number,
+    force: boolean,
+  ): Promise<void> {
+    await previous; // one flush records at a time, in order
     try {
+      let made = 0;
+      const recorded = async (): Promise<void> => {
+        if (++made % SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+      };
       for (const set of this.sets) {
-        for (const r of reads) set.read.record(r.seconds, { "outpost.meter_id": r.meterId, "outpost.customer": r.customer, "outpost.outcome": r.outcome });
+        for (const r of reads) {
+          set.read.record(r.seconds, { "outpost.meter_id": r.meterId, "outpost.customer": r.customer, "outpost.outcome": r.outcome });
+          await recorded();
+        }
         for (const [meterId, perCustomer] of warm) {
           for (const [customer, n] of perCustomer) set.warm.add(n, { "outpost.meter_id": meterId, "outpost.customer": customer });
         }
@@ -167,6 +196,7 @@ export class Telemetry {
             set.ingest.record(t.seconds, { "outpost.meter_id": meterId, "outpost.customer": t.customer, "outpost.outcome": t.outcome });
           }
           if (t.buckets) set.buckets.add(t.buckets, { "outpost.customer": t.customer, "outpost.meter_ids": [...t.meterIds] });
+          await recorded();
         }
       }
       const changed = received !== this.reported[0] || applied !== this.reported[1];
@@ -219,7 +249,7 @@ export class Telemetry {
 
   /** Record what is buffered, end the open spans and send what the relay exporter holds. */
   async shutdown(now: number, received: number, applied: number): Promise<void> {
-    this.flush(now, received, applied, true);
+    await this.flush(now, received, applied, true); // after any flush still recording
     for (const span of [...this.connection, ...this.reconnection]) span.end();
     this.connection = this.reconnection = [];
     const relay = this.relay;
