@@ -36,6 +36,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from outpost_async._shared.ids import new_event_id
 from outpost_async._shared.telemetry import LAST_EXPORT, Telemetry
 from outpost_async._shared.tls import Verify, ca_bundle, cannot_connect, describe, tls_context
 from outpost_async._shared.traces import Traces
@@ -544,7 +545,7 @@ class Outpost:
     ) -> str:
         now_us = self._now_us()
         timestamp_us = timestamp_us_of(timestamp, now_us)
-        event_id = event_id_of(event_id, uuid.uuid4().hex)
+        event_id = event_id_of(event_id, new_event_id())
         arguments: dict[str, Any] = dict(
             name=name,
             external_customer_id=external_customer_id,
