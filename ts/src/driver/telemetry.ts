@@ -54,6 +54,11 @@ const CAP = 20_000; // buffered records between two flushes; beyond it, records 
 const FLUSH_EVERY = 1.0;
 const SLICE = 256; // records made between two turns of the event loop
 
+/** Resolves once the event loop has run what was waiting (I/O callbacks included). */
+function aTurnOfTheLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 /** `external:<id>` or `customer:<id>`, as semconv's outpost.customer. */
 export function customerAttribute(externalCustomerId: unknown, customerId: unknown): string {
   if (typeof externalCustomerId === "string") return `external:${externalCustomerId}`;
@@ -180,13 +185,10 @@ export class Telemetry {
     await previous; // one flush records at a time, in order
     try {
       let made = 0;
-      const recorded = async (): Promise<void> => {
-        if (++made % SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
-      };
       for (const set of this.sets) {
         for (const r of reads) {
           set.read.record(r.seconds, { "outpost.meter_id": r.meterId, "outpost.customer": r.customer, "outpost.outcome": r.outcome });
-          await recorded();
+          if (++made % SLICE === 0) await aTurnOfTheLoop();
         }
         for (const [meterId, perCustomer] of warm) {
           for (const [customer, n] of perCustomer) set.warm.add(n, { "outpost.meter_id": meterId, "outpost.customer": customer });
@@ -196,7 +198,7 @@ export class Telemetry {
             set.ingest.record(t.seconds, { "outpost.meter_id": meterId, "outpost.customer": t.customer, "outpost.outcome": t.outcome });
           }
           if (t.buckets) set.buckets.add(t.buckets, { "outpost.customer": t.customer, "outpost.meter_ids": [...t.meterIds] });
-          await recorded();
+          if (++made % SLICE === 0) await aTurnOfTheLoop();
         }
       }
       const changed = received !== this.reported[0] || applied !== this.reported[1];
