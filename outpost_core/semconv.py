@@ -11,6 +11,13 @@ INGEST_DURATION = "outpost.ingest.duration"
 READ_DURATION = "outpost.read.duration"
 """Histogram, seconds: one record per read (``balance()``) that memory did not answer at once,
 with its outcome (``cold`` or why it failed)."""
+DURATION_BOUNDARIES = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+"""The bucket boundaries of both duration histograms, seconds: 0.1 ms to 1 s, as Polar's
+prototype had them. OpenTelemetry's default boundaries (0, 5, 10, ... 10,000) are for
+milliseconds: in seconds, every write and read fell in the first bucket, and no percentile could
+be read from them."""
 READ_WARM = "outpost.read.warm"
 """Counter: reads answered from memory (outcome ``warm``), counted rather than timed: a warm read
 costs well under a microsecond, and timing each one would cost as much as the read."""

@@ -46,10 +46,16 @@ class _Instruments:
     def __init__(self, meter: metrics.Meter, tracer: trace.Tracer) -> None:
         self.tracer = tracer
         self.ingest = meter.create_histogram(
-            semconv.INGEST_DURATION, unit="s", description="Duration of one track() write"
+            semconv.INGEST_DURATION,
+            unit="s",
+            description="Duration of one track() write",
+            explicit_bucket_boundaries_advisory=semconv.DURATION_BOUNDARIES,
         )
         self.read = meter.create_histogram(
-            semconv.READ_DURATION, unit="s", description="Duration of one balance() read"
+            semconv.READ_DURATION,
+            unit="s",
+            description="Duration of one balance() read",
+            explicit_bucket_boundaries_advisory=semconv.DURATION_BOUNDARIES,
         )
         self.warm = meter.create_counter(
             semconv.READ_WARM, description="balance() reads answered from memory"

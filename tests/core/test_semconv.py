@@ -38,3 +38,9 @@ def test_instrument_span_and_attribute_names_are_distinct_and_namespaced() -> No
 def test_no_name_is_about_metadata_or_the_token() -> None:
     for value in names().values():
         assert "metadata" not in value and "token" not in value
+
+
+def test_duration_buckets_are_seconds_from_a_tenth_of_a_millisecond_to_one() -> None:
+    bounds = semconv.DURATION_BOUNDARIES
+    assert list(bounds) == sorted(set(bounds))
+    assert (bounds[0], bounds[-1]) == (0.0001, 1.0)

@@ -85,6 +85,11 @@ async def test_each_record_has_its_name_attributes_and_outcome(
         assert semconv.WARM not in {p[semconv.OUTCOME] for p in points[semconv.READ_DURATION]}
         ok = [p for p in points[semconv.INGEST_DURATION] if p[semconv.OUTCOME] == semconv.OK]
         assert ok and all(p[semconv.METER] == meter for p in ok)
+        # Durations in seconds, in buckets of 0.1 ms to 1 s (not OpenTelemetry's 0-5-10-...).
+        durations = (semconv.INGEST_DURATION, semconv.READ_DURATION)
+        for name, attributes, point in otel.points():
+            if name in durations and attributes.get(semconv.CUSTOMER) == f"external:{customer}":
+                assert tuple(point.explicit_bounds) == semconv.DURATION_BOUNDARIES
         snapshot = spans_of(otel, semconv.SPAN_SNAPSHOT, f"external:{customer}")[-1]
         assert list(snapshot[semconv.METERS]) == [meter]  # type: ignore[call-overload]
         assert snapshot[semconv.SNAPSHOT_ID]

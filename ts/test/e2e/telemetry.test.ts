@@ -5,6 +5,7 @@ import { after, before, describe, it } from "node:test";
 import { metrics, trace } from "@opentelemetry/api";
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
+import { DURATION_BOUNDARIES } from "../../src/driver/telemetry.js";
 import { Outpost } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually } from "../support/eventually.js";
@@ -58,6 +59,12 @@ describe("telemetry", () => {
     assert.deepEqual(warm, [[calls, "external:t1", 1]]);
     const ingest = byName.get("outpost.ingest.duration")?.dataPoints.map((p) => p.attributes);
     assert.deepEqual(ingest?.map((a) => [a["outpost.customer"], a["outpost.meter_id"], a["outpost.outcome"]]), [["external:t1", calls, "ok"]]);
+    // Durations in seconds, in buckets of 0.1 ms to 1 s (not OpenTelemetry's 0-5-10-...).
+    for (const name of ["outpost.ingest.duration", "outpost.read.duration"]) {
+      for (const point of byName.get(name)?.dataPoints ?? []) {
+        assert.deepEqual((point.value as { buckets: { boundaries: number[] } }).buckets.boundaries, [...DURATION_BOUNDARIES], name);
+      }
+    }
     assert.ok(!JSON.stringify(recorded).includes("never recorded"));
     assert.ok(!JSON.stringify(spans.getFinishedSpans().map((s) => s.attributes)).includes(emulator.token));
   });
