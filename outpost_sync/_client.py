@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 import httpx
-from redis import BlockingConnectionPool, Redis
+from redis import Redis
 from redis.cluster import RedisCluster
 from redis.exceptions import (
     AskError,
@@ -149,6 +149,7 @@ from outpost_sync._backend import (
     open_node_pubsub,
     open_pubsub,
     open_stream,
+    own_client,
     read_pubsub,
     run_blocking,
     run_on_node,
@@ -163,8 +164,6 @@ _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
 _REDIRECTIONS = 5  # tries of a script on a cluster whose slot map is changing
 _T = TypeVar("_T")
 _CLOSE_RESERVE = 1.0  # seconds of close()'s timeout kept for what comes after its flush
-_CONNECTIONS = 100  # the SDK's own client: at most this many connections, as redis-py 8's pool
-_CONNECTION_WAIT = 20.0  # seconds a call waits for one of them before it fails
 _NODE_CALLS = 64  # calls at once to cluster nodes (redis-py's node pools refuse a 101st)
 _TELEMETRY_TICK = 0.25  # seconds between two looks of the telemetry worker (it flushes each 1 s)
 _RECHECK = 0.1  # seconds a waiting read (or track) sleeps at most between two looks
@@ -807,10 +806,7 @@ class Outpost:
     def _hgetall_each(self, keys: tuple[str, ...]) -> dict[str, dict[Any, Any]]:
         if len(keys) == 1:  # the common case: no pipeline to build
             return {keys[0]: self._batches.execute("HGETALL", keys[0])}
-        with self._redis.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.hgetall(key)
-            replies = pipe.execute()
+        replies = self._batches.execute_all(*(("HGETALL", key) for key in keys))
         return dict(zip(keys, replies, strict=True))
 
     # -- driving the core ---------------------------------------------------------------------
@@ -1482,12 +1478,7 @@ def _redis_from_url(url: str) -> Redis | RedisCluster:
     node = cluster_node_url(url)
     if node is not None:
         return RedisCluster.from_url(node)
-    # A call that finds every connection busy waits for one, rather than fail: redis-py 8's
-    # pool refuses a 101st (150 threads tracking at once failed that way).
-    pool = BlockingConnectionPool.from_url(
-        url, health_check_interval=10, max_connections=_CONNECTIONS, timeout=_CONNECTION_WAIT
-    )
-    return Redis.from_pool(pool)
+    return own_client(url)
 
 
 @attrs.define

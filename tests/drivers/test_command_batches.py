@@ -178,3 +178,25 @@ def _assert_few_connections(server: RedisServer | RedisCluster, what: str) -> No
     if isinstance(server, RedisServer):
         opened = int(server.client().info("stats")["total_connections_received"])
         assert opened < 20, f"{opened} connections for {what}"
+
+
+@pytest.mark.anyio
+async def test_several_commands_of_one_call_go_together_in_order(client: Any) -> None:
+    batches = CommandBatches(client, slots=1)
+    await client.set("a", "1")
+    assert await batches.execute_all(("GET", "a"), ("INCR", "a"), ("GET", "a")) == [
+        b"1",
+        2,
+        b"2",
+    ]
+    blocker = await _blocked(batches, client)
+    several = asyncio.create_task(batches.execute_all(("INCR", "a"), ("CLIENT", "ID")))
+    alone = asyncio.create_task(batches.execute("CLIENT", "ID"))
+    await client.rpush("gate", "go")
+    await blocker
+    (count, first), second = await several, await alone
+    assert count == 3
+    assert first == second  # waiting, they went in the same pipeline
+    with pytest.raises(ResponseError):
+        await batches.execute_all(("GET", "a"), ("HGETALL", "a"))  # a string is not a hash
+    await client.aclose()
