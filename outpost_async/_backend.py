@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
@@ -93,8 +93,7 @@ class CommandBatches:
 
     async def execute(self, *command: Any) -> Any:
         """``command``'s reply, or the error Redis or the connection gave it."""
-        if self._in_flight < self._slots and not self._waiting:
-            self._in_flight += 1
+        if self._slot_free():
             try:
                 return await self._client.execute_command(*command)  # type: ignore[no-untyped-call]
             finally:
@@ -106,14 +105,9 @@ class CommandBatches:
     async def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Each command's reply, in order, sent together (one pipeline, or in the next one);
         the first error raises."""
-        if self._in_flight < self._slots and not self._waiting:
-            self._in_flight += 1
+        if self._slot_free():
             try:
-                pipeline: Any = self._client.pipeline(transaction=False)
-                async with pipeline as pipe:
-                    for command in commands:
-                        pipe.execute_command(*command)
-                    return list(await pipe.execute())
+                return await self._pipelined(commands, raise_on_error=True)
             finally:
                 self._returned()
         loop = asyncio.get_running_loop()
@@ -122,6 +116,22 @@ class CommandBatches:
             futures.append(loop.create_future())
             self._waiting.append((command, futures[-1]))
         return [await future for future in futures]
+
+    def _slot_free(self) -> bool:
+        """Whether a call may go now, alone (then it holds a slot until it returns)."""
+        if self._in_flight < self._slots and not self._waiting:
+            self._in_flight += 1
+            return True
+        return False
+
+    async def _pipelined(
+        self, commands: Sequence[tuple[Any, ...]], raise_on_error: bool
+    ) -> list[Any]:
+        pipeline: Any = self._client.pipeline(transaction=False)
+        async with pipeline as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=raise_on_error))
 
     def _returned(self) -> None:
         self._in_flight -= 1
@@ -136,11 +146,7 @@ class CommandBatches:
 
     async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
         try:
-            pipeline: Any = self._client.pipeline(transaction=False)
-            async with pipeline as pipe:
-                for command, _ in batch:
-                    pipe.execute_command(*command)
-                replies = await pipe.execute(raise_on_error=False)
+            replies = await self._pipelined([command for command, _ in batch], False)
         except asyncio.CancelledError:
             for _, future in batch:
                 future.cancel()

@@ -898,10 +898,7 @@ class AsyncOutpost:
 
     async def _list_pending(self, effect: ListPending) -> None:
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for key in effect.keys:
-                    pipe.hkeys(key)
-                replies = await pipe.execute()
+            replies = await self._batches.execute_all(*(("HKEYS", key) for key in effect.keys))
             fields = {key: list(names) for key, names in zip(effect.keys, replies, strict=True)}
         except RedisError as exc:
             self._redis_failed(self._state_outage, exc)

@@ -889,10 +889,7 @@ class Outpost:
 
     def _list_pending(self, effect: ListPending) -> None:
         try:
-            with self._redis.pipeline(transaction=False) as pipe:
-                for key in effect.keys:
-                    pipe.hkeys(key)
-                replies = pipe.execute()
+            replies = self._batches.execute_all(*(("HKEYS", key) for key in effect.keys))
             fields = {key: list(names) for key, names in zip(effect.keys, replies, strict=True)}
         except RedisError as exc:
             self._redis_failed(self._state_outage, exc)
