@@ -77,7 +77,7 @@ def load(client: redis.Redis, before: Mapping[str, Json]) -> None:
 
 def subscribe(client: redis.Redis) -> redis.client.PubSub:
     """A connection following every shard's channel and the sentinel (SSUBSCRIBE)."""
-    pubsub: redis.client.PubSub = client.pubsub()  # type: ignore[no-untyped-call]
+    pubsub: redis.client.PubSub = client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
     pubsub.ssubscribe(*ALL_CHANNELS, SENTINEL)
     confirmed = 0
     while confirmed < len(ALL_CHANNELS) + 1:

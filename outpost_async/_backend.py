@@ -15,9 +15,14 @@ from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
+from redis.exceptions import RedisError
 
+from outpost_async._multiplexed import LineLost, MultiplexedConnection
+from outpost_async._multiplexed import available as multiplexing_available
 from outpost_async._shared.proxy import ProxyError, proxy_for
 from outpost_async._shared.pubsub import buffered_replies
+
+_REOPEN_AFTER = 1.0  # seconds without the shared connection after it could not be opened
 
 
 def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the sync twin is an RLock
@@ -71,28 +76,46 @@ class CommandBatches:
     """Commands that many tasks send at once, sent together (auto-pipelining): the scripts, and
     the reads of state hashes.
 
-    A call that finds fewer than ``slots`` sends in flight goes at once, alone: a lone task pays
-    nothing for this. A call that finds them all busy waits; when a send returns, every call
-    waiting goes as the next send, one pipeline: one write, one read of all the replies, on one
-    connection. Redis runs them in the order they were called. Sixty-four tasks tracking at once
-    then cost this process a few round trips' work instead of sixty-four (redis-py's work per
-    command is most of what a track costs its caller), and open a few connections, not one each:
-    redis-py's pool refuses more than 100.
+    With hiredis, every command goes on one shared connection (:class:`MultiplexedConnection`):
+    written with the others of its loop turn, its reply matched in order. A command that
+    connection loses runs again through redis-py (its retries), and redis-py does the work alone
+    while the connection cannot be opened (a second later it is tried again).
+
+    Without hiredis, a call that finds fewer than ``slots`` sends in flight goes at once, alone;
+    one that finds them all busy waits, and when a send returns, every call waiting goes as the
+    next send, one redis-py pipeline. Either way Redis runs them in the order they were called,
+    and 64 tasks tracking at once cost this process a few round trips' work instead of 64, on a
+    few connections, not one each: redis-py's pool refuses more than 100.
 
     A waiting call that is cancelled is not sent; one cancelled once sent may still run, as any
     call cancelled while Redis runs it.
     """
 
-    def __init__(self, client: Redis, slots: int = 4, most: int = 512) -> None:
+    def __init__(
+        self, client: Redis, slots: int = 4, most: int = 512, shared_connection: bool = True
+    ) -> None:
         self._client = client
         self._slots = slots
         self._most = most
         self._in_flight = 0
         self._waiting: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._sends: set[asyncio.Task[None]] = set()
+        self._line: MultiplexedConnection | None = None
+        self._opening: asyncio.Task[MultiplexedConnection | None] | None = None
+        self._reopen_at = 0.0
+        # a cluster's commands go to the node of their keys: redis-py routes them
+        self._multiplexed = (
+            shared_connection and multiplexing_available() and isinstance(client, Redis)
+        )
 
     async def execute(self, *command: Any) -> Any:
         """``command``'s reply, or the error Redis or the connection gave it."""
+        line = self._line
+        if (line is not None and not line.lost) or (line := await self._open_line()) is not None:
+            try:
+                return await line.send(command)
+            except LineLost:
+                return await self._client.execute_command(*command)  # type: ignore[no-untyped-call]
         if self._slot_free():
             try:
                 return await self._client.execute_command(*command)  # type: ignore[no-untyped-call]
@@ -105,6 +128,20 @@ class CommandBatches:
     async def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Each command's reply, in order, sent together (one pipeline, or in the next one);
         the first error raises."""
+        line = self._line
+        if (line is not None and not line.lost) or (line := await self._open_line()) is not None:
+            try:
+                replies = await asyncio.gather(
+                    *(line.send(c) for c in commands), return_exceptions=True
+                )
+            except LineLost:  # lost before all were sent
+                replies = [LineLost()]
+            if any(isinstance(reply, LineLost) for reply in replies):
+                return await self._pipelined(commands, raise_on_error=True)
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
+            return replies
         if self._slot_free():
             try:
                 return await self._pipelined(commands, raise_on_error=True)
@@ -116,6 +153,36 @@ class CommandBatches:
             futures.append(loop.create_future())
             self._waiting.append((command, futures[-1]))
         return [await future for future in futures]
+
+    async def aclose(self) -> None:
+        """Give the shared connection back to the pool; later calls go through redis-py."""
+        self._multiplexed = False
+        if self._opening is not None:
+            with contextlib.suppress(Exception):
+                await self._opening
+        if self._line is not None:
+            line, self._line = self._line, None
+            await line.close()
+
+    async def _open_line(self) -> MultiplexedConnection | None:
+        """The shared connection, opened now if it may be (one opening for every caller)."""
+        if not self._multiplexed or asyncio.get_running_loop().time() < self._reopen_at:
+            return None
+        if self._opening is None:
+            self._opening = asyncio.get_running_loop().create_task(self._reopen())
+        return await asyncio.shield(self._opening)  # a caller cancelled leaves it opening
+
+    async def _reopen(self) -> MultiplexedConnection | None:
+        try:
+            if self._line is not None:  # lost: back to the pool, which reconnects it when used
+                line, self._line = self._line, None
+                await line.close()
+            self._line = await MultiplexedConnection.open(self._client)
+        except (RedisError, OSError):  # Redis is down: redis-py's own path, retried in a second
+            self._reopen_at = asyncio.get_running_loop().time() + _REOPEN_AFTER
+        finally:
+            self._opening = None
+        return self._line
 
     def _slot_free(self) -> bool:
         """Whether a call may go now, alone (then it holds a slot until it returns)."""

@@ -444,6 +444,7 @@ class AsyncOutpost:
             self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), warm, bound=bound)
         if self._http is not None:
             await self._http.aclose()
+        await self._batches.aclose()
         if self._owns_redis:
             await self._redis.aclose()
         self._traces.close()
@@ -670,8 +671,10 @@ class AsyncOutpost:
                 return await self._batches.execute(
                     "EVALSHA", self._shas[name], len(keys), *keys, *args
                 )
-            except NoScriptError:
-                return await self._redis.eval(SCRIPT_TEXT[name], len(keys), *keys, *args)
+            except NoScriptError:  # as many tasks at once as got it: each goes in the batches
+                return await self._batches.execute(
+                    "EVAL", SCRIPT_TEXT[name], len(keys), *keys, *args
+                )
         # redis-py's reload after NOSCRIPT loads the script on every primary, and fails while
         # one is down: EVAL runs it on the node that owns the keys, and caches it there.
         (reply,) = await self._script_calls(name, keys, args)

@@ -34,7 +34,9 @@ class CommandBatches:
     """Each command sent as it comes: a thread waits for its own reply (the async twin pipelines
     the commands of many tasks)."""
 
-    def __init__(self, client: Redis, slots: int = 4, most: int = 512) -> None:
+    def __init__(
+        self, client: Redis, slots: int = 4, most: int = 512, shared_connection: bool = True
+    ) -> None:
         self._client = client
 
     def execute(self, *command: Any) -> Any:
@@ -46,6 +48,9 @@ class CommandBatches:
             for command in commands:
                 pipe.execute_command(*command)  # type: ignore[no-untyped-call]
             return list(pipe.execute())
+
+    def close(self) -> None:
+        return None
 
 
 def CallLimit(calls: int) -> threading.BoundedSemaphore:  # the async twin: asyncio's
@@ -155,7 +160,7 @@ def run_blocking(function: Callable[..., Any], *args: Any) -> Any:
 
 
 def open_pubsub(client: Redis) -> Any:
-    return client.pubsub()  # type: ignore[no-untyped-call]
+    return client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
 
 
 def close_pubsub(pubsub: Any) -> None:
@@ -210,7 +215,7 @@ def open_node_pubsub(cluster: RedisCluster, node: ClusterNode) -> Any:
     from the node's pool: the cluster client disconnects that pool when its slot map changes)."""
     pool = cluster.get_redis_connection(node).connection_pool
     own = ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
-    return Redis(connection_pool=own).pubsub()  # type: ignore[no-untyped-call]
+    return Redis(connection_pool=own).pubsub()  # type: ignore[no-untyped-call,unused-ignore]
 
 
 def close_node_pubsub(pubsub: Any) -> None:

@@ -445,6 +445,7 @@ class Outpost:
             self._telemetry.shutdown(time.monotonic(), *self._sync_counts(), warm, bound=bound)
         if self._http is not None:
             self._http.close()
+        self._batches.close()
         if self._owns_redis:
             self._redis.close()
         self._traces.close()
@@ -665,8 +666,8 @@ class Outpost:
             # caches it again.
             try:
                 return self._batches.execute("EVALSHA", self._shas[name], len(keys), *keys, *args)
-            except NoScriptError:
-                return self._redis.eval(SCRIPT_TEXT[name], len(keys), *keys, *args)
+            except NoScriptError:  # as many tasks at once as got it: each goes in the batches
+                return self._batches.execute("EVAL", SCRIPT_TEXT[name], len(keys), *keys, *args)
         # redis-py's reload after NOSCRIPT loads the script on every primary, and fails while
         # one is down: EVAL runs it on the node that owns the keys, and caches it there.
         (reply,) = self._script_calls(name, keys, args)

@@ -87,7 +87,7 @@ def test_a_sharded_message_reaches_a_subscriber_on_the_owning_node(
 ) -> None:
     channel = "outpost:test:{5}:changes"
     owner = redis_cluster.node_client(redis_cluster.port_for_slot(key_slot(channel.encode())))
-    pubsub = owner.pubsub()  # type: ignore[no-untyped-call]
+    pubsub = owner.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
     pubsub.ssubscribe(channel)
     assert pubsub.get_sharded_message(timeout=5)["type"] == "ssubscribe"
     redis_cluster.client().spublish(channel, "hello")
@@ -114,7 +114,7 @@ def test_after_a_fail_over_the_promoted_replica_has_the_data_but_no_scripts(
     sha = node.script_load(SCRIPT)
     node.evalsha(sha, 2, key, "outpost:test:{2}:other")
     assert node.execute_command("WAIT", 1, 2000) >= 1  # type: ignore[no-untyped-call]
-    subscriber = node.pubsub()  # type: ignore[no-untyped-call]
+    subscriber = node.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
     subscriber.ssubscribe("outpost:test:{2}:changes")
     assert subscriber.get_sharded_message(timeout=5) is not None
 

@@ -195,7 +195,7 @@ class World:
     def __init__(self, server: RedisServer, scripts: Mapping[str, str]) -> None:
         self.client = server.client()
         self.scripts = {name: self.client.register_script(text) for name, text in scripts.items()}
-        self.pubsub = self.client.pubsub()  # type: ignore[no-untyped-call]
+        self.pubsub = self.client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
         self.pubsub.ssubscribe(*oc.ALL_CHANNELS, SENTINEL)
         self.writes = 0
         """Scripts run that changed an identity (each publishes one message)."""

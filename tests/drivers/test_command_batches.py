@@ -1,5 +1,7 @@
-"""Auto-pipelining in the async driver (``CommandBatches``): calls made while every send is busy
-wait, and go together as one pipeline on one connection, in order. Against a real Redis.
+"""Auto-pipelining in the async driver (``CommandBatches``) where it has no shared connection
+(no hiredis; ``shared_connection=False`` here): calls made while every send is busy wait, and go
+together as one pipeline on one connection, in order. Against a real Redis. The shared
+connection has its own tests (``test_multiplexed.py``); the instance-level ones here run on it.
 
 The sync twin sends each call as it comes (a thread waits for its own reply): nothing to test
 beyond the driver tests, which run every script through it.
@@ -54,7 +56,7 @@ async def _until(check: Any, what: str) -> None:
 
 @pytest.mark.anyio
 async def test_calls_that_find_every_slot_busy_go_as_one_pipeline_in_order(client: Any) -> None:
-    batches = CommandBatches(client, slots=1)
+    batches = CommandBatches(client, slots=1, shared_connection=False)
     blocker = await _blocked(batches, client)
     calls = [asyncio.create_task(batches.execute("RPUSH", "order", n)) for n in range(50)]
     ids = [asyncio.create_task(batches.execute("CLIENT", "ID")) for _ in range(5)]
@@ -71,7 +73,7 @@ async def test_calls_that_find_every_slot_busy_go_as_one_pipeline_in_order(clien
 
 @pytest.mark.anyio
 async def test_a_lone_call_goes_at_once(client: Any) -> None:
-    batches = CommandBatches(client, slots=1)
+    batches = CommandBatches(client, slots=1, shared_connection=False)
     assert await batches.execute("SET", "k", "v") is True
     assert await batches.execute("GET", "k") == b"v"
     await client.aclose()
@@ -79,7 +81,7 @@ async def test_a_lone_call_goes_at_once(client: Any) -> None:
 
 @pytest.mark.anyio
 async def test_an_error_fails_only_its_own_call(client: Any) -> None:
-    batches = CommandBatches(client, slots=1)
+    batches = CommandBatches(client, slots=1, shared_connection=False)
     await client.set("text", "not a number")
     blocker = await _blocked(batches, client)
     before = asyncio.create_task(batches.execute("INCR", "n"))
@@ -96,7 +98,7 @@ async def test_an_error_fails_only_its_own_call(client: Any) -> None:
 
 @pytest.mark.anyio
 async def test_a_cancelled_waiting_call_is_not_sent(client: Any) -> None:
-    batches = CommandBatches(client, slots=1)
+    batches = CommandBatches(client, slots=1, shared_connection=False)
     blocker = await _blocked(batches, client)
     first = asyncio.create_task(batches.execute("INCR", "n"))
     cancelled = asyncio.create_task(batches.execute("INCR", "cancelled"))
@@ -113,7 +115,7 @@ async def test_a_cancelled_waiting_call_is_not_sent(client: Any) -> None:
 
 @pytest.mark.anyio
 async def test_a_broken_connection_fails_every_call_of_its_send(client: Any) -> None:
-    batches = CommandBatches(client, slots=1)
+    batches = CommandBatches(client, slots=1, shared_connection=False)
     blocker = await _blocked(batches, client)
     calls = [asyncio.create_task(batches.execute("INCR", "n")) for _ in range(3)]
     # The pipeline's own connection is closed by Redis while it reads the replies.
@@ -182,7 +184,7 @@ def _assert_few_connections(server: RedisServer | RedisCluster, what: str) -> No
 
 @pytest.mark.anyio
 async def test_several_commands_of_one_call_go_together_in_order(client: Any) -> None:
-    batches = CommandBatches(client, slots=1)
+    batches = CommandBatches(client, slots=1, shared_connection=False)
     await client.set("a", "1")
     assert await batches.execute_all(("GET", "a"), ("INCR", "a"), ("GET", "a")) == [
         b"1",

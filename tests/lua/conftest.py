@@ -34,7 +34,7 @@ def scripts(client: redis.Redis) -> Scripts:
 @pytest.fixture
 def channel(lua_server: RedisServer, client: redis.Redis) -> Iterator[Channel]:
     listener = redis.Redis(port=lua_server.port, socket_timeout=10)
-    pubsub = listener.pubsub()  # type: ignore[no-untyped-call]
+    pubsub = listener.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
     pubsub.ssubscribe(CHANNEL)
     subscribed = pubsub.get_sharded_message(timeout=5)
     assert subscribed is not None and subscribed["type"] == "ssubscribe"
