@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import ReadOnlyError, ResponseError
+from redis.exceptions import DataError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from outpost_async._backend import CommandBatches
@@ -200,3 +200,17 @@ async def _client_ids(client: Any) -> list[str]:
 
 async def _gone(client: Any, line: str) -> bool:
     return line not in await _client_ids(client)
+
+
+@pytest.mark.anyio
+async def test_arguments_are_sent_as_redis_py_sends_them(client: Any) -> None:
+    batches = CommandBatches(client)
+    with pytest.raises(DataError):  # redis-py's refusal; nothing was sent
+        await batches.execute("SET", "k", None)
+    assert await batches.execute("SET", "k", 0.1) is True  # repr(), as redis-py writes a float
+    assert await batches.execute("GET", "k") == b"0.1"
+    assert await batches.execute("SET", "k", "é") is True
+    assert await batches.execute("GET", "k") == "é".encode()
+    assert await batches.execute("SET", "k", b"\xff") is True
+    assert await batches.execute("GET", "k") == b"\xff"
+    await batches.aclose()
