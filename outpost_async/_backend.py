@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.exceptions import RedisError
 
+from outpost_async._listener import PushListener
 from outpost_async._multiplexed import LineLost, MultiplexedConnection
 from outpost_async._multiplexed import available as multiplexing_available
 from outpost_async._shared.proxy import ProxyError, proxy_for
@@ -275,15 +277,30 @@ async def close_pubsub(pubsub: Any) -> None:
     await pubsub.aclose()
 
 
-async def read_pubsub(pubsub: Any, timeout: float) -> list[Any]:
+async def read_pubsub(
+    pubsub: Any, timeout: float, drop: Callable[[Any], bool] | None = None
+) -> list[Any]:
     """The raw replies that came on a subscription (``[b"smessage", channel, data]``, not
-    redis-py's messages), waiting up to ``timeout`` seconds for the first. Under load one read
-    of the socket holds many messages: the first comes through redis-py, the rest straight from
-    the connection's hiredis reader, without redis-py's layers for each."""
+    redis-py's messages), waiting up to ``timeout`` seconds for the first, without those
+    ``drop`` accepts (this instance's echoes). Once subscribed, with hiredis, the connection
+    is read straight from its transport (:class:`PushListener`); otherwise the first reply
+    comes through redis-py and the rest straight from the connection's hiredis reader."""
+    listener = _listeners.get(pubsub)
+    if listener is None or not listener.reads(pubsub.connection):
+        listener = None
+        if pubsub.connection is not None and pubsub.subscribed:
+            listener = PushListener.take_over(pubsub, drop)
+            if listener is not None:
+                _listeners[pubsub] = listener
+    if listener is not None:
+        return await listener.read(timeout)
     response = await pubsub.parse_response(block=False, timeout=timeout)
     if response is None:
         return []
     return [response, *buffered_replies(pubsub)]
+
+
+_listeners: weakref.WeakKeyDictionary[Any, PushListener] = weakref.WeakKeyDictionary()
 
 
 async def run_on_node(

@@ -170,7 +170,9 @@ def close_pubsub(pubsub: Any) -> None:
         node_pubsub.close()
 
 
-def read_pubsub(pubsub: Any, timeout: float) -> list[Any]:
+def read_pubsub(
+    pubsub: Any, timeout: float, drop: Callable[[Any], bool] | None = None
+) -> list[Any]:
     """The raw replies that came on a subscription (``[b"smessage", channel, data]``, not
     redis-py's messages), waiting up to ``timeout`` seconds for the first.
 
@@ -178,6 +180,8 @@ def read_pubsub(pubsub: Any, timeout: float) -> list[Any]:
     holds: a few microseconds a message, against some tens through redis-py's layers. That
     matters here more than in the async twin: the echo of every ``track()`` wakes the
     subscriber thread, and what it does then, it does holding the GIL the caller waits for.
+    ``drop`` is for the async twin, which drops echoes as they arrive; the thread reading here
+    checks each reply itself.
     """
     if not pubsub.subscribed and not pubsub.subscribed_event.wait(timeout):
         return []  # nothing to read before a first subscription (a cluster node's, say)

@@ -1012,7 +1012,7 @@ class Outpost:
         message of any other reply. Raw replies, not redis-py's messages, so that this
         instance's own changes (already applied from the scripts' replies) are dropped before
         anything is made of them: the echo of every track() costs the least it can."""
-        responses = read_pubsub(pubsub, timeout)
+        responses = read_pubsub(pubsub, timeout, self._is_echo)
         news: list[_News] = []
         for response in responses:
             change = published_data(response)
@@ -1021,6 +1021,11 @@ class Outpost:
             elif not self._echoes.seen(change):
                 news.append((change, None))
         return news, bool(responses)
+
+    def _is_echo(self, response: object) -> bool:
+        """Whether a raw reply is the echo of this instance's own change (forgotten if so)."""
+        change = published_data(response)
+        return change is not None and self._echoes.seen(change)
 
     def _news_to_core(
         self, news: list[_News], message_to_core: Callable[[dict[str, Any]], None]

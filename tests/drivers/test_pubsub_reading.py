@@ -2,7 +2,9 @@
 
 The sync subscriber thread takes the GIL from the callers each time it wakes, so it takes every
 message one read of the socket brought, rather than one per wake-up; and it reads them from the
-connection's hiredis reader, without redis-py's message layers. Against a real Redis.
+connection's hiredis reader, without redis-py's message layers. The async subscriber reads its
+subscribed connection's transport itself (``PushListener``), dropping this instance's echoes as
+they arrive. Against a real Redis.
 """
 
 from __future__ import annotations
@@ -99,3 +101,92 @@ def test_closing_a_cluster_subscription_closes_every_node_connection(
     close_pubsub(pubsub)
     wait_until(lambda: subscribers() == 0, "every node let go")
     owner.close()
+
+
+def _async(test: Any) -> Any:
+    return lambda redis_server: asyncio.run(test(redis_server))
+
+
+async def _subscribed(server: RedisServer, **options: Any) -> tuple[Any, Any]:
+    client: Any = redis.asyncio.Redis.from_url(server.url, **options)
+    pubsub = open_pubsub(client)
+    await pubsub.ssubscribe(CHANNEL)
+    return client, pubsub
+
+
+async def _until(check: Any, what: str) -> None:
+    for _ in range(2000):
+        if check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{what} did not happen within 10 s")
+
+
+@_async
+async def test_the_async_read_drops_echoes_as_they_come(redis_server: RedisServer) -> None:
+    client, pubsub = await _subscribed(redis_server)
+    echoes = {b"mine-1", b"mine-2"}
+
+    def drop(reply: Any) -> bool:
+        return reply[0] == b"smessage" and reply[2] in echoes
+
+    assert [reply[0] for reply in await read_async(pubsub, 1.0, drop)] == [b"ssubscribe"]
+    for data in ("mine-1", "theirs", "mine-2"):
+        await client.spublish(CHANNEL, data)
+    assert await read_async(pubsub, 5.0, drop) == [[b"smessage", CHANNEL.encode(), b"theirs"]]
+    await client.spublish(CHANNEL, "mine-1")
+    assert await read_async(pubsub, 0.2, drop) == []  # only an echo came: nothing to read
+    await pubsub.aclose()
+    await client.aclose()
+
+
+@_async
+async def test_the_async_read_keeps_what_redis_py_had_read_already(
+    redis_server: RedisServer,
+) -> None:
+    client, pubsub = await _subscribed(redis_server)
+    for n in range(3):
+        await client.spublish(CHANNEL, f"m{n}")
+    stream = pubsub.connection._reader  # redis-py's stream: the bytes wait there, unparsed
+    await _until(lambda: len(stream._buffer) > 0, "the replies in redis-py's stream")
+    got: list[Any] = []
+    while len(got) < 4:
+        got += await read_async(pubsub, 1.0)
+    assert got[0][0] == b"ssubscribe"
+    assert got[1:] == [[b"smessage", CHANNEL.encode(), f"m{n}".encode()] for n in range(3)]
+    await pubsub.aclose()
+    await client.aclose()
+
+
+@_async
+async def test_the_async_read_checks_a_quiet_connection_and_hides_the_check(
+    redis_server: RedisServer,
+) -> None:
+    client, pubsub = await _subscribed(redis_server, health_check_interval=0.05)
+    await read_async(pubsub, 1.0)  # the confirmation
+
+    def pings() -> int:
+        stats = redis_server.client().info("commandstats")
+        return int(stats.get("cmdstat_ping", {}).get("calls", 0))
+
+    for _ in range(5):
+        assert await read_async(pubsub, 0.1) == []  # the answers to the checks are not news
+    assert pings() >= 2
+    await client.spublish(CHANNEL, "m")
+    assert await read_async(pubsub, 1.0) == [[b"smessage", CHANNEL.encode(), b"m"]]
+    await pubsub.aclose()
+    await client.aclose()
+
+
+@_async
+async def test_the_async_read_raises_once_the_connection_is_closed(
+    redis_server: RedisServer,
+) -> None:
+    client, pubsub = await _subscribed(redis_server)
+    await read_async(pubsub, 1.0)
+    await client.client_kill_filter(_type="pubsub")
+    with pytest.raises(redis.exceptions.ConnectionError):
+        for _ in range(200):
+            await read_async(pubsub, 0.05)
+    await pubsub.aclose()  # redis-py closes what it opened, without waiting on a dead stream
+    await client.aclose()
