@@ -110,12 +110,15 @@ class CommandBatches:
             shared_connection and multiplexing_available() and isinstance(client, Redis)
         )
 
-    async def execute(self, *command: Any) -> Any:
-        """``command``'s reply, or the error Redis or the connection gave it."""
+    async def execute(self, *command: Any, parsed: bool = True) -> Any:
+        """``command``'s reply, or the error Redis or the connection gave it. ``parsed=False``:
+        the caller reads the reply as Redis sent it, or as redis-py makes it (on the shared
+        connection, redis-py's reply callback is then skipped: a stream read's costs more
+        than the read)."""
         line = self._line
         if (line is not None and not line.lost) or (line := await self._open_line()) is not None:
             try:
-                return await line.send(command)
+                return await line.send(command, parsed)
             except LineLost:
                 return await self._client.execute_command(*command)  # type: ignore[no-untyped-call]
         if self._slot_free():

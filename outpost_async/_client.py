@@ -1251,12 +1251,17 @@ class AsyncOutpost:
         if self._cluster is not None:
             return await self._read_outboxes_one_by_one(action)
         block = int(action.block * 1000)
+        if block <= 0:  # a lingering batch's read for more: with the scripts, read as it came
+            reply = await self._batches.execute(
+                *_read_outboxes(self._consumer, action.count), parsed=False
+            )
+            return OutboxRead(stream_entries(reply))
         reply = await self._redis.xreadgroup(
             GROUP,
             self._consumer,
             dict.fromkeys(keys.ALL_OUTBOXES, ">"),
             count=action.count,
-            block=block if block > 0 else None,
+            block=block,
         )
         return OutboxRead(stream_entries(reply))
 
@@ -1511,6 +1516,23 @@ class _NodeSubscription:
     stopped: bool = False
     failure: BaseException | None = None
     """Why its connection broke (the worker stopped); the topology loop then loses it."""
+
+
+def _read_outboxes(consumer: str, count: int) -> tuple[Any, ...]:
+    """XREADGROUP of what no consumer has read yet from every outbox, without blocking (a
+    blocking read would hold up every command behind it on a shared connection)."""
+    outboxes = keys.ALL_OUTBOXES
+    return (
+        "XREADGROUP",
+        "GROUP",
+        GROUP,
+        consumer,
+        "COUNT",
+        count,
+        "STREAMS",
+        *outboxes,
+        *(">",) * len(outboxes),
+    )
 
 
 _News = tuple[object, dict[str, Any] | None]

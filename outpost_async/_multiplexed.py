@@ -16,8 +16,10 @@ redis-py's pipelines.
 
 A connection that closes, times out (the client's ``socket_timeout``) or turns read-only (a
 primary demoted under Sentinel) fails every command waiting with :class:`LineLost`; the caller
-runs them again through redis-py, whose retries and reconnection apply. Every command sent here
-is safe to run twice (scripts are idempotent by event id, reads are reads).
+runs them again through redis-py, whose retries and reconnection apply, as redis-py's own retry
+would have run them again. Every command sent here is safe to run twice: scripts are idempotent
+by event id, hash reads are reads, and the entries of an outbox read whose reply was lost wait in
+this consumer's pending list until they are claimed (``claim_idle``).
 """
 
 from __future__ import annotations
@@ -102,16 +104,18 @@ class MultiplexedConnection(asyncio.Protocol):
             return None  # pragma: no cover
         return cls(client, connection, transport)
 
-    def send(self, command: tuple[Any, ...]) -> asyncio.Future[Any]:
-        """The future of ``command``'s reply (its error, for an error reply). Raises what
-        redis-py raises for arguments it cannot send, and sends nothing then."""
+    def send(self, command: tuple[Any, ...], parsed: bool = True) -> asyncio.Future[Any]:
+        """The future of ``command``'s reply (its error, for an error reply), made by
+        redis-py's reply callback for the command unless not ``parsed``. Raises what redis-py
+        raises for arguments it cannot send, and sends nothing then."""
         if self.lost:
             raise LineLost("the shared Redis connection is closed")
         packed = self._packed(command)
         future = self._loop.create_future()
         if not self._waiting and self._timeout is not None:
             self._arm(self._timeout)
-        self._waiting.append((future, self._callbacks.get(command[0]), self._loop.time()))
+        callback = self._callbacks.get(command[0]) if parsed else None
+        self._waiting.append((future, callback, self._loop.time()))
         if not self._outgoing and not self._paused:
             self._loop.call_soon(self._flush)  # after this loop turn's other commands
         self._outgoing.append(packed)

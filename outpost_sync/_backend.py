@@ -39,7 +39,8 @@ class CommandBatches:
     ) -> None:
         self._client = client
 
-    def execute(self, *command: Any) -> Any:
+    def execute(self, *command: Any, parsed: bool = True) -> Any:
+        """``command``'s reply; ``parsed`` is for the async twin (redis-py always parses here)."""
         return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
 
     def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:

@@ -17,6 +17,7 @@ from redis.exceptions import DataError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from outpost_async._backend import CommandBatches
+from outpost_core._replies import stream_entries, text_of
 from tests.support.redis_server import RedisReplica, RedisServer
 
 SLOW = "local t = redis.call('TIME') repeat local n = redis.call('TIME') until (n[1] - t[1]) * 1e6 + n[2] - t[2] > 500000 return 1"  # noqa: E501 - busy for half a second
@@ -214,3 +215,37 @@ async def test_arguments_are_sent_as_redis_py_sends_them(client: Any) -> None:
     assert await batches.execute("SET", "k", b"\xff") is True
     assert await batches.execute("GET", "k") == b"\xff"
     await batches.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_an_unparsed_stream_read_gives_the_entries_redis_py_s_would(
+    redis_server: RedisServer, protocol: int
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_server.url, protocol=protocol)
+    batches = CommandBatches(client)
+    for stream in ("s1", "s2"):
+        for group in ("raw", "parsed"):
+            await client.xgroup_create(stream, group, id="0", mkstream=True)
+        for n in range(3):
+            await client.xadd(stream, {"n": str(n)})
+
+    def read(group: str) -> tuple[Any, ...]:
+        return ("XREADGROUP", "GROUP", group, "c", "COUNT", 2, "STREAMS", "s1", "s2", ">", ">")
+
+    raw = await batches.execute(*read("raw"), parsed=False)
+    parsed = await client.execute_command(*read("parsed"))  # type: ignore[no-untyped-call]
+    assert raw != parsed  # redis-py's callback was skipped, and the entries are the same:
+    entries = [
+        [(text_of(stream), text_of(entry), dict(fields)) for stream, entry, fields in listing]
+        for listing in (stream_entries(raw), stream_entries(parsed))
+    ]
+    assert entries[0] == entries[1]
+    assert [(stream, fields) for stream, _, fields in entries[0]] == [
+        ("s1", {b"n": b"0"}),
+        ("s1", {b"n": b"1"}),
+        ("s2", {b"n": b"0"}),
+        ("s2", {b"n": b"1"}),
+    ]
+    await batches.aclose()
+    await client.aclose()
