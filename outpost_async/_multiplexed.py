@@ -14,12 +14,13 @@ configured it (address, TLS, AUTH, SELECT, RESP3, client name); then this module
 transport directly. It is used only with hiredis; without it, :class:`CommandBatches` keeps
 redis-py's pipelines.
 
-A connection that closes, times out (the client's ``socket_timeout``) or turns read-only (a
-primary demoted under Sentinel) fails every command waiting with :class:`LineLost`; the caller
-runs them again through redis-py, whose retries and reconnection apply, as redis-py's own retry
-would have run them again. Every command sent here is safe to run twice: scripts are idempotent
-by event id, hash reads are reads, and the entries of an outbox read whose reply was lost wait in
-this consumer's pending list until they are claimed (``claim_idle``).
+A connection that closes, times out (the client's ``socket_timeout``, else
+:data:`STALLED_AFTER`) or turns read-only (a primary demoted under Sentinel) fails every command
+waiting with :class:`LineLost`; the caller runs them again through redis-py, whose retries and
+reconnection apply, as redis-py's own retry would have run them again. Every command sent here
+is safe to run twice: scripts are idempotent by event id, hash reads are reads, and the entries
+of an outbox read whose reply was lost wait in this consumer's pending list until they are
+claimed (``claim_idle``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ except ImportError:  # pragma: no cover - hiredis is an extra; without it redis-
 class LineLost(RedisConnectionError):
     """The shared connection failed before this command's reply: run it again elsewhere."""
 
+
+STALLED_AFTER = 30.0
+"""Seconds without the reply to the oldest command waiting after which the shared connection is
+given up, where the client sets no ``socket_timeout``."""
 
 _INCOMPLETE = object()  # hiredis's "no whole reply buffered yet" (False is a RESP3 reply)
 
@@ -80,7 +85,9 @@ class MultiplexedConnection(asyncio.Protocol):
             encoder.encoding.lower().replace("-", "").replace("_", ""),
             encoder.encoding_errors,
         ) == ("utf8", "strict")
-        self._timeout: float | None = connection.socket_timeout
+        # A reply that never comes (a connection dead without a word) would hold up every task:
+        # without the client's socket_timeout, one far longer than any script of ours runs.
+        self._timeout: float = connection.socket_timeout or STALLED_AFTER
         # Each command waiting for its reply: its future, its reply callback, when it was sent.
         self._waiting: collections.deque[tuple[asyncio.Future[Any], Any, float]] = (
             collections.deque()
@@ -112,7 +119,7 @@ class MultiplexedConnection(asyncio.Protocol):
             raise LineLost("the shared Redis connection is closed")
         packed = self._packed(command)
         future = self._loop.create_future()
-        if not self._waiting and self._timeout is not None:
+        if not self._waiting:
             self._arm(self._timeout)
         callback = self._callbacks.get(command[0]) if parsed else None
         self._waiting.append((future, callback, self._loop.time()))
@@ -207,7 +214,7 @@ class MultiplexedConnection(asyncio.Protocol):
 
     def _check_timeout(self) -> None:
         self._watchdog = None
-        if not self._waiting or self._timeout is None:
+        if not self._waiting:
             return
         overdue = self._loop.time() - self._waiting[0][2] - self._timeout
         if overdue >= 0:

@@ -6,19 +6,21 @@ that connection fails. Against real Redis servers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
 import pytest
 import redis.asyncio
+import trustme
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import DataError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from outpost_async._backend import CommandBatches
+from outpost_async import _multiplexed
+from outpost_async._backend import CommandBatches, open_pubsub, read_pubsub
 from outpost_core._replies import stream_entries, text_of
-from tests.support.redis_server import RedisReplica, RedisServer
+from tests.support.redis_server import RedisReplica, RedisServer, free_port
 
 SLOW = "local t = redis.call('TIME') repeat local n = redis.call('TIME') until (n[1] - t[1]) * 1e6 + n[2] - t[2] > 500000 return 1"  # noqa: E501 - busy for half a second
 
@@ -174,6 +176,21 @@ async def test_a_reply_later_than_the_socket_timeout_fails_the_call(
 
 
 @pytest.mark.anyio
+async def test_without_a_socket_timeout_a_stalled_connection_is_given_up(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_multiplexed, "STALLED_AFTER", 0.1)
+    client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=None)
+    batches = CommandBatches(client)
+    line = await batches.execute("CLIENT", "ID")
+    # The line gives up after 0.1 s; redis-py, with no timeout, then waits for Redis's answer.
+    assert await batches.execute("EVAL", SLOW, 0) == 1
+    assert await batches.execute("CLIENT", "ID") != line
+    await batches.aclose()
+    await client.aclose()
+
+
+@pytest.mark.anyio
 async def test_a_read_only_replica_s_refusal_is_redis_py_s(redis_replica: RedisReplica) -> None:
     client = redis.asyncio.Redis.from_url(redis_replica.url, retry=Retry(NoBackoff(), 0))
     batches = CommandBatches(client)
@@ -247,5 +264,65 @@ async def test_an_unparsed_stream_read_gives_the_entries_redis_py_s_would(
         ("s2", {b"n": b"0"}),
         ("s2", {b"n": b"1"}),
     ]
+    await batches.aclose()
+    await client.aclose()
+
+
+class _TlsRedisServer(RedisServer):
+    """A redis-server that also listens with TLS (``tls_port``), its certificate from ``ca``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tls_port = free_port()
+        self.ca = trustme.CA()
+        self.ca.cert_pem.write_to_path(str(self.directory / "ca.pem"))
+        server_cert = self.ca.issue_cert("127.0.0.1")
+        server_cert.private_key_pem.write_to_path(str(self.directory / "key.pem"))
+        server_cert.cert_chain_pems[0].write_to_path(str(self.directory / "cert.pem"))
+
+    def extra_args(self) -> list[str]:
+        files = self.directory
+        return [
+            "--tls-port", str(self.tls_port),
+            "--tls-cert-file", str(files / "cert.pem"),
+            "--tls-key-file", str(files / "key.pem"),
+            "--tls-ca-cert-file", str(files / "ca.pem"),
+            "--tls-auth-clients", "no",
+        ]  # fmt: skip
+
+
+@pytest.fixture
+def tls_redis_server() -> Iterator[_TlsRedisServer]:
+    server = _TlsRedisServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.mark.anyio
+async def test_the_shared_connection_and_the_subscription_work_over_tls(
+    tls_redis_server: _TlsRedisServer,
+) -> None:
+    server = tls_redis_server
+    client = redis.asyncio.Redis(
+        host="127.0.0.1",
+        port=server.tls_port,
+        ssl=True,
+        ssl_ca_certs=str(server.directory / "ca.pem"),
+    )
+    batches = CommandBatches(client)
+    pubsub = open_pubsub(client)
+    await pubsub.ssubscribe("news")
+    assert [reply[0] for reply in await read_pubsub(pubsub, 5.0)] == [b"ssubscribe"]
+    line = await batches.execute("CLIENT", "ID")
+    assert await asyncio.gather(*(batches.execute("INCR", "n") for _ in range(50))) == list(
+        range(1, 51)
+    )
+    await batches.execute("SPUBLISH", "news", "hello")
+    assert await read_pubsub(pubsub, 5.0) == [[b"smessage", b"news", b"hello"]]
+    await client.client_kill_filter(_id=line)
+    assert await batches.execute("INCR", "n") == 51  # again through redis-py, then a new line
+    assert await batches.execute("CLIENT", "ID") != line
+    await pubsub.aclose()
     await batches.aclose()
     await client.aclose()
