@@ -337,6 +337,10 @@ class Delivery:
         self._topped_up = False
         """Whether the buffer was read once more since a flush began."""
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
+        # (stream, id) of every entry in the buffer or a batch, kept as they come and go: a read
+        # checks against it, and building it from them for every read cost a lingering loop
+        # more than the read (thousands held, a read every linger / 8).
+        self._held_keys: set[tuple[str, str]] = set()
         self._work: list[DeliveryEffect] = []  # settle scripts and reports of the batch that ended
         self._awaiting: type | None = None
         self._next_claim = now
@@ -543,7 +547,7 @@ class Delivery:
     def _read(self, outcome: OutboxRead, now: float) -> None:
         malformed: list[tuple[str, str]] = []
         too_large: list[OutboxEntry] = []
-        held = {(e.stream, e.id) for e in self._held()}
+        held = self._held_keys
         for stream, entry_id, fields in outcome.entries:
             if (text_of(stream), text_of(entry_id)) in held:  # held as text, answered as bytes
                 continue  # claimed back while this loop still holds it: it is here already
@@ -561,6 +565,7 @@ class Delivery:
                 self._buffer_since = now
             self._buffer.append(entry)
             self._buffer_bytes += len(entry.item) + 1
+            held.add((entry.stream, entry.id))
         self._next_read = now + min(self.settings.linger / _LINGER_READS, self.settings.read_block)
         if too_large:
             limit = self.settings.batch_bytes
@@ -662,6 +667,8 @@ class Delivery:
         self._settle(entries, "confirm" if definitive else "acknowledge")
 
     def _settle(self, entries: list[OutboxEntry], script: str) -> None:
+        """Every entry leaves the loop this way: acknowledged, or dropped."""
+        self._held_keys.difference_update((e.stream, e.id) for e in entries)
         by_stream: dict[str, list[OutboxEntry]] = {}
         for entry in entries:
             by_stream.setdefault(entry.stream, []).append(entry)

@@ -410,6 +410,28 @@ def test_an_entry_claimed_back_as_bytes_is_not_buffered_twice() -> None:
     assert loop.post() == PostBatch(body=body("c", "d"), size=2)
 
 
+def test_what_a_loop_holds_is_tracked_as_entries_come_and_go() -> None:
+    # A read skips the entries the loop still holds (in the buffer or a batch), and only those:
+    # one it dropped or acknowledged is taken again if a claim brings it back.
+    loop = Loop(DeliverySettings(batch_size=3, linger=5.0))
+    loop.read("a", "b", "c")
+    assert loop.post(1.0) == PostBatch(body=body("a", "b", "c"), size=3)
+    loop.report(BatchAnswered(422, unprocessable(0)))  # "a" is dropped, "b" and "c" go again
+    assert [type(a) for a in loop.work(2)] == [ReportDropped, SettleScript]
+    assert isinstance(loop.next_effect(), RefreshClaim)
+    loop.report(Done())
+    assert loop.next_effect() == PostBatch(body=body("b", "c"), size=2)
+    loop.report(BatchAnswered(200))
+    loop.work(1)
+    assert isinstance(loop.next_effect(400.0), ClaimStale)
+    # "c" twice in one answer, "a" dropped and "b" acknowledged earlier, "d" new.
+    loop.report(OutboxRead(entries("a", "b", "c", "c", "d")))
+    assert loop.post() == PostBatch(body=body("a", "b", "c"), size=3)
+    loop.report(BatchAnswered(200))
+    loop.work(1)
+    assert loop.post(406.0) == PostBatch(body=body("d"), size=1)  # the linger ran out
+
+
 def test_a_422_that_names_every_event_drops_the_batch() -> None:
     loop = Loop()
     loop.read("a", "b")

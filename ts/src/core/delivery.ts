@@ -168,6 +168,9 @@ function split(batch: Batch, entries: OutboxEntry[], now: number): Batch {
 
 export class Delivery {
   private buffer: OutboxEntry[] = [];
+  /** `stream\nid` of every entry in the buffer or a batch, kept as they come and go: a read
+   * checks against it (built for every read, it cost a lingering loop more than the read). */
+  private readonly heldKeys = new Set<string>();
   private bufferBytes = 0; // what the buffer adds to a body: each item and a comma
   private readonly budgeted: boolean;
   private grantedAt: number | null = null; // when the request taken from the budget may go
@@ -393,7 +396,7 @@ export class Delivery {
   private read(entries: [unknown, unknown, Map<unknown, unknown> | Record<string, unknown>][], now: number): void {
     const malformed: [string, string][] = [];
     const tooLarge: OutboxEntry[] = [];
-    const held = new Set(this.held().map((e) => `${e.stream}\n${e.id}`));
+    const held = this.heldKeys;
     for (const [stream, entryId, fields] of entries) {
       const streamS = textOf(stream);
       const idS = textOf(entryId);
@@ -411,6 +414,7 @@ export class Delivery {
       if (!this.buffer.length) this.bufferSince = now;
       this.buffer.push(entry);
       this.bufferBytes += entry.size + 1;
+      held.add(`${entry.stream}\n${entry.id}`);
     }
     this.nextRead = now + Math.min(this.settings.linger / LINGER_READS, this.settings.readBlock);
     if (tooLarge.length) {
@@ -511,7 +515,9 @@ export class Delivery {
     this.settle(entries, definitive ? "confirm" : "acknowledge");
   }
 
+  /** Every entry leaves the loop this way: acknowledged, or dropped. */
   private settle(entries: OutboxEntry[], script: string): void {
+    for (const entry of entries) this.heldKeys.delete(`${entry.stream}\n${entry.id}`);
     const groups = new Map<string, OutboxEntry[]>();
     for (const entry of entries) {
       const group = groups.get(entry.stream) ?? [];
