@@ -40,7 +40,10 @@ class CommandBatches:
         self._client = client
 
     def execute(self, *command: Any, parsed: bool = True) -> Any:
-        """``command``'s reply; ``parsed`` is for the async twin (redis-py always parses here)."""
+        """``command``'s reply; not ``parsed``: as Redis sent it, where redis-py allows (a
+        stream read's reply callback costs more than the read, in the GIL the callers want)."""
+        if not parsed:  # redis-py looks its reply callbacks up by a command name in text
+            command = (str(command[0]).encode(), *command[1:])
         return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
 
     def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -23,6 +24,8 @@ from redis.exceptions import ResponseError
 from outpost_async import AsyncOutpost
 from outpost_async._backend import CommandBatches
 from outpost_core import Customer
+from outpost_core._replies import stream_entries
+from outpost_sync._backend import CommandBatches as SyncCommandBatches
 from tests.drivers._async._helpers import COUNT
 from tests.drivers._async.test_local_state import consumed, prepare
 from tests.support.redis_server import RedisCluster, RedisServer
@@ -202,3 +205,30 @@ async def test_several_commands_of_one_call_go_together_in_order(client: Any) ->
     with pytest.raises(ResponseError):
         await batches.execute_all(("GET", "a"), ("HGETALL", "a"))  # a string is not a hash
     await client.aclose()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_sync_twin_reads_a_stream_unparsed_too(
+    redis_server: RedisServer, protocol: int
+) -> None:
+    client = redis.Redis.from_url(redis_server.url, protocol=protocol)
+    client.xgroup_create("s", "g", id="0", mkstream=True)
+    for n in range(2):
+        client.xadd("s", {"n": str(n)})
+    read = ("XREADGROUP", "GROUP", "g", "c", "COUNT", 1, "STREAMS", "s", ">")
+    batches = SyncCommandBatches(client)
+    parsed, raw = batches.execute(*read), batches.execute(*read, parsed=False)
+    assert isinstance(_fields_of_first(parsed), dict)  # redis-py's callback made a dict
+    assert _fields_of_first(raw) == [b"n", b"1"]  # not here: as Redis sent them
+    assert [dict(f) for _, _, f in stream_entries(parsed) + stream_entries(raw)] == [
+        {b"n": b"0"},
+        {b"n": b"1"},
+    ]
+    client.close()
+
+
+def _fields_of_first(reply: Any) -> Any:
+    """The fields of the first entry of a one-stream read, in any of its shapes."""
+    listing = reply[b"s"] if isinstance(reply, dict) else reply[0][1]
+    entry = listing[0][0] if isinstance(listing[0][0], tuple) else listing[0]
+    return entry[1]
