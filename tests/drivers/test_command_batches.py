@@ -29,6 +29,7 @@ from outpost_sync._backend import CommandBatches as SyncCommandBatches
 from tests.drivers._async._helpers import COUNT
 from tests.drivers._async.test_local_state import consumed, prepare
 from tests.support.redis_server import RedisCluster, RedisServer
+from tests.support.waiting import wait_until_async
 
 
 @pytest.fixture
@@ -40,21 +41,13 @@ def client(redis_server: RedisServer) -> Iterator[Any]:
 async def _blocked(batches: CommandBatches, client: Any) -> asyncio.Task[Any]:
     """A call that holds the one slot until something is pushed on ``gate``."""
     blocker = asyncio.create_task(batches.execute("BLPOP", "gate", 10))
-    await _until(lambda: _clients_blocked(client), "the blocker waiting in Redis")
+    await wait_until_async(lambda: _clients_blocked(client), "the blocker waiting in Redis")
     return blocker
 
 
 async def _clients_blocked(client: Any) -> bool:
     info = await client.info("clients")
     return int(info["blocked_clients"]) == 1
-
-
-async def _until(check: Any, what: str) -> None:
-    for _ in range(2000):
-        if await check():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{what} did not happen within 10 s")
 
 
 @pytest.mark.anyio

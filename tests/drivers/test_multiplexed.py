@@ -21,6 +21,7 @@ from outpost_async import _multiplexed
 from outpost_async._backend import CommandBatches, open_pubsub, read_pubsub
 from outpost_core._replies import stream_entries, text_of
 from tests.support.redis_server import RedisReplica, RedisServer, free_port
+from tests.support.waiting import wait_until_async
 
 SLOW = "local t = redis.call('TIME') repeat local n = redis.call('TIME') until (n[1] - t[1]) * 1e6 + n[2] - t[2] > 500000 return 1"  # noqa: E501 - busy for half a second
 
@@ -31,14 +32,6 @@ async def client(redis_server: RedisServer) -> AsyncIterator[Any]:
     client = redis.asyncio.Redis.from_url(redis_server.url, retry=Retry(NoBackoff(), 0))
     yield client
     await client.aclose()
-
-
-async def _until(check: Any, what: str) -> None:
-    for _ in range(2000):
-        if await check():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{what} did not happen within 10 s")
 
 
 async def _answers(server: RedisServer) -> bool:
@@ -168,7 +161,7 @@ async def test_a_reply_later_than_the_socket_timeout_fails_the_call(
     line = await batches.execute("CLIENT", "ID")
     with pytest.raises(RedisTimeoutError):
         await batches.execute("EVAL", SLOW, 0)  # times out here, then once in redis-py
-    await _until(lambda: _answers(redis_server), "Redis done with the slow scripts")
+    await wait_until_async(lambda: _answers(redis_server), "Redis done with the slow scripts")
     assert await batches.execute("CLIENT", "ID") != line  # the shared connection was replaced
     assert await batches.execute("INCR", "n") == 1
     await batches.aclose()
@@ -207,7 +200,7 @@ async def test_closing_gives_the_connection_back(client: Any) -> None:
     line = str(await batches.execute("CLIENT", "ID"))
     assert line in await _client_ids(client)
     await batches.aclose()
-    await _until(lambda: _gone(client, line), "the shared connection closed")
+    await wait_until_async(lambda: _gone(client, line), "the shared connection closed")
     assert await batches.execute("PING") is True  # through redis-py from now on
     assert line not in await _client_ids(client)
 

@@ -22,7 +22,7 @@ from outpost_core import keys
 from outpost_sync._backend import close_pubsub, open_pubsub
 from outpost_sync._backend import read_pubsub as read_sync
 from tests.support.redis_server import RedisCluster, RedisServer
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_async
 
 CHANNEL = keys.channel(0)
 
@@ -114,14 +114,6 @@ async def _subscribed(server: RedisServer, **options: Any) -> tuple[Any, Any]:
     return client, pubsub
 
 
-async def _until(check: Any, what: str) -> None:
-    for _ in range(2000):
-        if check():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{what} did not happen within 10 s")
-
-
 @_async
 async def test_the_async_read_drops_echoes_as_they_come(redis_server: RedisServer) -> None:
     client, pubsub = await _subscribed(redis_server)
@@ -148,7 +140,7 @@ async def test_the_async_read_keeps_what_redis_py_had_read_already(
     for n in range(3):
         await client.spublish(CHANNEL, f"m{n}")
     stream = pubsub.connection._reader  # redis-py's stream: the bytes wait there, unparsed
-    await _until(lambda: len(stream._buffer) > 0, "the replies in redis-py's stream")
+    await wait_until_async(lambda: len(stream._buffer) > 0, "the replies in redis-py's stream")
     got: list[Any] = []
     while len(got) < 4:
         got += await read_async(pubsub, 1.0)
