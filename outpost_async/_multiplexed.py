@@ -2,12 +2,12 @@
 
 redis-py's asyncio client spends most of a short command's cost in Python around the socket
 (its retry wrapper, timeouts, a task switch per read): about 60 % of an async ``track()``'s CPU
-here, while the sync driver's pays far less. Redis answers the commands of one connection in
-the order they arrived, so the replies of many tasks can share one connection: each command is
-packed by redis-py, buffered, and written with the others of the same loop turn in one write;
-each reply, parsed by hiredis as bytes arrive, completes the oldest command waiting. A task then
-pays one future and one wake-up for its command, and 64 tasks at once pay a few writes and
-reads instead of 64 round trips.
+here. Redis answers the commands of one connection in the order they arrived, so the replies of
+many tasks can share one connection: each command is packed by hiredis and written at once when
+nothing is in flight, else with the others of the same loop turn in one write; each reply,
+parsed by hiredis as bytes arrive, completes the oldest command waiting. A task then pays one
+future and one wake-up for its command, and 64 tasks at once pay a few writes and reads instead
+of 64 round trips.
 
 The connection comes from the client's own pool, so redis-py connects it as the application
 configured it (address, TLS, AUTH, SELECT, RESP3, client name); then this module reads its
@@ -119,12 +119,16 @@ class MultiplexedConnection(asyncio.Protocol):
             raise LineLost("the shared Redis connection is closed")
         packed = self._packed(command)
         future = self._loop.create_future()
-        if not self._waiting:
+        idle = not self._waiting
+        if idle:
             self._arm(self._timeout)
         callback = self._callbacks.get(command[0]) if parsed else None
         self._waiting.append((future, callback, self._loop.time()))
+        if idle and not self._paused:  # nothing in flight: at once (a lone task waits for no one)
+            self._transport.write(packed)
+            return future
         if not self._outgoing and not self._paused:
-            self._loop.call_soon(self._flush)  # after this loop turn's other commands
+            self._loop.call_soon(self._flush)  # with the others of this loop turn
         self._outgoing.append(packed)
         return future
 
