@@ -87,6 +87,7 @@ def compute_balance(
     aggregation: str,
     state: IdentityState,
     aliases: tuple[Customer, ...] = (),
+    source: str = "memory",
 ) -> Balance:
     consumed = state.polar.merge(state.local).quantity(aggregation)
     credited = state.credits.get(meter_id, 0.0)
@@ -106,4 +107,5 @@ def compute_balance(
         snapshot_id=state.snapshot_id,
         revision=state.revision,
         aliases=aliases,
+        source=source,
     )

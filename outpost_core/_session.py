@@ -600,8 +600,8 @@ class Session:
                 self.remote.lost(customer)
             return None
         state = merged_state(states[0], states[1:])
-        balance = compute_balance(meter_id, customer, reducer.aggregation.func, state, aliases)
-        return attrs.evolve(balance, source="redis")
+        func = reducer.aggregation.func
+        return compute_balance(meter_id, customer, func, state, aliases, source="redis")
 
     def not_ready_reason(
         self, meter_id: str, external_customer_id: str | None, customer_id: str | None
@@ -694,6 +694,10 @@ class Session:
         self._retry_at[key] = self._now + delay
 
     def _text_fields(self, key: str, fields: Mapping[object, object]) -> dict[str, str]:
+        try:  # the common case, a hash of UTF-8 bytes, in one pass without a call per item
+            return {name.decode(): value.decode() for name, value in fields.items()}  # type: ignore[attr-defined]
+        except (AttributeError, UnicodeDecodeError):
+            pass  # text already (decode_responses), or not UTF-8: item by item
         text: dict[str, str] = {}
         for name, value in fields.items():
             name_s, value_s = text_of(name), text_of(value)
