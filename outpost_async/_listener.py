@@ -21,10 +21,7 @@ from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-try:  # what the reader answers when it holds no whole reply: False before redis-py 5.1
-    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _INCOMPLETE
-except ImportError:  # pragma: no cover - older redis-py
-    _INCOMPLETE = False
+from outpost_async._shared.pubsub import no_whole_reply
 
 _HEALTH_CHECK = "outpost-health-check"
 
@@ -139,7 +136,7 @@ class PushListener(asyncio.Protocol):
                 self._failure = exc
                 self._transport.abort()
                 break
-            if reply is _INCOMPLETE or reply is False:
+            if no_whole_reply(reply):
                 break
             if isinstance(reply, RedisConnectionError):
                 self._failure = reply

@@ -28,8 +28,13 @@ def buffered_replies(pubsub: Any) -> list[Any]:
     replies: list[Any] = []
     while True:
         reply = reader.gets()
-        if reply is _NOT_ENOUGH or reply is False:
+        if no_whole_reply(reply):
             return replies
         if isinstance(reply, RedisConnectionError):
             raise reply
         replies.append(reply)
+
+
+def no_whole_reply(reply: object) -> bool:
+    """Whether a hiredis reader's ``gets()`` answered that it holds no whole reply yet."""
+    return reply is _NOT_ENOUGH or reply is False

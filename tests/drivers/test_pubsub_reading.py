@@ -10,6 +10,8 @@ they arrive. Against a real Redis.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -103,82 +105,76 @@ def test_closing_a_cluster_subscription_closes_every_node_connection(
     owner.close()
 
 
-def _async(test: Any) -> Any:
-    return lambda redis_server: asyncio.run(test(redis_server))
-
-
-async def _subscribed(server: RedisServer, **options: Any) -> tuple[Any, Any]:
+@contextlib.asynccontextmanager
+async def _subscribed(server: RedisServer, **options: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """An asyncio client and its subscription to ``CHANNEL``, both closed afterwards."""
     client: Any = redis.asyncio.Redis.from_url(server.url, **options)
     pubsub = open_pubsub(client)
     await pubsub.ssubscribe(CHANNEL)
-    return client, pubsub
+    try:
+        yield client, pubsub
+    finally:
+        await pubsub.aclose()  # redis-py closes what it opened, a dead stream included
+        await client.aclose()
 
 
-@_async
+@pytest.mark.anyio
 async def test_the_async_read_drops_echoes_as_they_come(redis_server: RedisServer) -> None:
-    client, pubsub = await _subscribed(redis_server)
-    echoes = {b"mine-1", b"mine-2"}
+    async with _subscribed(redis_server) as (client, pubsub):
+        echoes = {b"mine-1", b"mine-2"}
 
-    def drop(reply: Any) -> bool:
-        return reply[0] == b"smessage" and reply[2] in echoes
+        def drop(reply: Any) -> bool:
+            return reply[0] == b"smessage" and reply[2] in echoes
 
-    assert [reply[0] for reply in await read_async(pubsub, 1.0, drop)] == [b"ssubscribe"]
-    for data in ("mine-1", "theirs", "mine-2"):
-        await client.spublish(CHANNEL, data)
-    assert await read_async(pubsub, 5.0, drop) == [[b"smessage", CHANNEL.encode(), b"theirs"]]
-    await client.spublish(CHANNEL, "mine-1")
-    assert await read_async(pubsub, 0.2, drop) == []  # only an echo came: nothing to read
-    await pubsub.aclose()
-    await client.aclose()
+        assert [reply[0] for reply in await read_async(pubsub, 1.0, drop)] == [b"ssubscribe"]
+        for data in ("mine-1", "theirs", "mine-2"):
+            await client.spublish(CHANNEL, data)
+        assert await read_async(pubsub, 5.0, drop) == [[b"smessage", CHANNEL.encode(), b"theirs"]]
+        await client.spublish(CHANNEL, "mine-1")
+        assert await read_async(pubsub, 0.2, drop) == []  # only an echo came: nothing to read
 
 
-@_async
+@pytest.mark.anyio
 async def test_the_async_read_keeps_what_redis_py_had_read_already(
     redis_server: RedisServer,
 ) -> None:
-    client, pubsub = await _subscribed(redis_server)
-    for n in range(3):
-        await client.spublish(CHANNEL, f"m{n}")
-    stream = pubsub.connection._reader  # redis-py's stream: the bytes wait there, unparsed
-    await wait_until_async(lambda: len(stream._buffer) > 0, "the replies in redis-py's stream")
-    got: list[Any] = []
-    while len(got) < 4:
-        got += await read_async(pubsub, 1.0)
-    assert got[0][0] == b"ssubscribe"
-    assert got[1:] == [[b"smessage", CHANNEL.encode(), f"m{n}".encode()] for n in range(3)]
-    await pubsub.aclose()
-    await client.aclose()
+    async with _subscribed(redis_server) as (client, pubsub):
+        for n in range(3):
+            await client.spublish(CHANNEL, f"m{n}")
+        stream = pubsub.connection._reader  # redis-py's stream: the bytes wait there, unparsed
+        await wait_until_async(lambda: len(stream._buffer) > 0, "the replies in redis-py's stream")
+        got: list[Any] = []
+        while len(got) < 4:
+            got += await read_async(pubsub, 1.0)
+        assert got[0][0] == b"ssubscribe"
+        assert got[1:] == [[b"smessage", CHANNEL.encode(), f"m{n}".encode()] for n in range(3)]
 
 
-@_async
+@pytest.mark.anyio
 async def test_the_async_read_checks_a_quiet_connection_and_hides_the_check(
     redis_server: RedisServer,
 ) -> None:
-    client, pubsub = await _subscribed(redis_server, health_check_interval=0.05)
-    await read_async(pubsub, 1.0)  # the confirmation
+    async with _subscribed(redis_server, health_check_interval=0.05) as (client, pubsub):
+        await read_async(pubsub, 1.0)  # the confirmation
 
-    def pings() -> int:
-        stats = redis_server.client().info("commandstats")
-        return int(stats.get("cmdstat_ping", {}).get("calls", 0))
+        def pings() -> int:
+            stats = redis_server.client().info("commandstats")
+            return int(stats.get("cmdstat_ping", {}).get("calls", 0))
 
-    for _ in range(5):
-        assert await read_async(pubsub, 0.1) == []  # the answers to the checks are not news
-    assert pings() >= 2
-    await client.spublish(CHANNEL, "m")
-    assert await read_async(pubsub, 1.0) == [[b"smessage", CHANNEL.encode(), b"m"]]
-    await pubsub.aclose()
-    await client.aclose()
+        for _ in range(5):
+            assert await read_async(pubsub, 0.1) == []  # the answers to the checks are not news
+        assert pings() >= 2
+        await client.spublish(CHANNEL, "m")
+        assert await read_async(pubsub, 1.0) == [[b"smessage", CHANNEL.encode(), b"m"]]
 
 
-@_async
+@pytest.mark.anyio
 async def test_the_async_read_raises_once_the_connection_is_closed(
     redis_server: RedisServer,
 ) -> None:
-    client, pubsub = await _subscribed(redis_server)
-    await read_async(pubsub, 1.0)
-    await client.client_kill_filter(_type="pubsub")
-    with pytest.raises(redis.exceptions.ConnectionError):
-        for _ in range(200):
-            await read_async(pubsub, 0.05)
-    await pubsub.aclose()  # redis-py closes what it opened, without waiting on a dead stream
-    await client.aclose()
+    async with _subscribed(redis_server) as (client, pubsub):
+        await read_async(pubsub, 1.0)
+        await client.client_kill_filter(_type="pubsub")
+        with pytest.raises(redis.exceptions.ConnectionError):
+            for _ in range(200):
+                await read_async(pubsub, 0.05)
