@@ -21,7 +21,14 @@ from outpost_emulator.redis_server import free_port
 
 
 class EmulatorProcess:
-    def __init__(self, sync_delay: float = 1.0, rate_limit: int = 0) -> None:
+    def __init__(
+        self,
+        sync_delay: float = 1.0,
+        rate_limit: int = 0,
+        *,
+        public_only: bool = False,
+        recompute_delays: tuple[float, float] | None = None,
+    ) -> None:
         self.port = free_port()
         self.token = DEFAULT_TOKEN
         self._log = Path(tempfile.mkstemp(prefix="outpost-bench-emulator-", suffix=".log")[1])
@@ -39,6 +46,10 @@ class EmulatorProcess:
             "--rate-limit",
             str(rate_limit),
         ]
+        if public_only:
+            args.append("--public-only")
+        if recompute_delays is not None:
+            args += ["--recompute-delays", *(str(d) for d in recompute_delays)]
         with self._log.open("wb") as log:
             self._process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         self._http = httpx.Client(base_url=self.url, timeout=30.0)
@@ -98,6 +109,12 @@ class EmulatorProcess:
 
     def state(self) -> dict[str, Any]:
         found: dict[str, Any] = self._admin("state")
+        return found
+
+    def customer_meter(self, meter_id: str, external_customer_id: str) -> dict[str, Any]:
+        """What Polar would report for the customer meter if it recomputed now."""
+        body = {"meter_id": meter_id, "external_customer_id": external_customer_id}
+        found: dict[str, Any] = self._admin("customer-meter", body)
         return found
 
     def ingest_delays(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ CALLS_FILTER: dict[str, Any] = {
     "conjunction": "and",
     "clauses": [{"property": "name", "operator": "eq", "value": "api_call"}],
 }
-HEALTH_CHECK_INTERVAL = 10  # what outpost_*._client._redis_from_url gives the SDK's own client
+HEALTH_CHECK_INTERVAL = 10  # what outpost_*._backend.own_client gives the SDK's own client
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    admission,
     balance,
     cluster,
     delivery,
     failover,
     fleet,
+    following,
     fresh,
     lag,
     lag_load,
     memory,
+    million,
+    public,
+    removal,
     snapshot,
     track,
 )
@@ -40,9 +45,14 @@ BENCHMARKS: dict[str, Callable[[Env], list[Figure]]] = {
     "memory": memory.run,
     "delivery": delivery.run,
     "snapshot": snapshot.run,
+    "removal": removal.run,
     "failover": failover.run,
     "fleet": fleet.run,
     "cluster": cluster.run,
+    "following": following.run,
+    "million": million.run,
+    "admission": admission.run,
+    "public": public.run,
 }
 # Every figure a complete run produces (the smoke test checks them all).
 EXPECTED = (
@@ -87,6 +97,9 @@ EXPECTED = (
     "snapshot.apply.10000",
     "snapshot.hot.10",
     "snapshot.hot.10000",
+    "removal.confirm",
+    "removal.confirm.middle",
+    "removal.confirm.each",
     "failover",
     "fleet",
     "fleet.delay",
@@ -94,6 +107,22 @@ EXPECTED = (
     "cluster.balance",
     "cluster.lag",
     "cluster.track.replica",
+    "cluster.track.unreplicated",
+    *(
+        f"following.{row}.200"
+        for row in ("rss", "tick", "next_deadline", "reconnect_requests", "restart_loads")
+    ),
+    "million.rss",
+    "million.read_rate",
+    "admission.reserve.sync",
+    "admission.commit.sync",
+    "admission.require_balance.sync",
+    "admission.reserve.async",
+    "admission.commit.async",
+    "admission.require_balance.async",
+    "admission.contention",
+    "public.requests",
+    "public.pessimism",
 )
 
 

@@ -1,5 +1,5 @@
-"""Warm ``balance()`` against one redis-py ``GET``, sync and async (D16: at least 300× faster with
-telemetry on), telemetry on (``balance.*``) and off (``balance.*.telemetry_off``), and what
+"""Warm ``balance()`` against one redis-py ``GET``, sync and async (target: at least 300× faster
+with telemetry on), telemetry on (``balance.*``) and off (``balance.*.telemetry_off``), and what
 telemetry adds to a warm read (``balance.*.telemetry``: at most 0.15 µs)."""
 
 from __future__ import annotations

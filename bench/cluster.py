@@ -1,6 +1,9 @@
-"""Redis Cluster beside one Redis (issue 16): sync ``track()``, a warm ``balance()`` and the lag
+"""Redis Cluster beside one Redis: sync ``track()``, a warm ``balance()`` and the lag
 from one instance's ``track()`` to another's warm read, each on a 3 + 3 cluster against the same
-on the run's single Redis, in interleaved rounds; and what ``durability="replica"`` costs a
+on one Redis with one replica (as each shard of the cluster has), in interleaved rounds; the
+cluster's ``track()`` against the run's single Redis without a replica too
+(``cluster.track.unreplicated``: on a machine of few cores, a replica applying every write
+competes with the primary and the client for them); and what ``durability="replica"`` costs a
 ``track()`` on the cluster (``WAIT 1`` after each event)."""
 
 from __future__ import annotations
@@ -11,18 +14,23 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import redis
+
 from bench._env import Env
 from bench._offline import METER, prepare
-from bench._stats import Figure, Side, ns_to_us, round_ratio
-from outpost_emulator.redis_server import RedisCluster
+from bench._stats import Figure, Side, Target, ns_to_us, round_ratio
+from outpost_emulator.redis_server import RedisServer
 from outpost_sync import Outpost
+from tests.support.redis_cluster import RedisCluster, RedisReplica
 
 CUSTOMER = "bench-cluster"
+TRACK_TARGET = Target(on="ratio", op="<=", value=1.2)
 SETUP = (
     "No Polar: the configuration is stored in Redis and a snapshot applied with the "
     "apply_snapshot script (instances without an access token: nothing is delivered). Cluster: "
-    "3 primaries + 3 replicas on loopback (outpost_emulator.redis_server.RedisCluster), the "
-    "instance built from redis+cluster://; single: the run's redis-server. Sync driver, the "
+    "3 primaries + 3 replicas on loopback (tests/support/redis_cluster.py), the "
+    "instance built from redis+cluster://; single: a redis-server with one replica (the "
+    "unreplicated row: the run's redis-server, no replica). Sync driver, the "
     "customer warm. Lag: two instances in this process, one tracks, the other polls its warm "
     "balance() until it counts the event (the GIL is shared: both sides pay it)."
 )
@@ -32,24 +40,35 @@ def run(env: Env) -> list[Figure]:
     env.reset()
     prepare(env.client(), CUSTOMER)
     cluster = RedisCluster()
-    cluster.start()
+    primary = RedisServer()
+    replica = RedisReplica(primary)
     try:
+        cluster.start()
+        primary.start()
+        replica.start()
+        replica.wait_in_sync()
         prepare(cluster.client(), CUSTOMER)
-        return _measure(env, cluster)
+        replicated = redis.Redis(port=primary.port)
+        try:
+            prepare(replicated, CUSTOMER)
+        finally:
+            replicated.close()
+        return _measure(env, cluster, primary.url)
     finally:
+        replica.close()
+        primary.close()
         cluster.close()
 
 
-def _measure(env: Env, cluster: RedisCluster) -> list[Figure]:
+def _measure(env: Env, cluster: RedisCluster, replicated_url: str) -> list[Figure]:
     scale = env.scale
     rounds, ops = scale.track_rounds, scale.track_ops
     samples: dict[str, list[list[int]]] = {}
     with (
-        _instance(env.url) as single,
-        _instance(env.url) as single_reader,
+        _instance(replicated_url) as single,
+        _instance(replicated_url) as single_reader,
         _instance(cluster.url) as clustered,
         _instance(cluster.url) as cluster_reader,
-        _instance(cluster.url, durability="replica") as durable,
     ):
         sides = {
             "single": (single, single_reader),
@@ -62,35 +81,65 @@ def _measure(env: Env, cluster: RedisCluster) -> list[Figure]:
                 samples.setdefault(f"lag.{name}", []).append(
                     _lags(tracker, reader, max(2, scale.lag_samples // 5))
                 )
+    # Each instance only while it is measured: an idle one still hears every change of the
+    # customer it follows, on this process's threads, and slows whatever is measured beside it.
+    with _instance(env.url) as bare, _instance(cluster.url) as clustered:
+        for _ in range(rounds):
+            samples.setdefault("track.unreplicated", []).append(_tracks(bare, ops))
+            samples.setdefault("track.clustered", []).append(_tracks(clustered, ops))
+    with (
+        _instance(cluster.url) as clustered,
+        _instance(cluster.url, durability="replica") as durable,
+    ):
+        for _ in range(rounds):
+            samples.setdefault("track.primary", []).append(_tracks(clustered, ops))
             samples.setdefault("track.durable", []).append(_tracks(durable, ops))
     return [
-        _figure("cluster.track", "track() sync", samples, "track", "µs"),
+        _figure("cluster.track", "track() sync", samples, "track", "µs", TRACK_TARGET),
         _figure("cluster.balance", "warm balance() sync", samples, "read", "µs"),
         _figure("cluster.lag", "track() → another instance's warm read", samples, "lag", "µs"),
+        Figure(
+            key="cluster.track.unreplicated",
+            title="track() sync: cluster vs one Redis without a replica",
+            unit="µs",
+            subject=Side("cluster", _flat(samples["track.clustered"])),
+            baseline=Side("one Redis, no replica", _flat(samples["track.unreplicated"])),
+            ratios=_ratios(samples["track.unreplicated"], samples["track.clustered"]),
+            ratio_meaning="cluster p50 / one Redis (no replica) p50 per round",
+            setup=SETUP,
+        ),
         Figure(
             key="cluster.track.replica",
             title='durability="replica" track() vs track() on the cluster',
             unit="µs",
             subject=Side("track() replica", _flat(samples["track.durable"])),
-            baseline=Side("track() primary", _flat(samples["track.cluster"])),
-            ratios=_ratios(samples["track.cluster"], samples["track.durable"]),
+            baseline=Side("track() primary", _flat(samples["track.primary"])),
+            ratios=_ratios(samples["track.primary"], samples["track.durable"]),
             ratio_meaning="replica p50 / primary p50 per round (the cost of WAIT 1)",
             setup=SETUP,
         ),
     ]
 
 
-def _figure(key: str, title: str, samples: dict[str, Any], kind: str, unit: str) -> Figure:
+def _figure(
+    key: str,
+    title: str,
+    samples: dict[str, Any],
+    kind: str,
+    unit: str,
+    target: Target | None = None,
+) -> Figure:
     single, cluster = samples[f"{kind}.single"], samples[f"{kind}.cluster"]
     return Figure(
         key=key,
         title=f"{title}: cluster vs one Redis",
         unit=unit,
         subject=Side("cluster", _flat(cluster)),
-        baseline=Side("one Redis", _flat(single)),
+        baseline=Side("one Redis with a replica", _flat(single)),
         ratios=_ratios(single, cluster),
-        ratio_meaning="cluster p50 / one Redis p50 per round",
+        ratio_meaning="cluster p50 / one Redis (with a replica) p50 per round",
         setup=SETUP,
+        target=target,
     )
 
 

@@ -9,10 +9,11 @@ measures in interleaved rounds, each step's median per call:
 3. the real track script, bare (KEYS/ARGV precomputed, reply not parsed);
 4. the core alone: ``Session.track()`` building the script call (uuid, validation, JSON, keys);
 5. the core alone: ``Session.handle(ScriptReplied(reply))`` applying a track's reply;
-6. steps 4, the script call (redis-py ``Script``), 5 in a row, in this thread, on a session that
-   follows the identity, without the driver (track() with no background thread and no lock);
-   4, 5 and the script call are timed inside this loop;
-7. ``Outpost.track()`` with its subscriber thread stopped from starting (diagnostic patch);
+6. steps 4, the script call (``EVALSHA`` on the client, as step 3), 5 in a row, in this thread,
+   on a session that follows the identity, without the driver (track() with no background thread
+   and no lock); 4, 5 and the script call are timed inside this loop;
+7. ``Outpost.track()`` on an instance whose tracks publish where no one listens (another
+   namespace's channels): no echo, in Redis or in the instance (a diagnostic patch);
 8. ``Outpost.track()`` as shipped.
 
 Redis's own time per call (INFO commandstats) is shown for the steps that run a script.
@@ -28,6 +29,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import redis
 
 from bench import track as track_bench
@@ -74,7 +76,7 @@ class _Driverless:
         self.session = Session()
         self.session.handle(ConfigurationReceived(CONFIGURATION, from_cache=True))
         self.session.handle(SubscriberRestarted())  # as the driver's subscriber does at start
-        self.script = client.register_script(SCRIPT_TEXT["track"])
+        self.sha = SCRIPT_SHA1["track"]
         while self.session.read(METER, external_customer_id=RAW) is None:
             for effect in self.session.effects():
                 assert isinstance(effect, LoadIdentity)
@@ -93,7 +95,7 @@ class _Driverless:
         )
 
     def run(self, run: RunScript) -> Any:
-        return self.script(keys=run.keys, args=run.args)
+        return self.client.evalsha(self.sha, len(run.keys), *run.keys, *run.args)
 
     def apply(self, reply: Any) -> None:
         self.session.handle(ScriptReplied(reply))
@@ -131,6 +133,13 @@ def _precomputed(client: redis.Redis, sha: str, count: int) -> Callable[[], Any]
     return call
 
 
+def _deafen(instance: Outpost, namespace: str) -> None:
+    """Once subscribed: the instance's tracks publish on ``namespace``'s channels, which no one
+    hears (its subscription stays on the usual ones): no echo to read, here or in Redis."""
+    session = instance._context.session
+    session.settings = attrs.evolve(session.settings, channel_namespace=namespace)
+
+
 def _tracker(instance: Outpost) -> Callable[[], Any]:
     call = instance.track
     return lambda: call("api_call", external_customer_id=CUSTOMER)
@@ -155,7 +164,6 @@ def main(argv: list[str] | None = None) -> int:
         trivial = str(client.script_load("return 1"))
         client.script_load(SCRIPT_TEXT["track"])
         driverless = _Driverless(client)
-        no_subscriber = type("NoSubscriber", (Outpost,), {"_subscribe_forever": lambda self: None})
         ops = args.ops
         for _ in range(args.rounds):
             client.config_resetstat()
@@ -172,12 +180,14 @@ def main(argv: list[str] | None = None) -> int:
             record("5 core: handle(ScriptReplied)", apply)
             record("6 core + Redis in one thread, no driver", total, client)
             steps.setdefault("  of which the script call", []).append(run)
-            for name, kind in (
-                ("7 Outpost.track(), no subscriber thread", no_subscriber),
-                ("8 Outpost.track() as shipped", Outpost),
+            for name, namespace in (
+                ("7 Outpost.track(), hearing no echo", "decompose-deaf"),
+                ("8 Outpost.track() as shipped", None),
             ):
-                with kind(redis=client, telemetry=False) as instance:
+                with Outpost(redis=client, telemetry=False) as instance:
                     instance.balance(METER, external_customer_id=CUSTOMER)
+                    if namespace is not None:
+                        _deafen(instance, namespace)
                     client.config_resetstat()
                     record(name, _timed(_tracker(instance), ops), client)
         client.close()

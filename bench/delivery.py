@@ -18,19 +18,29 @@ import httpx
 import redis
 
 from bench._env import Env, configuration_of
-from bench._stats import Figure, Side
+from bench._stats import Figure, Side, Target
 from outpost_async import AsyncOutpost
-from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT, ConfigurationReceived, RunScript, Session
+from outpost_core import (
+    SCRIPT_SHA1,
+    SCRIPT_TEXT,
+    ConfigurationReceived,
+    RunScript,
+    Session,
+    keys,
+)
 from outpost_sync import Outpost
 
 CUSTOMERS = 100
+TARGET = Target(on="ratio", op=">=", value=0.8)
 BATCH = 500  # the SDK's default batch_size
 SETUP = (
     "Per round, {e} fresh events over {c} customers are queued in the outbox (the track script, "
     "pipelined); an instance with a token then delivers them with its defaults (batch_size "
     "{b}, one request in flight); time = from the call to flush() (the instance starts there) "
-    "until it returns. Baseline: the same kind of events posted bare with one httpx.Client "
-    "(keep-alive), {b} per request, one after the other. The emulator runs in its own process."
+    "until it returns. Baseline: the same kind of events posted bare with the driver's HTTP "
+    "client (httpx.Client, httpx.AsyncClient; keep-alive), {b} per request, one after the "
+    "other. The emulator runs in its own process. The shared request budget starts each round "
+    "full (rounds come seconds apart: each would start with what the previous one left)."
 )
 
 
@@ -59,19 +69,49 @@ def _queue(client: redis.Redis, runs: list[RunScript]) -> None:
         pipe.execute()
 
 
-def _raw(env: Env, http: httpx.Client, runs: list[RunScript]) -> float:
-    """Events per second of bare ingest requests."""
+def _bodies(runs: list[RunScript]) -> list[bytes]:
     items = [str(run.args[3]).encode() for run in runs]
-    bodies = [
+    return [
         b'{"events":[' + b",".join(items[i : i + BATCH]) + b"]}"
         for i in range(0, len(items), BATCH)
     ]
+
+
+def _check(response: httpx.Response) -> None:
+    if response.status_code != 200:
+        raise RuntimeError(f"raw ingest answered {response.status_code}: {response.text}")
+
+
+def _raw(env: Env, http: httpx.Client, runs: list[RunScript]) -> float:
+    """Events per second of bare ingest requests, with the sync driver's client."""
+    bodies = _bodies(runs)
     start = time.perf_counter()
     for body in bodies:
-        response = http.post("/v1/events/ingest", content=body)
-        if response.status_code != 200:
-            raise RuntimeError(f"raw ingest answered {response.status_code}: {response.text}")
+        _check(http.post("/v1/events/ingest", content=body))
     return len(runs) / (time.perf_counter() - start)
+
+
+async def _raw_async(env: Env, runs: list[RunScript]) -> float:
+    """The same with the async driver's client (httpx's AsyncClient costs more per request)."""
+    bodies = _bodies(runs)
+    async with httpx.AsyncClient(
+        base_url=env.emulator.url, headers=_headers(env), timeout=_TIMEOUT
+    ) as http:
+        start = time.perf_counter()
+        for body in bodies:
+            _check(await http.post("/v1/events/ingest", content=body))
+        return len(runs) / (time.perf_counter() - start)
+
+
+_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+
+
+def _headers(env: Env) -> dict[str, str]:
+    return {
+        "Authorization": f"Bearer {env.emulator.token}",
+        "User-Agent": "outpost-bench",
+        "Content-Type": "application/json",
+    }
 
 
 def _options(env: Env) -> dict[str, Any]:
@@ -110,22 +150,18 @@ def run(env: Env) -> list[Figure]:
     client.script_load(SCRIPT_TEXT["track"])
     events = scale.delivery_events
     raw: list[float] = []
+    raw_async: list[float] = []
     sync: list[float] = []
     asynchronous: list[float] = []
-    with httpx.Client(
-        base_url=emu.url,
-        headers={
-            "Authorization": f"Bearer {emu.token}",
-            "User-Agent": "outpost-bench",
-            "Content-Type": "application/json",
-        },
-        timeout=httpx.Timeout(30.0, connect=5.0),
-    ) as http:
+    with httpx.Client(base_url=emu.url, headers=_headers(env), timeout=_TIMEOUT) as http:
         for r in range(scale.delivery_rounds):
             raw.append(_raw(env, http, _runs(configuration, f"raw{r}", events)))
             _queue(client, _runs(configuration, f"sync{r}", events))
+            client.delete(keys.BUDGET_KEY)
             sync.append(_sync(env, events))
+            raw_async.append(asyncio.run(_raw_async(env, _runs(configuration, f"ra{r}", events))))
             _queue(client, _runs(configuration, f"async{r}", events))
+            client.delete(keys.BUDGET_KEY)
             asynchronous.append(asyncio.run(_async(env, events)))
     setup = SETUP.format(e=events, c=CUSTOMERS, b=BATCH)
     extra = {"events_per_round": events, "customers": CUSTOMERS, "batch_size": BATCH}
@@ -135,12 +171,16 @@ def run(env: Env) -> list[Figure]:
             title=f"delivery outbox → emulator, {driver}",
             unit="events/s",
             subject=Side(f"delivery {driver}", rates, higher_is_better=True),
-            baseline=Side("raw ingest (httpx, sequential)", raw, higher_is_better=True),
-            ratios=[s / b for s, b in zip(rates, raw, strict=True)],
+            baseline=Side(f"raw ingest ({client_name}, sequential)", bare, higher_is_better=True),
+            ratios=[s / b for s, b in zip(rates, bare, strict=True)],
             ratio_meaning="delivery events/s / raw ingest events/s per round (higher is better); "
             "p50/p99 over rounds, p99 = the rate 99 % of rounds beat",
             setup=setup,
             extra=extra,
+            target=TARGET,
         )
-        for driver, rates in (("sync", sync), ("async", asynchronous))
+        for driver, rates, bare, client_name in (
+            ("sync", sync, raw, "httpx.Client"),
+            ("async", asynchronous, raw_async, "httpx.AsyncClient"),
+        )
     ]

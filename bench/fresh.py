@@ -1,5 +1,5 @@
 """``balance(..., fresh=True)`` against one redis-py ``HGETALL`` of the same state hash, sync and
-async (D11: one Redis round trip, never behind Redis; target: at most 1.3× the bare read)."""
+async (one Redis round trip, never behind Redis; target: at most 1.3× the bare read)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The lag from ``track()`` returning on one instance to a read on another seeing it (D10: p99
-within 2 ms on loopback), sync and async, against one redis-py ``GET`` round trip (the ratio says
+"""The lag from ``track()`` returning on one instance to a read on another seeing it (target: p99
+within 1.5 ms on loopback), sync and async, against one redis-py ``GET`` round trip (the ratio says
 how many round trips the propagation takes); the JSON also gives the same lag without Outpost (a
 redis-py write in one process seen by another polling Redis with ``GET``).
 
@@ -11,10 +11,10 @@ CLOCK_MONOTONIC, common to both processes). The lag is the poller's first sight 
 The no-Outpost samples are taken the same way: the child ``INCR``s a key, a poller here ``GET``s
 it until it moves (each look is then a round trip to Redis, where the SDK's is a memory read).
 
-First touch (``lag.*.first_touch``, issue 20): the same lag, but each sample uses a customer the
+First touch (``lag.*.first_touch``): the same lag, but each sample uses a customer the
 reader has never read: its first ``balance()`` returns, then the child tracks for that customer at
 once, then the poller reads it until it moves. New instance (``lag.*.new_instance``): the same
-with a reading instance started for the sample (its very first read, issue 20's reproduction),
+with a reading instance started for the sample (its very first read),
 closed after. Baseline of both: the warm-customer lag of the same rounds.
 The JSON says where the reads were answered from (``Balance.source``: memory, or Redis when the copy
 was not following Redis yet).
@@ -46,7 +46,7 @@ from outpost_sync import Outpost
 CUSTOMER = "bench-lag"
 COUNTER = "bench:lag:counter"
 TIMEOUT_S = 2.0
-TARGET = Target(on="p99", op="<=", value=1500.0)  # D16 (D10 said 2 ms)
+TARGET = Target(on="p99", op="<=", value=1500.0)  # µs: docs/design.md, speed targets
 SETUP = (
     "Two instances, each in its own process with its own Redis client, both connected to the "
     "emulator (deliveries and acknowledgements run as in production), both warm; the tracking "

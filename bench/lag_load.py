@@ -1,4 +1,4 @@
-"""The cross-instance lag under load (issue 13): two instances track as fast as they can while a
+"""The cross-instance lag under load: two instances track as fast as they can while a
 third reads, sync and async, against a redis-py ``GET`` round trip taken by the reader under the
 same load.
 

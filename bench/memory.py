@@ -163,7 +163,7 @@ def _redis_hour(env: Env) -> Figure:
         name = f"bench-hour-{r}"
         customer = Customer("external", name)
         state = keys.state_key(customer, reducer)
-        stream = keys.outbox_key(customer.shard)
+        stream = keys.outbox_key(keys.shard_of(customer))
         emu.pause_syncs()
         try:
             with Outpost(**_options(env)) as sdk:

@@ -59,7 +59,7 @@ class Identity:
         self.client = client
         self.customer = Customer("external", f"bench-snapshot-{name}")
         self.state = keys.state_key(self.customer, REDUCER)
-        self.channel = keys.channel(self.customer.shard)
+        self.channel = keys.channel(keys.shard_of(self.customer))
         self.current = floor_bucket(now)
         self.first = self.current - 11 * BUCKET_US
         self.cold = self.current - 6 * BUCKET_US

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 import redis
 
-from outpost_core import ALL_CHANNELS
+from outpost_core import keys
 
 SCHEMA = "outpost-lua-vectors/1"
 SENTINEL = "outpost:conformance:sentinel"
@@ -78,9 +78,9 @@ def load(client: redis.Redis, before: Mapping[str, Json]) -> None:
 def subscribe(client: redis.Redis) -> redis.client.PubSub:
     """A connection following every shard's channel and the sentinel (SSUBSCRIBE)."""
     pubsub: redis.client.PubSub = client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
-    pubsub.ssubscribe(*ALL_CHANNELS, SENTINEL)
+    pubsub.ssubscribe(*keys.all_channels(), SENTINEL)
     confirmed = 0
-    while confirmed < len(ALL_CHANNELS) + 1:
+    while confirmed < len(keys.all_channels()) + 1:
         message = pubsub.get_message(timeout=5.0)
         if message is None:
             raise RuntimeError("SSUBSCRIBE was not confirmed")

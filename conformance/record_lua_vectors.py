@@ -28,7 +28,18 @@ from .lua_vectors import SCHEMA, execute, subscribe
 ROOT = Path(__file__).resolve().parent
 README = ROOT / "README.md"
 SHA1_ROW = re.compile(r"^\| `(\w+)` \| `[0-9a-f]{40}` \|$", re.MULTILINE)
-SCRIPTS = ("track", "acknowledge", "confirm", "apply_snapshot", "reclaim", "budget")
+SCRIPTS = (
+    "track",
+    "acknowledge",
+    "confirm",
+    "apply_snapshot",
+    "reclaim",
+    "budget",
+    "reserve",
+    "release",
+    "admit",
+    "apply_anchor",
+)
 
 BUCKET = 300_000_000
 HOUR = 3_600_000_000
@@ -58,8 +69,8 @@ class Ident:
         self.customer = Customer("external", customer)
         self.st = keys.state_key(self.customer, reducer)
         self.acked = keys.acked_key(self.st)
-        self.channel = keys.channel(self.customer.shard)
-        self.outbox = keys.outbox_key(self.customer.shard)
+        self.channel = keys.channel(keys.shard_of(self.customer))
+        self.outbox = keys.outbox_key(keys.shard_of(self.customer))
 
     def ev(self, bucket: int) -> str:
         """The events hash of one bucket."""
@@ -448,6 +459,12 @@ CONFIRM_TWO: dict[str, Any] = {
 CONFIRM_THREE: dict[str, Any] = {
     "hashes": holding(TOKENS, 2, B0, {f(B1, "e1"): "1", f(B1, "e2"): "3", f(B1, "e3"): "5"}),
 }
+CONFIRM_FLOATS: dict[str, Any] = {
+    "hashes": holding(TOKENS, 2, B0, {f(B1, "e1"): "0.1", f(B1, "e2"): "0.2", f(B1, "e3"): "0.7"}),
+}
+CONFIRM_FLAT: dict[str, Any] = {
+    "hashes": holding(COUNT, 2, B0, {f(B1, "e1"): "1", f(B1, "e2"): "1", f(B1, "e3"): "1"}),
+}
 CONFIRM_COLD: dict[str, Any] = {
     "hashes": holding(COUNT, 5, B2, {f(B0, "e1"): f"1 {NOW - HOUR}", f(B2, "e2"): f"1 {NOW - 5}"}),
 }
@@ -483,6 +500,27 @@ CONFIRM: list[Row] = [
         "Dropping the smallest and the largest event: min and max come from the events left.",
         CONFIRM_THREE,
         settle_argv(TOKENS, [], [(TOKENS, "2", [f(B1, "e1"), f(B1, "e3")])]),
+    ),
+    Row(
+        "a_middle_value_moves_the_aggregate_in_place",
+        "Dropping an event that is neither the smallest nor the largest of its bucket: count and "
+        "sum move by its value, min and max stay (the bucket's events are not read).",
+        CONFIRM_THREE,
+        settle_argv(TOKENS, [], [(TOKENS, "2", [f(B1, "e2")])]),
+    ),
+    Row(
+        "equal_values_move_the_aggregate_in_place",
+        "A bucket whose values are all equal (a count meter's 1s) keeps its min and max whichever "
+        "event goes: count and sum move, the events are not read.",
+        CONFIRM_FLAT,
+        settle_argv(COUNT, [], [(COUNT, "2", [f(B1, "e1")])]),
+    ),
+    Row(
+        "fractional_sums_are_counted_again",
+        "A sum that is not an exact integer is counted again from the events left (a subtraction "
+        "could drift from it in the last digit).",
+        CONFIRM_FLOATS,
+        settle_argv(TOKENS, [], [(TOKENS, "2", [f(B1, "e2")])]),
     ),
     Row(
         "acknowledged_events_hot_and_cold",
@@ -662,7 +700,7 @@ APPLY_SNAPSHOT: list[Row] = [
     ),
     Row(
         "acknowledged_while_hot_made_cold_without_count",
-        "decisions.md D5: e1 was acknowledged while its bucket B1 was hot; a snapshot computed "
+        "e1 was acknowledged while its bucket B1 was hot; a snapshot computed "
         "before that acknowledgement makes B1 cold without counting it. e1 stays pending and "
         "keeps counting.",
         APPLY_SNAPSHOT_TRICKY,
@@ -830,6 +868,220 @@ BUDGET: list[Row] = [
 ]
 
 
+# -- admission: reserve, release, admit --------------------------------------------------------
+
+ALIAS = Ident("c1-alias", "r-count")  # another name of the customer (Polar's alias)
+TTL_US = 60 * SECOND
+
+
+def credited_state(rev: int, credited: str, p: str = "2 2 1 1", **more: str) -> dict[str, str]:
+    """A state hash with a snapshot crediting ``credited`` units of m-count (Polar counts 2)."""
+    return snapshot_state(rev, B0, B0 + 5, p, **{"c:m-count": credited, **more})
+
+
+def reserve_argv(
+    units: str, hold: str, *names: Ident, func: str = "count", known: str = "4"
+) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of reserve.lua: COUNT's state hash, then the other names'."""
+    k = [COUNT.st, *(n.st for n in names)]
+    argv = [COUNT.channel, str(NOW), f"h:{hold}", units, str(NOW + TTL_US), func, "c:m-count"]
+    return k, [*argv, known]
+
+
+RESERVE: list[Row] = [
+    Row(
+        "a_covered_reservation_holds",
+        "Credited 10, Polar counts 2: 8 available; 5 are held until now + 60 s.",
+        {"hashes": {COUNT.st: credited_state(4, "10")}},
+        reserve_argv("5", "a"),
+    ),
+    Row(
+        "a_reservation_beyond_the_available_balance_is_refused",
+        "8 left, 5 held by another reservation: 4 are refused, with the balance and what is "
+        "held; nothing is written.",
+        {"hashes": {COUNT.st: credited_state(4, "10", **{"h:b": f"5 {NOW + 9}"})}},
+        reserve_argv("4", "a"),
+    ),
+    Row(
+        "a_hold_expiring_now_no_longer_counts_and_is_pruned",
+        "A hold of 8 expiring at `now` neither counts nor stays: 8 are held, the old hold is "
+        "deleted in the same change.",
+        {"hashes": {COUNT.st: credited_state(4, "10", **{"h:old": f"8 {NOW}"})}},
+        reserve_argv("8", "a"),
+    ),
+    Row(
+        "a_retried_reservation_writes_nothing",
+        "The hold's field is there already: {dup: 1}.",
+        {"hashes": {COUNT.st: credited_state(4, "10", **{"h:a": f"1 {NOW + 9}"})}},
+        reserve_argv("1", "a"),
+    ),
+    Row(
+        "the_other_names_count",
+        "The other name's snapshot is newer (credits 6, Polar counts 1); its pending event "
+        "and its hold of 2 count too: 6 - 1 - 1 - 2 = 2 available, 3 are refused.",
+        {
+            "hashes": {
+                COUNT.st: credited_state(4, "10"),
+                ALIAS.st: snapshot_state(
+                    3,
+                    B1,
+                    B1 + 5,
+                    "1 1 1 1",
+                    **{"c:m-count": "6", f"a:{B1}": "1 1 1 1", "h:x": f"2 {NOW + 9}"},
+                ),
+            }
+        },
+        reserve_argv("3", "a", ALIAS),
+    ),
+    Row(
+        "a_sum_meter_holds_its_units",
+        "Summed: credited 10, Polar's sum 4.5: 5.5 are held.",
+        {"hashes": {COUNT.st: credited_state(4, "10", p="2 4.5 1 3.5")}},
+        reserve_argv("5.5", "a", func="sum"),
+    ),
+]
+
+
+def release_argv(hold: str, known: str = "4") -> tuple[list[str], list[str]]:
+    return [COUNT.st], [COUNT.channel, str(NOW), f"h:{hold}", known]
+
+
+RELEASE: list[Row] = [
+    Row(
+        "a_release_frees_its_own_hold",
+        "Two holds: only `h:a` goes.",
+        {
+            "hashes": {
+                COUNT.st: credited_state(4, "10", **{"h:a": f"1 {NOW + 9}", "h:b": f"2 {NOW + 9}"})
+            }
+        },
+        release_argv("a"),
+    ),
+    Row(
+        "a_release_prunes_expired_holds",
+        "`h:old` expired: it goes with the released hold.",
+        {
+            "hashes": {
+                COUNT.st: credited_state(
+                    4, "10", **{"h:a": f"1 {NOW + 9}", "h:old": f"2 {NOW - 1}"}
+                )
+            }
+        },
+        release_argv("a"),
+    ),
+    Row(
+        "an_expired_hold_is_released_by_its_pruning",
+        "The hold expired at `now`: it is pruned, one deletion, whatever the caller asked.",
+        {"hashes": {COUNT.st: credited_state(4, "10", **{"h:a": f"1 {NOW}"})}},
+        release_argv("a"),
+    ),
+    Row(
+        "a_caller_that_does_not_follow_the_hash_gets_the_revision_only",
+        "Known revision -1: the reply names the key and its new revision; the message carries "
+        "the deletion.",
+        {"hashes": {COUNT.st: credited_state(4, "10", **{"h:a": f"1 {NOW + 9}"})}},
+        release_argv("a", known="-1"),
+    ),
+    Row(
+        "releasing_twice_changes_nothing",
+        "No such hold: no change, nothing published.",
+        {"hashes": {COUNT.st: credited_state(4, "10")}},
+        release_argv("a"),
+    ),
+]
+
+
+def admit_argv(
+    event_id: str,
+    value: str,
+    check: str,
+    *,
+    hold: str = "",
+    hold_in: Ident | None = None,
+    names: tuple[Ident, ...] = (),
+    known: str = "4",
+) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of admit.lua for one identity (COUNT) in bucket B3."""
+    k, argv = track_argv(COUNT, event_id, B3, [(COUNT, known, value)])
+    argv += [str(NOW), "1"]
+    identity = [known, value, check]
+    identity += ["1", "c:m-count"] if check else ["0"]
+    extra: list[str] = []
+    if hold_in is not None and hold_in is not COUNT:
+        extra.append(hold_in.st)
+    hold_at = "2" if hold_in is COUNT else str(len(k) + 1) if hold_in else "0"
+    argv += [f"h:{hold}" if hold else "", hold_at, "-1" if hold_in is not COUNT else known]
+    at = []
+    for name in names:
+        extra.append(name.st)
+        at.append(str(len(k) + len(extra)))
+    identity += [str(len(at)), *at]
+    del argv[5:7]  # track's known revision and value move into the identity's arguments
+    return [*k, *extra], [*argv, *identity]
+
+
+ADMIT: list[Row] = [
+    Row(
+        "a_covered_event_is_recorded",
+        "8 available: the count event (asks 1) is recorded as track.lua records it.",
+        {"hashes": {COUNT.st: credited_state(4, "10")}},
+        admit_argv("e1", "1", "count"),
+    ),
+    Row(
+        "an_uncovered_event_is_refused",
+        "2 left and 2 held: refused, nothing written.",
+        {"hashes": {COUNT.st: credited_state(4, "4", **{"h:b": f"2 {NOW + 9}"})}},
+        admit_argv("e1", "1", "count"),
+    ),
+    Row(
+        "a_sum_check_asks_for_the_value",
+        "Summed: 10 - 4.5 = 5.5 available, an event of 6 is refused.",
+        {"hashes": {COUNT.st: credited_state(4, "10", p="2 4.5 1 3.5")}},
+        admit_argv("e1", "6", "sum"),
+    ),
+    Row(
+        "a_commit_records_and_releases_its_hold",
+        "No check; the hold of the same hash is deleted in the event's change.",
+        {"hashes": {COUNT.st: credited_state(4, "1", **{"h:a": f"5 {NOW + 9}"})}},
+        admit_argv("e1", "7", "", hold="a", hold_in=COUNT),
+    ),
+    Row(
+        "a_commit_releases_a_hold_in_another_hash",
+        "The hold is in the tokens identity's hash, which the event does not count in: a second "
+        "change deletes it.",
+        {
+            "hashes": {
+                COUNT.st: credited_state(4, "10"),
+                TOKENS.st: snapshot_state(2, B0, B0 + 5, **{"h:a": f"5 {NOW + 9}"}),
+            }
+        },
+        admit_argv("e1", "1", "", hold="a", hold_in=TOKENS),
+    ),
+    Row(
+        "the_other_names_count_in_a_check",
+        "The other name holds 7 of 8: 1 left, 1 is admitted.",
+        {
+            "hashes": {
+                COUNT.st: credited_state(4, "10"),
+                ALIAS.st: snapshot_state(3, B0, B0 + 5, **{"h:x": f"7 {NOW + 9}"}),
+            }
+        },
+        admit_argv("e1", "1", "count", names=(ALIAS,)),
+    ),
+    Row(
+        "a_retried_admission_writes_nothing",
+        "The event is pending already: {dup: 1}, nothing checked or written.",
+        {
+            "hashes": {
+                COUNT.st: credited_state(4, "0"),
+                COUNT.ev(B3): {f(B3, "e1"): "1"},
+            }
+        },
+        admit_argv("e1", "1", "count"),
+    ),
+]
+
+
 # -- recording ------------------------------------------------------------------------------------
 
 
@@ -850,6 +1102,74 @@ def case(name: str, description: str, before: dict[str, Any], k: list[str], a: l
     return {"name": name, "description": description, "before": before, "keys": k, "argv": a}
 
 
+# -- apply_anchor (the public-API mode) ------------------------------------------------------------
+
+METER = Ident("c1", "m-1")  # the public mode's reducer of a meter is the meter id
+
+
+def anchor_argv(
+    expected: str,
+    known: str,
+    removed: list[str],
+    *,
+    credited: str = "50",
+    p: str = "1 8 8 8",
+    sa: int = NOW,
+    pub: str = '{"v":1,"a":[8,50,42,' + str(NOW) + '],"b":8,"h":null,"r":0,"q":null,"k":[]}',
+) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of apply_anchor.lua."""
+    argv = [METER.channel, expected, known, "m-1", credited, p, "0", str(sa), "public", pub]
+    return [METER.st, METER.acked], [*argv, str(len(removed)), *removed]
+
+
+def public_state(rev: int, events: dict[str, str]) -> dict[str, Any]:
+    hashes = holding(METER, rev, 0, events, sa=0, credited={"m-1": "40"})
+    hashes[METER.st]["sid"] = "public"
+    return hashes
+
+
+APPLY_ANCHOR: list[Row] = [
+    Row(
+        "first_anchor_of_a_new_identity",
+        "No state hash yet (expected revision empty): the anchor fields are written, n and u "
+        "start at 0, the revision starts from Redis's clock.",
+        {},
+        anchor_argv("", "-1", [], credited="100", p="0 0 - -", sa=0),
+    ),
+    Row(
+        "prunes_the_events_the_figure_includes",
+        "e1 and e2 leave their bucket (deleted with its a: field), e3 stays pending; p, c:, sa "
+        "and pub are written, the revision moves on, the caller at the previous revision gets "
+        "the delta.",
+        {
+            "hashes": public_state(
+                3,
+                {f(B0, "e1"): f"5 {NOW - 90}", f(B0, "e2"): f"3 {NOW - 80}", f(B1, "e3"): "4"},
+            )
+        },
+        anchor_argv("3", "3", [f(B0, "e1"), f(B0, "e2")]),
+    ),
+    Row(
+        "part_of_a_bucket",
+        "One event of two leaves its bucket: the bucket's aggregate moves by its value.",
+        {"hashes": public_state(3, {f(B0, "e1"): f"5 {NOW - 90}", f(B0, "e2"): f"3 {NOW - 80}"})},
+        anchor_argv("3", "-1", [f(B0, "e1")]),
+    ),
+    Row(
+        "a_moved_revision_is_a_conflict",
+        "The hash is at revision 4, the caller read 3: nothing is written or published.",
+        {"hashes": public_state(4, {f(B0, "e1"): f"5 {NOW - 90}"})},
+        anchor_argv("3", "3", [f(B0, "e1")]),
+    ),
+    Row(
+        "a_hash_that_appeared_is_a_conflict",
+        "The caller read no hash (expected empty) but one exists now: nothing is written.",
+        {"hashes": public_state(2, {})},
+        anchor_argv("", "-1", []),
+    ),
+]
+
+
 def cases(rows: list[Row]) -> list[Case]:
     """One case per row, in the table's order."""
     return [case(row.name, row.description, row.before, *row.keys_argv) for row in rows]
@@ -862,6 +1182,10 @@ CASES: dict[str, list[Case]] = {
     "apply_snapshot": cases(APPLY_SNAPSHOT),
     "reclaim": cases(RECLAIM),
     "budget": cases(BUDGET),
+    "reserve": cases(RESERVE),
+    "release": cases(RELEASE),
+    "admit": cases(ADMIT),
+    "apply_anchor": cases(APPLY_ANCHOR),
 }
 
 

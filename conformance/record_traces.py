@@ -142,7 +142,7 @@ def revision_gap_reload(run: Run) -> None:
     with run.instance("a") as a, run.instance("b") as b:
         run.balance(a)
         assert run.balance(b).consumed == 0
-        state_key = next(m.key for m in b._core.followed)
+        state_key = next(m.key for m in b._context.session.followed)
         raw = run.redis.client()
         raw.hset(state_key, "a:0", "5 5 1 1")
         raw.hincrby(state_key, "rev", 1)

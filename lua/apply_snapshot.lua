@@ -73,7 +73,7 @@ for i = 1, #KEYS / 2 do
       elseif string.sub(f, 1, 2) == "a:" then
         local b = tonumber(string.sub(f, 3))
         if b < cold and not (old_cold and b < old_cold) then
-          buckets[string.sub(f, 3)] = true -- cold from now on
+          buckets[string.sub(f, 3)] = true -- cold from now on: counted again
         end
       end
     end

@@ -114,8 +114,8 @@ local function event_value(text)
 end
 
 -- Remove one pending event (its field) from its bucket's hash and from the acknowledged set, and
--- mark its bucket in `buckets` for `rebuild`. Returns 1 when the event was undelivered (not
--- acknowledged), else 0 (also when it was not pending: nothing to remove).
+-- add its value to what `buckets` says its bucket lost, for `rebuild`. Returns 1 when the event
+-- was undelivered (not acknowledged), else 0 (also when it was not pending: nothing to remove).
 local function remove_event(st, acked, field, buckets)
   local b = field_bucket(field)
   redis.call("ZREM", acked, field)
@@ -128,32 +128,79 @@ local function remove_event(st, acked, field, buckets)
     return 0
   end
   redis.call("HDEL", ev, field)
-  buckets[b] = true
+  local lost = buckets[b]
+  if lost == nil then
+    lost = { c = 0, s = 0 }
+    buckets[b] = lost
+  end
+  if lost ~= true then
+    local v = event_value(text)
+    if v then agg_add(lost, v) else buckets[b] = true end -- unreadable: recount the bucket
+  end
   if string.find(text, " ", 1, true) then
     return 0
   end
   return 1
 end
 
--- Rebuild the local aggregate of each bucket in `buckets` (a set of bucket starts, as text) from
--- its events hash alone, move `n` by how many events those buckets hold less (their old `a:`
--- counts against what remains) and `u` down by `undelivered` (the caller removed that many
--- undelivered events), and add the fields set and deleted to `set` and `del`.
+-- The aggregate of bucket hash `ev` counted again from its events (nil: it holds none).
+local function recount(ev)
+  local flat = redis.call("HGETALL", ev)
+  if #flat == 0 then
+    return nil
+  end
+  local a = { c = 0, s = 0 }
+  for i = 2, #flat, 2 do
+    agg_add(a, (event_value(flat[i])))
+  end
+  return a
+end
+
+-- The aggregate `old` (text) without the events `lost` (a table of count, sum, min, max), when
+-- that needs no recount: min and max stay when no lost value reached them (or the bucket's
+-- values are all equal), and the sum is exact when every figure is an integer below 2^53.
+-- nil: recount the bucket.
+local EXACT = 9007199254740992
+local function agg_without(old, lost)
+  local c, s, lo, hi = string.match(old, "^(%S+) (%S+) (%S+) (%S+)$")
+  c, s, lo, hi = tonumber(c), tonumber(s), tonumber(lo), tonumber(hi)
+  if not (c and s and lo and hi) or lost.c >= c then
+    return nil
+  end
+  local flat = lo == hi
+  if not flat and (lost.lo <= lo or lost.hi >= hi) then
+    return nil
+  end
+  if s ~= floor(s) or lost.s ~= floor(lost.s) or s >= EXACT or s <= -EXACT
+      or lost.s >= EXACT or lost.s <= -EXACT then
+    return nil
+  end
+  return { c = c - lost.c, s = s - lost.s, lo = lo, hi = hi }
+end
+
+-- Bring the local aggregate of each bucket in `buckets` up to date (bucket start, as text -> what
+-- it lost, or true: count it again from its events hash), move `n` by how many events those
+-- buckets hold less and `u` down by `undelivered` (the caller removed that many undelivered
+-- events), and add the fields set and deleted to `set` and `del`. A bucket is read whole only when
+-- it must be: it lost its min or max, or its sum is not an exact integer, or it is made cold;
+-- else its aggregate moves by what it lost (a bucket of 300,000 events costs no more to drop one).
 local function rebuild(st, buckets, undelivered, set, del)
   local delta = 0
-  for b in pairs(buckets) do
+  for b, lost in pairs(buckets) do
     local f = "a:" .. b
     local old = redis.call("HGET", st, f)
+    local ev = bucket_key(st, b)
+    local a = nil
     if old then
       delta = delta - tonumber(string.match(old, "^(%S+) "))
-    end
-    local ev = bucket_key(st, b)
-    local flat = redis.call("HGETALL", ev)
-    if #flat > 0 then
-      local a = { c = 0, s = 0 }
-      for i = 2, #flat, 2 do
-        agg_add(a, (event_value(flat[i])))
+      if lost ~= true then
+        a = agg_without(old, lost)
       end
+    end
+    if a == nil then
+      a = recount(ev)
+    end
+    if a then
       delta = delta + a.c
       local text = agg_encode(a)
       redis.call("HSET", st, f, text)
@@ -253,4 +300,59 @@ local function settle_identities(pos, change)
     end
   end
   return reply, publish
+end
+
+-- Admission (reserve, release, admit). A hold is a state-hash field "h:<hold id>" whose value is
+-- "<units> <expires at, µs>": it counts against every meter of the identity while its expiry is
+-- after `now` (the caller's clock, as for events), and is pruned by the next script that writes
+-- the hash after that. `names` are the state hashes of one customer's names for one reducer, its
+-- own first: Polar's totals and credits come from the newest snapshot among them (as reads merge
+-- them), the pending events and holds of all of them count. Returns the consumed quantity of
+-- aggregation `func` ("count" or "sum"), the units held, the expired hold fields of the first
+-- hash, and the fields of the hash whose snapshot is newest (its "c:" credits).
+local function agg_quantity(text, func)
+  if not text then
+    return 0
+  end
+  local c, s = string.match(text, "^(%S+) (%S+) ")
+  return tonumber(func == "count" and c or s) or 0
+end
+local function admission_view(names, func, now)
+  local consumed, held, expired, newest, best = 0, 0, {}, nil, nil
+  for i, st in ipairs(names) do
+    local flat = redis.call("HGETALL", st)
+    local other = {}
+    for j = 1, #flat, 2 do
+      local name, text = flat[j], flat[j + 1]
+      local kind = string.sub(name, 1, 2)
+      if kind == "a:" then
+        consumed = consumed + agg_quantity(text, func)
+      elseif kind == "h:" then
+        local units, at = string.match(text, "^(%S+) (%S+)$")
+        units, at = tonumber(units), tonumber(at)
+        if units and at and at > now then
+          held = held + units
+        elseif i == 1 then
+          expired[#expired + 1] = name
+        end
+      else
+        other[name] = text
+      end
+    end
+    local age = { tonumber(other.cu) or 0, tonumber(other.sa) or 0 }
+    if i == 1 or (other.cu and (age[1] > best[1] or (age[1] == best[1] and age[2] > best[2]))) then
+      newest, best = other, age
+    end
+  end
+  return consumed + agg_quantity(newest.p, func), held, expired, newest
+end
+local function prune_holds(st, fields, del)
+  for _, f in ipairs(fields) do
+    redis.call("HDEL", st, f)
+    del[#del + 1] = f
+  end
+  return del
+end
+local function refusal(credit, balance, held)
+  return cjson.encode({ no = { string.sub(credit, 3), fmt(balance), fmt(held) } })
 end

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from outpost_async._client import AsyncOutpost
+from outpost_async._reservation import AsyncReservation
 from outpost_core import (
     Balance,
+    CannotAdmit,
+    ConfigurationError,
+    InsufficientBalance,
     InvalidEvent,
+    InvalidWebhook,
     NotDurable,
     NotReady,
     OutpostClosed,
@@ -18,8 +23,13 @@ from outpost_core import (
 
 __all__ = [
     "AsyncOutpost",
+    "AsyncReservation",
     "Balance",
+    "CannotAdmit",
+    "ConfigurationError",
+    "InsufficientBalance",
     "InvalidEvent",
+    "InvalidWebhook",
     "NotDurable",
     "NotReady",
     "OutpostClosed",

@@ -1,8 +1,9 @@
 """What asyncio does for the async driver: tasks, waiting for a change, sleeping.
 
-``outpost_sync/_backend.py`` offers the same names with threads; the client module is written once
-(here, async) and the sync one is generated from it, so these two small files are the only
-hand-written difference between the drivers.
+``outpost_sync/_backend.py`` offers the same names with threads. The driver's other modules are
+written once (here, async) and the sync ones are generated from them; these two files (with the
+async driver's shared connection, ``_multiplexed.py`` and ``_listener.py``) are the hand-written
+difference between the drivers.
 """
 
 from __future__ import annotations
@@ -11,19 +12,20 @@ import asyncio
 import contextlib
 import ssl
 import weakref
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from outpost_async._listener import PushListener
 from outpost_async._multiplexed import LineLost, MultiplexedConnection
 from outpost_async._multiplexed import available as multiplexing_available
-from outpost_async._shared.proxy import ProxyError, proxy_for
-from outpost_async._shared.pubsub import buffered_replies
+from outpost_io.proxy import ProxyError, proxy_for
+from outpost_io.pubsub import buffered_replies
 
+_T = TypeVar("_T")
 _REOPEN_AFTER = 1.0  # seconds without the shared connection after it could not be opened
 
 
@@ -250,6 +252,31 @@ async def sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
+async def all_of(calls: Sequence[Callable[[], Awaitable[Any]]]) -> None:
+    """Each of ``calls``, all at once (their commands go out together); the first failure
+    raises once every call is done."""
+    results = await asyncio.gather(*(call() for call in calls), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def alongside(main: Callable[[], Awaitable[_T]], side: Callable[[], Awaitable[None]]) -> _T:
+    """``main()``'s result, with ``side()`` run meanwhile in a task of its own; both are done
+    when this returns. A failure of ``side`` raises once ``main`` is done; a failure of
+    ``main`` (or a cancellation) cancels ``side``."""
+    task = asyncio.ensure_future(side())
+    try:
+        result = await main()
+    except BaseException:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise
+    await task
+    return result
+
+
 def close_at_exit(client: Any) -> Callable[[], None] | None:
     """Nothing: no event loop runs once the interpreter exits, so an async instance is closed by
     ``async with`` or the application's shutdown hook (FastAPI's lifespan). Its queued events
@@ -310,7 +337,13 @@ async def run_on_node(
     cluster: RedisCluster, node: ClusterNode, commands: list[tuple[Any, ...]]
 ) -> list[Any]:
     """Send ``commands`` to one node of a cluster on one of its connections, in one round trip,
-    without following redirections: each reply, or the error it was."""
+    without following redirections: each reply, or the error it was. A lone command (a
+    track's script) goes without a pipeline: building one cost it more than its parsing."""
+    if len(commands) == 1:
+        try:
+            return [await node.execute_command(*commands[0])]
+        except ResponseError as exc:  # MOVED, ASK, NOSCRIPT...: the caller decides
+            return [exc]
     pipeline = [PipelineCommand(n, *args) for n, args in enumerate(commands)]
     await node.execute_pipeline(pipeline)
     return [command.result for command in pipeline]
@@ -325,6 +358,11 @@ def open_node_pubsub(cluster: RedisCluster, node: ClusterNode) -> Any:
 async def close_node_pubsub(pubsub: Any) -> None:
     await pubsub.aclose()
     await pubsub.connection_pool.disconnect()
+
+
+async def close_cluster_node(node: ClusterNode) -> None:
+    """Close the connections a cluster client's node holds (it left the slot map)."""
+    await node.disconnect()
 
 
 async def call_back(function: Callable[..., Any], *args: Any) -> None:
@@ -361,8 +399,8 @@ class Stream:
 async def open_stream(
     host: str, port: int, context: ssl.SSLContext | None, timeout: float
 ) -> Stream:
-    """Connect, through the proxy httpx would use (see ``_shared.proxy``), and shake hands over TLS
-    with ``context`` when it is given (``wss://``)."""
+    """Connect, through the proxy httpx would use (see ``outpost_io.proxy``), and shake hands
+    over TLS with ``context`` when it is given (``wss://``)."""
     reader, writer = await asyncio.wait_for(_connect(host, port, context), timeout)
     return Stream(reader, writer)
 

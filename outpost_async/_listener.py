@@ -21,7 +21,7 @@ from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from outpost_async._shared.pubsub import no_whole_reply
+from outpost_io.pubsub import no_whole_reply
 
 _HEALTH_CHECK = "outpost-health-check"
 

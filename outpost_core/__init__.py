@@ -2,15 +2,21 @@
 
 Nothing here opens a socket, starts a thread, reads a clock or draws a random number: time, event
 ids and randomness come in as data, and what needs I/O goes out as effects.
+
+Besides what this module exports, ``errors``, ``semconv`` and ``doctor`` (the operator commands'
+verdicts) are public modules; the modules whose name starts with ``_`` are not.
 """
 
 from __future__ import annotations
 
+from . import _admission as admission
 from . import _keys as keys
+from . import _shards as shards
 from ._aggregate import Aggregate
+from ._backoff import backoff
 from ._balance import Balance
 from ._budget import BudgetAnswered, TakeRequest
-from ._changes import published_of, reply_of
+from ._changes import reply_of
 from ._configuration import Configuration, Reducer, parse_configuration
 from ._delivery import (
     GROUP,
@@ -23,6 +29,7 @@ from ._delivery import (
     DeliverySettings,
     Done,
     OutboxRead,
+    PostAndSettle,
     PostBatch,
     ReadOutbox,
     RefreshClaim,
@@ -30,6 +37,7 @@ from ._delivery import (
     Reported,
     Settled,
     SettleScript,
+    SettleScripts,
     Sleep,
     nothing_done,
     retry_after,
@@ -48,7 +56,7 @@ from ._effects import (
     SendBytes,
     StoreConfiguration,
 )
-from ._event import event_id_of, timestamp_us_of
+from ._event import customer_of, event_id_of, timestamp_us_of
 from ._inputs import (
     BytesReceived,
     ChangePublished,
@@ -70,8 +78,9 @@ from ._inputs import (
     SubscriptionConfirmed,
     Tick,
 )
-from ._keys import ALL_CHANNELS, CONFIGURATION_KEY, Customer
-from ._link import Link, LinkSettings, Target
+from ._inspect import events_keys, inspection
+from ._keys import CONFIGURATION_KEY, DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, Customer
+from ._link import Link, LinkSettings, LinkState, Target
 from ._liveness import (
     Beat,
     CheckHeartbeats,
@@ -85,6 +94,8 @@ from ._liveness import (
 )
 from ._options import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, ConnectionOptions, cluster_node_url
 from ._outage import Outage, Report
+from ._peer import printable
+from ._redact import redact_url, scrub, url_secrets
 from ._replies import (
     StreamEntry,
     claimed_entries,
@@ -97,10 +108,14 @@ from ._scripts import SHA1 as SCRIPT_SHA1
 from ._scripts import TEXT as SCRIPT_TEXT
 from ._session import Session, Settings
 from ._status import Status
-from ._telemetry import Recorder, read_outcome, track_outcome
+from ._telemetry import Recorder, admission_outcome, read_outcome, track_outcome
 from ._time import BUCKET_US, floor_bucket, from_us, to_us
 from .errors import (
+    CannotAdmit,
+    ConfigurationError,
+    InsufficientBalance,
     InvalidEvent,
+    InvalidWebhook,
     NotDurable,
     NotReady,
     OutpostClosed,
@@ -114,14 +129,16 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "ALL_CHANNELS",
     "BUCKET_US",
     "CONFIGURATION_KEY",
     "DEFAULT_REDIS_URL",
     "DEFAULT_SERVER_URL",
+    "DEFAULT_SHARDS",
     "GROUP",
+    "MAX_SHARDS",
     "SCRIPT_SHA1",
     "SCRIPT_TEXT",
+    "SHARDS_KEY",
     "Aggregate",
     "Balance",
     "BatchAnswered",
@@ -129,6 +146,7 @@ __all__ = [
     "Beat",
     "BudgetAnswered",
     "BytesReceived",
+    "CannotAdmit",
     "ChangePublished",
     "ChannelSubscribed",
     "ChannelsLost",
@@ -137,6 +155,7 @@ __all__ = [
     "CloseConnection",
     "Closing",
     "Configuration",
+    "ConfigurationError",
     "ConfigurationReceived",
     "ConnectionFailed",
     "ConnectionOpened",
@@ -156,9 +175,12 @@ __all__ = [
     "HeartbeatsChecked",
     "IdentityLoaded",
     "Input",
+    "InsufficientBalance",
     "InvalidEvent",
+    "InvalidWebhook",
     "Link",
     "LinkSettings",
+    "LinkState",
     "ListFailed",
     "ListPending",
     "LoadFailed",
@@ -171,6 +193,7 @@ __all__ = [
     "OutpostClosed",
     "OutpostError",
     "PendingListed",
+    "PostAndSettle",
     "PostBatch",
     "ReadOutbox",
     "Reclaim",
@@ -189,6 +212,7 @@ __all__ = [
     "Session",
     "Settings",
     "SettleScript",
+    "SettleScripts",
     "Settled",
     "Sleep",
     "Status",
@@ -204,25 +228,35 @@ __all__ = [
     "UnknownMeter",
     "UnsupportedMeter",
     "UsageError",
+    "admission",
+    "admission_outcome",
+    "backoff",
     "claimed_entries",
     "cluster_node_url",
+    "customer_of",
     "event_id_of",
+    "events_keys",
     "floor_bucket",
     "from_us",
     "hand_back",
+    "inspection",
     "keys",
     "lost_its_data",
     "nothing_done",
     "parse_configuration",
+    "printable",
     "published_data",
-    "published_of",
     "read_outcome",
+    "redact_url",
     "reply_of",
     "retry_after",
+    "scrub",
+    "shards",
     "stream_entries",
     "text_of",
     "timestamp_us_of",
     "to_us",
     "track_outcome",
+    "url_secrets",
     "with_known_revs",
 ]

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 import attrs
 
+from ._peer import decimal_int
+
 _EXACT_INT = 2**53
 
 
@@ -99,9 +101,10 @@ class Aggregate:
     def decode(cls, text: str) -> Aggregate | None:
         """Parse the Redis form; ``None`` when the text is not one (a peer wrote garbage)."""
         parts = text.split(" ")
-        if len(parts) != 4 or not parts[0].isascii() or not parts[0].isdigit():
+        count = decimal_int(parts[0]) if len(parts) == 4 else None
+        if count is None or count < 0:
             return None
-        count, total = int(parts[0]), parse_number(parts[1])
+        total = parse_number(parts[1])
         if total is None:
             return None
         if count == 0:

@@ -10,6 +10,8 @@ import attrs
 from ._aggregate import Aggregate
 from ._keys import Customer
 from ._mirror import IdentityState
+from ._public_anchoring import PUBLIC_SID
+from ._public_ledger import RELAYED
 from ._time import from_us
 
 
@@ -43,6 +45,18 @@ class Balance:
     aliases: tuple[Customer, ...] = ()
     """The customer's other names (Polar's aliases) whose pending events this balance counts
     too; ``polar``, ``local``, ``pending`` and ``undelivered`` then cover every name."""
+    held: float = 0.0
+    """Units held by open reservations (of every instance, under every name of the customer)
+    that have not expired: admitted usage not recorded yet. ``balance`` does not subtract them."""
+    approximate: bool = False
+    """True for an ``avg`` or ``min`` meter in the public-API mode: Polar's figure relayed as it
+    is, with no bound from local events (an average is not monotone; a minimum over an empty
+    window reads 0), so neither promise of ``docs/public-mode.md`` holds for it."""
+
+    @property
+    def available(self) -> float:
+        """``balance - held``: what a reservation or ``track(require_balance=True)`` may take."""
+        return self.balance - self.held
 
 
 def merged_state(own: IdentityState, others: Sequence[IdentityState]) -> IdentityState:
@@ -73,6 +87,7 @@ def merged_state(own: IdentityState, others: Sequence[IdentityState]) -> Identit
         pending=own.pending + sum(other.pending for other in others),
         undelivered=own.undelivered + sum(other.undelivered for other in others),
         problems=own.problems + tuple(p for other in others for p in other.problems),
+        holds=own.holds + tuple(h for other in others for h in other.holds),
     )
 
 
@@ -88,7 +103,9 @@ def compute_balance(
     state: IdentityState,
     aliases: tuple[Customer, ...] = (),
     source: str = "memory",
+    now_us: int = 0,
 ) -> Balance:
+    """The balance of ``state``; holds count while their expiry is after ``now_us``."""
     consumed = state.polar.merge(state.local).quantity(aggregation)
     credited = state.credits.get(meter_id, 0.0)
     return Balance(
@@ -108,4 +125,16 @@ def compute_balance(
         revision=state.revision,
         aliases=aliases,
         source=source,
+        held=held_at(state, now_us),
+        approximate=aggregation in RELAYED and state.snapshot_id == PUBLIC_SID,
     )
+
+
+def held_at(state: IdentityState, now_us: int) -> float:
+    """The units the state's holds keep from the balance at ``now_us`` (µs)."""
+    return sum((units for units, expires in state.holds if expires > now_us), 0.0)
+
+
+def hold_expiry(state: IdentityState, now_us: int) -> int | None:
+    """When the first of the state's holds still counted at ``now_us`` expires."""
+    return min((expires for _, expires in state.holds if expires > now_us), default=None)

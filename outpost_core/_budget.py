@@ -1,4 +1,4 @@
-"""The request budget for Polar's API that every instance of an organization shares (D13).
+"""The request budget for Polar's API that every instance of an organization shares.
 
 Polar admits 500 requests a minute per organization (100 in the sandbox), whatever the token. A
 delivery loop takes one request from a token bucket in Redis (``budget.lua``, on Redis's clock)

@@ -12,10 +12,11 @@ known without parsing it (:class:`~outpost_core.Echoes`); the reply's changes ar
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import attrs
+
+from ._peer import Unreadable, peer_json
 
 
 @attrs.frozen(slots=True)
@@ -47,9 +48,9 @@ def parse_changes(raw: object, wanted: Callable[[str], bool] | None = None) -> l
     if not isinstance(raw, str):
         raise Malformed(f"expected JSON text, got {type(raw).__name__}")
     try:
-        obj = json.loads(raw)
-    except ValueError as exc:
-        raise Malformed("not JSON") from exc
+        obj = peer_json(raw)
+    except Unreadable as exc:
+        raise Malformed(str(exc)) from None
     if not isinstance(obj, dict):
         raise Malformed("not a JSON object")
     if obj.get("dup") == 1:

@@ -42,8 +42,8 @@ class Configuration:
     def contributions(self, event: EventView) -> list[tuple[str, float]]:
         """``(reducer id, value)`` for every bucketed reducer the event counts in.
 
-        On the safe side of Polar's two matchings (D12): see :func:`counts` and
-        :func:`safe_value`.
+        On the safe side of Polar's two matchings (an event counts if either counts it): see
+        :func:`counts` and :func:`safe_value`.
         """
         out: list[tuple[str, float]] = []
         for reducer in self.reducers.values():
@@ -63,7 +63,7 @@ def counts(filter_: Filter, event: EventView) -> bool:
     """Whether the event counts locally: Polar's Python matching or its SQL matching counts it.
 
     Billing follows SQL, so counting every event SQL counts keeps local consumption at or above
-    Polar's; the events only Python counts (Polar's real-time rollup, D7) are over-counted until a
+    Polar's; the events only Python counts (Polar's real-time rollup) are over-counted until a
     snapshot covers their bucket, which is the safe side. The OR applies to the whole filter, each
     dialect evaluating every clause and nested group its own way: an OR per clause would also count
     events that neither side ever counts (an ``and`` of a clause only SQL holds and a clause only
@@ -83,7 +83,11 @@ def safe_value(aggregation: Aggregation, event: EventView) -> float | None:
     """
     if aggregation.property == "timestamp":
         return sql_value(aggregation, event)  # the rounded seconds: never below the truncated
-    return aggregation.value_of(event)  # the same in both (tests/conformance checks it)
+    python, sql = aggregation.value_of(event), sql_value(aggregation, event)
+    if python is None or sql is None:
+        # They differ only on a dotted property that metadata also holds as one key.
+        return python if sql is None else sql
+    return max(python, sql)
 
 
 def parse_configuration(payload: object) -> Configuration:

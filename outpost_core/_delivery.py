@@ -19,9 +19,9 @@ A loop reads up to ``batch_size`` entries, lingers up to ``linger`` seconds for 
 what came every ``linger / 8`` seconds, not as each entry comes, and once more when a flush
 begins), and posts one batch. With a shared request budget (``requests_per_minute``,
 ``_budget``) it first takes a request from it; while it waits for one it keeps reading, so under
-load batches grow, up to ``batch_bytes`` of body (under Polar's 10 MiB; without a budget a batch
-holds at most ``batch_size`` events). An event too large for any batch is dropped. Every batch
-ends in one of two ways, whatever the number of attempts:
+load batches grow, up to ``batch_bytes`` of body (under Polar's 10 MiB; a batch that did not wait
+for the budget holds at most ``batch_size`` events). An event too large for any batch is dropped.
+Every batch ends in one of two ways, whatever the number of attempts:
 
 * **delivered** (2xx): the ``acknowledge`` script marks its events acknowledged and removes the
   entries from the outbox;
@@ -58,7 +58,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -69,6 +69,7 @@ from ._liveness import (
     Beat,
     CheckHeartbeats,
     ConsumersListed,
+    ForgetHeartbeat,
     HeartbeatsChecked,
     Reclaim,
     Reclaimed,
@@ -77,6 +78,7 @@ from ._liveness import (
 from ._outage import Report
 from ._random import Random
 from ._replies import text_of
+from ._shards import checked as checked_shards
 from .errors import UsageError
 
 GROUP = "outpost"
@@ -86,8 +88,6 @@ due, whatever arrives (and at least every ``read_block``: a long linger still re
 a read that blocked until the next entry came would be one read (and one GIL hand-off, in the
 sync driver) per event at moderate rates. Often enough that a batch still fills to
 ``batch_size`` well before ``linger`` under load."""
-
-_SHARD_OF_STREAM = {stream: shard for shard, stream in enumerate(_keys.ALL_OUTBOXES)}
 
 
 @attrs.frozen(kw_only=True)
@@ -106,6 +106,8 @@ class DeliverySettings:
     taken over soon after, never more than every 30 s."""
     channel_namespace: str = ""
     """Appended to the change channels, as ``Settings.channel_namespace``."""
+    shards: int = _keys.DEFAULT_SHARDS
+    """The deployment's shard count, as ``Settings.shards``: one outbox stream per shard."""
     read_block: float = 0.5
     """Longest a read blocks: a flush waits at most this long to be noticed."""
     flush_block: float = 0.01
@@ -120,6 +122,11 @@ class DeliverySettings:
     shared budget."""
     batch_bytes: int = 8 * 1024 * 1024
     """Most bytes of one request body: Polar refuses bodies over 10 MiB (413)."""
+    settle_alongside: bool = False
+    """Settle the batch that ended while the next one is posted (:class:`PostAndSettle`), rather
+    than before reading on: a loop that settles, then posts, spends the settle scripts' round
+    trips on top of Polar's. The drivers turn it on; off, a loop acts as traces recorded before
+    it existed show."""
 
     def __attrs_post_init__(self) -> None:
         if self.batch_size < 1 or self.max_attempts < 1:
@@ -132,10 +139,10 @@ class DeliverySettings:
             raise UsageError("batch_bytes must be at least 1024")
         if min(self.linger, self.backoff_base, self.claim_idle, self.read_block) < 0:
             raise UsageError("delivery delays must not be negative")
+        checked_shards(self.shards)
 
 
-@attrs.frozen(slots=True)
-class OutboxEntry:
+class OutboxEntry(NamedTuple):  # a tuple: a read makes thousands (attrs' init cost 2 µs each)
     stream: str
     id: str
     item: bytes
@@ -195,6 +202,23 @@ class SettleScript:
 
 
 @attrs.frozen(slots=True)
+class PostAndSettle:
+    """Run ``settles`` (in order) while ``post`` is in flight; report the post's answer once
+    both are done. The scripts settle earlier batches, whose answers came: never this one's."""
+
+    post: PostBatch
+    settles: tuple[SettleScript, ...]
+
+
+@attrs.frozen(slots=True)
+class SettleScripts:
+    """Run ``settles``, in any order or at once (each settles entries of its own); report
+    :class:`Settled` once all are done."""
+
+    settles: tuple[SettleScript, ...]
+
+
+@attrs.frozen(slots=True)
 class ReportDropped:
     """Call ``on_dropped(events, reason)``; report :class:`Reported`."""
 
@@ -214,7 +238,9 @@ DeliveryEffect = (
     | ClaimStale
     | RefreshClaim
     | PostBatch
+    | PostAndSettle
     | SettleScript
+    | SettleScripts
     | ReportDropped
     | Sleep
     | Beat
@@ -222,7 +248,10 @@ DeliveryEffect = (
     | CheckHeartbeats
     | Reclaim
     | TakeRequest
+    | ForgetHeartbeat
 )
+"""Every effect a delivery driver runs: what a :class:`Delivery` asks for, and what a closing
+instance runs after its loops stopped (``hand_back``: :class:`ForgetHeartbeat` is only there)."""
 
 
 # -- inputs (what came of an effect) -------------------------------------------------------
@@ -285,7 +314,9 @@ _ANSWERS: dict[type, type | tuple[type, ...]] = {
     ClaimStale: (OutboxRead, Done),
     RefreshClaim: Done,
     PostBatch: (BatchAnswered, BatchFailed),
+    PostAndSettle: (BatchAnswered, BatchFailed),
     SettleScript: Settled,
+    SettleScripts: Settled,
     ReportDropped: Reported,
     Sleep: Done,
     Beat: Done,
@@ -293,6 +324,7 @@ _ANSWERS: dict[type, type | tuple[type, ...]] = {
     CheckHeartbeats: HeartbeatsChecked,
     Reclaim: Reclaimed,
     TakeRequest: BudgetAnswered,
+    ForgetHeartbeat: Done,
 }
 
 
@@ -327,15 +359,22 @@ class Delivery:
     def __init__(self, settings: DeliverySettings, rng: Random, now: float) -> None:
         self.settings = settings
         self._rng = rng
+        self._streams = _keys.shard_of_stream(settings.shards)  # the deployment's outboxes
         self._buffer: list[OutboxEntry] = []
         self._buffer_bytes = 0  # what the buffer adds to a body: each item and a comma
         self._budgeted = settings.requests_per_minute > 0
         self._granted_at: float | None = None  # when the request taken from the budget may go
+        self._waited = False
+        """Whether the budget made this request wait: requests are scarce, so it carries all
+        that was read meanwhile (up to ``batch_bytes``), not ``batch_size``."""
         self._buffer_since: float | None = None
         self._next_read = 0.0
         """While lingering, no read before this: see ``_LINGER_READS``."""
         self._topped_up = False
         """Whether the buffer was read once more since a flush began."""
+        self._read_ahead = False
+        """Whether the outbox was read (without blocking) since the last batch's settle scripts
+        were queued: once, to find the next batch to post alongside them."""
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
         # (stream, id) of every entry in the buffer or a batch, kept as they come and go: a read
         # checks against it, and building it from them for every read cost a lingering loop
@@ -361,6 +400,9 @@ class Delivery:
         self._reports: list[Report] = []
         self.stalled: str | None = None
         """Why delivery is stalled (a 401/403/404), for operators; ``None`` when it is not."""
+        self.blocked = False
+        """Stalled by what only an operator fixes (a token, a URL, a certificate, a proxy): the
+        queued events wait ``stall_delay`` between tries, and a flush can only time out."""
 
     # -- the loop's questions -----------------------------------------------------------------
 
@@ -374,6 +416,13 @@ class Delivery:
     def _choose(self, now: float) -> DeliveryEffect:
         s = self.settings
         if self._work:
+            if s.settle_alongside and all(isinstance(w, SettleScript) for w in self._work):
+                ahead = self._ahead(now)
+                if ahead is not None:
+                    return ahead
+                settles = tuple(w for w in self._work if isinstance(w, SettleScript))
+                self._work, self._read_ahead = [], False
+                return SettleScripts(settles)  # the next batch cannot go yet: settle now
             return self._work.pop(0)
         if self._live:
             liveness = self._liveness(now)
@@ -406,6 +455,36 @@ class Delivery:
         return ReadOutbox(
             count=s.batch_size, block=s.flush_block if self.flushing else s.read_block
         )
+
+    def _ahead(self, now: float) -> DeliveryEffect | None:
+        """With settle scripts queued: the next batch's post, carrying them (they run while it is
+        in flight), or what it needs first without waiting (a read, a request from the budget);
+        ``None`` when it cannot go yet: the scripts then run alone, never held back."""
+        s = self.settings
+        if self._batches:  # a split or a retry: its claim is refreshed before it goes again
+            return None
+        if self._buffer:
+            assert self._buffer_since is not None
+            full = len(self._buffer) >= s.batch_size or self._buffer_bytes >= s.batch_bytes
+            due = now >= self._buffer_since + s.linger and not self.flushing
+            if full or self._topped_up or due:
+                return self._alongside(now)
+        if self._read_ahead:
+            return None
+        self._read_ahead = True
+        if self.flushing:
+            self._topped_up = True  # a flush posts what this read finds, in one batch
+        return ReadOutbox(count=s.batch_size - len(self._buffer), block=0.0)
+
+    def _alongside(self, now: float) -> DeliveryEffect | None:
+        """The next batch with the settle scripts, once the budget lets it go; a request taken
+        from the budget first; ``None`` when the budget makes it wait."""
+        gate = self._gate(now, reading=False)
+        if gate is None:
+            settles = tuple(w for w in self._work if isinstance(w, SettleScript))
+            self._work, self._read_ahead = [], False
+            return PostAndSettle(post=self._start_batch(), settles=settles)
+        return gate if isinstance(gate, TakeRequest) else None
 
     def _liveness(self, now: float) -> DeliveryEffect | None:
         """Beat, then survey the group and take what dead instances hold: before any batch, so
@@ -449,10 +528,10 @@ class Delivery:
 
     def _start_batch(self) -> PostBatch:
         """A batch of the oldest buffered entries, as many as ``batch_bytes`` of body holds (and
-        ``batch_size`` without a budget: requests are only scarce with one)."""
+        ``batch_size`` unless the budget made it wait: requests are only scarce then)."""
         self._topped_up = False
         room = self.settings.batch_bytes - _BODY_OVERHEAD
-        most = len(self._buffer) if self._budgeted else self.settings.batch_size
+        most = len(self._buffer) if self._waited else self.settings.batch_size
         taken = 0
         for entry in self._buffer[:most]:
             room -= len(entry.item) + 1
@@ -518,9 +597,12 @@ class Delivery:
         if wait is None:
             self.rejected_entries += 1
         self._granted_at = now + (wait or 0.0)
+        self._waited = bool(wait)
 
     def _listed(self, outcome: ConsumersListed) -> None:
-        self._surveyed, rejected = _liveness.consumers_of(outcome.listing, self.settings.consumer)
+        self._surveyed, rejected = _liveness.consumers_of(
+            outcome.listing, self.settings.consumer, self.settings.shards
+        )
         self.rejected_entries += rejected
         check = _liveness.check(self._surveyed)
         if check is not None:
@@ -548,13 +630,17 @@ class Delivery:
         malformed: list[tuple[str, str]] = []
         too_large: list[OutboxEntry] = []
         held = self._held_keys
+        names: dict[object, str | None] = {}  # each stream's name decoded once a read
         for stream, entry_id, fields in outcome.entries:
-            if (text_of(stream), text_of(entry_id)) in held:  # held as text, answered as bytes
+            stream_s = names.get(stream, _UNSEEN) if type(stream) is bytes else text_of(stream)
+            if stream_s is _UNSEEN:
+                stream_s = names[stream] = text_of(stream)
+            id_s = text_of(entry_id)
+            if (stream_s, id_s) in held:  # held as text, answered as bytes
                 continue  # claimed back while this loop still holds it: it is here already
-            entry = _entry(stream, entry_id, fields)
+            entry = _entry(stream_s, id_s, fields, self._streams)
             if entry is None:
-                stream_s, id_s = text_of(stream), text_of(entry_id)
-                if stream_s in _SHARD_OF_STREAM and id_s is not None:
+                if stream_s in self._streams and id_s is not None:
                     malformed.append((stream_s, id_s))  # removed, so it is not read again
                 self.rejected_entries += 1
                 continue
@@ -580,7 +666,7 @@ class Delivery:
         status = outcome.status
         if 200 <= status < 300:
             self._batches.pop(0)
-            self.stalled = None
+            self.stalled, self.blocked = None, False
             self.delivered += len(batch.entries)
             self._settle(batch.entries, "acknowledge")
         elif status == 422 and _only_early(outcome.body):
@@ -616,12 +702,13 @@ class Delivery:
         else:
             # 401, 403, 404, a redirect, 405...: a token or URL mistake, not the events' fault.
             self.stalled = f"Polar answered {status}: check the access token and server URL"
+            self.blocked = True
             batch.not_before = now + self.settings.stall_delay
             batch.refreshed = False
 
     def _failed(self, outcome: BatchFailed, now: float) -> None:
         if outcome.stalls:
-            self.stalled = outcome.reason
+            self.stalled, self.blocked = outcome.reason, True
             self._batches[0].not_before = now + self.settings.stall_delay
             self._batches[0].refreshed = False
         elif outcome.maybe_sent:
@@ -654,7 +741,8 @@ class Delivery:
         self, script: str, stream: str, ids: list[str], entries: Sequence[OutboxEntry]
     ) -> SettleScript:
         namespace = self.settings.channel_namespace
-        return _settle_call(script, stream, ids, entries, self._wall_us, namespace)
+        shard = self._streams[stream]
+        return _settle_call(script, stream, shard, ids, entries, self._wall_us, namespace)
 
     def _backoff(self, attempt: int) -> float:
         s = self.settings
@@ -680,13 +768,13 @@ class Delivery:
 def _settle_call(
     script: str,
     stream: str,
+    shard: int,
     ids: list[str],
     entries: Sequence[OutboxEntry],
     wall_us: int,
     namespace: str,
 ) -> SettleScript:
-    """The ``acknowledge``/``confirm`` call for entries of one stream."""
-    shard = _SHARD_OF_STREAM[stream]
+    """The ``acknowledge``/``confirm`` call for entries of one stream (of that shard)."""
     fields: dict[str, list[str]] = {}
     for entry in entries:
         for state in entry.states:
@@ -713,8 +801,10 @@ def nothing_done(action: DeliveryEffect) -> DeliveryInput:
         return Reclaimed(action.stream, '{"e":[],"d":[]}')
     if isinstance(action, TakeRequest):
         return BudgetAnswered(0)
-    if isinstance(action, SettleScript):
+    if isinstance(action, SettleScript | SettleScripts):
         return Settled(None)
+    if isinstance(action, PostBatch | PostAndSettle):
+        return BatchFailed("the instance closed", maybe_sent=True)
     return Done()
 
 
@@ -746,17 +836,18 @@ def _by_stream(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
 
 
 _BODY_OVERHEAD = len(b'{"events":[]}')
+_UNSEEN = ""  # not a stream's name: a stream not decoded yet in this read
 
 
 def _body(entries: Sequence[OutboxEntry]) -> bytes:
     return b'{"events":[' + b",".join(e.item for e in entries) + b"]}"
 
 
-def _field(fields: Mapping[Any, Any], name: str) -> bytes | None:
+def _field(fields: Mapping[Any, Any], name: bytes) -> bytes | None:
     """One field of an entry as bytes, whether the client decodes replies or not."""
-    value = fields.get(name.encode())
+    value = fields.get(name)
     if value is None:
-        value = fields.get(name)
+        value = fields.get(name.decode())
     if isinstance(value, str):
         return value.encode()
     return value if isinstance(value, bytes) else None
@@ -773,15 +864,19 @@ def _states(text: bytes) -> tuple[str, ...] | None:
     return tuple(state_list)
 
 
-def _entry(stream: object, entry_id: object, fields: Mapping[Any, Any]) -> OutboxEntry | None:
-    """An outbox entry, or ``None`` when it is unreadable. The event is kept as the bytes track()
-    stored, to be joined into bodies as they are: it is not parsed here (the cost of delivery
-    was mostly that), only checked to be one JSON object's text; one that is not valid JSON
-    inside gets a 400 or 422 from Polar, which bisection narrows down to it."""
-    stream_s, id_s = text_of(stream), text_of(entry_id)
-    if stream_s not in _SHARD_OF_STREAM or id_s is None:
+def _entry(
+    stream_s: str | None, id_s: str | None, fields: Mapping[Any, Any], streams: dict[str, int]
+) -> OutboxEntry | None:
+    """An outbox entry (its stream and id decoded), or ``None`` when it is unreadable. The event
+    is kept as the bytes track() stored, to be joined into bodies as they are: it is not parsed
+    here (the cost of delivery was mostly that), only checked to be one JSON object's text; one
+    that is not valid JSON inside gets a 400 or 422 from Polar, which bisection narrows down to
+    it."""
+    if stream_s not in streams or id_s is None:
         return None
-    item, field, states = _field(fields, "e"), _field(fields, "f"), _field(fields, "k")
+    item, field, states = fields.get(b"e"), fields.get(b"f"), fields.get(b"k")
+    if type(item) is not bytes or type(field) is not bytes or type(states) is not bytes:
+        item, field, states = _field(fields, b"e"), _field(fields, b"f"), _field(fields, b"k")
     if item is None or field is None or states is None:
         return None
     field_s, state_keys = text_of(field), _states(states)
@@ -789,7 +884,7 @@ def _entry(stream: object, entry_id: object, fields: Mapping[Any, Any]) -> Outbo
         return None
     if not (item.startswith(b"{") and item.endswith(b"}")):
         return None
-    return OutboxEntry(stream=stream_s, id=id_s, item=item, field=field_s, states=state_keys)
+    return OutboxEntry(stream_s, id_s, item, field_s, state_keys)
 
 
 def _details(body: bytes) -> list[Any]:

@@ -1,4 +1,4 @@
-"""How far an event has got when ``track()`` returns (D15: an opt-in durability setting).
+"""How far an event has got when ``track()`` returns: an opt-in durability setting.
 
 Redis replicates asynchronously: a primary acknowledges a write before any replica has it, and a
 fail-over in between loses the write. ``"primary"`` (the default) returns once the primary ran the

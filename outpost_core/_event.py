@@ -1,7 +1,8 @@
 """Validation of ``track()`` input, before anything is written.
 
 Whatever Polar's ingestion API would refuse with a 422 is refused here with :class:`InvalidEvent`,
-so an event that ``track()`` accepted is one Polar will store (polar-side.md §5).
+so an event that ``track()`` accepted is one Polar will store (its rules: docs/emulator.md,
+"Ingestion").
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -22,6 +24,12 @@ from .errors import InvalidEvent
 MAX_NAME = 128
 MAX_STRING_VALUE = 500
 MAX_EVENT_ID = 256
+MAX_CUSTOMER_ID = 256
+"""Outpost's own bound on an external customer id (Polar sets none): every id is held in
+memory and in Redis keys, so an end user cannot make one megabytes long."""
+COST_MAX_DIGITS = 17
+COST_DECIMAL_PLACES = 12
+"""Polar stores ``_cost.amount`` as ``Decimal(max_digits=17, decimal_places=12)``."""
 UUID_PATTERN = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
 _INT_RANGE = 2**63
 
@@ -56,7 +64,12 @@ def customer_of(external_customer_id: object, customer_id: object) -> Customer:
     if (external_customer_id is None) == (customer_id is None):
         raise InvalidEvent("pass exactly one of external_customer_id and customer_id")
     if external_customer_id is not None:
-        return Customer("external", _text(external_customer_id, "external_customer_id"))
+        text = _text(external_customer_id, "external_customer_id")
+        if len(text) > MAX_CUSTOMER_ID:
+            raise InvalidEvent(
+                f"external_customer_id is at most {MAX_CUSTOMER_ID} characters ({len(text)} given)"
+            )
+        return Customer("external", text)
     text = _text(customer_id, "customer_id")
     if not UUID_PATTERN.fullmatch(text):
         raise InvalidEvent(f"customer_id must be a Polar customer UUID, got {text!r}")
@@ -100,12 +113,18 @@ def build_event(
         raise InvalidEvent(f"name must be a non-empty string, got {name!r}")
     if len(name) > MAX_NAME:
         raise InvalidEvent(f"name is at most {MAX_NAME} characters ({len(name)} given)")
-    if not event_id or len(event_id) > MAX_EVENT_ID:
-        raise InvalidEvent(f"event_id must be 1 to {MAX_EVENT_ID} characters")
+    _encodable(name, "name")
+    check_event_id(event_id)
     clean = _metadata(metadata)  # only JSON scalars and Polar's two objects: it serialises
     return TrackedEvent(
         event_id=event_id, name=name, customer=customer, timestamp_us=timestamp_us, metadata=clean
     )
+
+
+def check_event_id(event_id: str) -> None:
+    if not event_id or len(event_id) > MAX_EVENT_ID:
+        raise InvalidEvent(f"event_id must be 1 to {MAX_EVENT_ID} characters")
+    _encodable(event_id, "event_id")
 
 
 def _text(value: object, field: str) -> str:
@@ -177,7 +196,24 @@ def _cost(value: object) -> dict[str, Any]:
     obj = _object(value, "metadata['_cost']", {"amount", "currency"}, set())
     if obj["currency"] != "usd":
         raise InvalidEvent("metadata['_cost'].currency must be 'usd'")
-    return {"amount": _number(obj["amount"], "metadata['_cost'].amount"), "currency": "usd"}
+    where = "metadata['_cost'].amount"
+    amount = _number(obj["amount"], where)
+    _decimal_fits(amount, where)
+    return {"amount": amount, "currency": "usd"}
+
+
+def _decimal_fits(value: int | float, where: str) -> None:
+    """Refuse what Polar's decimal column cannot hold: more than 17 digits in all, more than 12
+    after the point (a float is read as its shortest repr, as JSON writes it)."""
+    _, digit_tuple, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)  # finite: _number refused the rest
+    decimals = max(0, -exponent)
+    digits = len(digit_tuple) + exponent if exponent >= 0 else max(len(digit_tuple), decimals)
+    if digits > COST_MAX_DIGITS or decimals > COST_DECIMAL_PLACES:
+        raise InvalidEvent(
+            f"{where} must have at most {COST_MAX_DIGITS} digits, {COST_DECIMAL_PLACES} of them "
+            f"after the point (Polar's decimal), got {value!r}"
+        )
 
 
 _LLM_INTS = {"input_tokens", "output_tokens", "total_tokens"}
@@ -209,9 +245,12 @@ def _text_value(value: object, where: str) -> str:
 
 
 def _encodable(value: str, where: str) -> str:
-    """``value``, if UTF-8 can carry it (a lone surrogate cannot: Redis would never see it)."""
+    """``value``, if UTF-8 can carry it (a lone surrogate cannot: Redis would never see it) and
+    Polar stores it (it refuses a NUL character anywhere, keys included)."""
     try:
         value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidEvent(f"{where} is not valid Unicode text: {exc}") from exc
+    except UnicodeEncodeError:
+        raise InvalidEvent(f"{where} is not valid Unicode text (a lone surrogate)") from None
+    if "\x00" in value:
+        raise InvalidEvent(f"{where} holds a NUL character, which Polar refuses")
     return value

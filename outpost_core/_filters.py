@@ -2,8 +2,9 @@
 
 Polar's real-time rollup matches events in Python (``Filter.matches``); its Postgres sync, billing
 and meter reads match in SQL, which differs in a few type-mixing cases. This module follows the
-Python semantics, as decisions.md D7 says; ``_sql_filters`` follows the SQL ones, and an event
-counts locally if either counts it (D12). docs/emulator.md lists every difference with an example.
+Python semantics, as the rollup does; ``_sql_filters`` follows the SQL ones, and an event counts
+locally if either counts it (docs/design.md). docs/emulator.md lists every difference with an
+example.
 
 The rules, in order:
 - an empty ``and`` and an empty ``or`` both match;

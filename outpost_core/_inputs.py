@@ -10,7 +10,8 @@ import attrs
 
 @attrs.frozen(slots=True)
 class ConfigurationReceived:
-    """Polar's configuration payload arrived (WebSocket) or was read from the Redis cache."""
+    """Polar's configuration payload arrived (WebSocket) or was read from the Redis cache (then
+    ``payload`` may be the cached JSON text, bytes or str, which the core parses)."""
 
     payload: object
     from_cache: bool = False

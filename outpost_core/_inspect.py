@@ -21,7 +21,8 @@ from ._aggregate import Aggregate, parse_number
 from ._balance import compute_balance
 from ._configuration import Reducer
 from ._keys import Customer, bucket_key
-from ._mirror import derive_state
+from ._mirror import derive_state, parse_hold
+from ._peer import decimal_int
 from ._time import from_us
 
 TOLERANCE = 1e-9
@@ -43,7 +44,7 @@ def events_keys(state_key: str, state_fields: Mapping[str, str]) -> list[str]:
     """The events hashes of an identity, oldest bucket first: one per ``a:<bucket>`` field of its
     state hash, which is the index of the buckets that hold pending events."""
     buckets = [name[2:] for name in state_fields if name.startswith("a:")]
-    starts = sorted(int(b) for b in buckets if b.isascii() and b.isdigit())
+    starts = sorted(s for s in map(decimal_int, buckets) if s is not None and s >= 0)
     return [bucket_key(state_key, start) for start in starts]
 
 
@@ -56,13 +57,12 @@ def parse_events(fields: Mapping[str, str]) -> tuple[list[PendingEvent], list[st
         bucket, _, event_id = name.partition(":")
         value_text, _, acked_text = text.partition(" ")
         value = parse_number(value_text)
-        acked = int(acked_text) if acked_text.isascii() and acked_text.isdigit() else None
-        readable = bucket.isascii() and bucket.isdigit() and event_id and value is not None
-        if not readable or (acked_text and acked is None):
+        acked = decimal_int(acked_text) if acked_text[:1] != "-" else None
+        start = decimal_int(bucket) if bucket[:1] != "-" else None
+        if start is None or not event_id or value is None or (acked_text and acked is None):
             problems.append(f"{name}={text!r}")
             continue
-        assert value is not None
-        events.append(PendingEvent(event_id, int(bucket), value, acked))
+        events.append(PendingEvent(event_id, start, value, acked))
     events.sort(key=lambda e: (e.bucket_us, e.event_id))
     return events, problems
 
@@ -80,13 +80,14 @@ def inspection(
     """The report, as JSON-ready data (``--json`` prints it as is)."""
     func = reducer.aggregation.func
     state = derive_state(state_fields)
-    balance = compute_balance(meter_id, customer, func, state)
+    balance = compute_balance(meter_id, customer, func, state, now_us=now_us)
     events, problems = parse_events(event_fields)
     buckets = []
     for name, text in sorted(state_fields.items()):
         aggregate = Aggregate.decode(text) if name.startswith("a:") else None
-        if aggregate is not None and name[2:].isdigit():
-            buckets.append({"start": _iso(int(name[2:])), **_aggregate(aggregate)})
+        start = decimal_int(name[2:]) if aggregate is not None else None
+        if aggregate is not None and start is not None and start >= 0:
+            buckets.append({"start": _iso(start), **_aggregate(aggregate)})
     local = {
         "balance": balance.balance,
         "credited": balance.credited,
@@ -99,7 +100,23 @@ def inspection(
         "snapshot_id": state.snapshot_id,
         "snapshot_age_s": None if state.as_of is None else (now_us - state.as_of) / 1e6,
         "revision": state.revision,
+        "held": balance.held,
+        "available": balance.available,
     }
+    holds = []
+    for name, text in sorted(state_fields.items()):
+        hold = parse_hold(text) if name.startswith("h:") else None
+        if hold is not None:
+            units, expires = hold
+            holds.append(
+                {
+                    "hold_id": name[2:],
+                    "units": units,
+                    "expires": _iso(expires),
+                    "expires_in_s": (expires - now_us) / 1e6,
+                    "expired": expires <= now_us,
+                }
+            )
     pending = [
         {
             "event_id": e.event_id,
@@ -128,6 +145,7 @@ def inspection(
         "local": local,
         "buckets": buckets,
         "pending_events": pending,
+        "holds": holds,
         "unreadable_fields": problems + list(state.problems),
         "polar": polar,
         "difference": explain(func, balance.consumed, balance.credited, events, polar),
@@ -214,4 +232,7 @@ def _number(value: object) -> float | None:
 
 
 def _iso(us: int) -> str:
-    return from_us(us).isoformat()
+    try:
+        return from_us(us).isoformat()
+    except (OverflowError, ValueError):  # a bucket start past year 9999: garbage in Redis
+        return str(us)

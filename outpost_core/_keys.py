@@ -2,8 +2,10 @@
 
 Every key of one customer carries the same hash tag, ``{<shard>}``, so one script can touch all of a
 customer's reducers and its outbox stream, and the layout works on Redis Cluster unchanged. The
-shard (CRC-32 of the identity, modulo 16) rather than the customer itself is the tag so that the
-outbox is 16 streams that every instance can read, instead of one stream per customer.
+shard (CRC-32 of the identity, modulo the deployment's shard count) rather than the customer itself
+is the tag so that the outbox is one stream per shard that every instance can read, instead of one
+stream per customer. The count is the deployment's, chosen once and stored in Redis
+(:data:`SHARDS_KEY`, ``_shards.py``); 16 unless the operator chose another.
 
 External ids are arbitrary strings. They are percent-encoded where they could break the layout
 (``%``, ``:``, ``{``, ``}``, whitespace and unprintable characters) and kept as they are otherwise,
@@ -20,8 +22,11 @@ import attrs
 
 VERSION = 2
 PREFIX = f"outpost:v{VERSION}:"
-SHARDS = 16
-_TAGS = tuple(f"{PREFIX}{{{shard}}}:" for shard in range(SHARDS))  # built once: on every track()
+DEFAULT_SHARDS = 16
+"""The shard count of a deployment that never chose one (every deployment before it could)."""
+MAX_SHARDS = 1024
+"""The most shards a deployment may have: every loop reads, surveys and subscribes to each."""
+_TAGS = tuple(f"{PREFIX}{{{shard}}}:" for shard in range(MAX_SHARDS))  # built once: every track()
 CONFIGURATION_KEY = f"{PREFIX}configuration"
 
 CustomerKind = Literal["external", "customer"]
@@ -36,12 +41,8 @@ class Customer:
 
     @property
     def tag(self) -> str:
-        """``external:<id>`` or ``customer:<id>``, the design document's identity prefix."""
+        """``external:<id>`` (the merchant's id) or ``customer:<id>`` (Polar's id)."""
         return f"{self.kind}:{self.id}"
-
-    @property
-    def shard(self) -> int:
-        return _shard(self.kind, self.id)
 
     def wire(self) -> dict[str, str]:
         """The identity field of Polar's API: ``external_customer_id`` or ``customer_id``."""
@@ -63,24 +64,31 @@ def encode_component(text: str) -> str:
     return "".join(out)
 
 
-@functools.lru_cache(maxsize=65536)  # keys are built on every track(): cache the hot customers
-def _shard(kind: str, id: str) -> int:
-    return zlib.crc32(f"{kind}:{id}".encode()) % SHARDS
+# Keys are built on every track(): cache the hot customers, as many as a process follows by
+# default (a bigger cache would hold more memory than the copies themselves).
+@functools.lru_cache(maxsize=16384)
+def _shard(kind: str, id: str, shards: int) -> int:
+    return zlib.crc32(f"{kind}:{id}".encode()) % shards
+
+
+def shard_of(customer: Customer, shards: int = DEFAULT_SHARDS) -> int:
+    """The customer's shard among the deployment's ``shards``."""
+    return _shard(customer.kind, customer.id, shards)
 
 
 def tag_of(shard: int) -> str:
-    """The hash tag of a shard (0 .. SHARDS - 1)."""
+    """The hash tag of a shard (0 .. MAX_SHARDS - 1): the same for every count that has it."""
     return _TAGS[shard]
 
 
-def customer_prefix(customer: Customer) -> str:
-    return f"{tag_of(customer.shard)}{customer.kind}:{encode_component(customer.id)}"
+def customer_prefix(customer: Customer, shards: int = DEFAULT_SHARDS) -> str:
+    return f"{tag_of(shard_of(customer, shards))}{customer.kind}:{encode_component(customer.id)}"
 
 
-@functools.lru_cache(maxsize=65536)
-def state_key(customer: Customer, reducer_id: str) -> str:
+@functools.lru_cache(maxsize=16384)
+def state_key(customer: Customer, reducer_id: str, shards: int = DEFAULT_SHARDS) -> str:
     """The hash of one identity: revision, Polar's totals, ``cold_until``, local aggregates."""
-    return f"{customer_prefix(customer)}:{encode_component(reducer_id)}"
+    return f"{customer_prefix(customer, shards)}:{encode_component(reducer_id)}"
 
 
 def bucket_key(state: str, bucket: int | str) -> str:
@@ -105,8 +113,16 @@ def channel(shard: int, namespace: str = "") -> str:
     return f"{tag_of(shard)}changes{suffix}"
 
 
-def all_channels(namespace: str = "") -> tuple[str, ...]:
-    return tuple(channel(shard, namespace) for shard in range(SHARDS))
+@functools.cache  # a few (namespace, count) pairs per process
+def all_channels(namespace: str = "", shards: int = DEFAULT_SHARDS) -> tuple[str, ...]:
+    """Every shard's channel, in shard order."""
+    return tuple(channel(shard, namespace) for shard in range(shards))
+
+
+@functools.cache
+def shard_of_channel(namespace: str, shards: int) -> dict[str, int]:
+    """Each of the deployment's channels and its shard (a channel not there is none of ours)."""
+    return {name: shard for shard, name in enumerate(all_channels(namespace, shards))}
 
 
 def namespace_of_database(db: int) -> str:
@@ -131,5 +147,20 @@ def heartbeat_key(consumer: str) -> str:
 BUDGET_KEY = f"{FLEET_TAG}budget"
 """The request budget for Polar's API shared by every instance (a token bucket)."""
 
-ALL_CHANNELS = all_channels()
-ALL_OUTBOXES = tuple(outbox_key(shard) for shard in range(SHARDS))
+SHARDS_KEY = f"{FLEET_TAG}shards"
+"""The deployment's shard count, in decimal: written once, by the first instance that finds it
+missing or by the operator (``outpost shards``); an instance configured with another refuses to
+start."""
+
+
+@functools.cache
+def all_outboxes(shards: int = DEFAULT_SHARDS) -> tuple[str, ...]:
+    """Every shard's outbox stream, in shard order."""
+    return tuple(outbox_key(shard) for shard in range(shards))
+
+
+@functools.cache
+def shard_of_stream(shards: int) -> dict[str, int]:
+    """Each of the deployment's outbox streams and its shard (a stream not there is none of
+    ours)."""
+    return {stream: shard for shard, stream in enumerate(all_outboxes(shards))}

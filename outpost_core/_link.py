@@ -30,6 +30,7 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from ._backoff import backoff
+from ._peer import Unreadable, peer_json, printable
 from ._random import Random
 from .errors import UsageError
 
@@ -101,6 +102,9 @@ class Link:
         self._rejection: tuple[int, bytearray] | None = None
         self.refused: str | None = None
         """Why Polar refused the upgrade (a bad token), for operators."""
+        self.refused_status: int | None = None
+        """The HTTP status of the last refused upgrade (404: Polar serves no ``/v1/outpost/``,
+        only its public API)."""
         self.connections = 0
         self.peer_errors = 0
 
@@ -121,6 +125,8 @@ class Link:
         return False
 
     def opened(self, now: float) -> None:
+        if self.state is LinkState.CLOSED:
+            return  # closed while the driver was connecting: it drops the connection
         if self.state is not LinkState.CONNECTING:
             raise UsageError(f"opened() while {self.state.value}")
         self._ws = WSConnection(ConnectionType.CLIENT)
@@ -224,6 +230,7 @@ class Link:
         assert self._rejection is not None
         status, body = self._rejection
         self._rejection = None
+        self.refused_status = status
         self.refused = f"Polar refused the WebSocket with HTTP {status}{_detail(bytes(body))}"
         self._drop(now, self.refused, refused=status in (401, 403))
 
@@ -286,19 +293,19 @@ def _detail(body: bytes) -> str:
     """Polar's reason, from an error body (``{"detail": ...}`` or text), as a suffix."""
     text = body.decode("utf-8", "replace").strip()
     try:
-        parsed = json.loads(text)
-    except ValueError:
+        parsed = peer_json(text)
+    except Unreadable:
         parsed = text
     if isinstance(parsed, Mapping) and "detail" in parsed:
         parsed = parsed["detail"]
     detail = parsed if isinstance(parsed, str) else json.dumps(parsed)
-    return f": {detail[:200]}" if detail else ""
+    return f": {printable(detail[:200])}" if detail else ""  # it reaches logs and the status
 
 
 def _decode(text: str) -> object:
     try:
-        return json.loads(text)
-    except ValueError:
+        return peer_json(text)
+    except Unreadable:
         return _Unreadable(text[:200])
 
 

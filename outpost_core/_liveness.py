@@ -1,4 +1,4 @@
-"""Which outbox consumers are dead, and what a live instance takes from them (D14).
+"""Which outbox consumers are dead, and what a live instance takes from them.
 
 Every instance keeps a heartbeat key (``outpost:v2:{fleet}:alive:<consumer>``) that its delivery
 loop refreshes every quarter of ``heartbeat`` seconds with a time to live of ``heartbeat``. A
@@ -103,15 +103,18 @@ def beat(consumer: str, heartbeat: float) -> Beat:
     return Beat(_keys.heartbeat_key(consumer), max(1, round(heartbeat * 1000)))
 
 
-def consumers_of(listing: Sequence[tuple[str, Any]], me: str) -> tuple[dict[str, set[str]], int]:
+def consumers_of(
+    listing: Sequence[tuple[str, Any]], me: str, shards: int
+) -> tuple[dict[str, set[str]], int]:
     """Every other consumer of each outbox stream, and how many listed items were unreadable."""
     out: dict[str, set[str]] = {}
     rejected = 0
+    outboxes = _keys.shard_of_stream(shards)
     for stream, reply in listing:
         for item in reply if isinstance(reply, list) else [reply]:
             raw = item.get("name", item.get(b"name")) if isinstance(item, Mapping) else None
             name = text_of(raw)
-            if name is None or stream not in _keys.ALL_OUTBOXES:
+            if name is None or stream not in outboxes:
                 rejected += 1
             elif name != me:
                 out.setdefault(stream, set()).add(name)
@@ -178,10 +181,10 @@ def taken_entries(
     return out, len(removed)
 
 
-def hand_back(consumer: str) -> list[ForgetHeartbeat | Reclaim]:
+def hand_back(consumer: str, shards: int) -> list[ForgetHeartbeat | Reclaim]:
     """What a closing instance runs after its loops stopped: its heartbeat goes, so others take
     what it still holds at their next survey, and it leaves every group where it holds nothing."""
     return [
         ForgetHeartbeat(_keys.heartbeat_key(consumer)),
-        *(Reclaim(stream, "", 0, (consumer,)) for stream in _keys.ALL_OUTBOXES),
+        *(Reclaim(stream, "", 0, (consumer,)) for stream in _keys.all_outboxes(shards)),
     ]

@@ -23,6 +23,8 @@ import attrs
 from ._aggregate import EMPTY, Aggregate, parse_number
 from ._changes import Change
 from ._keys import Customer
+from ._peer import decimal_int
+from ._time import MAX_US
 
 
 class Offer(enum.Enum):
@@ -46,6 +48,9 @@ class IdentityState:
     pending: int
     undelivered: int
     problems: tuple[str, ...]
+    holds: tuple[tuple[float, int], ...] = ()
+    """The open reservations' holds: (units, expires at µs), expired ones included (a read
+    counts those whose expiry is after its clock)."""
 
 
 class Mirror:
@@ -163,12 +168,8 @@ class Mirror:
         return self._state
 
 
-def _int(text: str | None) -> int | None:
-    """A decimal integer as the scripts write it (no signs other than '-', no '_', ASCII)."""
-    if text is None or not text.isascii():
-        return None
-    digits = text[1:] if text.startswith("-") else text
-    return int(text) if digits.isdigit() else None
+_int = decimal_int
+_TIMES = ("cu", "sa")
 
 
 def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityState:
@@ -178,9 +179,16 @@ def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityS
     problems: list[str] = []
     local = EMPTY
     credits: dict[str, float] = {}
+    holds: list[tuple[float, int]] = []
     polar = EMPTY
     for name, text in fields.items():
-        if name.startswith("a:"):
+        if name.startswith("h:"):
+            hold = parse_hold(text)
+            if hold is None:
+                problems.append(f"{name}={text!r}")
+            else:
+                holds.append(hold)
+        elif name.startswith("a:"):
             agg = Aggregate.decode(text)
             if agg is None or _int(name[2:]) is None:
                 problems.append(f"{name}={text!r}")
@@ -201,6 +209,8 @@ def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityS
     counters: dict[str, int] = {}
     for name in ("rev", "cu", "sa", "n", "u"):
         value = _int(fields.get(name))
+        if name in _TIMES and value is not None and value > MAX_US:
+            value = None  # no datetime holds it: a peer's garbage
         if name in fields and value is None:
             problems.append(f"{name}={fields[name]!r}")
         counters[name] = value if value is not None else -1
@@ -215,4 +225,14 @@ def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityS
         pending=max(counters["n"], 0),
         undelivered=max(counters["u"], 0),
         problems=tuple(problems),
+        holds=tuple(holds),
     )
+
+
+def parse_hold(text: str) -> tuple[float, int] | None:
+    """A hold's field value as the scripts write it, ``"<units> <expires at µs>"``."""
+    units, _, expires = text.partition(" ")
+    value, at = parse_number(units), _int(expires)
+    if value is None or at is None or value < 0:
+        return None
+    return (value, at)

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 import attrs
 
+from ._redact import cleartext_token_warning, redact_url
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SERVER_URL = "https://api.polar.sh"
 ACCESS_TOKEN_VARIABLE = "POLAR_ACCESS_TOKEN"
@@ -23,12 +25,12 @@ argument."""
 
 @attrs.frozen(slots=True, kw_only=True)
 class ConnectionOptions:
-    access_token: str | None
+    access_token: str | None = attrs.field(repr=False)
     """``None``: no token anywhere, so no WebSocket, no delivery and no telemetry."""
-    redis_url: str
-    server_url: str
+    redis_url: str = attrs.field(repr=redact_url)
+    server_url: str = attrs.field(repr=redact_url)
     telemetry: bool
-    telemetry_url: str
+    telemetry_url: str = attrs.field(repr=redact_url)
     """Where telemetry is relayed: Polar's API unless given."""
 
     @classmethod
@@ -51,6 +53,15 @@ class ConnectionOptions:
             telemetry=telemetry and environ.get(TELEMETRY_VARIABLE, "1") != "0",
             telemetry_url=telemetry_url or server_url,
         )
+
+    def cleartext_warnings(self) -> list[str]:
+        """What to warn about once: the token sent over plain ``http://`` to another machine."""
+        if not self.access_token:
+            return []
+        found = [cleartext_token_warning(self.server_url, "server URL")]
+        if self.telemetry and self.telemetry_url != self.server_url:
+            found.append(cleartext_token_warning(self.telemetry_url, "telemetry URL"))
+        return [w for w in found if w]
 
 
 def cluster_node_url(url: str) -> str | None:

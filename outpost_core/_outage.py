@@ -28,6 +28,8 @@ class Report:
 class Outage:
     what: str
     """What the loop does, for the log lines ("the subscriber", "delivery 0")."""
+    peer: str = "Redis"
+    """Who does not answer ("Polar" for the WebSocket)."""
     base: float = 0.05
     cap: float = 5.0
     reminder: float = 60.0
@@ -46,14 +48,13 @@ class Outage:
         if self.failures == 1:
             self.since = self.reminded_at = now
             return delay, Report(
-                logging.WARNING, f"outpost: Redis unreachable for {self.what}: {error}"
+                logging.WARNING, f"outpost: {self.peer} unreachable for {self.what}: {error}"
             )
         if now - self.reminded_at >= self.reminder:
             self.reminded_at = now
             seconds = now - self.since
-            text = (
-                f"outpost: Redis still unreachable for {self.what} after {seconds:.0f} s: {error}"
-            )
+            text = f"outpost: {self.peer} still unreachable for {self.what} after {seconds:.0f} s"
+            text += f": {error}"
             return delay, Report(logging.WARNING, text)
         return delay, None
 
@@ -62,7 +63,8 @@ class Outage:
         if not self.failures:
             return None
         seconds, self.failures, self.error = now - self.since, 0, None
-        return Report(logging.INFO, f"outpost: Redis is back for {self.what} after {seconds:.1f} s")
+        text = f"outpost: {self.peer} is back for {self.what} after {seconds:.1f} s"
+        return Report(logging.INFO, text)
 
     @property
     def down(self) -> bool:

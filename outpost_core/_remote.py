@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -9,10 +10,13 @@ from typing import Any, Protocol
 from . import _keys
 from ._aggregate import format_number
 from ._backoff import backoff
+from ._deadlines import Deadlines
 from ._effects import CloseConnection, Effect, ListPending, OpenConnection, RunScript, SendBytes
+from ._following import Pacer
 from ._keys import Customer
 from ._link import Link, LinkState, _Unreadable
 from ._observations import LinkChanged, Observation, SnapshotApplied
+from ._peer import decimal_int
 from ._random import Random
 from ._snapshots import (
     MAX_IDS_PER_QUESTION,
@@ -46,10 +50,16 @@ class SessionHooks(Protocol):
     def observe(self, observation: Observation) -> None: ...
     def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]: ...
     def aliases_changed(self, customer: Customer, aliases: tuple[Customer, ...]) -> None: ...
+    def recently_read(self) -> list[Customer]: ...
+    @property
+    def reload_rate(self) -> float: ...
     @property
     def pending_limit_us(self) -> int: ...
     @property
     def channel_namespace(self) -> str: ...
+    @property
+    def shards(self) -> int: ...
+    def shard_of(self, customer: Customer) -> int: ...
 
 
 class Remote:
@@ -72,6 +82,11 @@ class Remote:
         """Per customer, its other reference forms from its latest snapshot (kept across
         reconnects: they name the same customer)."""
         self._ids = itertools.count(1)
+        self._deadlines: Deadlines[Customer] = Deadlines()
+        """Each flow's next deadline (see :func:`_deadline`): a tick costs what is due."""
+        self._asks: collections.deque[Customer] = collections.deque()
+        """Customers read recently to ask again after a reconnect, at the pace below."""
+        self._pace = Pacer(session.reload_rate)
         self.wall_us = 0
         self.now = 0.0
         self.snapshots_applied = 0
@@ -88,33 +103,39 @@ class Remote:
             t = self.link.target
             timeout = self.link.settings.connect_timeout
             self._session.emit(OpenConnection(host=t.host, port=t.port, tls=t.tls, timeout=timeout))
-        for flow in self.flows.values():
-            if flow.step is not Step.IDLE:
-                if now - flow.since >= STEP_TIMEOUT:
-                    step = flow.step.value
-                    self._session.reject("stuck_flow", f"{flow.customer}: no answer while {step}")
-                    self._restart(flow)
-                continue
-            if flow.retry_at is not None:
-                if now >= flow.retry_at:
-                    flow.retry_at = None
-                    self._request(flow)
-                continue
-            unanswered = flow.request_id is not None and now - flow.requested_at >= REQUEST_TIMEOUT
-            if not flow.applied and (flow.request_id is None or unanswered):
-                self._request(flow)
+        for customer in self._deadlines.pop_due(now):
+            flow = self.flows[customer]  # (letting a customer go cancels its deadline)
+            self._due(flow, now)
+            self._schedule(flow)
+        if self._asks:
+            self._ask_paced()
         self._flush()
 
+    def _due(self, flow: CustomerFlow, now: float) -> None:
+        due = _deadline(flow)
+        if due is None or due > now:  # pragma: no cover - every change of a flow reschedules it
+            return
+        if flow.step is not Step.IDLE:
+            step = flow.step.value
+            self._session.reject("stuck_flow", f"{flow.customer}: no answer while {step}")
+            self._restart(flow)
+        elif flow.retry_at is not None:
+            flow.retry_at = None
+            self._request(flow)
+        else:
+            self._request(flow)  # unanswered
+
+    def _schedule(self, flow: CustomerFlow) -> None:
+        self._deadlines.set(flow.customer, _deadline(flow))
+
     def next_deadline(self) -> float | None:
-        """The earliest time :meth:`tick` has work: the link's, or a flow's."""
-        deadlines = [d for d in (self.link.next_deadline(),) if d is not None]
-        for flow in self.flows.values():
-            if flow.step is not Step.IDLE:
-                deadlines.append(flow.since + STEP_TIMEOUT)
-            elif flow.retry_at is not None:
-                deadlines.append(flow.retry_at)
-            elif not flow.applied and flow.request_id is not None:
-                deadlines.append(flow.requested_at + REQUEST_TIMEOUT)
+        """The earliest time :meth:`tick` has work: the link's, a flow's, or the next paced
+        request's."""
+        deadlines = [
+            d for d in (self.link.next_deadline(), self._deadlines.next()) if d is not None
+        ]
+        if self._asks:
+            deadlines.append(self._pace.next_at(self.now))
         return min(deadlines, default=None)
 
     def close(self) -> None:
@@ -162,17 +183,43 @@ class Remote:
             self._session.emit(SendBytes(data))
 
     def _on_open(self) -> None:
+        """Ask at once for the snapshots reads wait for; those of customers read within the
+        session's ``recent_window`` at the reload pace, most recent first; the others when they
+        are next read (until then Polar pushes nothing of them on this connection)."""
         self._session.observe(LinkChanged("open", None, self.link.connections))
         self.link.send({"type": "configuration"})
         for flow in self.flows.values():
             flow.reset()
-            self._request(flow)
+            if flow.applied:
+                flow.dormant = True
+            else:
+                self._request(flow)
+        self._asks = collections.deque(self._session.recently_read())
+        self._ask_paced()
+
+    def _ask_paced(self) -> None:
+        granted = self._pace.take(self.now, len(self._asks))
+        while granted and self._asks:
+            flow = self.flows.get(self._asks.popleft())
+            if flow is not None and flow.dormant:
+                self._wake(flow)
+                granted -= 1
+
+    def _wake(self, flow: CustomerFlow) -> None:
+        flow.dormant = False
+        self._request(flow)
+        self._flush()
 
     def _abandon(self) -> None:
-        for flow in self.flows.values():
+        for flow in list(self.flows.values()):
             flow.reset()
+            if flow.pushed:
+                self._let_go(flow)
+            else:
+                self._schedule(flow)
         self._tags.clear()
         self._questions.clear()
+        self._asks.clear()
 
     # -- customers ----------------------------------------------------------------------------
 
@@ -182,7 +229,22 @@ class Remote:
             flow = self.flows[customer] = CustomerFlow(customer)
             self._request(flow)
             self._flush()
+        elif flow.pushed:  # followed now: Polar pushes its snapshots only once asked
+            flow.pushed = False
+            self._request(flow)
+            self._flush()
+        elif flow.dormant:
+            self._wake(flow)  # read: ask now, whatever the pace
         return flow
+
+    def forget(self, customer: Customer) -> tuple[Customer, ...]:
+        """The session let ``customer`` go: drop its flow (what is in flight is ignored when it
+        answers), tell Polar to stop pushing its snapshots; return its aliases."""
+        self._abandon_flow(self.flows.pop(customer))  # (every customer followed has a flow)
+        self._deadlines.cancel(customer)
+        self.link.send({"type": "forget", "payload": customer.wire()})  # dropped unless open
+        self._flush()
+        return self.aliases.pop(customer, ())
 
     def lost(self, customer: Customer) -> None:
         """The customer's state in Redis has no snapshot although this instance applied one (its
@@ -202,6 +264,7 @@ class Remote:
         if self.link.send({"type": "snapshot", "payload": payload}):
             flow.request_id = request_id
             flow.requested_at = self.now
+            self._schedule(flow)
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -233,8 +296,10 @@ class Remote:
         self.snapshots_received += 1
         flow = self.flows.get(snapshot.customer)
         if flow is None:
-            # Unasked-for (Polar pushes only what was asked): apply it, but never ask for more.
-            flow = self.flows[snapshot.customer] = CustomerFlow(snapshot.customer, applied=True)
+            # Unasked-for (Polar pushes only what was asked; one may still be on its way after a
+            # `forget`): apply it, never ask for more, and keep nothing once it is done.
+            flow = CustomerFlow(snapshot.customer, applied=True, pushed=True)
+            self.flows[snapshot.customer] = flow
         if self.aliases.get(snapshot.customer, ()) != snapshot.aliases:
             self.aliases[snapshot.customer] = snapshot.aliases
             self._session.aliases_changed(snapshot.customer, snapshot.aliases)
@@ -250,7 +315,10 @@ class Remote:
         tag = next(self._ids)
         self._tags[tag] = flow
         flow.step, flow.since, flow.tag, flow.retry_at = Step.BUCKETS, self.now, tag, None
-        keys = tuple(_keys.state_key(flow.customer, r) for r in flow.current.reducers)
+        self._schedule(flow)
+        keys = tuple(
+            _keys.state_key(flow.customer, r, self._session.shards) for r in flow.current.reducers
+        )
         self._session.emit(ListPending(tag=tag, keys=keys))
 
     def listed(self, tag: int, fields: Mapping[str, list[Any]]) -> None:
@@ -272,8 +340,8 @@ class Remote:
             for raw in names:
                 name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
                 bucket = name[2:] if name.startswith("a:") else ""
-                # ASCII digits only: isdigit() alone passes "²", which int() refuses.
-                if bucket.isascii() and bucket.isdigit() and int(bucket) < cold_until:
+                start = decimal_int(bucket)
+                if start is not None and start >= 0 and start < cold_until:
                     keys.append(_keys.bucket_key(state, bucket))
         if not keys:
             self._apply(flow)
@@ -281,6 +349,7 @@ class Remote:
         tag = next(self._ids)
         self._tags[tag] = flow
         flow.step, flow.since, flow.tag = Step.LISTING, self.now, tag
+        self._schedule(flow)
         self._session.emit(ListPending(tag=tag, keys=tuple(sorted(keys))))
 
     def _listed_events(self, flow: CustomerFlow, fields: Mapping[str, list[Any]]) -> None:
@@ -295,16 +364,17 @@ class Remote:
                     self._session.reject("state", f"{key}: field that is not UTF-8 text: {raw!r}")
                     continue
                 bucket, _, event_id = name.partition(":")
-                # ASCII digits only: isdigit() alone passes "²", which int() refuses.
-                if not (bucket.isascii() and bucket.isdigit()) or not event_id:
+                start = decimal_int(bucket)
+                if start is None or start < 0 or not event_id:
                     self._session.reject("state", f"{key}: unreadable field {name!r}")
                     continue
-                if int(bucket) < cold_until:
+                if start < cold_until:
                     flow.candidates.setdefault(event_id, []).append(f"{state}\n{name}")
         if not flow.candidates:
             self._apply(flow)
             return
         flow.step, flow.since, flow.tag = Step.ASKING, self.now, None
+        self._schedule(flow)
         ids = sorted(flow.candidates)
         for start in range(0, len(ids), MAX_IDS_PER_QUESTION):
             request_id = f"q{next(self._ids)}"
@@ -358,6 +428,9 @@ class Remote:
     def _restart(self, flow: CustomerFlow) -> None:
         """Give up the snapshot in progress and ask for a fresh one."""
         self._abandon_flow(flow)
+        if flow.pushed:  # nobody asked for it: asking Polar now would follow it
+            self._let_go(flow)
+            return
         self._request(flow)
         self._flush()
 
@@ -365,9 +438,13 @@ class Remote:
         """Redis could not do the flow's work: give the snapshot up and ask for a fresh one after
         a backoff (asking at once would loop as fast as Polar answers while Redis is down)."""
         self._abandon_flow(flow)
+        if flow.pushed:  # nobody asked for it: no retry, which would ask Polar
+            self._let_go(flow)
+            return
         flow.failures += 1
         delay = backoff(flow.failures, RETRY_BASE, RETRY_CAP, self._rng.random())
         flow.retry_at = self.now + delay
+        self._schedule(flow)
 
     def _abandon_flow(self, flow: CustomerFlow) -> None:
         for request_id in flow.questions:
@@ -375,6 +452,7 @@ class Remote:
         if flow.tag is not None:
             self._tags.pop(flow.tag, None)  # a late answer to it is ignored
         flow.reset()
+        self._schedule(flow)
 
     # -- applying -----------------------------------------------------------------------------
 
@@ -385,6 +463,7 @@ class Remote:
         tag = next(self._ids)
         self._tags[tag] = flow
         flow.step, flow.since, flow.tag = Step.APPLYING, self.now, tag
+        self._schedule(flow)
         counted: dict[str, list[str]] = {}
         for event_id in sorted(flow.counted):  # a set: sort, so the effect is deterministic
             for pair in flow.candidates[event_id]:
@@ -422,11 +501,32 @@ class Remote:
         )
         if flow.finish() is not None:
             self._start(flow)
+        elif flow.pushed:
+            self._let_go(flow)
+        else:
+            self._schedule(flow)
+
+    def _let_go(self, flow: CustomerFlow) -> None:
+        """A flow nobody follows is done: keep nothing of it (its customer's aliases included)."""
+        self.flows.pop(flow.customer, None)
+        self._deadlines.cancel(flow.customer)
+        self.aliases.pop(flow.customer, None)
 
     def apply_failed(self, tag: int) -> None:
         flow = self._tags.pop(tag, None)
         if flow is not None:
             self._fail(flow)
+
+
+def _deadline(flow: CustomerFlow) -> float | None:
+    """When a flow is due: its step gives up, its retry comes, or its request is sent again."""
+    if flow.step is not Step.IDLE:
+        return flow.since + STEP_TIMEOUT
+    if flow.retry_at is not None:
+        return flow.retry_at
+    if not flow.applied and flow.request_id is not None:
+        return flow.requested_at + REQUEST_TIMEOUT
+    return None
 
 
 def _apply_script(
@@ -439,7 +539,7 @@ def _apply_script(
     customer = snapshot.customer
     keys: list[str] = []
     args = [
-        _keys.channel(customer.shard, session.channel_namespace),
+        _keys.channel(session.shard_of(customer), session.channel_namespace),
         str(wall_us),
         str(session.pending_limit_us),
         str(snapshot.cold_until),
@@ -450,7 +550,7 @@ def _apply_script(
     for meter_id, units in snapshot.credited.items():
         args += (meter_id, format_number(units))
     for reducer_id, aggregate in snapshot.reducers.items():
-        state = _keys.state_key(customer, reducer_id)
+        state = _keys.state_key(customer, reducer_id, session.shards)
         names = counted.get(state, [])
         keys += (state, _keys.acked_key(state))
         args += (str(session.known_rev(state)), aggregate.encode(), str(len(names)), *names)

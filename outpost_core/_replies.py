@@ -74,8 +74,11 @@ def _entries(listing: object) -> list[tuple[object, Mapping[Any, Any]]]:
         if not isinstance(item, list | tuple) or len(item) != 2:
             continue
         entry_id, fields = item
-        if isinstance(fields, list | tuple) and len(fields) % 2 == 0:
-            fields = dict(zip(fields[::2], fields[1::2], strict=True))
+        if isinstance(fields, list | tuple):
+            if len(fields) % 2:
+                continue
+            pairs = iter(fields)  # (name, value) pairs without slicing copies
+            fields = dict(zip(pairs, pairs, strict=False))
         if isinstance(fields, Mapping):
             out.append((entry_id, fields))
     return out

@@ -34,12 +34,14 @@ import attrs
 from . import _keys
 from ._aggregate import format_number
 from ._backoff import backoff
-from ._balance import Balance, compute_balance, merged_state
+from ._balance import Balance, compute_balance, hold_expiry, merged_state
 from ._changes import Change, Malformed, parse_changes
 from ._configuration import Configuration, Reducer, parse_configuration
+from ._deadlines import Deadlines
 from ._effects import Effect, Fetch, LoadIdentity, RunScript, StoreConfiguration
-from ._event import build_event, customer_of
+from ._event import build_event, check_event_id, customer_of
 from ._filters import InvalidDefinition
+from ._following import Following, Pacer
 from ._inputs import (
     BytesReceived,
     ChangePublished,
@@ -65,14 +67,27 @@ from ._keys import Customer
 from ._link import Link, LinkState
 from ._mirror import Mirror, Offer, derive_state
 from ._observations import Observation
+from ._outage import Outage, Report
+from ._peer import peer_json, printable
 from ._random import Random
 from ._remote import Remote
 from ._replies import text_of
+from ._shards import checked as checked_shards
 from ._status import Status
-from ._time import HOUR_US, floor_bucket
+from ._time import HOUR_US, floor_bucket, iso
+from ._track_plans import TrackPlan, TrackPlans, item, key_of
 from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _check_timestamp(timestamp_us: int, now_us: int) -> None:
+    if timestamp_us > now_us:
+        raise InvalidEvent("timestamp is in the future; Polar refuses such events")
+    if timestamp_us < 0:
+        # A negative bucket makes events-hash fields ("-3:id") the Lua scripts cannot parse.
+        raise InvalidEvent("timestamp is before 1970; outpost cannot bucket such events")
+
 
 MAX_VALUE = 1e300
 """The largest magnitude track() accepts for a value a reducer counts: Lua sums a bucket's values
@@ -84,7 +99,8 @@ class Settings:
     snapshot_timeout: float = 5.0
     """Seconds a first read waits for its snapshot before :class:`NotReady`."""
     pending_limit_us: int = HOUR_US
-    """How long an acknowledged event no snapshot counts stays pending (design document: 1 h)."""
+    """How long an acknowledged event no snapshot counts stays pending: one hour, as far
+    back as Polar looks for ``cold_until`` (docs/design.md)."""
     reload_retry: float = 0.5
     """Seconds before a failed load is tried again; doubled (with jitter) for each further
     failure in a row, up to ``reload_cap``."""
@@ -93,6 +109,20 @@ class Settings:
     """Seconds a load may go unanswered before it is asked again (its reply was lost)."""
     channel_namespace: str = ""
     """Appended to the change channels (``dbN`` for Redis database N > 0)."""
+    max_customers: int = 16_000
+    """The most customers the process follows (a copy, cached balances, a snapshot flow each:
+    4.8 to 5.4 KB measured by ``python -m bench --only following``, so under 90 MB at the
+    default); beyond it, the least recently read is let go (and Polar told to ``forget`` it)."""
+    idle_customer_ttl: float = 900.0
+    """Seconds without a read after which a customer is let go."""
+    recent_window: float = 60.0
+    """After a reconnect or a restarted subscription, the customers read within this many
+    seconds reload (or ask Polar again) at once, paced; the others on their next read."""
+    reload_rate: float = 200.0
+    """The pace of those reloads and requests: at most this many a second, per kind."""
+    shards: int = _keys.DEFAULT_SHARDS
+    """The deployment's shard count (``_shards``): which shard, so which keys and channel, each
+    customer has."""
 
     def __attrs_post_init__(self) -> None:
         if not (math.isfinite(self.snapshot_timeout) and self.snapshot_timeout >= 0):
@@ -103,6 +133,15 @@ class Settings:
                 raise UsageError(f"{name} must be a positive, finite number of seconds")
         if self.pending_limit_us <= 0:
             raise UsageError("pending_limit_us must be positive")
+        if isinstance(self.max_customers, bool) or not isinstance(self.max_customers, int):
+            raise UsageError("max_customers must be an integer")
+        if self.max_customers < 1:
+            raise UsageError("max_customers must be at least 1")
+        for name in ("idle_customer_ttl", "recent_window", "reload_rate"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise UsageError(f"{name} must be a positive, finite number")
+        checked_shards(self.shards)
 
 
 ReadKey = tuple[str, str | None, str | None]
@@ -150,11 +189,15 @@ class Session:
         self.settings = settings or Settings()
         self._rng: Random = rng or (link.rng if link is not None else _NoJitter())
         self.remote = Remote(self, link, self._rng) if link is not None else None
+        self._link_dropped = False
         self.log = logger or logging.getLogger("outpost")
+        self._polar_outage = Outage("the WebSocket", peer="Polar")
         self.configuration: Configuration | None = None
         self._configuration_text: str | None = None
         self._configuration_from_polar = False
         self._mirrors: dict[str, Mirror] = {}
+        self._plans = TrackPlans()
+        """What track() built for names and customers it saw, per configuration."""
         self._customer_mirrors: dict[Customer, list[Mirror]] = {}
         """Each customer's copies, one per reducer read (an alias change invalidates them)."""
         self._balances: dict[ReadKey, CachedBalance] = {}
@@ -170,100 +213,175 @@ class Session:
         """Warm reads of balances no longer cached, once :meth:`count_warm_reads` was called."""
         self._effects: list[Effect] = []
         self._observations: list[Observation] = []
-        self._retry_at: dict[str, float] = {}
+        self._retry_at: Deadlines[str] = Deadlines()
         """State key → when to ask for its load again (failed, or unanswered for too long)."""
+        self._following = Following()
+        """The customers followed (each has copies here and a flow in ``remote``)."""
+        self._warm_seen: dict[Customer, int] = {}
+        """Warm reads of a customer's cached balances when last looked at: warm reads bypass
+        :meth:`read`, so a customer they keep busy is told by its hits, not its last read."""
+        self._let_go: collections.OrderedDict[Customer, tuple[Customer, ...]] = (
+            collections.OrderedDict()
+        )
+        """Customers let go (with a link), and their aliases then: read again, they answer from
+        Redis at once (this process knows their other names), at most ``max_customers``."""
+        self._reloads: collections.deque[str] = collections.deque()
+        """State keys to reload at the reload pace (recently read, after a restart)."""
+        self._reload_pace = Pacer(self.settings.reload_rate)
         self._load_failures: collections.Counter[str] = collections.Counter()
         self._now = 0.0
+        self.wall_us = 0
+        """The wall clock (µs) of the latest :class:`Tick`: what reads count holds against."""
+        self._hold_due: dict[str, int] = {}
+        """State key → when the first hold a cached balance of it counts expires (wall µs):
+        the balance is stale from then on."""
         self.subscribed = False
         """Whether Redis confirmed the subscription to every shard channel and it holds."""
         self._live_shards: set[int] = set()
         """The shards whose channel subscription Redis confirmed and that has not broken since:
         their copies may follow Redis."""
-        self._shard_of_channel = {
-            _keys.channel(shard, self.settings.channel_namespace): shard
-            for shard in range(_keys.SHARDS)
-        }
+        self.shards = self.settings.shards
+        """The deployment's shard count, as the keys each customer has depend on it."""
+        self._shard_of_channel = _keys.shard_of_channel(
+            self.settings.channel_namespace, self.shards
+        )
         self.ever_subscribed = False
         self.rejections: collections.Counter[str] = collections.Counter()
+
+    def drop_link(self) -> None:
+        """Run without the WebSocket from now on (the public-API mode: Polar serves no
+        ``/v1/outpost/``): reads wait for a state hash anchored by the driver instead."""
+        if self.remote is not None:
+            self.remote.close()
+            self.remote = None
+            self._link_dropped = True
 
     # -- driver plumbing ----------------------------------------------------------------------
 
     def handle(self, event: Input) -> None:
         """Take one input. Then drain :meth:`effects` and run them."""
-        remote = self.remote
-        if isinstance(event, ScriptReplied):
-            self._changes(event.reply)
-            if event.tag is not None and remote is not None:
-                remote.applied(event.tag)
-        elif isinstance(event, ChangePublished):
-            self._changes(event.data)
-        elif isinstance(event, BytesReceived | ConnectionOpened | ConnectionFailed):
-            if remote is None:
-                raise UsageError(f"{type(event).__name__} but this session has no link")
-            if isinstance(event, BytesReceived):
-                refused = remote.link.refused
-                remote.received(event.data, event.now)
-                if remote.link.refused is not None and remote.link.refused != refused:
-                    # A refused token is the merchant's to fix: say it loudly, once per cause.
-                    self.log.error("outpost: Polar refused the WebSocket: %s", remote.link.refused)
-            elif isinstance(event, ConnectionOpened):
-                remote.opened(event.now)
-            else:
-                remote.failed(event.now, event.reason)
-        elif isinstance(event, PendingListed | ListFailed | ScriptFailed):
-            if remote is not None:
-                if isinstance(event, PendingListed):
-                    remote.listed(event.tag, event.fields)
-                elif isinstance(event, ListFailed):
-                    remote.list_failed(event.tag)
+        try:
+            remote = self.remote
+            if isinstance(event, ScriptReplied):
+                self._changes(event.reply)
+                if event.tag is not None and remote is not None:
+                    remote.applied(event.tag)
+            elif isinstance(event, ChangePublished):
+                self._changes(event.data)
+            elif isinstance(event, BytesReceived | ConnectionOpened | ConnectionFailed):
+                if remote is None:
+                    if self._link_dropped:
+                        return  # the link loop's last bytes, after the public mode took over
+                    raise UsageError(f"{type(event).__name__} but this session has no link")
+                if isinstance(event, BytesReceived):
+                    refused, connections = remote.link.refused, remote.link.connections
+                    remote.received(event.data, event.now)
+                    if remote.link.refused is not None and remote.link.refused != refused:
+                        # A refused token is the merchant's to fix: say it loudly, once per cause
+                        # (the refusal is one sentence that names its cause). A 404 is Polar
+                        # serving only its public API: the driver's mode="auto" takes it.
+                        public = remote.link.refused_status == 404
+                        level = logging.INFO if public else logging.ERROR
+                        self.log.log(level, "outpost: %s", remote.link.refused)
+                    if remote.link.connections > connections:
+                        self._log_outage(self._polar_outage.succeeded(event.now))
+                elif isinstance(event, ConnectionOpened):
+                    remote.opened(event.now)
                 else:
-                    remote.apply_failed(event.tag)
-        elif isinstance(event, IdentityLoaded):
-            self._loaded(event.key, event.fields, event.load_id)
-        elif isinstance(event, LoadFailed):
-            self._load_failed(event.key, event.load_id)
-        elif isinstance(event, SubscriptionConfirmed):
-            # Redis confirms a subscription to N channels one channel at a time (1, 2, ... N).
-            # A first confirmation while subscribed is a client library re-subscribing by itself
-            # after a break: what was published meanwhile is lost.
-            if event.count == 1 and self.subscribed:
-                self._subscription_lost()
-            if event.count == len(_keys.ALL_CHANNELS):
+                    remote.failed(event.now, event.reason)
+                    # Polar unreachable: one WARNING, a reminder a minute, one INFO when it is
+                    # back (the reconnection's backoff is the link's; this only decides the log).
+                    # The reason may quote a peer (a proxy's answer): one printable line.
+                    why = printable(event.reason, _DETAIL_LIMIT)
+                    self._log_outage(self._polar_outage.failed(event.now, why, 0.0)[1])
+            elif isinstance(event, PendingListed | ListFailed | ScriptFailed):
+                if remote is not None:
+                    if isinstance(event, PendingListed):
+                        remote.listed(event.tag, event.fields)
+                    elif isinstance(event, ListFailed):
+                        remote.list_failed(event.tag)
+                    else:
+                        remote.apply_failed(event.tag)
+            elif isinstance(event, IdentityLoaded):
+                self._loaded(event.key, event.fields, event.load_id)
+            elif isinstance(event, LoadFailed):
+                self._load_failed(event.key, event.load_id)
+            elif isinstance(event, SubscriptionConfirmed):
+                # Redis confirms a subscription to N channels one channel at a time (1, 2, ... N).
+                # A first confirmation while subscribed is a client library re-subscribing by itself
+                # after a break: what was published meanwhile is lost.
+                if event.count == 1 and self.subscribed:
+                    self._subscription_lost()
+                if event.count == self.shards:
+                    self._subscription_restarted()
+            elif isinstance(event, SubscriberRestarted):
                 self._subscription_restarted()
-        elif isinstance(event, SubscriberRestarted):
-            self._subscription_restarted()
-        elif isinstance(event, SubscriberLost):
-            self._subscription_lost()
-        elif isinstance(event, ChannelSubscribed):
-            self._shards_confirmed(self._shards_of((event.channel,)))
-        elif isinstance(event, ChannelsLost):
-            self._shards_lost(self._shards_of(event.channels))
-        elif isinstance(event, ConfigurationReceived):
-            self._configure(event.payload, event.from_cache)
-        elif isinstance(event, Closing):
-            if remote is not None:
-                remote.close()
-        elif isinstance(event, Tick):
-            self._tick(event.now, event.wall_us)
-        else:
-            raise UsageError(f"not an input: {event!r}")
+            elif isinstance(event, SubscriberLost):
+                self._subscription_lost()
+            elif isinstance(event, ChannelSubscribed):
+                self._shards_confirmed(self._shards_of((event.channel,)))
+            elif isinstance(event, ChannelsLost):
+                self._shards_lost(self._shards_of(event.channels))
+            elif isinstance(event, ConfigurationReceived):
+                self._configure(event.payload, event.from_cache)
+            elif isinstance(event, Closing):
+                if remote is not None:
+                    remote.close()
+            elif isinstance(event, Tick):
+                self._tick(event.now, event.wall_us)
+            else:
+                raise UsageError(f"not an input: {event!r}")
+        except UsageError:
+            raise
+        except Exception as exc:
+            if not isinstance(event, _PEER_INPUTS):
+                raise
+            # The last resort: what a peer sent (Redis, Polar, another instance) is dropped and
+            # counted, never raised into the caller's request or the driver's worker.
+            self._reject("peer", f"{type(event).__name__} dropped: {exc!r}"[:300])
+            self.log.debug("outpost: the dropped input's error", exc_info=True)
 
     def _subscription_restarted(self) -> None:
-        self._shards_confirmed(set(range(_keys.SHARDS)))
+        self._shards_confirmed(set(range(self.shards)))
 
     def _subscription_lost(self) -> None:
-        self._shards_lost(set(range(_keys.SHARDS)))
+        self._shards_lost(set(range(self.shards)))
 
     def _shards_confirmed(self, shards: set[int]) -> None:
-        """Messages of these shards may have been missed until now: their copies reload (and
-        follow from that load on); the other shards' copies are left alone."""
+        """Messages of these shards may have been missed until now: their copies stop answering
+        from memory (a read goes to Redis, and starts the copy's reload); the copies of customers
+        read within ``recent_window`` reload at once, at the reload pace, most recent first. The
+        other shards' copies are left alone."""
         self._live_shards |= shards
-        if len(self._live_shards) == _keys.SHARDS:
+        if len(self._live_shards) == self.shards:
             self.subscribed = self.ever_subscribed = True
         for mirror in self._mirrors.values():
-            if mirror.customer.shard in shards:
+            if self.shard_of(mirror.customer) in shards:
                 self._invalidate(mirror)
+                if mirror.loaded:
+                    mirror.stop_following()
+                else:  # a load asked before the confirmation must not make it follow
+                    self._load(mirror)
+        recent = self._following.recent(self._now - self.settings.recent_window)
+        self._reloads.clear()
+        for customer in recent:
+            if self.shard_of(customer) in shards:
+                self._reloads.extend(m.key for m in self._customer_mirrors[customer])
+        self._pace_reloads()
+
+    def _pace_reloads(self) -> None:
+        """Reload what the pace allows of the queued copies that still need it."""
+        granted = self._reload_pace.take(self._now, len(self._reloads))
+        while granted and self._reloads:
+            mirror = self._mirrors.get(self._reloads.popleft())
+            if mirror is not None and self._stale(mirror):
                 self._load(mirror)
+                granted -= 1
+
+    def _stale(self, mirror: Mirror) -> bool:
+        """Whether a copy must reload to follow Redis again (and now can)."""
+        live = self.shard_of(mirror.customer) in self._live_shards
+        return mirror.loaded and not mirror.following and live
 
     def _shards_lost(self, shards: set[int]) -> None:
         # Keep the copies (reads go to Redis meanwhile); they reload once subscribed again.
@@ -271,7 +389,7 @@ class Session:
         if shards:
             self.subscribed = False
         for mirror in self._mirrors.values():
-            if mirror.customer.shard in shards:
+            if self.shard_of(mirror.customer) in shards:
                 mirror.stop_following()
                 self._invalidate(mirror)
 
@@ -298,16 +416,32 @@ class Session:
 
     def next_deadline(self) -> float | None:
         """The earliest monotonic time at which a :class:`Tick` has work to do."""
-        deadlines = list(self._retry_at.values())
+        deadlines = []
+        if (retry := self._retry_at.next()) is not None:
+            deadlines.append(retry)
+        if self._hold_due:
+            deadlines.append(self._now + (min(self._hold_due.values()) - self.wall_us) / 1e6)
         if self.remote is not None and (remote := self.remote.next_deadline()) is not None:
             deadlines.append(remote)
+        if (oldest := self._following.oldest()) is not None:
+            deadlines.append(oldest[1] + self.settings.idle_customer_ttl)
+        if self._reloads:
+            deadlines.append(self._reload_pace.next_at(self._now))
         return min(deadlines, default=None)
 
-    def status(self, *, redis_error: str | None, delivery_stalled: str | None) -> Status:
+    def status(
+        self,
+        *,
+        redis_error: str | None,
+        delivery_stalled: str | None,
+        failed_loop: str | None = None,
+    ) -> Status:
         """The instance's status: the WebSocket and the subscription as the core knows them;
-        what the driver knows of Redis and delivery, as given."""
+        what the driver knows of Redis, delivery and its loops, as given."""
         websocket, websocket_error = self.link_status()
-        return Status(websocket, websocket_error, self.subscribed, redis_error, delivery_stalled)
+        return Status(
+            websocket, websocket_error, self.subscribed, redis_error, delivery_stalled, failed_loop
+        )
 
     def link_status(self) -> tuple[str, str | None]:
         """The WebSocket's state and the reason it last failed or was refused (``"none"``
@@ -337,6 +471,14 @@ class Session:
     def reject(self, kind: str, detail: str) -> None:
         self._reject(kind, detail)
 
+    def recently_read(self) -> list[Customer]:
+        """The customers read within ``recent_window``, most recent first."""
+        return list(self._following.recent(self._now - self.settings.recent_window))
+
+    @property
+    def reload_rate(self) -> float:
+        return self.settings.reload_rate
+
     def observe(self, observation: Observation) -> None:
         self._observations.append(observation)
 
@@ -351,7 +493,7 @@ class Session:
 
     def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]:
         """Per meter of the reducer: the consumption this instance reads now ({} if unknown)."""
-        mirror = self._mirrors.get(_keys.state_key(customer, reducer_id))
+        mirror = self._mirrors.get(_keys.state_key(customer, reducer_id, self.shards))
         reducer = self.configuration.reducers.get(reducer_id) if self.configuration else None
         if mirror is None or not mirror.loaded or reducer is None:
             return {}
@@ -369,13 +511,19 @@ class Session:
     def channel_namespace(self) -> str:
         return self.settings.channel_namespace
 
+    def shard_of(self, customer: Customer) -> int:
+        """The customer's shard in this deployment."""
+        return _keys.shard_of(customer, self.shards)
+
     # -- configuration ------------------------------------------------------------------------
 
     def _configure(self, payload: object, from_cache: bool) -> None:
         try:
+            if isinstance(payload, str | bytes):  # the cached text, as Redis holds it
+                payload = peer_json(payload)
             configuration = parse_configuration(payload)
             text = _JSON.encode(payload)
-        except (InvalidDefinition, TypeError, ValueError) as exc:
+        except (InvalidDefinition, TypeError, ValueError, RecursionError) as exc:
             self._reject("configuration", f"unusable configuration: {exc}")
             return
         for problem in configuration.problems:
@@ -412,12 +560,13 @@ class Session:
         configuration has arrived yet. The driver runs the script, then hands the reply to
         :meth:`handle` as :class:`ScriptReplied`.
         """
+        plan_key = None if metadata is not None else key_of(name, external_customer_id, customer_id)
+        if plan_key is not None and self.configuration is not None:
+            plan = self._plans.get(plan_key, self.configuration)
+            if plan is not None:
+                return self._planned(plan, timestamp_us, now_us, event_id)
         customer = customer_of(external_customer_id, customer_id)
-        if timestamp_us > now_us:
-            raise InvalidEvent("timestamp is in the future; Polar refuses such events")
-        if timestamp_us < 0:
-            # A negative bucket makes events-hash fields ("-3:id") the Lua scripts cannot parse.
-            raise InvalidEvent("timestamp is before 1970; outpost cannot bucket such events")
+        _check_timestamp(timestamp_us, now_us)
         event = build_event(
             event_id=event_id,
             name=name,
@@ -428,7 +577,7 @@ class Session:
         if self.configuration is None:
             raise NotReady("no configuration from Polar yet: cannot tell which meters count it")
         bucket = floor_bucket(timestamp_us)
-        shard = customer.shard
+        shard = self.shard_of(customer)
         keys = [_keys.outbox_key(shard)]
         values: list[str] = []
         states: list[str] = []
@@ -441,26 +590,69 @@ class Session:
                     f"±{MAX_VALUE:g} (a bucket's sum of them would overflow)"
                 )
             meter_ids += reducers[reducer_id].meter_ids
-            state = _keys.state_key(customer, reducer_id)
+            state = _keys.state_key(customer, reducer_id, self.shards)
             mirror = self._mirrors.get(state)
             known = mirror.rev if mirror is not None and mirror.loaded else -1
             keys += (state, _keys.bucket_key(state, bucket))
             values += (str(known), format_number(value))
             states.append(state)
+        channel = _keys.channel(shard, self.settings.channel_namespace)
+        states_json = _JSON.encode(states)
         args = (
-            _keys.channel(shard, self.settings.channel_namespace),
+            channel,
             f"{bucket}:{event_id}",
             str(bucket),
             _JSON.encode(event.ingest_item()),
-            _JSON.encode(states),
+            states_json,
             *values,
         )
+        if plan_key is not None:
+            head = _JSON.encode({"name": event.name, **customer.wire()})[:-1]
+            plan = TrackPlan(
+                outbox=keys[0],
+                channel=channel,
+                states=tuple(states),
+                values=tuple(values[1::2]),
+                meter_ids=tuple(meter_ids),
+                item_head=f'{head},"external_id":',
+                states_json=states_json,
+            )
+            self._plans.keep(plan_key, plan)
         return RunScript(
             script="track",
             keys=tuple(keys),
             args=args,
             meter_ids=tuple(meter_ids),
             buckets=len(states),
+        )
+
+    def _planned(self, plan: TrackPlan, timestamp_us: int, now_us: int, event_id: str) -> RunScript:
+        """``track()`` for a name and customer with a plan: only the event's id, its time and
+        the revisions held are new (the same checks, the same call as without the plan)."""
+        _check_timestamp(timestamp_us, now_us)
+        check_event_id(event_id)
+        bucket = floor_bucket(timestamp_us)
+        keys = [plan.outbox]
+        values: list[str] = []
+        mirrors = self._mirrors
+        for state, value in zip(plan.states, plan.values, strict=True):
+            mirror = mirrors.get(state)
+            keys += (state, f"{state}:ev:{bucket}")
+            values += (str(mirror.rev if mirror is not None and mirror.loaded else -1), value)
+        args = (
+            plan.channel,
+            f"{bucket}:{event_id}",
+            str(bucket),
+            item(plan, event_id, iso(timestamp_us)),
+            plan.states_json,
+            *values,
+        )
+        return RunScript(
+            script="track",
+            keys=tuple(keys),
+            args=args,
+            meter_ids=plan.meter_ids,
+            buckets=len(plan.states),
         )
 
     # -- reads --------------------------------------------------------------------------------
@@ -543,28 +735,57 @@ class Session:
         aliases = self._aliases_of(customer)
         # (Short-circuits keep the common case, no alias, as fast as before.)
         others = [self._follow(alias, reducer.id) for alias in aliases] if aliases else _NONE
+        following = self._following
+        following.touch(customer)
+        for alias in aliases:
+            following.touch(alias)
+        if len(following) > self.settings.max_customers:
+            self._let_go_beyond(self.settings.max_customers, keep=(customer, *aliases))
         if not mirror.loaded or (others and not all(m.loaded for m in others)):
+            self._waiting(customer)
             return None
         if mirror.state.cold_until is None:
             if self.remote is not None:
                 self.remote.lost(customer)  # e.g. its keys expired: ask Polar again
+            self._waiting(customer)
             return None
-        if self.remote is not None and not self.remote.follow(customer).applied:
-            return None
+        if self.remote is not None:
+            flow = self.remote.follow(customer)
+            # A customer read again after this process let it go answers from Redis at once:
+            # the process kept its other names (docs/invariant.md); a fresh snapshot is asked.
+            if not flow.applied and not flow.rejoined:
+                self._waiting(customer)
+                return None
         if fresh or not mirror.following or (others and not all(m.following for m in others)):
             if not fresh and not self.ever_subscribed:
-                return None  # a first read waits for the subscription, as for the snapshot
+                self._waiting(customer)  # a first read waits for the subscription
+                return None
+            for m in (mirror, *others):
+                if self._stale(m):  # its restarted shard missed changes: follow Redis again
+                    self._load(m)
+            following.reading(customer, self.settings.load_timeout)
             return Fetch(keys=(mirror.key, *(m.key for m in others)))
+        following.answered(customer)
         state = mirror.state
         if others:
             state = merged_state(state, [m.state for m in others])
             for m in others:  # a change of any of them makes the balance stale
                 m.read_keys.add((meter_id, external_customer_id, customer_id))
-        balance = compute_balance(meter_id, customer, reducer.aggregation.func, state, aliases)
+        now_us = self.wall_us
+        balance = compute_balance(
+            meter_id, customer, reducer.aggregation.func, state, aliases, now_us=now_us
+        )
         key = (meter_id, external_customer_id, customer_id)
+        if state.holds and (expiry := hold_expiry(state, now_us)) is not None:
+            for m in (mirror, *others):  # a change of the balance without a change of Redis
+                self._hold_due[m.key] = min(expiry, self._hold_due.get(m.key, expiry))
         self._cache(key, balance)
         mirror.read_keys.add(key)
         return balance
+
+    def _waiting(self, customer: Customer) -> None:
+        """The read waits for its customer's state: not let go meanwhile."""
+        self._following.reading(customer, self.settings.snapshot_timeout + 1.0)
 
     def read_fetched(
         self,
@@ -582,7 +803,7 @@ class Session:
         reducer = self._reducer(meter_id, waiting=False)
         assert reducer is not None  # read() returned a Fetch, so the configuration is there
         aliases = self._aliases_of(customer)
-        keys = [_keys.state_key(c, reducer.id) for c in (customer, *aliases)]
+        keys = [_keys.state_key(c, reducer.id, self.shards) for c in (customer, *aliases)]
         if keys[0] not in fields:
             raise UsageError(f"read_fetched needs the fields of {keys[0]}")
         if not all(key in fields for key in keys):
@@ -601,7 +822,13 @@ class Session:
             return None
         state = merged_state(states[0], states[1:])
         func = reducer.aggregation.func
-        return compute_balance(meter_id, customer, func, state, aliases, source="redis")
+        return compute_balance(
+            meter_id, customer, func, state, aliases, source="redis", now_us=self.wall_us
+        )
+
+    def _log_outage(self, report: Report | None) -> None:
+        if report is not None:
+            self.log.log(report.level, report.message)
 
     def not_ready_reason(
         self, meter_id: str, external_customer_id: str | None, customer_id: str | None
@@ -609,16 +836,24 @@ class Session:
         """Why :meth:`read` returns ``None``, for the :class:`NotReady` message.
 
         Raises :class:`UnknownMeter` when the meter is still missing from the configuration."""
+        state, error = self.link_status()
+        if error and self._reducer(meter_id) is None and self.configuration is not None:
+            # Only the cache is here, without the meter, and Polar's cannot come: the meter may
+            # well exist, and what stands in the way is the WebSocket's error (a refused token).
+            return (
+                f"meter {meter_id!r} is not in the configuration cached in Redis and Polar's "
+                f"has not arrived (WebSocket {state}: {error})"
+            )
         reducer = self._reducer(meter_id, waiting=False)
         if reducer is None:
             return self.unconfigured_reason()
         customer = customer_of(external_customer_id, customer_id)
         for name in (customer, *self._aliases_of(customer)):
-            mirror = self._mirrors.get(_keys.state_key(name, reducer.id))
+            mirror = self._mirrors.get(_keys.state_key(name, reducer.id, self.shards))
             if mirror is None or not mirror.loaded:
                 alias = "" if name == customer else f" (another name of {customer})"
                 return f"the local state of {name}{alias} could not be loaded from Redis"
-        mirror = self._mirrors[_keys.state_key(customer, reducer.id)]
+        mirror = self._mirrors[_keys.state_key(customer, reducer.id, self.shards)]
         has_snapshot = mirror.state.cold_until is not None
         applied = self.remote is None or self.remote.follow(customer).applied
         if has_snapshot and applied and not self.ever_subscribed:
@@ -652,15 +887,70 @@ class Session:
         return reducer
 
     def _follow(self, customer: Customer, reducer_id: str) -> Mirror:
-        key = _keys.state_key(customer, reducer_id)
+        key = _keys.state_key(customer, reducer_id, self.shards)
         mirror = self._mirrors.get(key)
         if mirror is None:
             mirror = self._mirrors[key] = Mirror(key, customer, reducer_id)
-            self._customer_mirrors.setdefault(customer, []).append(mirror)
+            mirrors = self._customer_mirrors.setdefault(customer, [])
+            mirrors.append(mirror)
             self._load(mirror)
-            if self.remote is not None:
-                self.remote.follow(customer)
+            if len(mirrors) == 1:
+                self._start_following(customer)
         return mirror
+
+    def _start_following(self, customer: Customer) -> None:
+        self._following.add(customer, self._now)
+        if self.remote is not None:
+            aliases = self._let_go.pop(customer, None)
+            if aliases:
+                self.remote.aliases[customer] = aliases
+            self.remote.follow(customer).rejoined = aliases is not None
+
+    def _let_go_beyond(self, limit: int, keep: tuple[Customer, ...] = ()) -> None:
+        """Let go of the least recently read customers until at most ``limit`` are followed,
+        and of those not read for ``idle_customer_ttl``. A customer whose read waits for its
+        answer is kept, and one whose cached balances were read since last looked at counts as
+        read now (warm reads do not pass through :meth:`read`)."""
+        following, now = self._following, self._now
+        idle_before = now - self.settings.idle_customer_ttl
+        for _ in range(len(following)):  # each customer moves back at most once
+            oldest = following.oldest()
+            assert oldest is not None  # (at most one customer let go per turn)
+            customer, last = oldest
+            if len(following) <= limit and last > idle_before:
+                return
+            hits = self._warm_hits(customer)
+            busy = customer in keep or following.pinned(customer, now)
+            if busy or hits != self._warm_seen.get(customer, 0):
+                self._warm_seen[customer] = hits
+                following.touch(customer)
+                following.stamp(now)  # (the touched ones all date from now: order holds)
+                continue
+            self._let_go_of(customer)
+
+    def _warm_hits(self, customer: Customer) -> int:
+        hits = 0
+        for mirror in self._customer_mirrors[customer]:
+            for key in mirror.read_keys:
+                cached = self._balances.get(key)
+                hits += cached.hits if cached is not None else 0
+        return hits
+
+    def _let_go_of(self, customer: Customer) -> None:
+        """Drop the customer's copies, cached balances and flow; tell Polar to forget it. The
+        shard channels stay: other customers share them."""
+        self.log.debug("outpost lets go of %s", customer)
+        for mirror in self._customer_mirrors.pop(customer):
+            self._invalidate(mirror)
+            del self._mirrors[mirror.key]
+            self._retry_at.cancel(mirror.key)
+            self._load_failures.pop(mirror.key, None)
+        self._following.drop(customer)
+        self._warm_seen.pop(customer, None)
+        if self.remote is not None:
+            self._let_go[customer] = self.remote.forget(customer)
+            if len(self._let_go) > self.settings.max_customers:
+                self._let_go.popitem(last=False)
 
     def _aliases_of(self, customer: Customer) -> tuple[Customer, ...]:
         """The customer's other names Polar told this instance (none without a link)."""
@@ -674,10 +964,10 @@ class Session:
     # -- keeping copies current ---------------------------------------------------------------
 
     def _load(self, mirror: Mirror) -> None:
-        load_id = mirror.start_load(follows=mirror.customer.shard in self._live_shards)
+        load_id = mirror.start_load(follows=self.shard_of(mirror.customer) in self._live_shards)
         self.log.debug("outpost loads %s (copy at revision %d)", mirror.key, mirror.rev)
         # Asked again if no answer comes (a driver task cancelled mid-load loses it).
-        self._retry_at[mirror.key] = self._now + self.settings.load_timeout
+        self._retry_at.set(mirror.key, self._now + self.settings.load_timeout)
         self._effects.append(LoadIdentity(key=mirror.key, load_id=load_id))
 
     def _load_failed(self, key: str, load_id: int) -> None:
@@ -691,7 +981,7 @@ class Session:
         """Ask for the load again after the backoff its failures in a row call for."""
         s = self.settings
         delay = backoff(self._load_failures[key], s.reload_retry, s.reload_cap, self._rng.random())
-        self._retry_at[key] = self._now + delay
+        self._retry_at.set(key, self._now + delay)
 
     def _text_fields(self, key: str, fields: Mapping[object, object]) -> dict[str, str]:
         try:  # the common case, a hash of UTF-8 bytes, in one pass without a call per item
@@ -738,7 +1028,7 @@ class Session:
             return
         text = self._text_fields(key, fields)
         self.log.debug("outpost loaded %s at revision %s", key, text.get("rev"))
-        self._retry_at.pop(key, None)
+        self._retry_at.cancel(key)
         complete = mirror.loaded_with(text, load_id)
         if complete is False:
             # A gap the load did not close (a held change of an incarnation of the hash that is
@@ -761,25 +1051,45 @@ class Session:
 
     def _tick(self, now: float, wall_us: int) -> None:
         self._now = now
+        self._following.stamp(now)
+        self.wall_us = wall_us
+        for key, expires in list(self._hold_due.items()):
+            if expires <= wall_us:  # a hold expired: the balances that counted it are stale
+                del self._hold_due[key]
+                if (mirror := self._mirrors.get(key)) is not None:  # not let go meanwhile
+                    self._invalidate(mirror)
         if self.remote is not None:
             self.remote.wall_us = wall_us
             self.remote.tick(now)
-        for key, due in list(self._retry_at.items()):
-            if due <= now:
-                mirror = self._mirrors[key]
-                if mirror.loaded:  # pragma: no cover - a load answered pops its deadline
-                    self._retry_at.pop(key)
-                else:
-                    self._load(mirror)
+        for key in self._retry_at.pop_due(now):
+            self._load(self._mirrors[key])  # (an answered load or a let-go copy cancels it)
+        if self._reloads:
+            self._pace_reloads()
+        self._let_go_beyond(self.settings.max_customers)
 
     def _reject(self, kind: str, detail: str) -> None:
         self.rejections[kind] += 1
-        self.log.warning("outpost rejected %s: %s", kind, detail)
+        self.log.warning("outpost rejected %s: %s", kind, printable(detail, _DETAIL_LIMIT))
 
 
 def _suffix(error: str | None) -> str:
     return f": {error}" if error else ""
 
+
+_DETAIL_LIMIT = 300
+"""What a rejection's log line keeps of its detail (a peer's garbage can be megabytes)."""
+
+_PEER_INPUTS = (
+    ScriptReplied,
+    ChangePublished,
+    BytesReceived,
+    PendingListed,
+    IdentityLoaded,
+    ConfigurationReceived,
+    ChannelSubscribed,
+    ChannelsLost,
+)
+"""Inputs that carry what a peer wrote: an error while taking one drops it (counted)."""
 
 _NONE: list[Mirror] = []
 """No alias copies (never mutated: the common case builds no list)."""

@@ -157,6 +157,15 @@ class CustomerFlow:
     """When to ask for a snapshot again after the flow failed (``None``: not waiting to)."""
     failures: int = 0
     """Failures in a row (backoff); reset when a snapshot is applied."""
+    rejoined: bool = False
+    """Followed again after the process let it go: reads answer from Redis before the snapshot
+    asked then is applied."""
+    dormant: bool = False
+    """Applied, and not asked again since the link reconnected (not read recently): its next
+    read asks."""
+    pushed: bool = False
+    """Made by a snapshot nobody asked for (a customer this instance does not follow): it lives
+    only until that snapshot is applied or given up, and never asks Polar for more."""
 
     def offer(self, snapshot: Snapshot) -> bool:
         """Take a snapshot; ``True`` when it should start now."""

@@ -1,8 +1,9 @@
 """Meter filters and aggregations with Polar's SQL semantics (``get_sql_clause``).
 
 Polar's Postgres sync, its customer meters and its billing match events in SQL; its real-time
-rollup, and ``_filters``, match them in Python (D7). Where the two disagree, the core counts an
-event if either counts it (D12, ``Configuration.contributions``), so it needs the SQL answer too.
+rollup, and ``_filters``, match them in Python. Where the two disagree, the core counts an event
+if either counts it (``Configuration.contributions``, docs/design.md), so it needs the SQL answer
+too.
 docs/emulator.md lists every disagreement with an example.
 
 The SQL rules:
@@ -13,9 +14,13 @@ The SQL rules:
   value as ``'t'``/``'f'``), a number as a float with an int or bool value (else false), a boolean
   only with a bool value; a missing key, a JSON null, an object or an array is SQL's NULL;
 - ``like`` / ``not_like`` look for the value's text in the ``->>`` text of the JSON value. Polar's
-  code has been seen both escaping the value (a literal substring, polar-side.md §6.3) and not
+  code has been seen both escaping the value (a literal substring) and not
   (``LIKE '%v%'``: ``%`` and ``_`` in the value are wildcards, a backslash escapes). The SDK cannot
   tell which one runs, so a clause holds here if it holds under either reading;
+- a dotted property (``_cost.amount``) is a path into the metadata in Polar's Python and in its
+  aggregations, but Polar's filter SQL has been seen to read it as one key named with the dot
+  (``user_metadata -> '_cost.amount'``); metadata may hold such a key. A clause holds here if it
+  holds under either reading, and a value is the larger of the two;
 - a filter keeps a row only when it is TRUE. Filters combine clauses with ``and`` / ``or`` and never
   negate a group, so a NULL clause decides exactly like a false one: it is false here.
 
@@ -69,7 +74,13 @@ def clause_matches(clause: Clause, event: EventView) -> bool:
             return _compare(op, str(seconds), _text(value))
         # Postgres refuses bigint against boolean: the query fails and counts nothing.
         return not isinstance(value, bool) and _compare(op, seconds, value)
-    actual = lookup(event.metadata, clause.property)
+    prop, metadata = clause.property, event.metadata
+    if "." in prop and prop in metadata and _metadata_matches(op, value, metadata[prop]):
+        return True  # the property read as one key
+    return _metadata_matches(op, value, lookup(metadata, prop))
+
+
+def _metadata_matches(op: str, value: str | int | bool, actual: Any) -> bool:
     if actual is None:
         return False  # a missing key or a JSON null: NULL
     if op in ("like", "not_like"):
@@ -97,7 +108,13 @@ def sql_value(aggregation: Aggregation, event: EventView) -> float | None:
         return float(sql_epoch_seconds(event))
     if prop in ("name", "source"):
         return None
-    actual = lookup(event.metadata, prop)
+    found = [_number(lookup(event.metadata, prop))]
+    if "." in prop:
+        found.append(_number(event.metadata.get(prop)))  # the property read as one key
+    return max((v for v in found if v is not None), default=None)
+
+
+def _number(actual: Any) -> float | None:
     if isinstance(actual, bool) or not isinstance(actual, int | float):
         return None
     return float(actual)

@@ -21,3 +21,11 @@ class Status:
     """The error of a Redis outage in progress, or ``None`` while Redis answers."""
     delivery_stalled: str | None
     """Why delivery to Polar is stalled, or ``None``."""
+    failed_loop: str | None = None
+    """A background loop that failed in the last minute and is being restarted (its name and its
+    error, without secrets), or ``None``."""
+    mode: str = "snapshots"
+    """How Polar is followed: ``snapshots`` (the snapshot protocol), ``public`` (Polar's public
+    API: polls and webhooks), or ``auto`` while the instance has not found out yet."""
+    mode_reason: str = ""
+    """Why this mode runs (asked for, or what Polar answered on ``/v1/outpost/``)."""

@@ -1,7 +1,7 @@
 """Telemetry policy, recorded as data: what each record carries, and when it is reported.
 
 The drivers feed a :class:`Recorder` from their hot paths and drain it about once a second, off
-them; an adapter (``outpost_async/_shared/telemetry.py``) turns what it drains into OpenTelemetry
+them; an adapter (``outpost_io/telemetry.py``) turns what it drains into OpenTelemetry
 instruments and spans. Nothing here knows OpenTelemetry, so the policy is tested without it.
 
 Theory of operation:
@@ -17,6 +17,11 @@ Theory of operation:
   next open), reported as :class:`SpanStarted` and :class:`SpanEnded`.
 - **Syncs**: the snapshots received and applied since the last report, at most once per export
   interval, and only when they changed.
+- **Series**: each drain's records are admitted into the current export interval, at most
+  ``series_cap`` distinct series (attribute sets) per instrument; a record of a series beyond it
+  is counted as left out (``Drained.left_out``), not reported. The drain that ends an interval
+  says so (``Drained.export``): the adapter exports then, so a customer's series lives for the
+  interval it was active in and every customer active in it (below the cap) is in its export.
 """
 
 from __future__ import annotations
@@ -29,7 +34,15 @@ import attrs
 
 from . import semconv
 from ._observations import LinkChanged, Observation, SnapshotApplied
-from .errors import InvalidEvent, NotReady, RedisUnavailable, UnknownMeter, UnsupportedMeter
+from .errors import (
+    CannotAdmit,
+    InsufficientBalance,
+    InvalidEvent,
+    NotReady,
+    RedisUnavailable,
+    UnknownMeter,
+    UnsupportedMeter,
+)
 
 ReadKey = tuple[str, str | None, str | None]
 """(meter id, external customer id, customer id) of a read."""
@@ -39,6 +52,9 @@ CAP = 20_000
 """Timed records kept between two drains; beyond it they are counted as overflow."""
 FLUSH_EVERY = 1.0
 """Seconds between two drains of the buffers."""
+SERIES_CAP = 1_000
+"""Distinct series (attribute sets) per instrument in one export interval; records of further
+series are counted as left out."""
 
 CONNECTION = "connection"
 RECONNECTION = "reconnection"
@@ -61,6 +77,20 @@ _READ_OUTCOMES: tuple[tuple[type[BaseException], str], ...] = (
     (UnsupportedMeter, semconv.UNSUPPORTED_METER),
     (BaseException, semconv.NOT_READY),  # whatever else kept the read from an answer
 )
+
+
+_ADMISSION_OUTCOMES: tuple[tuple[type[BaseException], str], ...] = (
+    (InsufficientBalance, semconv.INSUFFICIENT_BALANCE),
+    (CannotAdmit, semconv.CANNOT_ADMIT),
+    (UnknownMeter, semconv.UNKNOWN_METER),
+    (UnsupportedMeter, semconv.UNSUPPORTED_METER),
+    *_TRACK_OUTCOMES,
+)
+
+
+def admission_outcome(error: BaseException | None) -> str | None:
+    """The outcome an admission ending with ``error`` records (``None``: not recorded)."""
+    return _outcome(error, _ADMISSION_OUTCOMES, semconv.OK)
 
 
 def track_outcome(error: BaseException | None) -> str | None:
@@ -126,16 +156,30 @@ class Drained:
     ingests: tuple[Record, ...] = ()
     buckets: tuple[Record, ...] = ()
     warm: tuple[Record, ...] = ()
+    admissions: tuple[Record, ...] = ()
     spans: tuple[SpanDone, ...] = ()
     overflow: int = 0
+    export: bool = False
+    """This drain ends an export interval: export what was recorded in it, then forget it."""
+    left_out: int = 0
+    """Records of the interval that ends here which the series cap left out (with ``export``)."""
 
 
 class Recorder:
     """Telemetry records of one instance, from its hot paths to the adapter (see the module)."""
 
-    def __init__(self, *, export_interval: float = 30.0, cap: int = CAP) -> None:
+    def __init__(
+        self, *, export_interval: float = 30.0, cap: int = CAP, series_cap: int = SERIES_CAP
+    ) -> None:
+        if series_cap < 1:
+            raise ValueError("series_cap must be at least 1")
+        self._series_cap = series_cap
+        self._series: dict[str, set[tuple[Any, ...]]] = {}
+        self._left_out = 0
+        self._interval_ends: float | None = None
         self._reads: list[tuple[ReadKey, int, str]] = []
         self._tracks: list[tuple[str, tuple[str, ...], int, str, int]] = []
+        self._admissions: list[tuple[str, str, tuple[str, ...], int, str]] = []
         self._cap = cap
         self._overflow = 0
         self._interval = export_interval
@@ -143,6 +187,11 @@ class Recorder:
         self._next_report = 0.0
         self._reported = (0, 0)
         self._open: set[str] = set()
+
+    @property
+    def series_cap(self) -> int:
+        """Distinct series per instrument admitted into one export interval."""
+        return self._series_cap
 
     # -- hot paths ------------------------------------------------------------------------------
 
@@ -168,6 +217,22 @@ class Recorder:
         else:
             self._overflow += 1
 
+    def admitted(
+        self,
+        operation: str,
+        external_customer_id: object,
+        customer_id: object,
+        meter_ids: tuple[str, ...],
+        elapsed_ns: int,
+        outcome: str,
+    ) -> None:
+        """An admission (``semconv.RESERVE``, ``COMMIT``, ``RELEASE`` or ``TRACK``) ended."""
+        if len(self._admissions) < self._cap:
+            customer = customer_attribute(external_customer_id, customer_id)
+            self._admissions.append((operation, customer, meter_ids, elapsed_ns, outcome))
+        else:
+            self._overflow += 1
+
     # -- off the hot paths ----------------------------------------------------------------------
 
     def due(self, now: float) -> bool:
@@ -188,6 +253,7 @@ class Recorder:
         self._next_flush = now + FLUSH_EVERY
         reads, self._reads = self._reads, []
         tracks, self._tracks = self._tracks, []
+        admissions, self._admissions = self._admissions, []
         overflow, self._overflow = self._overflow, 0
         read_records = tuple(
             Record(
@@ -221,21 +287,68 @@ class Recorder:
             }
             spans = (SpanDone(semconv.SPAN_SYNCS, syncs),)
             self._reported = (received, applied)
-        return Drained(
-            reads=read_records,
-            ingests=tuple(ingests),
-            buckets=tuple(
-                Record(n, {semconv.CUSTOMER: customer, semconv.METERS: list(meters)})
-                for (customer, meters), n in buckets.items()
+        if self._interval_ends is None:
+            self._interval_ends = now + self._interval
+        drained = Drained(
+            reads=self._admitted(semconv.READ_DURATION, read_records),
+            ingests=self._admitted(semconv.INGEST_DURATION, ingests),
+            buckets=self._admitted(
+                semconv.BUCKETS_WRITTEN,
+                [
+                    # A tuple: OpenTelemetry SDKs before 1.45 hash a metric's attributes.
+                    Record(n, {semconv.CUSTOMER: customer, semconv.METERS: tuple(meters)})
+                    for (customer, meters), n in buckets.items()
+                ],
             ),
-            warm=tuple(
-                Record(n, {semconv.METER: key[0], semconv.CUSTOMER: customer_attribute(*key[1:])})
-                for key, n in (warm or {}).items()
-                if n > 0
+            warm=self._admitted(
+                semconv.READ_WARM,
+                [
+                    Record(
+                        n, {semconv.METER: key[0], semconv.CUSTOMER: customer_attribute(*key[1:])}
+                    )
+                    for key, n in (warm or {}).items()
+                    if n > 0
+                ],
+            ),
+            admissions=self._admitted(
+                semconv.ADMISSION_DURATION,
+                [
+                    Record(
+                        elapsed / 1e9,
+                        {
+                            semconv.METER: meter_id,
+                            semconv.CUSTOMER: customer,
+                            semconv.OPERATION: operation,
+                            semconv.OUTCOME: outcome,
+                        },
+                    )
+                    for operation, customer, meters, elapsed, outcome in admissions
+                    for meter_id in meters or ("",)
+                ],
             ),
             spans=spans,
             overflow=overflow,
         )
+        if not (force or now >= self._interval_ends):
+            return drained
+        left_out, self._left_out = self._left_out, 0
+        self._series = {}
+        self._interval_ends = now + self._interval
+        return attrs.evolve(drained, export=True, left_out=left_out)
+
+    def _admitted(self, instrument: str, records: Sequence[Record]) -> tuple[Record, ...]:
+        """The records whose series fit in this interval's cap; the others are counted."""
+        series = self._series.setdefault(instrument, set())
+        kept: list[Record] = []
+        for record in records:
+            key = tuple(tuple(v) if isinstance(v, list) else v for v in record.attributes.values())
+            if key not in series:
+                if len(series) >= self._series_cap:
+                    self._left_out += 1
+                    continue
+                series.add(key)
+            kept.append(record)
+        return tuple(kept)
 
     def observe(self, observations: Sequence[Observation]) -> list[SpanOp]:
         """The spans the core's observations make."""

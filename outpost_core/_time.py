@@ -10,6 +10,8 @@ BUCKET_US = 300_000_000
 
 HOUR_US = 3_600_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_US = 253_402_300_799_999_999
+"""The last microsecond of year 9999, the latest instant a datetime holds."""
 
 
 def floor_bucket(t_us: int) -> int:

@@ -18,11 +18,18 @@ DURATION_BOUNDARIES = (
 prototype had them. OpenTelemetry's default boundaries (0, 5, 10, ... 10,000) are for
 milliseconds: in seconds, every write and read fell in the first bucket, and no percentile could
 be read from them."""
+ADMISSION_DURATION = "outpost.admission.duration"
+"""Histogram, seconds: one record per admission (``reserve()``, a reservation's commit or
+release, ``track(require_balance=True)``), with its operation and outcome: how often customers
+are refused, and what exact admission costs."""
 READ_WARM = "outpost.read.warm"
 """Counter: reads answered from memory (outcome ``warm``), counted rather than timed: a warm read
 costs well under a microsecond, and timing each one would cost as much as the read."""
 BUCKETS_WRITTEN = "outpost.buckets.written"
 """Counter: bucket aggregates written by ``track()`` (one per reducer the event counts in)."""
+SERIES_LEFT_OUT = "outpost.telemetry.left_out"
+"""Counter, no attributes: records of one export interval left out because their instrument
+already had as many distinct series (meter, customer, outcome) in it as the cap allows."""
 
 SPAN_SYNCS = "outpost.syncs"
 """Span per report of the snapshots (Polar's syncs) received and applied since the last one."""
@@ -38,6 +45,8 @@ METERS = "outpost.meter_ids"
 CUSTOMER = "outpost.customer"
 """``external:<id>`` or ``customer:<uuid>``: the identity as the merchant names it."""
 OUTCOME = "outpost.outcome"
+OPERATION = "outpost.admission.operation"
+"""``reserve``, ``commit``, ``release`` or ``track`` (a track with ``require_balance``)."""
 SNAPSHOT_ID = "outpost.snapshot_id"
 COLD_UNTIL = "outpost.cold_until"
 LOCAL_CONSUMED = "outpost.local.consumed"
@@ -60,3 +69,11 @@ NOT_READY = "not_ready"
 REDIS_ERROR = "redis_error"
 UNKNOWN_METER = "unknown_meter"
 UNSUPPORTED_METER = "unsupported_meter"
+INSUFFICIENT_BALANCE = "insufficient_balance"
+CANNOT_ADMIT = "cannot_admit"
+
+# Admission operations
+RESERVE = "reserve"
+COMMIT = "commit"
+RELEASE = "release"
+TRACK = "track"

@@ -7,23 +7,29 @@ route and the Python API (`Emulator`) both call it, so they validate and behave 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import logging
 import math
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from outpost_emulator._customers import CustomerKey
 from outpost_emulator._errors import Errors, detail_response
 from outpost_emulator._faults import IngestFault
 from outpost_emulator._filters import parse_meter_create
 from outpost_emulator._http import NO_BODY, hub_of, read_json, short
 from outpost_emulator._meters import create_meter, customer_meter_item
-from outpost_emulator._model import Identity, JsonObject
+from outpost_emulator._model import Identity, JsonObject, Meter
+from outpost_emulator._public import Reset, claim, true_figures, update_customer_meter
 from outpost_emulator._state import Hub
+from outpost_emulator._summary import dashboard_summary
 from outpost_emulator._telemetry import telemetry_dump
-from outpost_emulator._timeutil import iso, parse_iso
+from outpost_emulator._timeutil import SECOND_US, iso, parse_iso
+from outpost_emulator._webhooks import HookFaults
 
 log = logging.getLogger("outpost_emulator")
 
@@ -126,6 +132,8 @@ def op_customers(hub: Hub, body: JsonObject) -> JsonObject:
     if external_id is not None:
         # The external id's events are this customer's now: its snapshots name a new alias.
         hub.push_snapshots({("external_customer_id", external_id)})
+        claim(hub.public, external_id, customer.id)
+        hub.customer_changed(("customer", customer.id), hub.now_us())
     return customer.to_json()
 
 
@@ -138,17 +146,70 @@ def op_credits(hub: Hub, body: JsonObject) -> JsonObject:
     if isinstance(units, bool) or not isinstance(units, int):
         raise _fail("`units` must be an integer (negative revokes)")
     identity = _identity(hub, body)
-    hub.credits.grant(identity, meter_id, units, hub.now_us())
+    now = hub.now_us()
+    hub.credits.grant(identity, meter_id, units, now)
     customer = hub.customers.resolve(identity)
     assert customer is not None
-    credited = hub.credits.credited(hub.customers.identities(customer), meter_id)
+    _credits_changed(hub, customer, hub.meters[meter_id], now)
     hub.push_snapshots({identity})  # "that customer's credits change"
+    credited = true_figures(hub, customer, hub.meters[meter_id])[1]
     return {
         "meter_id": meter_id,
         identity[0]: identity[1],
         "units": units,
         "credited_units": credited,
     }
+
+
+def _credits_changed(hub: Hub, customer: CustomerKey, meter: Meter, now: int) -> None:
+    """Polar recomputes the meter at once on a grant, a revoke or a cycle, and every
+    benefit-grant webhook also sends `customer.state_changed`."""
+    if hub.public_only:
+        update_customer_meter(hub, customer, meter, now, activate=True)
+        hub.webhooks.state_changed(customer, now)
+
+
+def op_cycle(hub: Hub, body: JsonObject) -> JsonObject:
+    """A billing cycle: `meter.reset` now, then the rollover credit, then the new credit."""
+    _only(body, {"meter_id", "external_customer_id", "customer_id", "units", "rollover_units"})
+    meter_id = body.get("meter_id")
+    if not isinstance(meter_id, str) or meter_id not in hub.meters:
+        raise _fail(f"no meter {meter_id!r}", 404)
+    amounts = []
+    for key in ("units", "rollover_units"):
+        value = body.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _fail(f"`{key}` must be an integer >= 0")
+        amounts.append(value)
+    units, rollover = amounts
+    identity = _identity(hub, body)
+    customer = hub.customers.resolve(identity)
+    assert customer is not None
+    now = hub.now_us()
+    hub.public.resets[(customer, meter_id)] = Reset(now, hub.credits.next_seq())
+    for amount in (rollover, units):
+        if amount:
+            hub.credits.grant(identity, meter_id, amount, now)
+    _credits_changed(hub, customer, hub.meters[meter_id], now)
+    hub.push_snapshots({identity})
+    consumed, credited = true_figures(hub, customer, hub.meters[meter_id])
+    return {"meter_id": meter_id, "reset_at": iso(now), "consumed_units": consumed,
+            "credited_units": credited}  # fmt: skip
+
+
+def op_webhooks(hub: Hub, body: JsonObject) -> JsonObject:
+    """Register an endpoint for `customer.state_changed` (its secret is made when not given)."""
+    _only(body, {"url", "secret"})
+    url, secret = body.get("url"), body.get("secret")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise _fail("`url` must be an http(s) URL")
+    if secret is not None and not isinstance(secret, str):
+        raise _fail("`secret` must be a string whsec_<base64>")
+    try:
+        endpoint = hub.webhooks.register(url, secret)
+    except ValueError as exc:
+        raise _fail(f"`secret` must be whsec_<base64> ({exc})") from None
+    return endpoint.to_json()
 
 
 def op_tokens(hub: Hub, body: JsonObject) -> JsonObject:
@@ -166,7 +227,8 @@ def op_faults(hub: Hub, body: JsonObject) -> JsonObject:
     _only(
         body,
         {"ingest_error", "ingest_hang", "ingest_lose_response", "drop_websockets", "syncs",
-         "snapshot_delay", "clear", "send_frames"},
+         "snapshot_delay", "clear", "send_frames", "webhook_drop", "webhook_delay",
+         "replica_lag"},
     )  # fmt: skip
     # Validate everything first, then apply: a bad request changes nothing.
     todo: list[Callable[[], None]] = []
@@ -211,9 +273,35 @@ def op_faults(hub: Hub, body: JsonObject) -> JsonObject:
     if "snapshot_delay" in body:
         delay = _number(body, "snapshot_delay", minimum=0)
         todo.append(lambda: setattr(hub.faults, "snapshot_delay_s", delay))
+    if "webhook_drop" in body:
+        drops = _count(_spec(body, "webhook_drop", {"count"}))
+        todo.append(lambda: setattr(hub.webhooks.faults, "drop", drops))
+    if "webhook_delay" in body:
+        spec = _spec(body, "webhook_delay", {"seconds", "count"})
+        if "seconds" not in spec:
+            raise _fail("`webhook_delay.seconds` is required")
+        held_us, held = round(_number(spec, "seconds", minimum=0) * SECOND_US), _count(spec)
+        todo.append(lambda: _delay_webhooks(hub, held_us, held))
+    if "replica_lag" in body:
+        lag_us = round(_number(body, "replica_lag", minimum=0) * SECOND_US)
+        todo.append(lambda: setattr(hub, "replica_lag_us", lag_us))
     for action in todo:
         action()
-    return {**hub.faults.to_json(), "syncs_paused": hub.pipeline.paused}
+    return _faults_state(hub)
+
+
+def _faults_state(hub: Hub) -> JsonObject:
+    return {
+        **hub.faults.to_json(),
+        "syncs_paused": hub.pipeline.paused,
+        "webhooks": hub.webhooks.faults.to_json(),
+        "replica_lag_s": hub.replica_lag_us / SECOND_US,
+    }
+
+
+def _delay_webhooks(hub: Hub, delay_us: int, count: int) -> None:
+    hub.webhooks.faults.delay_us = delay_us
+    hub.webhooks.faults.delay_count = count
 
 
 def _spec(body: JsonObject, key: str, allowed: set[str]) -> JsonObject:
@@ -226,6 +314,7 @@ def _spec(body: JsonObject, key: str, allowed: set[str]) -> JsonObject:
 
 def _clear(hub: Hub) -> None:
     hub.faults.clear()
+    hub.webhooks.faults = HookFaults()
     _syncs(hub, "resume")
 
 
@@ -278,7 +367,8 @@ def op_telemetry(hub: Hub, body: JsonObject | None = None) -> JsonObject:
 
 
 def op_customer_meter(hub: Hub, body: JsonObject) -> JsonObject:
-    """One customer meter, with zeros when Polar would have no row yet."""
+    """One customer meter as a recompute now would find it (the true balance, whatever the
+    public API's stored row says), with zeros when Polar would have no row yet."""
     _only(body, {"meter_id", "external_customer_id", "customer_id"})
     meter_id = body.get("meter_id")
     meter = hub.meters.get(meter_id) if isinstance(meter_id, str) else None
@@ -313,18 +403,74 @@ OPERATIONS: dict[tuple[str, str], Op] = {
     ("POST", "customers"): op_customers,
     ("POST", "credits"): op_credits,
     ("POST", "tokens"): op_tokens,
-    ("GET", "faults"): lambda hub, _: {**hub.faults.to_json(), "syncs_paused": hub.pipeline.paused},
+    ("GET", "faults"): lambda hub, _: _faults_state(hub),
+    ("POST", "cycle"): op_cycle,
+    ("POST", "webhooks"): op_webhooks,
+    ("GET", "webhooks"): lambda hub, _: hub.webhooks.to_json(),
     ("POST", "faults"): op_faults,
     ("GET", "state"): op_state,
+    ("GET", "summary"): lambda hub, _: dashboard_summary(hub),  # what the dashboard shows
     ("GET", "telemetry"): op_telemetry,
     ("GET", "ingest-delays"): op_ingest_delays,
     ("POST", "customer-meter"): op_customer_meter,
 }
 
 
+def _loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_of(authority: str) -> str | None:
+    try:
+        return urllib.parse.urlsplit(f"//{authority}").hostname
+    except ValueError:
+        return None
+
+
+def refusal(request: Request, remote_allowed: bool) -> str | None:
+    """Why the admin API (no authentication) refuses this request, or ``None``.
+
+    It is a local tool: a request must name a loopback host (a web page that rebinds its own
+    name to 127.0.0.1 still sends its name), a browser's request must come from a loopback
+    origin or the emulator's own pages, and a POST must be JSON (a web page cannot send JSON to
+    another origin without asking first, which the emulator never grants)."""
+    host = request.headers.get("host", "")
+    if not remote_allowed and not _loopback(_host_of(host)):
+        return (
+            f"the emulator's admin API answers only requests to a loopback address, not to "
+            f"{host!r} (start it with --allow-remote to serve other hosts)"
+        )
+    origin = request.headers.get("origin")
+    if origin is not None and origin != "null":
+        parts = urllib.parse.urlsplit(origin)
+        if not _loopback(parts.hostname) and parts.netloc != host:
+            return f"the emulator's admin API answers only pages of this machine, not {origin!r}"
+    elif origin == "null":
+        return "the emulator's admin API answers no page of an opaque origin"
+    sent = (
+        request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+    )
+    if request.method == "POST" and (sent or origin is not None):  # a body, or a browser's POST
+        kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if kind != "application/json":
+            return f"the emulator's admin API takes JSON bodies only (Content-Type {kind!r})"
+    return None
+
+
 async def admin_endpoint(request: Request) -> Response:
     hub = hub_of(request)
     hub.counters["http_admin"] += 1
+    refused = refusal(request, hub.remote_admin)
+    if refused is not None:
+        log.warning("admin %s %s refused: %s", request.method, request.url.path, refused)
+        return detail_response(403, refused)
     name = request.path_params["name"]
     op = OPERATIONS.get((request.method, name))
     if op is None:

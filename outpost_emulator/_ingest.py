@@ -17,6 +17,7 @@ from outpost_emulator._errors import (
 from outpost_emulator._http import NO_BODY, hub_of, read_json
 from outpost_emulator._limits import MAX_BODY_BYTES
 from outpost_emulator._model import Identity
+from outpost_emulator._public import activate_matching
 from outpost_emulator._state import Hub
 from outpost_emulator._validation import EventInput, validate_ingest
 
@@ -39,6 +40,7 @@ def store_events(hub: Hub, events: list[EventInput]) -> tuple[int, int]:
     reducers = hub.active_reducers()
     inserted = 0
     late: set[Identity] = set()
+    stored = []
     for item in events:
         event = hub.store_event(
             name=item.name,
@@ -51,8 +53,15 @@ def store_events(hub: Hub, events: list[EventInput]) -> tuple[int, int]:
         if event is None:
             continue
         inserted += 1
+        stored.append(event)
         if hub.pipeline.place(event, reducers, now):
             late.add(event.identity)
+    if hub.public_only and stored:
+        # Polar's `event.ingested`: activation now, the recompute debounced per customer.
+        activate_matching(hub, stored, now)
+        for customer in {hub.customers.resolve(e.identity) for e in stored}:
+            if customer is not None:
+                hub.customer_changed(customer, now)
     if late:
         hub.push_snapshots(late)  # a late event landed in a closed bucket
     return inserted, len(events) - inserted

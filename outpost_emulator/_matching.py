@@ -1,10 +1,10 @@
 """Does an event match a meter filter, and what does it contribute to an aggregation?
 
 `sql_*` follow Polar's SQL (`get_sql_clause` / `get_sql_column`), which fills the Postgres bucket
-rows and customer meters; that is what the emulator computes everywhere. `python_matches`
-follows Polar's `Filter.matches` (the real-time Redis rollup, and the SDK's local matching, see
-decisions.md D7). It exists so the tests can pin every place where the two disagree; the list,
-with an example each, is in docs/emulator.md.
+rows and customer meters; that is what the emulator computes everywhere. `python_matches` follows
+Polar's `Filter.matches` (the real-time Redis rollup, and the SDK's local matching). It exists so
+the tests can pin every place where the two disagree; the list, with an example each, is in
+docs/emulator.md.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def consumed(filter_: Filter, aggregation: Aggregation, events: Iterable[StoredE
     return min(values) if aggregation.func == "min" else max(values)
 
 
-# Python (polar-side §6.2), for the documented differences ---------------------------------------
+# Python (Polar's Filter.matches), for the documented differences -----------------------------
 
 
 def python_matches(filter_: Filter, event: StoredEvent) -> bool:

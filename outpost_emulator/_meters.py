@@ -18,8 +18,9 @@ from outpost_emulator._errors import (
 )
 from outpost_emulator._filters import parse_meter_create
 from outpost_emulator._http import NO_BODY, hub_of, paginate, pagination, query_list, read_json
-from outpost_emulator._matching import consumed, sql_matches
+from outpost_emulator._matching import sql_matches
 from outpost_emulator._model import JsonObject, Meter, Reducer
+from outpost_emulator._public import row_item_figures, true_figures
 from outpost_emulator._state import Hub
 from outpost_emulator._timeutil import iso
 
@@ -107,17 +108,24 @@ async def meter_endpoint(request: Request) -> Response:
 # Customer meters ---------------------------------------------------------------------------
 
 
-def customer_meter_item(hub: Hub, customer: CustomerKey, meter: Meter) -> JsonObject:
-    """Polar's CustomerMeter for one customer and meter, computed from every stored event."""
-    identities = hub.customers.identities(customer)
-    used = consumed(meter.filter, meter.aggregation, hub.events_of(customer))
-    credited = hub.credits.credited(identities, meter.id)
+def customer_meter_item(
+    hub: Hub, customer: CustomerKey, meter: Meter, *, stored: bool = False
+) -> JsonObject:
+    """Polar's CustomerMeter for one customer and meter: as a recompute now would find it
+    (every stored event of the current window), or with ``stored`` as the public API's row
+    holds it (recomputed by the debounced job)."""
+    row = hub.public.rows.get((customer, meter.id))
+    if stored and row is not None:
+        used, credited, _ = row_item_figures(row)
+    else:
+        used, credited = true_figures(hub, customer, meter)
+    modified = None if row is None or row.modified_at_us is None else iso(row.modified_at_us)
     customer_id, external_id = hub.customers.describe(customer)
     real = hub.customers.get(customer_id) if customer_id else None
     return {
         "id": str(uuid.uuid5(_ITEM_NS, f"{customer[0]}:{customer[1]}:{meter.id}")),
-        "created_at": iso(meter.created_at_us),
-        "modified_at": None,
+        "created_at": iso(meter.created_at_us if row is None else row.created_at_us),
+        "modified_at": modified,
         "customer_id": customer_id,
         "external_customer_id": external_id,
         "meter_id": meter.id,
@@ -152,6 +160,8 @@ def list_customer_meters(
     external_customer_ids: list[str] | None = None,
     meter_ids: list[str] | None = None,
 ) -> list[JsonObject]:
+    if hub.public_only:
+        return _stored_rows(hub, customer_ids, external_customer_ids, meter_ids)
     items = []
     for customer in _candidates(hub):
         customer_id, external_id = hub.customers.describe(customer)
@@ -165,6 +175,30 @@ def list_customer_meters(
             if _is_active(hub, customer, meter):
                 items.append(customer_meter_item(hub, customer, meter))
     return items
+
+
+def _stored_rows(
+    hub: Hub,
+    customer_ids: list[str] | None,
+    external_customer_ids: list[str] | None,
+    meter_ids: list[str] | None,
+) -> list[JsonObject]:
+    """Polar's rows, sorted by `-modified_at` (PostgreSQL puts NULLs first in DESC order)."""
+    chosen = []
+    for (customer, meter_id), row in hub.public.rows.items():
+        customer_id, external_id = hub.customers.describe(customer)
+        meter = hub.meters.get(meter_id)
+        if meter is None:
+            continue
+        if customer_ids is not None and customer_id not in customer_ids:
+            continue
+        if external_customer_ids is not None and external_id not in external_customer_ids:
+            continue
+        if meter_ids is not None and meter_id not in meter_ids:
+            continue
+        chosen.append((row.modified_at_us, customer_meter_item(hub, customer, meter, stored=True)))
+    chosen.sort(key=lambda item: (item[0] is not None, -(item[0] or 0)))
+    return [item for _, item in chosen]
 
 
 async def customer_meters_endpoint(request: Request) -> Response:

@@ -90,7 +90,7 @@ class Reducer:
 
     @property
     def reducible(self) -> bool:
-        # `unique` cannot be kept as count/sum/min/max buckets (polar-side §3.3 step 1).
+        # `unique` cannot be kept as count/sum/min/max buckets: distinct counts do not add up.
         return self.aggregation.func != "unique"
 
     def to_json(self) -> JsonObject:

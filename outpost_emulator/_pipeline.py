@@ -1,7 +1,6 @@
 """Polar's reducer-bucket pipeline: the Redis current bucket, syncs, late events, seals.
 
-Every stored event goes one of three ways at ingest (design doc, "Snapshots, syncs and seals";
-polar-side §3):
+Every stored event goes one of three ways at ingest, as in Polar's pipeline:
 
 - its bucket is the current one: it waits in "Redis" and is not counted until the close-sync,
   which runs `sync_delay` after the bucket ends and moves it into its "Postgres" row;

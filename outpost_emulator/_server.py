@@ -21,10 +21,12 @@ from outpost_emulator._admin import (
     op_credits,
     op_customer_meter,
     op_customers,
+    op_cycle,
     op_faults,
     op_state,
     op_telemetry,
     op_tokens,
+    op_webhooks,
 )
 from outpost_emulator._auth import DEFAULT_SCOPES
 from outpost_emulator._clock import EmulatorClock
@@ -32,6 +34,7 @@ from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._frames import MAX_FRAME_BYTES
 from outpost_emulator._limits import DEFAULT_REQUESTS_PER_MINUTE
 from outpost_emulator._model import JsonObject
+from outpost_emulator._public import DEFAULT_RECOMPUTE_MAX_S, DEFAULT_RECOMPUTE_MIN_S
 from outpost_emulator._state import Hub, TransportFinder
 from outpost_emulator.app import create_app
 
@@ -128,12 +131,25 @@ class Emulator:
         scopes: Iterable[str] = DEFAULT_SCOPES,
         startup_timeout: float = 10.0,
         tls: tuple[str, str] | None = None,
+        public_only: bool = False,
+        recompute_delays: tuple[float, float] = (DEFAULT_RECOMPUTE_MIN_S, DEFAULT_RECOMPUTE_MAX_S),
+        replica_lag: float = 0.0,
     ) -> Emulator:
         """Start uvicorn on `host:port` (0: a free port) and return once it accepts.
 
-        `tls`, a (certificate chain file, private key file) pair, serves HTTPS and `wss://`."""
+        `tls`, a (certificate chain file, private key file) pair, serves HTTPS and `wss://`.
+        `public_only` serves Polar's public API as it is (no `/v1/outpost/`; customer meters
+        recomputed `recompute_delays` = (minimum, maximum) seconds after ingests, as Polar's
+        debounced job; quantities read a replica `replica_lag` seconds behind)."""
         hub = Hub(
-            clock=clock, token=token, scopes=scopes, sync_delay=sync_delay, rate_limit=rate_limit
+            clock=clock,
+            token=token,
+            scopes=scopes,
+            sync_delay=sync_delay,
+            rate_limit=rate_limit,
+            public_only=public_only,
+            recompute_delays=recompute_delays,
+            replica_lag=replica_lag,
         )
         certificates = {"ssl_certfile": tls[0], "ssl_keyfile": tls[1]} if tls else {}
         config = uvicorn_config(
@@ -291,6 +307,31 @@ class Emulator:
     def state(self) -> JsonObject:
         return self._call(op_state)
 
+    def cycle(
+        self,
+        meter_id: str,
+        units: int = 0,
+        *,
+        rollover_units: int = 0,
+        external_customer_id: str | None = None,
+        customer_id: str | None = None,
+    ) -> JsonObject:
+        """A billing cycle: the meter resets now, then `rollover_units` and `units` are credited."""
+        body: JsonObject = {"meter_id": meter_id, "units": units, "rollover_units": rollover_units}
+        body.update(_identity(external_customer_id, customer_id))
+        return self._call(op_cycle, body)
+
+    def register_webhook(self, url: str, secret: str | None = None) -> JsonObject:
+        """Deliver `customer.state_changed` to `url`; the answer holds the `whsec_` secret."""
+        body: JsonObject = {"url": url}
+        if secret is not None:
+            body["secret"] = secret
+        return self._call(op_webhooks, body)
+
+    def webhooks(self) -> JsonObject:
+        """Endpoints, recent deliveries (with their outcome) and webhook faults."""
+        return self._call(lambda hub, _: hub.webhooks.to_json())
+
     def telemetry(self) -> JsonObject:
         return self._call(op_telemetry)
 
@@ -332,6 +373,18 @@ class Emulator:
     def fault_snapshot_delay(self, seconds: float) -> JsonObject:
         """Delay every snapshot reply and push by `seconds` (wall); 0 turns it off."""
         return self._call(op_faults, {"snapshot_delay": seconds})
+
+    def fault_webhook_drop(self, *, count: int = 1) -> JsonObject:
+        """The next `count` webhook deliveries are lost (never sent, never retried)."""
+        return self._call(op_faults, {"webhook_drop": {"count": count}})
+
+    def fault_webhook_delay(self, seconds: float, *, count: int = 1) -> JsonObject:
+        """The next `count` webhook deliveries wait `seconds` of emulator time first."""
+        return self._call(op_faults, {"webhook_delay": {"seconds": seconds, "count": count}})
+
+    def set_replica_lag(self, seconds: float) -> JsonObject:
+        """Quantities see only events ingested more than `seconds` (emulator time) ago."""
+        return self._call(op_faults, {"replica_lag": seconds})
 
     def fault_clear(self) -> JsonObject:
         """Forget pending faults, remove the snapshot delay and resume syncs."""

@@ -23,8 +23,16 @@ from outpost_emulator._faults import Faults
 from outpost_emulator._limits import DEFAULT_REQUESTS_PER_MINUTE, RateLimit
 from outpost_emulator._model import Identity, JsonObject, Meter, Reducer, StoredEvent
 from outpost_emulator._pipeline import Pipeline
+from outpost_emulator._public import (
+    DEFAULT_RECOMPUTE_MAX_S,
+    DEFAULT_RECOMPUTE_MIN_S,
+    PublicMeters,
+    update_customer,
+)
 from outpost_emulator._snapshots import Snapshots, build_snapshot
 from outpost_emulator._timeutil import SECOND_US, iso
+from outpost_emulator._webhooks import Webhooks
+from outpost_emulator._webhooks import run_due as run_webhooks
 
 log = logging.getLogger("outpost_emulator")
 
@@ -41,9 +49,14 @@ class Hub:
         scopes: Iterable[str] = DEFAULT_SCOPES,
         sync_delay: float = 10.0,
         rate_limit: int = DEFAULT_REQUESTS_PER_MINUTE,
+        public_only: bool = False,
+        recompute_delays: tuple[float, float] = (DEFAULT_RECOMPUTE_MIN_S, DEFAULT_RECOMPUTE_MAX_S),
+        replica_lag: float = 0.0,
     ) -> None:
         if not sync_delay >= 0:
             raise ValueError("sync_delay must be >= 0 seconds")
+        if not replica_lag >= 0:
+            raise ValueError("replica_lag must be >= 0 seconds")
         self.clock = clock or EmulatorClock()
         self.organization_id = str(uuid.uuid4())
         self.tokens = Tokens(token, scopes)
@@ -60,9 +73,17 @@ class Hub:
         self.faults = Faults()
         self.rate_limit = RateLimit(rate_limit)
         self.connections = Connections()
+        self.remote_admin = False
+        """Whether the admin API answers requests to a non-loopback host (--allow-remote)."""
         self.counters: Counter[str] = Counter()
         self.telemetry: list[JsonObject] = []
         self.transport_finder: TransportFinder | None = None
+        # Polar's public API as it is: no /v1/outpost/, customer meters from stored rows that a
+        # debounced job recomputes, customer.state_changed webhooks.
+        self.public_only = public_only
+        self.public = PublicMeters.create(*recompute_delays)
+        self.webhooks = Webhooks()
+        self.replica_lag_us = round(replica_lag * SECOND_US)
 
     def now_us(self) -> int:
         return self.clock.now_us()
@@ -143,6 +164,16 @@ class Hub:
         self.snapshots.prune(now)
         if moved:
             self.push_snapshots(moved)
+        if self.public_only:
+            for at_us, customer in self.public.jobs.due(now):
+                if update_customer(self, customer, at_us):
+                    self.webhooks.state_changed(customer, at_us)
+            run_webhooks(self, now)
+
+    def customer_changed(self, customer: CustomerKey, now: int) -> None:
+        """Polar's `customer_meter.update_customer` enqueued for this customer (public API)."""
+        if self.public_only:
+            self.public.jobs.enqueue(customer, now)
 
     # Pushes ----------------------------------------------------------------------------------
 
@@ -201,4 +232,26 @@ class Hub:
             "faults": {**self.faults.to_json(), "syncs_paused": self.pipeline.paused},
             "tokens": self.tokens.to_json(),
             "counters": dict(sorted(self.counters.items())),
+            "public": self.public_state(),
+        }
+
+    def public_state(self) -> JsonObject:
+        rows = [
+            {
+                "customer": list(customer),
+                "meter_id": meter_id,
+                "activated": row.activated,
+                "consumed_units": row.consumed,
+                "credited_units": row.credited,
+                "modified_at": None if row.modified_at_us is None else iso(row.modified_at_us),
+            }
+            for (customer, meter_id), row in self.public.rows.items()
+        ]
+        return {
+            "public_only": self.public_only,
+            "rows": rows,
+            "pending_recomputes": len(self.public.jobs),
+            "recomputes": self.public.recomputes,
+            "replica_lag_s": self.replica_lag_us / SECOND_US,
+            "webhooks": self.webhooks.to_json(),
         }

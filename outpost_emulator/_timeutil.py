@@ -8,7 +8,7 @@ SECOND_US = 1_000_000
 MINUTE_US = 60 * SECOND_US
 HOUR_US = 60 * MINUTE_US
 BUCKET_US = 5 * MINUTE_US
-# Billing seals a bucket this long after its end (design doc, "Snapshots, syncs and seals").
+# Billing seals a bucket this long after its end, once every event of it has reached Postgres.
 SEAL_AFTER_US = 11 * MINUTE_US
 # cold_until never looks further back than this.
 LOOKBACK_US = HOUR_US

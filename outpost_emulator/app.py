@@ -1,4 +1,5 @@
-"""The Starlette application: Polar's routes, the Outpost WebSocket, the admin API."""
+"""The Starlette application: Polar's routes, the Outpost WebSocket, the admin API and its
+dashboard."""
 
 from __future__ import annotations
 
@@ -12,18 +13,22 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from outpost_emulator._admin import admin_endpoint
 from outpost_emulator._auth import DEFAULT_SCOPES
 from outpost_emulator._clock import EmulatorClock
+from outpost_emulator._dashboard import ROUTES as DASHBOARD_ROUTES
 from outpost_emulator._defaults import DEFAULT_TOKEN
 from outpost_emulator._ingest import ingest_endpoint
 from outpost_emulator._limits import DEFAULT_REQUESTS_PER_MINUTE
 from outpost_emulator._meters import customer_meters_endpoint, meter_endpoint, meters_endpoint
+from outpost_emulator._quantities import quantities_endpoint
 from outpost_emulator._state import Hub
 from outpost_emulator._telemetry import telemetry_endpoint
+from outpost_emulator._webhooks import close as close_webhooks
 from outpost_emulator._websocket import outpost_endpoint
 
 log = logging.getLogger("outpost_emulator")
@@ -105,6 +110,14 @@ async def _scheduler(hub: Hub) -> None:
             log.exception("scheduler tick failed")
 
 
+async def _not_served(websocket: WebSocket) -> None:
+    """Polar's public API has no Outpost WebSocket: the upgrade gets a plain 404."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(JSONResponse({"detail": "Not Found"}, status_code=404))
+    else:
+        await websocket.close(code=1008)
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
@@ -118,11 +131,18 @@ def create_app(
     scopes: Iterable[str] = DEFAULT_SCOPES,
     hub: Hub | None = None,
     rate_limit: int = DEFAULT_REQUESTS_PER_MINUTE,
+    public_only: bool = False,
 ) -> Starlette:
     """A fresh emulator app. Its state is `app.state.hub`; run it with uvicorn, `ws="wsproto"`.
-    ``rate_limit``: requests a minute Polar's API admits (0: no limit)."""
+    ``rate_limit``: requests a minute Polar's API admits (0: no limit). ``public_only``: serve
+    Polar's public API only (no `/v1/outpost/`); a given ``hub`` decides it instead."""
     hub = hub or Hub(
-        clock=clock, token=token, scopes=scopes, sync_delay=sync_delay, rate_limit=rate_limit
+        clock=clock,
+        token=token,
+        scopes=scopes,
+        sync_delay=sync_delay,
+        rate_limit=rate_limit,
+        public_only=public_only,
     )
 
     @contextlib.asynccontextmanager
@@ -134,15 +154,23 @@ def create_app(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            await close_webhooks(hub)
 
+    outpost: list[BaseRoute] = [
+        WebSocketRoute("/v1/outpost/", outpost_endpoint),
+        Route("/v1/outpost/telemetry/v1/{signal}", telemetry_endpoint, methods=["POST"]),
+    ]
+    if hub.public_only:
+        outpost = [WebSocketRoute("/v1/outpost/", _not_served)]  # HTTP routes: 404 by default
     app = Starlette(
         routes=[
             Route("/v1/events/ingest", ingest_endpoint, methods=["POST"]),
             Route("/v1/meters/", meters_endpoint, methods=["GET", "POST"]),
             Route("/v1/meters/{id}", meter_endpoint, methods=["GET"]),
+            Route("/v1/meters/{id}/quantities", quantities_endpoint, methods=["GET"]),
             Route("/v1/customer-meters/", customer_meters_endpoint, methods=["GET"]),
-            WebSocketRoute("/v1/outpost/", outpost_endpoint),
-            Route("/v1/outpost/telemetry/v1/{signal}", telemetry_endpoint, methods=["POST"]),
+            *outpost,
+            *DASHBOARD_ROUTES,  # `/` and its files
             Route("/__emulator/{name}", admin_endpoint, methods=["GET", "POST"]),
         ],
         exception_handlers={HTTPException: _http_error},

@@ -14,14 +14,22 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from redis import BlockingConnectionPool, ConnectionPool, Redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from outpost_async._shared.proxy import MAX_REPLY, ProxyError, proxy_for
-from outpost_async._shared.pubsub import buffered_replies
+try:
+    import hiredis
+except ImportError:  # pragma: no cover - hiredis is an extra; without it redis-py does it all
+    hiredis = None  # type: ignore[assignment,unused-ignore]
+
+from outpost_io.proxy import MAX_REPLY, ProxyError, proxy_for
+from outpost_io.pubsub import buffered_replies
 
 
 def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the async twin: no lock
@@ -32,19 +40,69 @@ def CoreLock() -> contextlib.AbstractContextManager[Any]:  # the async twin: no 
 
 class CommandBatches:
     """Each command sent as it comes: a thread waits for its own reply (the async twin pipelines
-    the commands of many tasks)."""
+    the commands of many tasks).
+
+    Scripts (``EVALSHA``, ``EVAL``: no reply callback in redis-py) go, with hiredis, on
+    connections this object keeps from the client's pool: packed by hiredis, written and read
+    on the connection, without redis-py's command layers (its encoding of each argument, the
+    pool's lock, its retry and event hooks), which cost a ``track()`` about as much as the
+    script's own work in Redis. A connection that fails is dropped and the command goes once
+    more the usual way, through redis-py (whose retry it would have had)."""
 
     def __init__(
         self, client: Redis, slots: int = 4, most: int = 512, shared_connection: bool = True
     ) -> None:
         self._client = client
+        pool = getattr(client, "connection_pool", None)
+        self._pool: Any = pool if _packs(pool) else None
+        self._idle: list[Any] = []  # connections kept for scripts: list.pop/append are atomic
+        self._pid = os.getpid()
 
     def execute(self, *command: Any, parsed: bool = True) -> Any:
         """``command``'s reply; not ``parsed``: as Redis sent it, where redis-py allows (a
         stream read's reply callback costs more than the read, in the GIL the callers want)."""
+        if self._pool is not None and command[0] in _SCRIPT_COMMANDS:
+            return self._script(command)
         if not parsed:  # redis-py looks its reply callbacks up by a command name in text
             command = (str(command[0]).encode(), *command[1:])
         return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
+
+    def _script(self, command: tuple[Any, ...]) -> Any:
+        if self._pid != os.getpid():  # forked: the parent's connections are not this process's
+            self._idle, self._pid = [], os.getpid()
+        try:
+            connection = self._idle.pop()
+        except IndexError:
+            try:
+                connection = self._pool.get_connection()
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
+        try:
+            connection.send_packed_command([hiredis.pack_command(command)])
+            reply = connection.read_response()
+        except ResponseError:  # Redis answered (NOSCRIPT, a script's error): the line is fine
+            self._keep(connection)
+            raise
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            # Lost on the way (a restarted Redis, a stale line): once more through redis-py, as
+            # its retry would have sent it again (a track sent twice is counted once: its id).
+            self._drop(connection)
+            return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
+        except BaseException:
+            self._drop(connection)
+            raise
+        self._keep(connection)
+        return reply
+
+    def _drop(self, connection: Any) -> None:
+        connection.disconnect()
+        self._pool.release(connection)
+
+    def _keep(self, connection: Any) -> None:
+        if len(self._idle) < _KEPT:
+            self._idle.append(connection)
+        else:
+            self._pool.release(connection)
 
     def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Each command's reply, in order, in one pipeline; the first error raises."""
@@ -54,7 +112,21 @@ class CommandBatches:
             return list(pipe.execute())
 
     def close(self) -> None:
-        return None
+        """Give the connections kept back to the pool."""
+        idle, self._idle = self._idle, []
+        if self._pool is not None and self._pid == os.getpid():
+            for connection in idle:
+                self._pool.release(connection)
+
+
+_SCRIPT_COMMANDS = ("EVALSHA", "EVAL")
+_KEPT = 16  # connections kept for scripts at most: more threads at once borrow from the pool
+
+
+def _packs(pool: Any) -> bool:
+    """Whether scripts can go straight on this pool's connections: hiredis is there to pack
+    them."""
+    return hiredis is not None and pool is not None and hasattr(pool, "get_connection")
 
 
 def CallLimit(calls: int) -> threading.BoundedSemaphore:  # the async twin: asyncio's
@@ -101,6 +173,7 @@ class Worker:
         self._thread.join(timeout=max(timeout, 0.3))
 
 
+_T = TypeVar("_T")
 _CONNECTIONS = 100  # at most this many connections, as redis-py 8's pool
 _CONNECTION_WAIT = 20.0  # seconds a call waits for one of them before it fails
 
@@ -117,6 +190,35 @@ def own_client(url: str) -> Redis:
 
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def all_of(calls: Sequence[Callable[[], Any]]) -> None:
+    """Each of ``calls``, one after the other (the async twin runs them at once)."""
+    for call in calls:
+        call()
+
+
+def alongside(main: Callable[[], _T], side: Callable[[], None]) -> _T:
+    """``main()``'s result, with ``side()`` run meanwhile on a thread of its own; both are done
+    when this returns. A failure of ``side`` raises once ``main`` is done (the async twin also
+    cancels ``side`` when ``main`` fails: a thread is waited for instead)."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            side()
+        except BaseException as exc:  # raised again in the caller's thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, name="outpost-alongside", daemon=True)
+    thread.start()
+    try:
+        result = main()
+    finally:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return result
 
 
 EXIT_TIMEOUT = 5.0
@@ -211,11 +313,26 @@ def run_on_node(
     cluster: RedisCluster, node: ClusterNode, commands: list[tuple[Any, ...]]
 ) -> list[Any]:
     """Send ``commands`` to one node of a cluster on one of its connections, in one round trip,
-    without following redirections: each reply, or the error it was."""
-    pipe: Any = cluster.get_redis_connection(node).pipeline(transaction=False)
+    without following redirections: each reply, or the error it was. A lone command (a
+    track's script) goes without a pipeline: building and resetting one cost it more than
+    its parsing."""
+    client: Any = cluster.get_redis_connection(node)
+    if len(commands) == 1:
+        batches = _node_batches.get(client)
+        if batches is None:
+            batches = _node_batches[client] = CommandBatches(client)
+        try:
+            return [batches.execute(*commands[0])]  # a script: on a connection kept for them
+        except ResponseError as exc:  # MOVED, ASK, NOSCRIPT...: the caller decides
+            return [exc]
+    pipe: Any = client.pipeline(transaction=False)
     for args in commands:
         pipe.execute_command(*args)
     return list(pipe.execute(raise_on_error=False))
+
+
+_node_batches: weakref.WeakKeyDictionary[Any, CommandBatches] = weakref.WeakKeyDictionary()
+"""Each cluster node's client's command batches (the connections kept for scripts)."""
 
 
 def open_node_pubsub(cluster: RedisCluster, node: ClusterNode) -> Any:
@@ -229,6 +346,12 @@ def open_node_pubsub(cluster: RedisCluster, node: ClusterNode) -> Any:
 def close_node_pubsub(pubsub: Any) -> None:
     pubsub.close()
     pubsub.connection_pool.disconnect()
+
+
+def close_cluster_node(node: ClusterNode) -> None:
+    """Close the connections a cluster client's node holds (it left the slot map)."""
+    if node.redis_connection is not None:
+        node.redis_connection.connection_pool.disconnect()
 
 
 def call_back(function: Callable[..., Any], *args: Any) -> None:
@@ -264,8 +387,8 @@ class Stream:
 
 
 def open_stream(host: str, port: int, context: ssl.SSLContext | None, timeout: float) -> Stream:
-    """Connect, through the proxy httpx would use (see ``_shared.proxy``), and shake hands over TLS
-    with ``context`` when it is given (``wss://``)."""
+    """Connect, through the proxy httpx would use (see ``outpost_io.proxy``), and shake hands
+    over TLS with ``context`` when it is given (``wss://``)."""
     proxy = proxy_for(host, context is not None)
     address = (host, port) if proxy is None else (proxy.host, proxy.port)
     sock = socket.create_connection(address, timeout=timeout)

@@ -2,8 +2,10 @@
 
 Whole files are rewritten with a table of substitutions and formatted with ruff.
 
-- ``outpost_sync/_client.py`` is committed (it ships): ``--check`` fails when it differs from what
-  its source gives, or when a generated file is left behind in ``outpost_sync/``.
+- The sync driver's modules are committed (they ship): every module of ``outpost_async/`` but the
+  hand-written ones (:data:`HAND_WRITTEN_DRIVER`) is the source of its namesake in
+  ``outpost_sync/``. ``--check`` fails when a generated module differs from what its source gives,
+  is missing, or is left behind in ``outpost_sync/`` with no source.
 - The sync driver tests are not committed: ``tests/conftest.py`` builds them before pytest collects
   (``build_sync_tests``), and ``./dev test`` before mypy reads them. Each carries a digest of its
   source and of this script in its first line, so an up-to-date one is not built again.
@@ -21,18 +23,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (async source, sync target): the client is the one driver file with ``async`` code in it. What has
-# none is shared by both drivers from ``outpost_async._shared`` (never renamed, never generated).
-PAIRS = [("outpost_async/_client.py", "outpost_sync/_client.py")]
+ASYNC_PACKAGE = ROOT / "outpost_async"
 SYNC_PACKAGE = ROOT / "outpost_sync"
+# Each driver writes these by hand (as httpcore keeps its ``_backends/``): what asyncio or threads
+# do differently (``_backend.py``), the async-only shared connection and its push reader, and the
+# package's front page. Everything else in ``outpost_async/`` is generated into ``outpost_sync/``.
+HAND_WRITTEN_DRIVER = {"__init__.py", "_backend.py", "_multiplexed.py", "_listener.py"}
 TEST_SOURCE = ROOT / "tests" / "drivers" / "_async"
 TEST_TARGET = ROOT / "tests" / "drivers" / "_sync"
-HAND_WRITTEN = {"__init__.py", "_concurrency.py"}  # twins that no substitution can produce
+HAND_WRITTEN_TESTS = {"__init__.py", "_concurrency.py"}  # twins that no substitution can produce
 
 SUBSTITUTIONS = [
-    (r"\boutpost_async\b(?!\._shared\b)", "outpost_sync"),
+    (r"\boutpost_async\b", "outpost_sync"),
     (r"\btests\.drivers\._async\b", "tests.drivers._sync"),
     (r"\bAsyncOutpost\b", "Outpost"),
+    (r"\bAsyncReservation\b", "Reservation"),
     (r"\bAsyncClient\b", "Client"),
     (r"\bAsyncIterator\b", "Iterator"),
     (r"\bAsyncGenerator\b", "Generator"),
@@ -46,6 +51,7 @@ SUBSTITUTIONS = [
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
     (r"\.aclose\(\)", ".close()"),
+    (r"\.aiter_bytes\(", ".iter_bytes("),
     (r"\banyio_backend\b", "sync_backend"),
     (r"^\s*@pytest\.mark\.anyio\n", ""),
     (r"\basync_instance\b", "sync_instance"),
@@ -83,8 +89,9 @@ def generated(source: Path, target: Path, first_line: str) -> str:
     return tidy(first_line + convert(source.read_text(encoding="utf-8")), target)
 
 
-def client_header(source: Path) -> str:
-    return f"# GENERATED from {source.relative_to(ROOT)} by scripts/unasync.py: do not edit.\n"
+def driver_header(source: Path) -> str:
+    name = f"{source.parent.name}/{source.name}"  # outpost_async/<module>, wherever it sits
+    return f"# GENERATED from {name} by scripts/unasync.py: do not edit.\n"
 
 
 def test_header(source: Path) -> str:
@@ -94,31 +101,47 @@ def test_header(source: Path) -> str:
 
 
 def is_generated(path: Path) -> bool:
-    return path.read_text(encoding="utf-8").startswith("# GENERATED")
+    with path.open(encoding="utf-8") as file:
+        return file.readline().startswith("# GENERATED")
 
 
-def client_orphans() -> list[Path]:
-    """Generated files in ``outpost_sync/`` whose source is gone, or left the list."""
-    wanted = {ROOT / target for _, target in PAIRS}
-    return [t for t in SYNC_PACKAGE.rglob("*.py") if t not in wanted and is_generated(t)]
+def driver_pairs(
+    source_dir: Path = ASYNC_PACKAGE, target_dir: Path = SYNC_PACKAGE
+) -> dict[Path, Path]:
+    """Each generated sync module, and its async source: the whole package but the hand-written
+    modules (only its top level: ``outpost_sync/cli/`` is the sync driver's own)."""
+    return {
+        target_dir / source.name: source
+        for source in sorted(source_dir.glob("*.py"))
+        if source.name not in HAND_WRITTEN_DRIVER
+    }
 
 
-def check_client() -> list[str]:
-    """The committed generated files that differ from what their sources give, or are orphans."""
-    stale = []
-    for source_name, target_name in PAIRS:
-        source, target = ROOT / source_name, ROOT / target_name
+def driver_orphans(target_dir: Path, wanted: dict[Path, Path]) -> list[Path]:
+    """Generated modules in the sync package whose source is gone, or became hand-written."""
+    return sorted(t for t in target_dir.glob("*.py") if t not in wanted and is_generated(t))
+
+
+def check_driver(source_dir: Path = ASYNC_PACKAGE, target_dir: Path = SYNC_PACKAGE) -> list[str]:
+    """The generated sync modules that are stale (differ, whole file, from what their sources
+    give), missing, or left with no source; empty when the committed sync driver is current."""
+    pairs = driver_pairs(source_dir, target_dir)
+    wrong = []
+    for target, source in pairs.items():
         current = target.read_text(encoding="utf-8") if target.exists() else None
-        if current != generated(source, target, client_header(source)):
-            stale.append(target_name)
-    return stale + [str(orphan.relative_to(ROOT)) for orphan in client_orphans()]
+        if current != generated(source, target, driver_header(source)):
+            wrong.append(target)
+    wrong += driver_orphans(target_dir, pairs)
+    return [str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path) for path in wrong]
 
 
-def write_client() -> None:
-    for source_name, target_name in PAIRS:
-        source, target = ROOT / source_name, ROOT / target_name
-        target.write_text(generated(source, target, client_header(source)), encoding="utf-8")
-    for orphan in client_orphans():
+def write_driver(source_dir: Path = ASYNC_PACKAGE, target_dir: Path = SYNC_PACKAGE) -> None:
+    pairs = driver_pairs(source_dir, target_dir)
+    for target, source in pairs.items():
+        text = generated(source, target, driver_header(source))
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
+    for orphan in driver_orphans(target_dir, pairs):
         orphan.unlink()
 
 
@@ -128,7 +151,7 @@ def build_sync_tests(source_dir: Path = TEST_SOURCE, target_dir: Path = TEST_TAR
     is replaced whole, and builds from the same source are the same."""
     wanted = set()
     for source in sorted(source_dir.glob("*.py")):
-        if source.name in HAND_WRITTEN:
+        if source.name in HAND_WRITTEN_TESTS:
             continue
         target = target_dir / source.name
         wanted.add(target)
@@ -147,13 +170,15 @@ def build_sync_tests(source_dir: Path = TEST_SOURCE, target_dir: Path = TEST_TAR
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail if the sync client is stale")
+    parser.add_argument(
+        "--check", action="store_true", help="fail if a generated sync module is stale"
+    )
     args = parser.parse_args(argv)
     build_sync_tests()
     if not args.check:
-        write_client()
+        write_driver()
         return 0
-    stale = check_client()
+    stale = check_driver()
     if stale:
         print("stale generated files (run python scripts/unasync.py):", *stale, sep="\n  ")
         return 1

@@ -7,9 +7,11 @@ from typing import Any, cast
 import pytest
 from hypothesis import settings
 
+from outpost_core import DEFAULT_SHARDS
 from outpost_emulator import Emulator
 from scripts.unasync import build_sync_tests
-from tests.support.redis_server import RedisCluster, RedisReplica, RedisServer
+from tests.support.redis_cluster import RedisCluster, RedisReplica
+from tests.support.redis_server import RedisServer
 
 # No per-example deadline: on a loaded machine it is a timing assertion, and fails at random.
 settings.register_profile("outpost", deadline=None)
@@ -50,17 +52,28 @@ def redis_replica(redis_server: RedisServer) -> Iterator[RedisReplica]:
         replica.close()
 
 
+SESSION_CLUSTER = (4, 64)
+"""The shared cluster's primaries, and its deployment's shard count: more primaries than the
+default 16 shards could keep busy is what more shards are for."""
+OWN_CLUSTERS = [(3, DEFAULT_SHARDS), SESSION_CLUSTER]
+"""The clusters a test kills or reshards: the default layout and the shared cluster's."""
+
+
 @pytest.fixture(scope="session")
 def _session_cluster() -> Iterator[RedisCluster]:
-    """One Redis Cluster (3 primaries, 3 replicas) for the whole run, started on first use."""
-    yield from _started_cluster()
+    """One Redis Cluster (4 primaries, 4 replicas, 64 shards) for the whole run, started on first
+    use. No test kills its nodes, so they may go unheard for long before a replica takes over."""
+    primaries, shards = SESSION_CLUSTER
+    yield from _started_cluster(node_timeout_ms=15_000, primaries=primaries, shards=shards)
 
 
 @pytest.fixture
 def redis_cluster(_session_cluster: RedisCluster) -> RedisCluster:
-    """The shared cluster, healthy and empty (flushed before each test)."""
+    """The shared cluster, healthy and empty (flushed before each test) but for its deployment's
+    shard count."""
     _session_cluster.wait_healthy()
     _session_cluster.flush()
+    _session_cluster.store_shards()
     return _session_cluster
 
 
@@ -72,15 +85,19 @@ def redis_or_cluster(request: pytest.FixtureRequest) -> RedisServer | RedisClust
     return cast(RedisCluster, request.getfixturevalue("redis_cluster"))
 
 
-@pytest.fixture
-def own_redis_cluster() -> Iterator[RedisCluster]:
-    """A cluster of the test's own, for tests that kill, stop or reshard its nodes."""
-    yield from _started_cluster()
+@pytest.fixture(params=OWN_CLUSTERS, ids=lambda p: f"{p[0]}primaries-{p[1]}shards")
+def own_redis_cluster(request: pytest.FixtureRequest) -> Iterator[RedisCluster]:
+    """A cluster of the test's own, for tests that kill, stop or reshard its nodes: 3 primaries
+    with the default 16 shards, then 4 with 64."""
+    primaries, shards = request.param
+    yield from _started_cluster(primaries=primaries, shards=shards)
 
 
-def _started_cluster() -> Iterator[RedisCluster]:
+def _started_cluster(
+    node_timeout_ms: int = RedisCluster.NODE_TIMEOUT_MS, *, primaries: int = 3, shards: int = 16
+) -> Iterator[RedisCluster]:
     """A started cluster, closed when the generator is (also when starting it failed half-way)."""
-    cluster = RedisCluster()
+    cluster = RedisCluster(node_timeout_ms=node_timeout_ms, primaries=primaries, shards=shards)
     try:
         cluster.start()
         yield cluster

@@ -1,10 +1,10 @@
--- MUTANT of acknowledge.lua (tests/conformance/test_mutant.py): the design document's literal
--- write-path rule, "a hot bucket, at or after cold_until, counts its events whole, so an
+-- MUTANT of acknowledge.lua (tests/conformance/test_mutant.py): the naive write-path
+-- rule, "a hot bucket, at or after cold_until, counts its events whole, so an
 -- acknowledged event just stops being pending". In a hot bucket (bucket >= cu, or no cu yet)
 -- acknowledging removes the event from its bucket's events hash and leaves the bucket's aggregate
 -- as it is; in a cold bucket the event stays pending, marked acknowledged, as acknowledge.lua does.
 --
--- It is wrong (decisions.md D5): a snapshot computed before the acknowledgement, applied after
+-- It is wrong (docs/invariant.md, "The tricky interleaving"): a snapshot computed before the acknowledgement, applied after
 -- it, makes the bucket cold without counting the event, and rebuilds the bucket from the events
 -- that remain, so the event stops counting anywhere until a later snapshot counts it. Composed
 -- with lib.lua like every script; KEYS, ARGV and reply as acknowledge.lua.

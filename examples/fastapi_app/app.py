@@ -1,13 +1,16 @@
 """A FastAPI app that meters one endpoint with Outpost (asyncio).
 
 `GET /generate` serves one request for the customer named in the `X-Customer-Id` header (or the
-`customer` query parameter): it reads the customer's balance first, answers 402 when it is
-exhausted, and otherwise tracks one `api_call` event and does the work. Run it with
-`uvicorn app:app` from this folder (see README.md).
+`customer` query parameter): it reserves an estimate of the request's usage (one unit), exactly
+across every instance and process sharing the Redis, answers 402 when the available balance does
+not cover it, and otherwise does the work and commits the actual usage (one `api_call` event).
+Run it with `uvicorn app:app` from this folder (see README.md).
 
 The AsyncOutpost lives in the lifespan: created when the app starts, closed (after delivering what
 is queued) when it stops. Configuration comes from the environment: POLAR_ACCESS_TOKEN,
-POLAR_SERVER_URL and REDIS_URL (read by Outpost itself) and OUTPOST_METER_ID.
+POLAR_SERVER_URL, REDIS_URL and POLAR_WEBHOOK_SECRET (read by Outpost itself) and
+OUTPOST_METER_ID. `POST /polar/webhooks` is the endpoint to register in Polar's webhook settings
+(the public-API mode: Polar pushes each customer's new figures there).
 """
 
 from __future__ import annotations
@@ -18,9 +21,15 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import FastAPI, Header, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
-from outpost_async import AsyncOutpost, NotReady, RedisUnavailable
+from outpost_async import (
+    AsyncOutpost,
+    InsufficientBalance,
+    InvalidWebhook,
+    NotReady,
+    RedisUnavailable,
+)
 
 
 @asynccontextmanager
@@ -51,19 +60,22 @@ async def generate(
         return JSONResponse(missing, status_code=400)
     unavailable = {"Retry-After": "1"}
     try:
-        balance = await outpost.balance(meter_id, external_customer_id=who)
-        if balance.balance <= 0:
-            body: dict[str, object] = {
-                "error": "usage limit reached: buy more credits",
-                "customer": who,
-                "balance": balance.balance,
-                "credited": balance.credited,
-                "consumed": balance.consumed,
-            }
-            return JSONResponse(body, status_code=402)
-        await outpost.track("api_call", external_customer_id=who, metadata={"route": "generate"})
-        # track() has already updated this instance's copy: no network call here.
+        # Hold the estimate; released on an exception (or after a minute if the process dies).
+        async with await outpost.reserve(meter_id, 1, external_customer_id=who) as reservation:
+            # ... the work goes here; then record what it actually used:
+            await reservation.commit("api_call", metadata={"route": "generate"})
+        # commit() has already updated this instance's copy: no network call here.
         after = await outpost.balance(meter_id, external_customer_id=who)
+    except InsufficientBalance:
+        balance = await outpost.balance(meter_id, external_customer_id=who)
+        body: dict[str, object] = {
+            "error": "usage limit reached: buy more credits",
+            "customer": who,
+            "balance": balance.balance,
+            "credited": balance.credited,
+            "consumed": balance.consumed,
+        }
+        return JSONResponse(body, status_code=402)
     except NotReady as exc:  # Polar's first snapshot of this customer did not arrive in time
         return JSONResponse(
             {"error": f"usage metering is not ready: {exc}"}, status_code=503, headers=unavailable
@@ -73,3 +85,15 @@ async def generate(
             {"error": f"usage metering is unavailable: {exc}"}, status_code=503, headers=unavailable
         )
     return JSONResponse({"customer": who, "result": "generated", "balance": after.balance})
+
+
+@app.post("/polar/webhooks")
+async def polar_webhooks(request: Request) -> Response:
+    outpost: AsyncOutpost = request.app.state.outpost
+    try:
+        status = await outpost.handle_webhook(await request.body(), dict(request.headers))
+    except InvalidWebhook:  # not signed with our secret (or replayed much later): not Polar
+        return Response(status_code=401)
+    except RedisUnavailable:  # not taken: Polar delivers it again
+        return Response(status_code=503)
+    return Response(status_code=status)

@@ -1,6 +1,7 @@
-"""The `outpost` command line: `emulator`, `demo`, and the operator's `inspect`, `doctor` and
-`outbox`. Each command reads the SDK's own configuration (`POLAR_ACCESS_TOKEN`, `REDIS_URL`,
-`POLAR_SERVER_URL`, or the flags) and uses the SDK's code: the core computes, the command prints.
+"""The `outpost` command line: `emulator`, `demo`, and the operator's `inspect`, `doctor`,
+`outbox` and `shards`. Each command reads the SDK's own configuration (`POLAR_ACCESS_TOKEN`,
+`REDIS_URL`, `POLAR_SERVER_URL`, or the flags) and uses the SDK's code: the core computes, the
+command prints.
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from outpost_core import __version__
+from outpost_core import __version__, url_secrets
 from outpost_emulator.cli import add_emulator_arguments, run_emulator
+from outpost_sync.cli._scrub import scrubbed_output
 
 EMULATOR_EXTRA = ("starlette", "uvicorn")  # what the `emulator` extra installs
 
@@ -25,6 +28,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Polar Outpost: a local copy of usage in your Redis, and the tools around it.",
     )
     parser.add_argument("--version", action="version", version=f"outpost {__version__}")
+    # Also accepted after the command; a separate name, since a subcommand's default would
+    # overwrite a shared one.
+    parser.add_argument(
+        "--json",
+        dest="json_before_command",
+        action="store_true",
+        help="print JSON for scripts (inspect, doctor, outbox, shards; also after the command)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _emulator_parser(commands)
     # Every argument after `demo`, options and --help included, goes to the demo's own parser
@@ -37,11 +48,12 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     demo.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the demo")
-    from outpost_sync.cli import _doctor, _inspect, _outbox
+    from outpost_sync.cli import _doctor, _inspect, _outbox, _shards
 
     _inspect.add_parser(commands)
     _doctor.add_parser(commands)
     _outbox.add_parser(commands)
+    _shards.add_parser(commands)
     return parser
 
 
@@ -55,7 +67,12 @@ def _emulator_parser(commands: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(list(argv) if argv is not None else None)
+    parser = _parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.json_before_command:
+        if not hasattr(args, "json"):
+            parser.error(f"--json: `outpost {args.command}` prints no JSON")
+        args.json = True
     if args.command in ("emulator", "demo"):
         missing = _missing(EMULATOR_EXTRA)
         if missing:
@@ -72,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "emulator":
             return run_emulator(args)
         run: Command = args.run
-        return run(args)
+        with scrubbed_output(_secrets_of(args)):
+            return run(args)
     except KeyboardInterrupt:
         print(f"outpost {args.command}: stopped", file=sys.stderr)
         return 0
@@ -90,3 +108,11 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _secrets_of(args: argparse.Namespace) -> list[str]:
+    """What the command must never print: the token, the Redis and proxies' passwords."""
+    found = [getattr(args, "token", None) or ""]
+    for url in (getattr(args, "redis_url", None), *urllib.request.getproxies().values()):
+        found += url_secrets(url) if url else []
+    return [s for s in found if s]

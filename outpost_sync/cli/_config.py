@@ -15,9 +15,13 @@ import redis
 from outpost_core import (
     DEFAULT_REDIS_URL,
     DEFAULT_SERVER_URL,
+    DEFAULT_SHARDS,
+    SHARDS_KEY,
+    ConfigurationError,
     ConnectionOptions,
     __version__,
     cluster_node_url,
+    shards,
 )
 
 TIMEOUT = 5.0
@@ -46,15 +50,38 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 def redis_client(args: argparse.Namespace) -> redis.Redis:
     """One Redis, or a Redis Cluster for a ``redis+cluster://`` URL (as the SDK reads it): the
     commands run alike on both, each key on the node that owns its slot."""
-    node = cluster_node_url(args.redis_url)
+    return redis_client_for(args.redis_url)
+
+
+def redis_client_for(url: str) -> redis.Redis:
+    node = cluster_node_url(url)
     if node is not None:
         cluster = redis.RedisCluster.from_url(
             node, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT
         )
         return cast(redis.Redis, cluster)
-    return redis.Redis.from_url(
-        args.redis_url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT
-    )
+    return redis.Redis.from_url(url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
+
+
+def stored_shards(client: redis.Redis) -> int | None:
+    """The deployment's shard count as Redis stores it; ``None`` where none is stored yet (the
+    instances that ran there, if any, used 16). :class:`ConfigurationError` when unreadable."""
+    raw = client.get(SHARDS_KEY)
+    if raw is None:
+        return None
+    count = shards.parse(raw)
+    if count is None:
+        raise ConfigurationError(
+            f"the deployment's shard count at {SHARDS_KEY} is unreadable: "
+            "`outpost shards set <count>` writes it again"
+        )
+    return count
+
+
+def deployment_shards(client: redis.Redis) -> int:
+    """How many shards the deployment's keys are spread over (16 where none is stored)."""
+    count = stored_shards(client)
+    return DEFAULT_SHARDS if count is None else count
 
 
 def polar_client(args: argparse.Namespace) -> httpx.Client:
@@ -77,6 +104,27 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def fail(command: str, message: str) -> int:
-    print(f"outpost {command}: {message}", file=sys.stderr)
+def fail(command: str, message: str, args: argparse.Namespace | None = None) -> int:
+    """Say why the command could not run (as JSON on stdout when it was asked for); exit 2."""
+    if args is not None and getattr(args, "json", False):
+        print_json({"command": command, "error": message})
+    else:
+        print(f"outpost {command}: {message}", file=sys.stderr)
     return 2
+
+
+def response_detail(response: httpx.Response, limit: int = 200) -> str:
+    """What an HTTP error response says: Polar's ``detail`` when the body is JSON carrying one,
+    else the body's text; cut at a word, marked with an ellipsis, when longer than ``limit``."""
+    said = response.text
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("detail"):
+        detail = body["detail"]
+        said = detail if isinstance(detail, str) else json.dumps(detail)
+    said = " ".join(said.split())
+    if len(said) <= limit:
+        return said
+    return said[:limit].rsplit(" ", 1)[0] + " …"

@@ -15,19 +15,30 @@ from typing import Any
 import httpx
 import redis
 
-from outpost_async._shared.tls import tls_context
-from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT
-from outpost_core import _keys as keys
-from outpost_core._doctor import Status, Verdict, clock_skew, outbox, overall, redis_version
-from outpost_core._link import Link, LinkState, Target
+from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT, Link, LinkState, Target, keys, redact_url
+from outpost_core.doctor import (
+    Status,
+    Verdict,
+    clock_skew,
+    eviction_policy,
+    outbox,
+    overall,
+    redis_version,
+    shard_spread,
+)
+from outpost_io.tls import tls_context
 from outpost_sync._backend import close_pubsub, open_pubsub, open_stream
 from outpost_sync.cli import _outbox
+from outpost_sync.cli import _shards as shards_command
 from outpost_sync.cli._config import (
     TIMEOUT,
     add_connection_arguments,
+    deployment_shards,
     polar_client,
     print_json,
     redis_client,
+    response_detail,
+    stored_shards,
 )
 
 KEY_SCAN_LIMIT = 100_000
@@ -79,15 +90,18 @@ def redis_checks(args: argparse.Namespace) -> list[Verdict]:
         try:
             client.ping()
         except redis.RedisError as exc:
-            return [Verdict("redis", Status.FAIL, f"{args.redis_url} unreachable: {exc}")]
-        verdicts = [Verdict("redis", Status.OK, f"{args.redis_url} answers")]
+            shown = redact_url(args.redis_url)
+            return [Verdict("redis", Status.FAIL, f"{shown} unreachable: {exc}")]
+        verdicts = [Verdict("redis", Status.OK, f"{redact_url(args.redis_url)} answers")]
         info = client.info("server")
         verdicts.append(redis_version(args.redis_version or str(info.get("redis_version"))))
         for name, check in (
             ("redis mode", lambda: _mode(client)),
+            ("eviction", lambda: _eviction(client)),
             ("scripts", lambda: _scripts(client)),
             ("sharded pub/sub", lambda: _pubsub(client)),
             ("keys", lambda: _keyspace(client)),
+            ("shards", lambda: _shards(client)),
             ("outbox", lambda: outbox(_outbox.gather(client))),
         ):
             verdicts.append(_guarded(name, check))
@@ -107,6 +121,20 @@ def _mode(client: redis.Redis) -> Verdict:
         )
         return Verdict("redis mode", Status.WARN, detail)
     return Verdict("redis mode", Status.OK, "single Redis")
+
+
+def _eviction(client: redis.Redis) -> Verdict:
+    """INFO's view (CONFIG may be renamed on a managed Redis); the worst node of a cluster."""
+    info: dict[str, Any] = client.info("memory")
+    nodes = (
+        list(info.values()) if info and all(isinstance(v, dict) for v in info.values()) else [info]
+    )
+    verdicts = [
+        eviction_policy(str(node.get("maxmemory_policy")), int(node.get("maxmemory") or 0))
+        for node in nodes
+    ]
+    order = [Status.FAIL, Status.WARN, Status.OK]
+    return min(verdicts, key=lambda v: order.index(v.status))
 
 
 def _scripts(client: redis.Redis) -> Verdict:
@@ -141,6 +169,14 @@ def _pubsub(client: redis.Redis) -> Verdict:
         return Verdict("sharded pub/sub", Status.FAIL, f"no message back within {TIMEOUT:g} s")
     finally:
         close_pubsub(pubsub)
+
+
+def _shards(client: redis.Redis) -> Verdict:
+    stored = stored_shards(client)
+    count = deployment_shards(client)
+    spread = shards_command.spread(client, count)
+    used, primaries = spread.get("primaries_used"), spread.get("primaries")
+    return shard_spread(count, stored is not None, used, primaries)
 
 
 def _keyspace(client: redis.Redis) -> Verdict:
@@ -185,6 +221,9 @@ def polar_checks(args: argparse.Namespace) -> list[Verdict]:
             verdicts = [_token(args, response)]
             if response.status_code == 200:
                 verdicts.append(_guarded("ingest scope", lambda: _ingest(http)))
+            else:
+                why = f"not checked: the token was refused (HTTP {response.status_code})"
+                verdicts.append(Verdict("ingest scope", Status.FAIL, why))
             verdicts.append(clock_skew(time.time_ns() // 1000, response.headers.get("date")))
     except httpx.HTTPError as exc:
         return [Verdict("polar", Status.FAIL, f"{args.server_url} unreachable: {exc}")]
@@ -198,7 +237,7 @@ def _token(args: argparse.Namespace, response: httpx.Response) -> Verdict:
     return Verdict(
         "polar token",
         Status.FAIL,
-        f"{args.server_url} answered HTTP {response.status_code}: {response.text[:200]}",
+        f"{args.server_url} answered HTTP {response.status_code}: {response_detail(response)}",
     )
 
 
@@ -206,7 +245,7 @@ def _ingest(http: httpx.Client) -> Verdict:
     response = http.post("/v1/events/ingest", json={"events": []})
     if response.status_code == 200:
         return Verdict("ingest scope", Status.OK, "the token may ingest events")
-    detail = f"ingestion answered HTTP {response.status_code}: {response.text[:200]}"
+    detail = f"ingestion answered HTTP {response.status_code}: {response_detail(response)}"
     if response.status_code in (401, 403):
         return Verdict("ingest scope", Status.FAIL, f"{detail} (the token needs events:write)")
     # 429 or 5xx: Polar is busy or down; events wait in the outbox meanwhile.

@@ -10,11 +10,16 @@ from typing import Any
 
 import redis
 
-from outpost_core import SCRIPT_TEXT
-from outpost_core import _keys as keys
-from outpost_core._delivery import GROUP
-from outpost_core._doctor import ConsumerState, OutboxState, Status, Verdict, outbox, overall
-from outpost_sync.cli._config import add_connection_arguments, fail, print_json, redis_client, text
+from outpost_core import GROUP, SCRIPT_TEXT, ConfigurationError, keys, redact_url
+from outpost_core.doctor import ConsumerState, OutboxState, Status, Verdict, outbox, overall
+from outpost_sync.cli._config import (
+    add_connection_arguments,
+    deployment_shards,
+    fail,
+    print_json,
+    redis_client,
+    text,
+)
 
 RELEASED = "outpost-released"
 """The consumer `release` moves entries to: it has no heartbeat, so any live instance's next
@@ -49,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
             return _release(args, client)
         state = gather(client)
     except redis.RedisError as exc:
-        return fail("outbox", f"Redis at {args.redis_url} failed: {exc}")
+        return fail("outbox", f"Redis at {redact_url(args.redis_url)} failed: {exc}", args)
+    except ConfigurationError as exc:
+        return fail("outbox", str(exc), args)
     finally:
         client.close()
     verdict = outbox(state)
@@ -60,13 +67,15 @@ def run(args: argparse.Namespace) -> int:
     return overall([verdict])
 
 
-def gather(client: redis.Redis) -> OutboxState:
-    """Read the 16 streams' depths, the oldest entry and every consumer with its heartbeat."""
+def gather(client: redis.Redis, shards: int | None = None) -> OutboxState:
+    """Read the depth of each stream of the deployment's shards (or of the first ``shards``),
+    the oldest entry and every consumer with its heartbeat."""
+    count = deployment_shards(client) if shards is None else shards
     now_ms = time.time_ns() // 1_000_000
     depth: list[int] = []
     oldest: int | None = None
     held: dict[str, int] = {}
-    for stream in keys.ALL_OUTBOXES:
+    for stream in keys.all_outboxes(count):
         depth.append(int(client.xlen(stream)))
         first = client.xrange(stream, count=1)
         if first:
@@ -82,7 +91,7 @@ def gather(client: redis.Redis) -> OutboxState:
     names = sorted(held)
     beats = client.mget([keys.heartbeat_key(n) for n in names]) if names else []
     states = [
-        ConsumerState(name, held[name], beat is not None)
+        ConsumerState(name, held[name], beat is not None, released=name == RELEASED)
         for name, beat in zip(names, beats, strict=True)
     ]
     age = None if oldest is None else max(0, now_ms - oldest) / 1000
@@ -95,7 +104,7 @@ def _release(args: argparse.Namespace, client: redis.Redis) -> int:
     reclaim = client.register_script(SCRIPT_TEXT["reclaim"])
     moved = 0
     removed: set[str] = set()
-    for stream in keys.ALL_OUTBOXES:
+    for stream in keys.all_outboxes(len(state.depth)):
         while gone:
             reply = json.loads(text(reclaim(keys=[stream], args=[GROUP, RELEASED, BATCH, *gone])))
             moved += len(reply.get("e") or [])
@@ -120,6 +129,7 @@ def as_json(state: OutboxState) -> dict[str, Any]:
         "total": sum(state.depth),
         "oldest_age_s": state.oldest_age_s,
         "stranded": state.stranded,
+        "released": state.released,
         "consumers": [
             {"name": c.name, "pending": c.pending, "alive": c.alive} for c in state.consumers
         ],

@@ -7,7 +7,8 @@ customer's balance first, refuses the request when it is exhausted (as an app an
 otherwise tracks one `api_call` event. Meanwhile the buckets close, Polar syncs them and pushes
 snapshots, and billing seals them eleven minutes after they end. The demo ends with a verdict:
 both instances must agree with each other and with Polar's own customer meters, with no event
-left pending.
+left pending. Between the traffic and the verdict, a customer at zero gets 5 credits and both
+instances race `reserve()` for them: exactly 5 must be admitted, and Polar must count 5.
 
 Redis: `--redis-url` or `REDIS_URL` as given; else database 15 of the Redis on 127.0.0.1:6379
 (never flushed: keys live under `outpost:v2:` and customer ids are fresh every run); else a
@@ -36,12 +37,14 @@ from typing import Any, TextIO
 
 import redis
 
-from outpost_core import Balance, OutpostError, UnknownMeter
+from outpost_core import DEFAULT_SHARDS, Balance, ConfigurationError, OutpostError, UnknownMeter
 from outpost_emulator._clock import EmulatorClock
 from outpost_emulator._server import Emulator
 from outpost_emulator._timeutil import BUCKET_US, SEAL_AFTER_US, SECOND_US, floor_bucket, from_us
 from outpost_emulator.redis_server import RedisServer
 from outpost_sync import Outpost
+from outpost_sync.cli import _demo_admission, _demo_public
+from outpost_sync.cli._config import deployment_shards, redis_client_for
 
 LOCAL_REDIS = ("127.0.0.1", 6379)
 LOCAL_DB = 15
@@ -183,6 +186,21 @@ def _probe(url: str, timeout: float = 0.5) -> tuple[int, ...]:
     try:
         client.ping()
         return _version(client)
+    finally:
+        client.close()
+
+
+def _deployment_shards(url: str) -> int:
+    """The shard count of the deployment whose Redis the demo joins (16 where none is stored):
+    its instances must use it. One it cannot read is left to the instances to refuse."""
+    try:
+        client = redis_client_for(url)
+    except ValueError:
+        return DEFAULT_SHARDS
+    try:
+        return deployment_shards(client)
+    except (redis.RedisError, ConfigurationError):
+        return DEFAULT_SHARDS
     finally:
         client.close()
 
@@ -382,6 +400,7 @@ class Demo:
             self.origin_us + k * BUCKET_US for k in range(int(self.timeline.stop // 300) + 1)
         ]
         self.shown: dict[tuple[int, str], bool] = {}
+        self.race = _demo_admission.Race(f"demo-{run}-zero")
 
     def virtual(self) -> float:
         """Seconds of Polar's clock since the first bucket started."""
@@ -398,7 +417,10 @@ class Demo:
         )
         self.view.say(f"  Redis:  {self.redis.description}")
         with Emulator.start(port=0, clock=self.clock, sync_delay=SYNC_DELAY) as emulator:
-            self.view.say(f"  Polar:  emulator at {emulator.url} (in this process)")
+            self.view.say(
+                f"  Polar:  emulator at {emulator.url} (in this process; its dashboard: "
+                f"{emulator.url}/)"
+            )
             meter = emulator.create_meter(
                 "demo tokens",
                 {
@@ -416,14 +438,15 @@ class Demo:
                 f"  Meter:  {meter_id}, the sum of metadata.tokens of `api_call` events; "
                 "credits granted"
             )
-            instances = [self._instance(emulator) for _ in range(2)]
+            shards = _deployment_shards(self.redis.url)
+            instances = [self._instance(emulator, shards) for _ in range(2)]
             try:
                 return self._run(emulator, meter_id, instances, logs)
             finally:
                 for instance in instances:
                     instance.close(timeout=5)
 
-    def _instance(self, emulator: Emulator) -> Outpost:
+    def _instance(self, emulator: Emulator, shards: int) -> Outpost:
         return Outpost(
             access_token=emulator.token,
             server_url=emulator.url,
@@ -431,6 +454,7 @@ class Demo:
             clock=self.clock,
             linger=0.05,
             telemetry=False,
+            shards=shards,
         )
 
     def _run(
@@ -467,6 +491,11 @@ class Demo:
             self.stop_tracking.set()
             for worker in workers:
                 worker.join(timeout=10)
+            self.phase = "admission"
+            self.race = _demo_admission.race(
+                emulator, meter_id, instances, self.race.external_id, self._note
+            )
+            self.customers.append(Customer("zero", self.race.external_id, 0))
             self.phase = "settling"
             emulator.set_speed(t.settling_speed)
             for instance in instances:
@@ -644,6 +673,7 @@ class Demo:
     def _phase_text(self) -> str:
         return {
             "tracking": "A and B serve: balance(), then track() or 402",
+            "admission": "A and B race reserve() for a customer's last credits",
             "settling": "tracking stopped; the last bucket closes, syncs",
             "sealing": "billing seals each bucket 11 min after its end",
             "verdict": "does everyone agree?",
@@ -657,7 +687,7 @@ class Demo:
         deadline = time.monotonic() + 15
         while True:
             rows = self._rows(emulator, meter_id, instances)
-            problems = self._disagreements(rows)
+            problems = self._disagreements(rows) + self.race.problems(emulator, meter_id)
             if not problems or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -667,7 +697,7 @@ class Demo:
         if s.errors:
             self.view.say(f"  {len(s.errors)} calls raised; first: {s.errors[0]}")
         self._show_logs(logs)
-        total = sum(s.tracked)
+        total = sum(s.tracked) + sum(self.race.admitted)
         if problems:
             self.view.say("VERDICT: DISAGREEMENT")
             for problem in problems:
@@ -675,7 +705,9 @@ class Demo:
             return 1
         self.view.say(
             f"VERDICT: OK: instances A and B agree with each other and with Polar's balance for "
-            f"all {len(self.customers)} customers ({total:,} events tracked, 0 pending)."
+            f"all {len(self.customers)} customers ({total:,} events tracked, 0 pending); "
+            f"exactly {self.race.credits} of {self.race.attempts} racing reservations admitted "
+            f"for {self.race.credits} credits, and Polar counts {self.race.credits}."
         )
         return 0
 
@@ -737,6 +769,12 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
         help="write the SDK's and the emulator's logs (DEBUG) to FILE (default: none)",
     )
     parser.add_argument(
+        "--public-only",
+        action="store_true",
+        help="run the emulator serving only Polar's public API (no /v1/outpost/): the "
+        "instances find it out (mode auto) and follow Polar by polls and webhooks",
+    )
+    parser.add_argument(
         "--plain",
         action="store_true",
         help="print periodic plain lines instead of redrawing a table (the default when "
@@ -762,7 +800,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if live:
             sys.stdout.write("\x1b[?25l")  # hide the cursor while redrawing
         with _collected_logs(options.log) as logs:
-            status = Demo(options, choice).run(logs)
+            if options.public_only:
+                status = _demo_public.PublicDemo(options, choice.url, choice.description).run()
+            else:
+                status = Demo(options, choice).run(logs)
         print(f"(the demo took {time.monotonic() - started:.1f} s)")
         return status
     except KeyboardInterrupt:

@@ -17,12 +17,14 @@ from typing import Any, Literal
 import jsonschema
 import pytest
 
+from outpost_core import ConfigurationError
 from outpost_core import _keys as keys
 from outpost_emulator import Emulator
 from outpost_sync import Outpost
 from outpost_sync.cli import main
-from tests.drivers._sync._helpers import count_meter, eventually
-from tests.support.redis_server import RedisCluster, RedisServer, free_port
+from tests.drivers._sync._helpers import count_meter, eventually, shards_of
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer, free_port
 from tests.support.track_and_hang import track_then_get_killed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +52,8 @@ def where(
     ]  # fmt: skip
 
 
-def instance(server: RedisServer | RedisCluster, emulator: Emulator) -> Outpost:
+def instance(server: RedisServer | RedisCluster, emulator: Emulator, **options: Any) -> Outpost:
+    options.setdefault("shards", shards_of(server))
     return Outpost(
         access_token=emulator.token,
         server_url=emulator.url,
@@ -58,6 +61,7 @@ def instance(server: RedisServer | RedisCluster, emulator: Emulator) -> Outpost:
         clock=emulator.clock,
         telemetry=False,
         linger=0.02,
+        **options,
     )
 
 
@@ -103,7 +107,7 @@ def test_version_and_help_with_defaults(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit):
         main(["--help"])
     help_text = capsys.readouterr().out
-    for command in ("emulator", "demo", "inspect", "doctor", "outbox"):
+    for command in ("emulator", "demo", "inspect", "doctor", "outbox", "shards"):
         assert command in help_text
     with pytest.raises(SystemExit):
         main(["emulator", "--help"])
@@ -127,10 +131,21 @@ def test_a_healthy_setup(
         assert set(statuses(data).values()) == {"ok"}
         [mode] = [v["detail"] for v in data["verdicts"] if v["check"] == "redis mode"]
         cluster = isinstance(redis_server, RedisCluster)
-        assert mode == ("Redis Cluster, 3 primaries" if cluster else "single Redis")
+        assert mode == ("Redis Cluster, 4 primaries" if cluster else "single Redis")
+        [shards] = [v["detail"] for v in data["verdicts"] if v["check"] == "shards"]
+        expected = "64 shards (stored), over 4 of 4 primaries" if cluster else "16 shards (stored)"
+        assert shards == expected
         [key_count] = [v["detail"] for v in data["verdicts"] if v["check"] == "keys"]
         assert key_count.startswith(f"{outpost_keys(redis_server)} Outpost keys"), key_count
-        checks = {"redis", "redis version", "scripts", "sharded pub/sub", "keys", "outbox"}
+        checks = {
+            "redis",
+            "redis version",
+            "scripts",
+            "sharded pub/sub",
+            "keys",
+            "shards",
+            "outbox",
+        }
         checks |= {"polar token", "ingest scope", "clock", "websocket"}
         assert checks <= set(statuses(data))
         code, text, _ = run(capsys, "doctor", *where(redis_server, emulator))
@@ -217,6 +232,38 @@ def test_doctor_names_a_wrong_token(
     assert code == 1
     assert "HTTP 401" in failed(data, "polar token")
     assert "HTTP 401" in failed(data, "websocket")
+    assert "refused" in failed(data, "ingest scope")  # said, not dropped
+    # Polar's detail, not its raw JSON body cut at 200 characters.
+    assert "{" not in failed(data, "polar token"), failed(data, "polar token")
+
+
+def test_json_before_the_command_is_honoured(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    code, out, _ = run(capsys, "--json", "doctor", *where(redis_server, emulator))
+    assert code == 0, out
+    assert "verdicts" in json.loads(out)
+    with pytest.raises(SystemExit) as refused:
+        main(["--json", "emulator", "--port", "0"])
+    assert refused.value.code == 2
+    assert "prints no JSON" in capsys.readouterr().err
+
+
+def test_inspect_says_its_errors_in_json_and_fails_when_polar_cannot_be_read(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    with following_c1(redis_server, emulator, credits=10) as (_, meter):
+        customer = ["--external-customer-id", "c1"]
+        code, out, _ = run(
+            capsys, "--json", "inspect", "no-such-meter", *customer, *where(redis_server, emulator)
+        )
+        assert code == 2 and "not in Polar's configuration" in json.loads(out)["error"]
+        elsewhere = [
+            "--redis-url", redis_server.url, "--server-url", f"http://127.0.0.1:{free_port()}",
+            "--token", emulator.token,
+        ]  # fmt: skip
+        code, report = run_json(capsys, "inspect", "inspect", meter, *customer, *elsewhere)
+        assert code == 1 and "could not be reached" in report["polar_error"]
 
 
 def test_doctor_names_a_clock_ahead_of_polar(
@@ -243,6 +290,12 @@ def test_stranded_entries_of_a_killed_process_are_named_and_released(
         capsys, "outbox-release", "outbox", "release", *where(redis_server, emulator)
     )
     assert code == 0 and released["moved"] == 50 and len(released["removed_consumers"]) == 1
+    # Released, waiting for an instance to start: not stranded, no call for a release again.
+    code, waiting = run_json(capsys, "outbox", "outbox", *where(redis_server, emulator))
+    assert code == 0 and (waiting["stranded"], waiting["released"]) == (0, 50)
+    assert "outpost outbox release" not in waiting["verdict"]["detail"]
+    code, text, _ = run(capsys, "outbox", *where(redis_server, emulator))
+    assert "outpost outbox release" not in text
     with instance(redis_server, emulator) as survivor:
         assert survivor.flush(30)  # it takes what was released at its first survey
 
@@ -296,3 +349,89 @@ def stopped_by_ctrl_c(*args: str, ready: str, on: Literal["stdout", "stderr"]) -
 def _ctrl_c_as_at_a_terminal() -> None:
     # A runner started in the background inherits SIGINT ignored; a user's terminal does not.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_doctor_fails_an_eviction_policy_that_can_drop_the_outbox(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    client = redis_server.client()
+    client.config_set("maxmemory", str(1 << 30))
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    code, data = run_json(capsys, "doctor", "doctor", *where(redis_server, emulator))
+    assert code == 1 and statuses(data)["eviction"] == "fail"
+    assert "outbox" in failed(data, "eviction")
+    client.config_set("maxmemory-policy", "volatile-lru")
+    code, data = run_json(capsys, "doctor", "doctor", *where(redis_server, emulator))
+    assert statuses(data)["eviction"] == "warn"
+    client.config_set("maxmemory-policy", "noeviction")
+    code, data = run_json(capsys, "doctor", "doctor", *where(redis_server, emulator))
+    assert statuses(data)["eviction"] == "ok"
+
+
+def test_inspect_escapes_control_characters_of_event_ids(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    with following_c1(redis_server, emulator, credits=100) as (a, meter):
+        a.track("api_call", external_customer_id="c1", event_id="e1\x1b[2J\nFORGED line")
+        code, text, _ = run(
+            capsys, "inspect", meter, "--external-customer-id", "c1", *where(redis_server, emulator)
+        )
+    assert code == 0 and "e1\\x1b[2J\\nFORGED line" in text  # shown, escaped
+    assert "\x1b" not in text and "\nFORGED" not in text
+
+
+def test_shards_shows_the_count_and_sets_another_only_with_nothing_in_flight(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer, emulator: Emulator
+) -> None:
+    at = ["--redis-url", redis_server.url]
+    code, data = run_json(capsys, "shards", "shards", *at)
+    assert (code, data) == (0, {"shards": 16, "stored": False})
+    meter = count_meter(emulator)
+    with instance(redis_server, emulator) as a:
+        a.balance(meter, external_customer_id="c1")
+        beat = keys.heartbeat_key(a._context.consumer)
+        eventually(lambda: bool(redis_server.client().exists(beat)), what="the instance's beat")
+        code, _, err = run(capsys, "shards", "set", "64", *at)  # an instance is alive
+        assert code == 2 and "1 instances are alive" in err and "flush() and close()" in err
+    with Outpost(redis_url=redis_server.url, telemetry=False) as writer:  # no token: no delivery
+        writer.track("api_call", external_customer_id="c2")
+    code, _, err = run(capsys, "shards", "set", "64", *at)  # its event waits in the outbox
+    assert code == 2 and "1 entries wait in the outbox streams" in err
+    assert redis_server.client().get(keys.SHARDS_KEY) == b"16"
+    with instance(redis_server, emulator) as a:  # drained: flush() and close()
+        assert a.flush(10)
+    code, data = run_json(capsys, "shards-set", "shards", "set", "64", *at)
+    assert (code, data) == (0, {"shards": 64, "before": 16, "outcome": "changed"})
+    code, text, _ = run(capsys, "shards", *at)
+    assert (code, text) == (0, "64 shards (stored at outpost:v2:{fleet}:shards)\n")
+    old = instance(redis_server, emulator, shards=16)
+    try:
+        with pytest.raises(ConfigurationError, match=r"configured for 16 shards .* holds 64"):
+            old.balance(meter, external_customer_id="c2")
+    finally:
+        old.close()
+    emulator.advance(6 * 60)  # the operator waits for Polar's sync: its snapshots count c2's event
+    with instance(redis_server, emulator, shards=64) as wide:  # c2: shard 48 of 64, new keys
+        assert wide.balance(meter, external_customer_id="c2").consumed == 1  # Polar's snapshot
+        wide.track("api_call", external_customer_id="c2")
+        assert wide.balance(meter, external_customer_id="c2").consumed == 2
+        assert wide.flush(10)
+        code, status = run_json(capsys, "outbox", "outbox", *where(redis_server, emulator))
+        assert code == 0 and len(status["depth"]) == 64
+    assert emulator.customer_meter(meter, external_customer_id="c2")["consumed_units"] == 2
+    assert redis_server.client().exists(keys.outbox_key(48))
+
+
+def test_shards_refuses_a_count_out_of_range_and_an_unreadable_stored_one(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer
+) -> None:
+    at = ["--redis-url", redis_server.url]
+    code, _, err = run(capsys, "shards", "set", "0", *at)
+    assert code == 2 and "shards must be from 1 to 1024, not 0" in err
+    code, _, err = run(capsys, "shards", "set", *at)
+    assert code == 2 and "needs the new count" in err
+    redis_server.client().set(keys.SHARDS_KEY, "lots")
+    code, _, err = run(capsys, "outbox", *at)
+    assert code == 2 and "unreadable" in err
+    code, data = run_json(capsys, "shards-set", "shards", "set", "32", *at)
+    assert (code, data) == (0, {"shards": 32, "before": None, "outcome": "changed"})

@@ -1,4 +1,4 @@
-"""What Outpost relies on from Redis Cluster, checked on a real 3-primary + 3-replica cluster of
+"""What Outpost relies on from Redis Cluster, checked on a real 4-primary + 4-replica cluster of
 this machine's redis-server (docs/redis-layout.md, "Redis Cluster", states the same)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import redis
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
-from tests.support.redis_server import RedisCluster
+from tests.support.redis_cluster import RedisCluster
 
 SCRIPT = "redis.call('INCR', KEYS[1]); return redis.call('INCR', KEYS[2])"
 
@@ -23,15 +23,28 @@ def wait_for(condition: Callable[[], bool], timeout: float = 20) -> None:
         time.sleep(0.02)
 
 
-def test_the_cluster_has_three_primaries_serving_every_slot(redis_cluster: RedisCluster) -> None:
-    assert len(redis_cluster.primary_ports()) == 3
+def test_the_cluster_has_four_primaries_serving_every_slot(redis_cluster: RedisCluster) -> None:
+    assert len(redis_cluster.primary_ports()) == 4
     client = redis_cluster.client()
     assert client.cluster_info()["cluster_state"] == "ok"
 
 
-def test_sixteen_shard_tags_spread_over_every_primary(redis_cluster: RedisCluster) -> None:
-    owners = {redis_cluster.port_for_slot(key_slot(f"{{{shard}}}".encode())) for shard in range(16)}
+@pytest.mark.parametrize("shards", [16, 64])
+def test_the_shard_tags_spread_over_every_primary(redis_cluster: RedisCluster, shards: int) -> None:
+    owners = {redis_cluster.port_for_slot(key_slot(f"{{{s}}}".encode())) for s in range(shards)}
     assert owners == set(redis_cluster.primary_ports())
+
+
+def test_64_shard_tags_are_64_slots_and_load_four_primaries_evenly_enough(
+    redis_cluster: RedisCluster,
+) -> None:
+    slots = [key_slot(f"{{{shard}}}".encode()) for shard in range(64)]
+    assert len(set(slots)) == 64  # no two shards share a slot: 64 can move apart
+    per_primary: dict[int, int] = {}
+    for slot in slots:
+        port = redis_cluster.port_for_slot(slot)
+        per_primary[port] = per_primary.get(port, 0) + 1
+    assert min(per_primary.values()) >= 8  # of 16 on average
 
 
 def test_a_script_runs_when_its_keys_share_a_slot_and_is_refused_across_slots(

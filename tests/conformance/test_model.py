@@ -1,5 +1,5 @@
-"""The whole of Outpost against a reference model of Polar (decisions.md D5), as a hypothesis
-state machine.
+"""The whole of Outpost against a reference model of Polar, as a hypothesis state machine: the
+invariant of docs/invariant.md.
 
 What runs for real: two ``outpost_core.Session`` instances driven the way the drivers drive them
 (effects run in order, replies and published messages handed back; the only liberty is that the
@@ -34,7 +34,7 @@ Invariants, after every step:
 
 * **Redis is self-consistent**: each ``a:<bucket>`` is the aggregate of the events of that bucket
   in the events hash; ``n`` and ``u`` count them and the unacknowledged ones.
-* **Never above Polar** (design document, Goals): for every customer and reducer, the local
+* **Never above Polar** (docs/design.md): for every customer and reducer, the local
   aggregate (Polar's totals before ``cold_until`` combined with every ``a:`` bucket) is at least
   Polar's *eventual* aggregate of the events it stored (every one of them will be counted once
   its bucket syncs), for **count**, **sum** (values are non-negative) and **max**. So the local
@@ -42,6 +42,12 @@ Invariants, after every step:
 * **Never counted twice** (docs/invariant.md, "What counted means"): no pending event of a
   bucket before ``cold_until`` is in the totals of the snapshot applied (an event leaves pending
   exactly when the totals include it), except one ``track()`` was called again for after it left.
+* **Admission is exact** (docs/admission.md): a reservation is admitted exactly when the
+  available balance the model computes from Redis (credited, less consumed, less the units of
+  the holds it opened that have not expired, a hold expiring at ``now`` no longer counting) covers
+  it; so at every admission what is committed and held never exceeds what was available. The
+  holds in Redis that have not expired are exactly those the model holds open (a release frees
+  its own hold only), and every read's ``held`` counts them.
 * **Copies follow Redis**: once an instance has been handed every message published so far, its
   copies equal the state hashes field for field, and its ``read()`` (and the warm
   ``cached_balance()``, when set) equals what Redis says. Out-of-order messages make revision
@@ -49,13 +55,12 @@ Invariants, after every step:
 
 At quiescence (at the end of every example, :meth:`OutpostModel.quiesce`): every held settlement
 run; time moves into the next bucket, Polar syncs and computes a snapshot of each customer,
-everything is delivered after it, then it is applied (decisions.md D5's race, and a last cold
-bucket holding just-delivered events), with the invariants checked; time past every bucket and
-the one-hour pending limit, Polar synced,
-and one final snapshot per customer computed and applied. Then the local aggregates **equal**
-Polar's (count, sum, min and max), nothing is pending, both instances read Polar's consumption
-and credits for every meter (count, sum, max, min and avg), and every tracked event was either
-stored by Polar or reported to ``on_dropped``.
+everything is delivered after it, then it is applied (an acknowledgement racing a snapshot, and a
+last cold bucket holding just-delivered events), with the invariants checked; time past every
+bucket and the one-hour pending limit, Polar synced, and one final snapshot per customer computed
+and applied. Then the local aggregates **equal** Polar's (count, sum, min and max), nothing is
+pending, both instances read Polar's consumption and credits for every meter (count, sum, max, min
+and avg), and every tracked event was either stored by Polar or reported to ``on_dropped``.
 
 What min and avg can and cannot promise: the local aggregate covers a *superset* of the events
 Polar will count (events Polar has not stored yet, events it never will: a batch whose fate is
@@ -88,6 +93,7 @@ a fixed seed.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -110,6 +116,7 @@ from hypothesis.stateful import (
 
 import outpost_core as oc
 from outpost_core import _keys as keys
+from outpost_core._aggregate import format_number
 from outpost_core._link import LinkState
 from tests.conformance._polar import (
     COUNT_WITHIN_US,
@@ -183,6 +190,12 @@ attempts all fail (so uncertain drops are common, not a three-in-a-row accident)
 MINUTES: tuple[int | str, ...] = (0, 1, 3, 6, 6, 10, 12, 30, 70, "edge", "edge")
 """How far time moves in one step; ``"edge"``: to the next moment a promise bites exactly (see
 :meth:`OutpostModel.next_edge`), where an off-by-one in the SDK shows."""
+ADMITTING = tuple(r for r in REDUCERS if r.func in ("count", "sum"))
+"""The reducers whose meters take reservations."""
+HOLD_UNITS = (5.0, 30.0, 60.0, 100.0)
+"""Units a reservation asks for, against credits of 100: a few of them exhaust the balance."""
+HOLD_TTL_MINUTES = (1, 3, 6)
+"""How long a hold lives: whole minutes, as time moves, so a step lands on an expiry exactly."""
 
 
 Hashes = dict[tuple[str, Reducer], tuple[str, dict[bytes, bytes], dict[bytes, bytes]]]
@@ -196,7 +209,7 @@ class World:
         self.client = server.client()
         self.scripts = {name: self.client.register_script(text) for name, text in scripts.items()}
         self.pubsub = self.client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
-        self.pubsub.ssubscribe(*oc.ALL_CHANNELS, SENTINEL)
+        self.pubsub.ssubscribe(*keys.all_channels(), SENTINEL)
         self.writes = 0
         """Scripts run that changed an identity (each publishes one message)."""
 
@@ -249,7 +262,9 @@ class Instance:
     def __init__(self, name: str, machine: OutpostModel, link: oc.Link | None) -> None:
         self.name = name
         self.machine = machine
-        self.session = oc.Session(oc.Settings(), link=link)
+        # The model's clock jumps by hours: customers are never let go here for being idle
+        # (tests/core covers letting go).
+        self.session = oc.Session(oc.Settings(idle_customer_ttl=1e12), link=link)
         self.session.handle(oc.SubscriberRestarted())  # the subscriber confirms, as at a start
         self.socket: PolarSocket | None = None
         self.inbound = bytearray()
@@ -371,7 +386,7 @@ class OutpostModel(RuleBasedStateMachine):
         self._acked: dict[str, dict[bytes, int]] = {}
         self._checked_bound: tuple[int, int] | None = None
         pipe = self.client.pipeline(transaction=False)
-        for stream in keys.ALL_OUTBOXES:
+        for stream in keys.all_outboxes():
             pipe.xgroup_create(stream, oc.GROUP, id="0", mkstream=True)
         pipe.execute()
         self.world.messages()  # forget what an earlier (failed) example published
@@ -385,6 +400,9 @@ class OutpostModel(RuleBasedStateMachine):
         """Events track() was called again for: one a snapshot already counted is pending again
         (a duplicate Polar ignores), counted twice until the next snapshot asks about it."""
         self.held: list[oc.SettleScript] = []
+        self.holds: dict[str, tuple[str, Reducer, oc.admission.Hold]] = {}
+        """The reservations the model holds open: hold id -> (customer, reducer, hold)."""
+        self.serials = itertools.count(1)
         link = oc.Link(
             oc.Target.of("http://polar.test"),
             "polar_oat_model",
@@ -494,7 +512,7 @@ class OutpostModel(RuleBasedStateMachine):
                 return action
             elif isinstance(action, oc.ReadOutbox):
                 reply: Any = self.client.xreadgroup(
-                    oc.GROUP, CONSUMER, dict.fromkeys(keys.ALL_OUTBOXES, ">"), count=action.count
+                    oc.GROUP, CONSUMER, dict.fromkeys(keys.all_outboxes(), ">"), count=action.count
                 )
                 entries = [
                     (stream.decode(), entry_id.decode(), fields)
@@ -596,6 +614,99 @@ class OutpostModel(RuleBasedStateMachine):
         )
         self.a.handle(oc.ScriptReplied(self.script(run.script, run.keys, run.args)))
 
+    # -- rules: admission ---------------------------------------------------------------------
+
+    def available(self, customer: str, reducer: Reducer) -> tuple[float, float]:
+        """(balance, held) as the model sees them in Redis: the meter's credits less the
+        consumption of the state hash, and the units of the holds it opened that are live."""
+        _, state, _ = self.fetch()[customer, reducer]
+        credited = float(state.get(f"c:{reducer.meter_id}".encode(), b"0"))
+        consumed = local_aggregate(state).quantity(reducer.func)
+        held = sum(
+            hold.units
+            for c, r, hold in self.holds.values()
+            if (c, r) == (customer, reducer) and hold.expires_us > self.polar.now
+        )
+        return credited - consumed, held
+
+    @rule(
+        customer=st.sampled_from(CUSTOMERS),
+        reducer_id=st.sampled_from([r.id for r in ADMITTING]),  # plain values: programs replay
+        units=st.sampled_from(HOLD_UNITS),
+        ttl=st.sampled_from(HOLD_TTL_MINUTES),
+        on_a=st.booleans(),
+    )
+    def reserve(self, customer: str, reducer_id: str, units: float, ttl: int, on_a: bool) -> None:
+        """An instance reserves units; admitted exactly when the model's available covers them."""
+        reducer = next(r for r in ADMITTING if r.id == reducer_id)
+        instance = self.a if on_a else self.b
+        balance, held = self.available(customer, reducer)
+        run, hold = oc.admission.reserve(
+            instance.session,
+            reducer.meter_id,
+            units,
+            customer,
+            None,
+            ttl=ttl * 60,
+            now_us=self.polar.now,
+            hold_id=f"h{next(self.serials)}",
+        )
+        reply = self.script(run.script, run.keys, run.args)
+        refusal = oc.admission.refusal_of(reply)
+        where = f"{customer} {reducer.id}: {units} asked, balance {balance}, held {held}"
+        if refusal is not None:
+            assert units > balance - held, f"refused though covered: {where}"
+            assert (refusal.balance, refusal.held) == (balance, held), f"{refusal}: {where}"
+            return
+        assert units <= balance - held, f"admitted beyond the available balance: {where}"
+        self.holds[hold.field] = (customer, reducer, hold)
+        instance.handle(oc.ScriptReplied(reply))
+
+    @precondition(lambda self: self.holds)
+    @rule(on_a=st.booleans())
+    def reserve_as_a_hold_expires(self, on_a: bool) -> None:
+        """Time moves to the soonest hold's expiry, when that is the next edge: at that very
+        microsecond its units are free again, and a reservation of exactly what is then
+        available must be admitted (an off-by-one in the scripts' expiry refuses it)."""
+        customer, reducer, hold = min(self.holds.values(), key=lambda h: h[2].expires_us)
+        if hold.expires_us != self.next_edge():
+            return
+        self.advance("edge", "on_time")
+        balance, held = self.available(customer, reducer)
+        if balance - held > 0:
+            self.reserve(customer, reducer.id, balance - held, HOLD_TTL_MINUTES[0], on_a)
+
+    @precondition(lambda self: self.holds)
+    @rule(index=st.integers(0, 100), tokens=st.none() | st.sampled_from([0.0, 2.0, 40.0]))
+    def commit(self, index: int, tokens: float | None) -> None:
+        """A reservation's commit: the actual event recorded, its hold released, in one script
+        (after the hold expired too)."""
+        name = sorted(self.holds)[index % len(self.holds)]
+        customer, _, hold = self.holds.pop(name)
+        event = Event(f"e{len(self.tracked) + 1}", customer, self.polar.now, tokens, False)
+        self.tracked[event.event_id] = event
+        run = self.a.session.track(
+            name="api_call",
+            external_customer_id=customer,
+            metadata={} if tokens is None else {"tokens": tokens},
+            timestamp_us=event.timestamp_us,
+            now_us=self.polar.now,
+            event_id=event.event_id,
+        )
+        admit, _ = oc.admission.admit(
+            self.a.session, run, hold.customer, now_us=self.polar.now, hold=hold
+        )
+        self.a.handle(oc.ScriptReplied(self.script(admit.script, admit.keys, admit.args)))
+
+    @precondition(lambda self: self.holds)
+    @rule(index=st.integers(0, 100), on_a=st.booleans())
+    def release(self, index: int, on_a: bool) -> None:
+        instance = self.a if on_a else self.b
+        name = sorted(self.holds)[index % len(self.holds)]
+        _, _, hold = self.holds.pop(name)
+        run = oc.admission.release(instance.session, hold, self.polar.now)
+        instance.handle(oc.ScriptReplied(self.script(run.script, run.keys, run.args)))
+
     # -- rules: delivery ----------------------------------------------------------------------
 
     @rule(
@@ -647,6 +758,7 @@ class OutpostModel(RuleBasedStateMachine):
         uncounted, a kept snapshot's last moment before ``snapshot_expired``, an acknowledged
         pending event's last moment before the one-hour limit. A minute on when there is none."""
         moments = self.polar.deadlines()
+        moments += [hold.expires_us for _, _, hold in self.holds.values()]
         for _, _, events in self.fetch().values():
             for value in events.values():
                 parts = value.split(b" ")
@@ -747,7 +859,7 @@ class OutpostModel(RuleBasedStateMachine):
         self.pump(hold=False, stop_at_post=False)
         # On the way, the two races every example can still end in: Polar syncs and computes a
         # snapshot, the last events are delivered (and acknowledged) after it, then it is
-        # applied (decisions.md D5: they must stay pending); and the snapshot's last cold bucket
+        # applied (they must stay pending); and the snapshot's last cold bucket
         # holds events it counts (they must leave pending, not count twice).
         self.polar.now = oc.floor_bucket(self.polar.now) + oc.BUCKET_US + 17_000_000
         self.tick()  # the bucket the last events went into is now the last cold one
@@ -779,7 +891,7 @@ class OutpostModel(RuleBasedStateMachine):
                 assert balance.credited == credited, (instance.name, balance)
                 assert balance.balance == credited - want
         pipe = self.client.pipeline(transaction=False)
-        for stream in keys.ALL_OUTBOXES:
+        for stream in keys.all_outboxes():
             pipe.xlen(stream)
         assert not any(pipe.execute()), "the outbox still holds events"
         lost = set(self.tracked) - set(self.polar.stored) - self.dropped
@@ -843,6 +955,22 @@ class OutpostModel(RuleBasedStateMachine):
                 continue  # nothing changed since the last look
             self.copies_follow(instance, hashes)
             instance.checked = (self.world.writes, instance.inputs)
+        self.holds_match(hashes)
+
+    def holds_match(self, hashes: Hashes) -> None:
+        """The live holds in Redis are exactly those the model holds open."""
+        for (customer, reducer), (key, state, _) in hashes.items():
+            live = {
+                name.decode(): value.decode()
+                for name, value in state.items()
+                if name.startswith(b"h:") and int(value.split(b" ")[1]) > self.polar.now
+            }
+            want = {
+                name: f"{format_number(hold.units)} {hold.expires_us}"
+                for name, (c, r, hold) in self.holds.items()
+                if (c, r) == (customer, reducer) and hold.expires_us > self.polar.now
+            }
+            assert live == want, f"{key}: live holds {live}, the model holds {want}"
 
     def never_below_polar(self, hashes: Hashes) -> None:
         for (customer, reducer), (st_key, state, events) in hashes.items():
@@ -881,11 +1009,14 @@ class OutpostModel(RuleBasedStateMachine):
             cached = instance.session.cached_balance(reducer.meter_id, customer, None)
             balance = instance.read(reducer.meter_id, customer)
             where = f"{instance.name} {customer} {reducer.id}"
-            # Field for field (rev aside: a delta carries it as the change's revision only).
+            # Field for field (rev aside: a delta carries it as the change's revision only), for
+            # a copy that answers from memory: one its restarted shard left behind does not (its
+            # read goes to Redis and reloads it).
             mirror = mirrors[key]
-            fields = {k.decode(): v.decode() for k, v in state.items() if k != b"rev"}
-            copy = {k: v for k, v in mirror.fields.items() if k != "rev"}
-            assert (mirror.rev, copy) == (int(state[b"rev"]), fields), f"{where}: copy differs"
+            if mirror.loaded and mirror.following:
+                fields = {k.decode(): v.decode() for k, v in state.items() if k != b"rev"}
+                copy = {k: v for k, v in mirror.fields.items() if k != "rev"}
+                assert (mirror.rev, copy) == (int(state[b"rev"]), fields), f"{where}: copy differs"
             local = local_aggregate(state)
             assert balance.revision == int(state[b"rev"]), where
             assert balance.consumed == local.quantity(reducer.func), where
@@ -893,6 +1024,13 @@ class OutpostModel(RuleBasedStateMachine):
             assert balance.undelivered == int(state[b"u"]), where
             credited = float(state.get(f"c:{reducer.meter_id}".encode(), b"0"))
             assert balance.credited == credited, where
+            wall = instance.session.wall_us
+            held = sum(
+                float(value.split(b" ")[0])
+                for name, value in state.items()
+                if name.startswith(b"h:") and int(value.split(b" ")[1]) > wall
+            )
+            assert balance.held == held, f"{where}: reads {balance.held} held, Redis {held}"
             if cached is not None:
                 assert cached == balance, f"{where}: the warm path is stale"
 

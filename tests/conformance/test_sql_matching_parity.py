@@ -2,7 +2,8 @@
 
 The core (``_filters``, ``_sql_filters``) and the emulator (``_matching``) are written apart and
 import nothing from each other; this checks they agree clause by clause, and that what the core
-counts locally (D12) covers every event the emulator bills, with a value at least as large.
+counts locally (what either dialect counts) covers every event the emulator bills, with a value at
+least as large.
 """
 
 from __future__ import annotations

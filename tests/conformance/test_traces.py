@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from outpost_core._trace import replay_delivery, replay_session
+from outpost_core.traces import replay_delivery, replay_session
 
 TRACES = Path(__file__).resolve().parents[2] / "conformance" / "traces"
 SCENARIOS = {

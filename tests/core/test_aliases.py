@@ -1,4 +1,4 @@
-"""One customer, two names (issue 13 part 5): a read of a customer counts the pending events
+"""One customer, two names: a read of a customer counts the pending events
 tracked under its other reference forms, which Polar names in every snapshot (``aliases``).
 Against an in-memory Polar peer; Redis's answers are given by hand."""
 

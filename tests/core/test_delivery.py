@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from outpost_core import Report, UsageError
+from outpost_core import ConfigurationError, Report, UsageError
 from outpost_core import _keys as keys
 from outpost_core._delivery import (
     GROUP,
@@ -33,8 +33,8 @@ from outpost_core._delivery import (
 )
 from tests.core._polar import FixedRandom
 
-STREAM = keys.ALL_OUTBOXES[3]
-OTHER = keys.ALL_OUTBOXES[7]
+STREAM = keys.all_outboxes()[3]
+OTHER = keys.all_outboxes()[7]
 BUCKET = 1_796_223_600_000_000
 WALL = BUCKET + 5_000_000
 ST1 = "outpost:v2:{3}:external:c1:r1"
@@ -114,7 +114,7 @@ class Loop:
 
 
 def settle(script: str, ids: list[str], field_ids: list[str], *, stream: str = STREAM) -> Any:
-    args = [keys.channel(keys.ALL_OUTBOXES.index(stream)), GROUP, str(WALL), str(len(ids))]
+    args = [keys.channel(keys.all_outboxes().index(stream)), GROUP, str(WALL), str(len(ids))]
     args += [f"1-{i}" for i in ids]
     key_list = [stream]
     if field_ids:
@@ -504,6 +504,7 @@ def test_timestamps_in_polars_future_wait_for_its_clock_and_drop_nothing() -> No
     loop.post(1.0)
     loop.report(BatchAnswered(422, too_early(0, 1)))
     assert loop.delivery.stalled is not None and "clock is ahead" in loop.delivery.stalled
+    assert not loop.delivery.blocked  # it passes by itself: a flush may still succeed
     assert loop.next_effect() == Sleep(2.0)
     loop.report(Done())
     assert loop.post(2.0) == PostBatch(body=body("a", "b"), size=2)
@@ -539,6 +540,7 @@ def test_a_configuration_mistake_stalls_without_using_attempts(status: int) -> N
     assert loop.delivery.stalled == (
         f"Polar answered {status}: check the access token and server URL"
     )
+    assert loop.delivery.blocked  # only an operator ends it: a flush would only wait
     assert loop.next_effect(2.0) == Sleep(31.0)
     loop.report(Done())
     loop.post(31.0)
@@ -546,7 +548,7 @@ def test_a_configuration_mistake_stalls_without_using_attempts(status: int) -> N
     assert loop.delivery.dropped == 0
     loop.post(61.0)
     loop.report(BatchAnswered(202))
-    assert loop.delivery.stalled is None
+    assert loop.delivery.stalled is None and not loop.delivery.blocked
 
 
 def test_a_certificate_that_does_not_verify_stalls_without_using_attempts() -> None:
@@ -555,7 +557,7 @@ def test_a_certificate_that_does_not_verify_stalls_without_using_attempts() -> N
     loop.post(1.0)
     reason = "the TLS certificate of polar did not verify (self-signed certificate)"
     loop.report(BatchFailed(reason, maybe_sent=False, stalls=True))
-    assert loop.delivery.stalled == reason
+    assert loop.delivery.stalled == reason and loop.delivery.blocked
     assert loop.next_effect(2.0) == Sleep(31.0)
     loop.report(Done())
     loop.post(31.0)
@@ -804,3 +806,32 @@ def test_nothing_done_is_what_a_closing_instance_reports() -> None:
     settle = SettleScript(script="acknowledge", keys=("s",), args=("a",))
     assert nothing_done(settle) == Settled(None)
     assert nothing_done(RefreshClaim(())) == Done()
+
+
+# -- the deployment's shard count ------------------------------------------------------------
+
+
+def test_a_loop_of_64_shards_delivers_and_settles_the_entries_of_shard_40() -> None:
+    wide = keys.outbox_key(40)
+    loop = Loop(DeliverySettings(shards=64))
+    assert isinstance(loop.next_effect(), ReadOutbox)
+    loop.report(OutboxRead(entries("a", stream=wide)))
+    assert loop.delivery.rejected_entries == 0
+    assert loop.post(1.0) == PostBatch(body=body("a"), size=1)
+    loop.report(BatchAnswered(200))
+    [acknowledge] = loop.work(1)
+    assert acknowledge.keys[0] == wide
+    assert acknowledge.args[:2] == (keys.channel(40), GROUP)
+
+
+def test_a_loop_of_16_shards_takes_no_entry_of_a_stream_beyond_them() -> None:
+    loop = Loop()
+    assert isinstance(loop.next_effect(), ReadOutbox)
+    loop.report(OutboxRead([*entries("x", stream=keys.outbox_key(40)), *entries("ok")]))
+    assert loop.delivery.rejected_entries == 1  # not one of its streams: not even removed
+    assert loop.post(1.0) == PostBatch(body=body("ok"), size=1)
+
+
+def test_delivery_settings_refuse_a_shard_count_out_of_range() -> None:
+    with pytest.raises(ConfigurationError, match="shards must be from 1 to 1024, not 0"):
+        DeliverySettings(shards=0)

@@ -6,7 +6,7 @@ import email.utils
 
 import pytest
 
-from outpost_core._doctor import (
+from outpost_core.doctor import (
     ConsumerState,
     OutboxState,
     Status,
@@ -15,6 +15,7 @@ from outpost_core._doctor import (
     outbox,
     overall,
     redis_version,
+    shard_spread,
 )
 
 NOW_US = 1_800_000_000_000_000
@@ -81,6 +82,17 @@ def test_entries_of_gone_instances_warn_while_one_is_alive_and_fail_without() ->
     assert state(gone, alive).stranded == 5
 
 
+def test_released_entries_wait_for_an_instance_without_asking_for_a_release_again() -> None:
+    released = ConsumerState("outpost-released", 5, False, released=True)
+    assert state(released).stranded == 0 and state(released).released == 5
+    waiting = outbox(state(released, depth=5, age=3.0))
+    assert waiting.status is Status.WARN and "outpost outbox release" not in waiting.detail
+    assert "5 entries released, for the next instance to start" in waiting.detail
+    assert "(0 alive, 0 gone)" in waiting.detail
+    taken = outbox(state(released, ConsumerState("b", 0, True), depth=5, age=3.0))
+    assert taken.status is Status.OK
+
+
 def test_old_entries_warn() -> None:
     alive = ConsumerState("b", 0, True)
     behind = outbox(state(alive, depth=3, age=120.0))
@@ -88,3 +100,35 @@ def test_old_entries_warn() -> None:
     idle = outbox(state(depth=3, age=120.0))
     assert idle.status is Status.WARN and "none alive" in idle.detail
     assert outbox(state(alive, depth=3, age=5.0)).status is Status.OK
+
+
+@pytest.mark.parametrize(
+    ("policy", "maxmemory", "status", "words"),
+    [
+        ("noeviction", 1 << 30, Status.OK, "never drops"),
+        ("allkeys-lru", 0, Status.OK, "no maxmemory limit"),
+        ("volatile-lru", 1 << 30, Status.WARN, "state hashes"),
+        ("volatile-ttl", 1 << 30, Status.WARN, "needs noeviction"),
+        ("allkeys-lru", 1 << 30, Status.FAIL, "undelivered events would be lost"),
+        ("allkeys-random", 1 << 30, Status.FAIL, "outbox"),
+        ("new-policy", 1 << 30, Status.WARN, "unknown"),
+    ],
+)
+def test_eviction_policy(policy: str, maxmemory: int, status: Status, words: str) -> None:
+    from outpost_core.doctor import eviction_policy
+
+    verdict = eviction_policy(policy, maxmemory)
+    assert verdict.status is status and words in verdict.detail
+
+
+def test_the_shard_count_stored_or_not() -> None:
+    assert shard_spread(64, True, None, None) == Verdict("shards", Status.OK, "64 shards (stored)")
+    verdict = shard_spread(16, False, None, None)
+    assert verdict.status is Status.OK and "none stored yet" in verdict.detail
+
+
+def test_a_cluster_with_primaries_left_without_a_shard_warns() -> None:
+    assert shard_spread(64, True, 4, 4).status is Status.OK
+    idle = shard_spread(2, True, 2, 4)
+    assert idle.status is Status.WARN
+    assert idle.detail.startswith("2 shards (stored), over 2 of 4 primaries: the others hold none")

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
 
 from outpost_core import Customer, InvalidEvent
 from outpost_core._event import (
+    MAX_CUSTOMER_ID,
     MAX_EVENT_ID,
     MAX_NAME,
     MAX_STRING_VALUE,
     TrackedEvent,
     build_event,
     customer_of,
+    event_id_of,
 )
 from outpost_core._filters import EventView
 
@@ -336,3 +339,52 @@ def test_text_that_utf8_cannot_carry_is_refused(metadata: dict[str, Any]) -> Non
     error instead of InvalidEvent (found by the TypeScript differential test)."""
     with pytest.raises(InvalidEvent, match="not valid Unicode"):
         event(metadata)
+
+
+# -- exactly what Polar refuses (conformance/events.json holds the same rules as a table) --------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"name": "a\x00b"}, "name holds a NUL"),
+        ({"event_id": "e\x00"}, "event_id holds a NUL"),
+        ({"metadata": {"k\x00": 1}}, "metadata key 'k\\x00' holds a NUL"),
+        ({"metadata": {"k": "v\x00"}}, "metadata['k'] holds a NUL"),
+        ({"metadata": {"_cost": {"amount": 1e-13, "currency": "usd"}}}, "at most 17 digits"),
+        ({"metadata": {"_cost": {"amount": 1 / 3, "currency": "usd"}}}, "12 of them"),
+        ({"metadata": {"_cost": {"amount": 10**17, "currency": "usd"}}}, "at most 17 digits"),
+        ({"metadata": {"_cost": {"amount": 1e20, "currency": "usd"}}}, "at most 17 digits"),
+    ],
+)
+def test_build_event_refuses_what_polar_refuses(overrides: dict[str, Any], message: str) -> None:
+    arguments: dict[str, Any] = {
+        "event_id": "e1",
+        "name": "api_call",
+        "customer": Customer("external", "c1"),
+        "metadata": {},
+        "timestamp_us": 0,
+    }
+    arguments.update(overrides)
+    with pytest.raises(InvalidEvent, match=re.escape(message)):
+        build_event(**arguments)
+
+
+@pytest.mark.parametrize("amount", [150, 0.000000000001, 12345.123456789012, 10**16, -2.5])
+def test_cost_amounts_polars_decimal_holds(amount: float) -> None:
+    metadata = {"_cost": {"amount": amount, "currency": "usd"}}
+    event = build_event(
+        event_id="e1", name="n", customer=Customer("external", "c1"), metadata=metadata,
+        timestamp_us=0,
+    )  # fmt: skip
+    assert event.metadata["_cost"]["amount"] == amount
+
+
+def test_customer_ids_and_event_ids_are_bounded_and_checked() -> None:
+    assert customer_of("c" * MAX_CUSTOMER_ID, None).id == "c" * MAX_CUSTOMER_ID
+    with pytest.raises(InvalidEvent, match="at most 256 characters"):
+        customer_of("c" * (MAX_CUSTOMER_ID + 1), None)
+    with pytest.raises(InvalidEvent, match="NUL"):
+        customer_of("c\x00", None)
+    with pytest.raises(InvalidEvent, match="lone surrogate"):
+        event(event_id=event_id_of("e\ud800", "new"))

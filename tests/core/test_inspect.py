@@ -87,6 +87,19 @@ def test_the_local_side_of_the_report() -> None:
     assert data["difference"]["verdict"] == "same"
 
 
+def test_open_holds_are_listed_and_only_live_ones_held() -> None:
+    state = {**STATE, "h:r1": f"3 {NOW + 5_000_000}", "h:r0": f"2 {NOW}", "h:bad": "x"}
+    data = report(None, state=state)
+    assert (data["local"]["held"], data["local"]["available"]) == (3, 82)
+    assert data["holds"] == [
+        {"hold_id": "r0", "units": 2, "expires": "2027-01-15T08:00:00+00:00",
+         "expires_in_s": 0.0, "expired": True},
+        {"hold_id": "r1", "units": 3, "expires": "2027-01-15T08:00:05+00:00",
+         "expires_in_s": 5.0, "expired": False},
+    ]  # fmt: skip
+    assert "h:bad='x'" in data["unreadable_fields"]
+
+
 def test_no_snapshot_yet() -> None:
     data = report(None, state={"rev": "1"}, events={})
     assert data["local"]["cold_until"] is None and data["local"]["snapshot_age_s"] is None

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from outpost_core import ALL_CHANNELS, CONFIGURATION_KEY, Customer
+from outpost_core import CONFIGURATION_KEY, Customer
 from outpost_core import _keys as keys
 
 AWKWARD = [
@@ -54,22 +54,46 @@ def test_customer_tag_wire_and_str() -> None:
     assert cus.wire() == {"customer_id": "9f0c0000-0000-4000-8000-000000000000"}
 
 
-def test_shard_is_crc32_of_the_tag_modulo_16() -> None:
-    assert keys.SHARDS == 16
+def test_shards_as_the_conformance_readme_s_examples() -> None:
+    examples = [Customer("external", i) for i in ("c1", "acme:{eu} 1", "c:2 {x}", "c2")]
+    assert [keys.shard_of(c) for c in examples] == [10, 2, 7, 0]
+    assert [keys.shard_of(c, 64) for c in examples] == [10, 50, 7, 48]
+    assert [keys.shard_of(c, 1024) for c in examples] == [906, 306, 839, 560]
+
+
+def test_shard_is_crc32_of_the_tag_modulo_the_count_16_by_default() -> None:
+    assert keys.DEFAULT_SHARDS == 16
     for customer in (Customer("external", "c1"), Customer("customer", "c1")):
-        assert customer.shard == zlib.crc32(customer.tag.encode()) % 16
+        assert keys.shard_of(customer) == zlib.crc32(customer.tag.encode()) % 16
+        for count in (1, 7, 64, keys.MAX_SHARDS):
+            assert keys.shard_of(customer, count) == zlib.crc32(customer.tag.encode()) % count
 
 
-@given(st.sampled_from(["external", "customer"]), st.text(min_size=1))
-def test_shard_is_stable_and_in_range(kind: str, ident: str) -> None:
+@given(
+    st.sampled_from(["external", "customer"]),
+    st.text(min_size=1),
+    st.integers(min_value=1, max_value=keys.MAX_SHARDS),
+)
+def test_shard_is_stable_and_in_range(kind: str, ident: str, count: int) -> None:
     customer = Customer(kind, ident)  # type: ignore[arg-type]
-    assert 0 <= customer.shard < keys.SHARDS
-    assert Customer(kind, ident).shard == customer.shard  # type: ignore[arg-type]
+    assert 0 <= keys.shard_of(customer, count) < count
+    assert keys.shard_of(Customer(kind, ident), count) == keys.shard_of(customer, count)  # type: ignore[arg-type]
 
 
-def test_shards_spread_over_all_sixteen() -> None:
-    seen = {Customer("external", f"c{i}").shard for i in range(400)}
-    assert seen == set(range(16))
+@pytest.mark.parametrize("count", [16, 64])
+def test_shards_spread_over_all_of_them(count: int) -> None:
+    seen = {keys.shard_of(Customer("external", f"c{i}"), count) for i in range(40 * count)}
+    assert seen == set(range(count))
+
+
+def test_a_customer_keeps_its_keys_under_a_multiple_of_16_only_when_its_shard_is_below_16() -> None:
+    # What a move from 16 to 64 shards keeps (docs/redis-layout.md): the keys of shards 0..15.
+    for i in range(500):
+        customer = Customer("external", f"c{i}")
+        wide = keys.state_key(customer, "r", 64)
+        same = wide == keys.state_key(customer, "r")
+        assert same == (keys.shard_of(customer, 64) < 16)
+        assert wide == f"outpost:v2:{{{keys.shard_of(customer, 64)}}}:external:c{i}:r"
 
 
 @pytest.mark.parametrize(
@@ -114,7 +138,7 @@ def test_encode_component_leaves_no_separator_brace_or_whitespace(text: str) -> 
 
 def test_state_key_layout() -> None:
     customer = Customer("external", "a:b")
-    shard = customer.shard
+    shard = keys.shard_of(customer)
     state = keys.state_key(customer, "r:1")
     assert state == f"outpost:v2:{{{shard}}}:external:a%3Ab:r%3A1"
     assert keys.customer_prefix(customer) == f"outpost:v2:{{{shard}}}:external:a%3Ab"
@@ -129,15 +153,21 @@ def test_channels_of_numbered_databases_are_their_own() -> None:
     assert keys.namespace_of_database(5) == "db5"
     assert keys.channel(3, "db5") == "outpost:v2:{3}:changes:db5"
     assert keys.all_channels("db5")[3] == "outpost:v2:{3}:changes:db5"
-    assert keys.all_channels() == ALL_CHANNELS
-    assert set(keys.all_channels("db1")).isdisjoint(ALL_CHANNELS)
+    assert keys.all_channels() == keys.all_channels("", 16)
+    assert set(keys.all_channels("db1")).isdisjoint(keys.all_channels())
+    assert keys.shard_of_channel("db5", 64)["outpost:v2:{40}:changes:db5"] == 40
+    assert "outpost:v2:{40}:changes" not in keys.shard_of_channel("", 16)
 
 
 def test_channel_and_outbox_naming() -> None:
     assert keys.channel(3) == "outpost:v2:{3}:changes"
     assert keys.outbox_key(3) == "outpost:v2:{3}:outbox"
-    assert tuple(f"outpost:v2:{{{s}}}:changes" for s in range(16)) == ALL_CHANNELS
-    assert tuple(f"outpost:v2:{{{s}}}:outbox" for s in range(16)) == keys.ALL_OUTBOXES
+    assert tuple(f"outpost:v2:{{{s}}}:changes" for s in range(16)) == keys.all_channels()
+    assert tuple(f"outpost:v2:{{{s}}}:outbox" for s in range(16)) == keys.all_outboxes()
+    assert tuple(f"outpost:v2:{{{s}}}:outbox" for s in range(64)) == keys.all_outboxes(64)
+    assert keys.shard_of_stream(64)["outpost:v2:{63}:outbox"] == 63
+    assert keys.tag_of(keys.MAX_SHARDS - 1) == f"outpost:v2:{{{keys.MAX_SHARDS - 1}}}:"
+    assert keys.SHARDS_KEY == "outpost:v2:{fleet}:shards"
 
 
 def _hash_tag(key: str) -> str:
@@ -149,16 +179,17 @@ def _hash_tag(key: str) -> str:
 def test_every_key_of_a_customer_shares_the_hash_tag() -> None:
     for ident in AWKWARD:
         customer = Customer("external", ident)
-        tag = str(customer.shard)
-        state = keys.state_key(customer, "{r}")
-        for key in (
-            state,
-            keys.bucket_key(state, 300_000_000),
-            keys.acked_key(state),
-            keys.channel(customer.shard),
-            keys.outbox_key(customer.shard),
-        ):
-            assert _hash_tag(key) == tag
+        for count in (16, 64):
+            shard = keys.shard_of(customer, count)
+            state = keys.state_key(customer, "{r}", count)
+            for key in (
+                state,
+                keys.bucket_key(state, 300_000_000),
+                keys.acked_key(state),
+                keys.channel(shard),
+                keys.outbox_key(shard),
+            ):
+                assert _hash_tag(key) == str(shard)
 
 
 def test_keys_of_awkward_ids_are_distinct() -> None:

@@ -125,6 +125,7 @@ def test_a_refused_upgrade(status: int, delay: float, body: bytes | None) -> Non
     assert state(link) is LinkState.DISCONNECTED
     detail = ": invalid token" if body else ""
     assert link.refused == f"Polar refused the WebSocket with HTTP {status}{detail}"
+    assert link.refused_status == status
     assert link.last_error == link.refused
     assert link.retry_at == pytest.approx(11.0 + delay)
     assert not link.wants_connection(11.0)
@@ -456,3 +457,19 @@ def test_close_before_open_sends_nothing() -> None:
     link = new_link()
     link.close()
     assert (link.state, link.data_to_send()) == (LinkState.CLOSED, b"")
+
+
+def test_a_connection_that_opens_after_close_is_ignored() -> None:
+    link = new_link()
+    assert link.wants_connection(0.0)
+    link.close()  # the client closes while the driver is still connecting
+    link.opened(1.0)
+    assert (link.state, link.data_to_send()) == (LinkState.CLOSED, b"")
+
+
+def test_a_refusal_detail_cannot_forge_a_log_line() -> None:
+    link, peer = handshaking()
+    body = b'{"detail": "bad token\\nERROR outpost: forged \\u001b[2J"}'
+    link.receive(peer.reject(401, body), 11.0)
+    assert refusal(link) is not None
+    assert "\n" not in str(refusal(link)) and "\x1b" not in str(refusal(link))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any
 
 import pytest
@@ -10,13 +11,16 @@ import pytest
 from outpost_core import UsageError
 from outpost_core import _keys as keys
 from outpost_core._delivery import (
+    _ANSWERS,
     BatchAnswered,
     ClaimStale,
+    DeliveryEffect,
     DeliverySettings,
     Done,
     OutboxRead,
     PostBatch,
     Sleep,
+    nothing_done,
 )
 from outpost_core._liveness import (
     Beat,
@@ -120,8 +124,15 @@ def test_reclaims_rejects_an_answer_of_the_wrong_length() -> None:
 
 
 def test_consumers_of() -> None:
-    got, rejected = consumers_of([(STREAM, {"name": "solo"}), (OTHER, [{b"name": ME}])], ME)
+    got, rejected = consumers_of([(STREAM, {"name": "solo"}), (OTHER, [{b"name": ME}])], ME, 16)
     assert (got, rejected) == ({STREAM: {"solo"}}, 0)
+
+
+def test_consumers_of_the_streams_of_the_deployment_s_count_only() -> None:
+    wide = keys.outbox_key(40)
+    listing = [(STREAM, {"name": "a"}), (wide, {"name": "b"})]
+    assert consumers_of(listing, ME, 64) == ({STREAM: {"a"}, wide: {"b"}}, 0)
+    assert consumers_of(listing, ME, 16) == ({STREAM: {"a"}}, 1)  # {40} is none of ours
 
 
 @pytest.mark.parametrize(
@@ -148,10 +159,21 @@ def test_taken_entries() -> None:
     assert got == ([(STREAM, "1-1", {"e": "x"})], 2)
 
 
-def test_hand_back() -> None:
-    calls = hand_back(ME)
+@pytest.mark.parametrize("count", [16, 64])
+def test_hand_back(count: int) -> None:
+    calls = hand_back(ME, count)
     assert calls[0] == ForgetHeartbeat(keys.heartbeat_key(ME))
-    assert calls[1:] == [Reclaim(s, "", 0, (ME,)) for s in keys.ALL_OUTBOXES]
+    assert calls[1:] == [Reclaim(keys.outbox_key(s), "", 0, (ME,)) for s in range(count)]
+
+
+def test_every_effect_a_delivery_driver_runs_is_in_its_union_with_its_answer() -> None:
+    """The drivers' dispatch tables are checked against ``DeliveryEffect``: hand_back()'s
+    effects must be in it too, each with what answers it (a closing instance's included)."""
+    union = set(typing.get_args(DeliveryEffect))
+    assert {type(effect) for effect in hand_back(ME, 16)} <= union
+    assert set(_ANSWERS) == union
+    forget = ForgetHeartbeat(keys.heartbeat_key(ME))
+    assert isinstance(nothing_done(forget), _ANSWERS[ForgetHeartbeat])
 
 
 def test_heartbeat_key_is_in_the_fleet_slot() -> None:

@@ -44,3 +44,25 @@ def test_error_hierarchy() -> None:
     assert issubclass(errors.UnknownMeter, LookupError)
     assert not issubclass(errors.NotReady, errors.UsageError)
     assert issubclass(errors.NotDurable, errors.RedisUnavailable)  # caught where Redis failures are
+    # What a caller retries with: the event's id, also when track() made it up.
+    assert errors.NotDurable("on the primary only", "e1").event_id == "e1"
+    assert errors.NotDurable("a hold on the primary only").event_id is None
+
+
+def test_the_public_mode_module_exports_what_it_lists() -> None:
+    from outpost_core import public_mode
+
+    assert all(getattr(public_mode, name) is not None for name in public_mode.__all__)
+    assert public_mode.anchor.__module__ == "outpost_core._public_anchoring"
+
+
+def test_public_modules_export_what_they_name() -> None:
+    """Each public module of the core re-exports what its drivers use, the same objects."""
+    for public in ("doctor", "errors", "public_mode", "semconv", "telemetry", "traces"):
+        module = importlib.import_module(f"outpost_core.{public}")
+        for name in getattr(module, "__all__", ()):
+            assert getattr(module, name) is not None, (public, name)
+    traces = importlib.import_module("outpost_core.traces")
+    assert traces.replay_session is importlib.import_module("outpost_core._trace").replay_session
+    telemetry = importlib.import_module("outpost_core.telemetry")
+    assert telemetry.Recorder is outpost_core.Recorder

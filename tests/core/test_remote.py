@@ -370,7 +370,7 @@ def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
         acked(state("r-tokens")),
     )
     assert run.args == (
-        keys.channel(C1.shard),
+        keys.channel(keys.shard_of(C1)),
         str(WALL),
         str(Settings().pending_limit_us),
         str(HOT),
@@ -516,8 +516,62 @@ def test_an_unasked_for_snapshot_is_applied_but_never_asked_again() -> None:
     assert flow.applied
     polar.session.handle(ScriptReplied(apply_reply(1, **SNAPSHOT_FIELDS), tag=run.tag))
     polar.effects()
+    # Done: nothing of it is kept (nobody follows c2), and Polar is asked for nothing.
+    assert Customer("external", "c2") not in remote(polar).flows
     assert polar.tick(polar.now + 2 * REQUEST_TIMEOUT) == []
     assert polar.take() == []
+
+
+C2 = Customer("external", "c2")
+
+
+def pushed_listing(polar: Polar) -> ListPending:
+    """An unasked-for snapshot of c2 (as one still on its way after a ``forget``)."""
+    aliases = {"customer_id": "9b2f4c1e-5d6a-4b7c-8e9f-0a1b2c3d4e5f"}
+    listed = listing(polar.snapshot(None, external_customer_id="c2", aliases=aliases))
+    assert remote(polar).flows[C2].pushed
+    return listed
+
+
+def test_an_unasked_for_snapshot_that_fails_is_given_up_without_asking_polar() -> None:
+    polar = Polar()
+    polar.connect()
+    listed = pushed_listing(polar)
+    polar.session.handle(ListFailed(listed.tag))
+    assert polar.effects() == []
+    assert C2 not in remote(polar).flows and C2 not in remote(polar).aliases
+    assert polar.tick(polar.now + RETRY_CAP + REQUEST_TIMEOUT) == []
+    assert polar.take() == []
+
+
+def test_an_unasked_for_snapshot_stuck_in_a_step_is_given_up_without_asking_polar() -> None:
+    polar = Polar()
+    polar.connect()
+    pushed_listing(polar)
+    assert polar.tick(polar.now + STEP_TIMEOUT + 1) == []
+    assert C2 not in remote(polar).flows
+    assert polar.take() == []
+
+
+def test_an_unasked_for_snapshot_in_progress_when_the_link_drops_is_given_up() -> None:
+    polar = Polar()
+    polar.connect()
+    polar.follow()
+    pushed_listing(polar)
+    polar.session.handle(BytesReceived(polar.now, b""))  # Polar hung up
+    assert polar.effects() == [CloseConnection()]
+    assert set(remote(polar).flows) == {C1}  # the followed customer's flow stays
+
+
+def test_a_customer_read_while_its_unasked_for_snapshot_applies_is_asked_for() -> None:
+    polar = Polar()
+    polar.connect()
+    pushed_listing(polar)
+    flow = remote(polar).follow(C2)  # as a first read of c2 does
+    assert not flow.pushed
+    [request] = polar.take()
+    assert request["type"] == "snapshot"
+    assert request["payload"]["external_customer_id"] == "c2"
 
 
 def test_an_unanswered_request_is_sent_again() -> None:
@@ -924,19 +978,28 @@ def test_a_refused_token_is_logged_as_an_error_once_per_cause(
     assert errors == [
         (
             logging.ERROR,
-            "outpost: Polar refused the WebSocket: "
-            "Polar refused the WebSocket with HTTP 401: invalid token",
+            "outpost: Polar refused the WebSocket with HTTP 401: invalid token",
         ),
         (
             logging.ERROR,
-            "outpost: Polar refused the WebSocket: "
-            "Polar refused the WebSocket with HTTP 403: token revoked",
+            "outpost: Polar refused the WebSocket with HTTP 403: token revoked",
         ),
     ]
     assert polar.session.link_status() == (
         "disconnected",
         "Polar refused the WebSocket with HTTP 403: token revoked",
     )
+
+
+def test_a_404_is_polar_serving_its_public_api_not_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    polar = Polar()
+    with caplog.at_level(logging.INFO, logger="outpost"):
+        refused_upgrade(polar, 404, b'{"detail":"Not Found"}')
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "outpost: Polar refused the WebSocket with HTTP 404: Not Found")
+    ]
 
 
 def test_bytes_that_are_not_a_refusal_log_nothing(caplog: pytest.LogCaptureFixture) -> None:
@@ -995,6 +1058,15 @@ def test_a_meter_missing_from_the_cached_configuration_waits_for_polars() -> Non
         polar.session.read("m-new", "c1")
 
 
+def test_a_meter_missing_from_the_cache_while_polar_refuses_names_the_refusal() -> None:
+    polar = Polar()  # configured from the cache only (an earlier token's)
+    refused_upgrade(polar, 401, b'{"detail":"invalid token"}')
+    assert polar.session.not_ready_reason("m-new", "c1", None) == (
+        "meter 'm-new' is not in the configuration cached in Redis and Polar's has not arrived "
+        "(WebSocket disconnected: Polar refused the WebSocket with HTTP 401: invalid token)"
+    )
+
+
 def test_closing_says_goodbye_and_never_reconnects() -> None:
     polar = Polar()
     polar.connect()
@@ -1033,3 +1105,44 @@ def test_a_state_that_lost_its_snapshot_asks_polar_again() -> None:
     assert request["type"] == "snapshot"
     assert polar.session.read(COUNT, "c1") is None  # asked once, not on every read
     assert polar.take() == []
+
+
+def test_polar_unreachable_is_one_warning_a_reminder_a_minute_and_one_line_when_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    polar = Polar()
+    polar.connect()
+    with caplog.at_level(logging.INFO, logger="outpost"):
+        for now in (2.0, 3.0, 30.0, 63.0, 64.0):  # every try to reconnect fails
+            polar.session.handle(ConnectionFailed(now, "cannot connect: connection refused"))
+        polar.peer = Peer()
+        polar.now = max(70.0, polar.link.retry_at)
+        polar.session.handle(Tick(polar.now, WALL))
+        assert [type(e) for e in polar.effects()] == [OpenConnection]
+        polar.session.handle(ConnectionOpened(polar.now))
+        polar.effects()
+        polar.session.handle(BytesReceived(polar.now, polar.peer.accept()))
+        assert polar.session.connected
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            "outpost: Polar unreachable for the WebSocket: cannot connect: connection refused",
+        ),
+        (
+            logging.WARNING,
+            "outpost: Polar still unreachable for the WebSocket after 61 s: "
+            "cannot connect: connection refused",
+        ),
+        (logging.INFO, "outpost: Polar is back for the WebSocket after 68.0 s"),
+    ]
+
+
+def test_an_unreachable_polar_cannot_forge_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    polar = Polar()
+    polar.connect()
+    reason = "the proxy refused the tunnel: 407 denied\nERROR outpost: forged \x1b[2J"
+    with caplog.at_level(logging.WARNING, logger="outpost"):
+        polar.session.handle(ConnectionFailed(2.0, reason))
+    [record] = caplog.records
+    assert "\n" not in record.getMessage() and "\x1b" not in record.getMessage()
+    assert "407 denied" in record.getMessage()

@@ -1,4 +1,4 @@
-"""Counting on the safe side (D12): an event counts locally if Polar's Python matching or its
+"""Counting on the safe side: an event counts locally if Polar's Python matching or its
 SQL matching counts it, with the larger of the two values (``Configuration.contributions``).
 
 Each row of docs/emulator.md's table "Polar's SQL matching against its Python matching" is a case
@@ -65,7 +65,7 @@ SQL_ONLY = [
     pytest.param(clause("timestamp", "not_like", False), {}, 0, id="timestamp-not-like-bool"),
 ]
 
-# The rows where Python (Polar's real-time rollup, D7) counts and SQL does not: counted already.
+# The rows where Python (Polar's real-time rollup) counts and SQL does not: counted already.
 PYTHON_ONLY = [
     pytest.param(clause("b", "eq", 1), {"b": True}, 0, id="true-equals-one"),
     pytest.param(clause("n", "ne", "x"), {"n": 3}, 0, id="number-ne-string"),

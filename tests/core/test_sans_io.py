@@ -31,6 +31,7 @@ FORBIDDEN = frozenset(
         "opentelemetry",
         "outpost_sync",
         "outpost_async",
+        "outpost_io",
     }
 )
 

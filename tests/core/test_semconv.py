@@ -18,8 +18,10 @@ def test_the_design_documents_names() -> None:
 
 def test_instrument_span_and_attribute_names_are_distinct_and_namespaced() -> None:
     outcomes = {"OK", "WARM", "COLD", "INVALID", "NOT_READY", "REDIS_ERROR"}
-    outcomes |= {"UNKNOWN_METER", "UNSUPPORTED_METER"}
-    named = {k: v for k, v in names().items() if k not in outcomes and k != "INSTRUMENTATION"}
+    outcomes |= {"UNKNOWN_METER", "UNSUPPORTED_METER", "INSUFFICIENT_BALANCE", "CANNOT_ADMIT"}
+    operations = {"RESERVE", "COMMIT", "RELEASE", "TRACK"}
+    plain = outcomes | operations | {"INSTRUMENTATION"}
+    named = {k: v for k, v in names().items() if k not in plain}
     assert len(set(named.values())) == len(named)
     for key, value in named.items():
         assert value.startswith(("outpost.", "polar.")), key
@@ -32,7 +34,10 @@ def test_instrument_span_and_attribute_names_are_distinct_and_namespaced() -> No
         "redis_error",
         "unknown_meter",
         "unsupported_meter",
+        "insufficient_balance",
+        "cannot_admit",
     }
+    assert {names()[k] for k in operations} == {"reserve", "commit", "release", "track"}
 
 
 def test_no_name_is_about_metadata_or_the_token() -> None:

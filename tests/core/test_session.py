@@ -16,6 +16,7 @@ from outpost_core import (
     ChannelsLost,
     ChannelSubscribed,
     ConfigurationReceived,
+    ConnectionFailed,
     Customer,
     Fetch,
     IdentityLoaded,
@@ -40,6 +41,7 @@ from outpost_core import (
 from outpost_core import _keys as keys
 from outpost_core._aggregate import Aggregate
 from outpost_core._inputs import ListFailed, PendingListed, ScriptFailed
+from outpost_core._link import Link, Target
 from outpost_core._time import HOUR_US
 from tests.core._payloads import (
     AVERAGE,
@@ -214,6 +216,18 @@ def test_a_fresh_session() -> None:
     assert session.log is logging.getLogger("outpost")
 
 
+def test_a_session_can_drop_its_link() -> None:
+    session = Session(link=Link(Target.of("http://polar.test"), "token", FixedRandom()))
+    assert session.remote is not None
+    session.drop_link()
+    assert session.remote is None and session.link_status() == ("none", None)
+    session.drop_link()  # twice: nothing more to do
+    assert session.remote is None
+    # What the link loop still had in flight is dropped, not an error.
+    session.handle(ConnectionFailed(1.0, "closed"))
+    assert session.effects() == []
+
+
 def test_effects_are_drained() -> None:
     session = configured()
     assert session.effects() == []
@@ -384,7 +398,7 @@ def test_track_validates_before_it_needs_a_configuration() -> None:
 def test_track_layout_for_an_identity_nobody_follows() -> None:
     session = configured()
     run = track(session)
-    shard = C1.shard
+    shard = keys.shard_of(C1)
     matching = ["r-count", "r-tokens", "r-largest", "r-smallest", "r-average"]
     assert run.script == "track"
     assert run.tag is None
@@ -417,7 +431,7 @@ def test_track_json_is_compact_and_keeps_unicode() -> None:
 
 def test_track_of_an_event_no_reducer_counts_still_queues_it() -> None:
     run = track(configured(), name="other_call", metadata={"tokens": "many"})
-    assert run.keys == (keys.outbox_key(C1.shard),)
+    assert run.keys == (keys.outbox_key(keys.shard_of(C1)),)
     assert run.meter_ids == ()
     assert run.args[4] == "[]"
     assert len(run.args) == 5
@@ -928,6 +942,13 @@ def test_a_change_for_a_reducer_that_left_the_configuration() -> None:
     assert session.followed[0].rev == 4
 
 
+def idle_deadline(session: Session) -> float:
+    """When the least recently read customer is let go if not read again."""
+    oldest = session._following.oldest()
+    assert oldest is not None
+    return oldest[1] + session.settings.idle_customer_ttl
+
+
 def test_load_answers_for_keys_nobody_follows_are_ignored() -> None:
     session = configured()
     session.handle(IdentityLoaded("outpost:v2:{0}:external:x:r", {"rev": "1"}, 1))
@@ -957,7 +978,7 @@ def test_a_failed_load_is_retried_with_backoff() -> None:
     session.handle(Tick(200.0))
     load_id = load_asked(session, key)
     session.handle(IdentityLoaded(key, snapshot_fields(), load_id))
-    assert session.next_deadline() is None
+    assert session.next_deadline() == idle_deadline(session)  # no retry left
     session.handle(Tick(300.0))
     assert session.effects() == []
     # An answer resets the backoff: the next failure waits the first delay again.
@@ -1009,7 +1030,7 @@ def test_an_unanswered_load_is_asked_again_after_load_timeout() -> None:
     session.handle(IdentityLoaded(key, snapshot_fields(rev=4), second))
     balance = session.read(COUNT, "c1")
     assert isinstance(balance, Balance) and balance.revision == 4
-    assert session.next_deadline() is None
+    assert session.next_deadline() == idle_deadline(session)  # no retry left
 
 
 def test_an_answer_to_an_older_load_never_moves_the_copy_back(
@@ -1050,7 +1071,7 @@ def test_a_load_answered_in_time_cancels_the_retry() -> None:
     assert session.next_deadline() is not None
     session.handle(SubscriberRestarted())
     session.handle(IdentityLoaded(state("r-count"), {}, load_asked(session, state("r-count"))))
-    assert session.next_deadline() is None
+    assert session.next_deadline() == idle_deadline(session)  # no retry left
 
 
 # -- rejections -----------------------------------------------------------------------------------
@@ -1169,17 +1190,17 @@ def test_subscription_confirmations_decide_following() -> None:
     from outpost_core import SubscriptionConfirmed
 
     session = configured(subscribed=False)
-    for count in range(1, len(keys.ALL_CHANNELS)):
+    for count in range(1, len(keys.all_channels())):
         session.handle(SubscriptionConfirmed(count))
         assert not session.subscribed  # not until every channel is confirmed
-    session.handle(SubscriptionConfirmed(len(keys.ALL_CHANNELS)))
+    session.handle(SubscriptionConfirmed(len(keys.all_channels())))
     assert session.subscribed and session.ever_subscribed
     warm(session)
     # A client library re-subscribing by itself after a break starts again from 1.
     session.handle(SubscriptionConfirmed(1))
     assert not session.subscribed
     assert isinstance(session.read(COUNT, "c1"), Fetch)
-    session.handle(SubscriptionConfirmed(len(keys.ALL_CHANNELS)))
+    session.handle(SubscriptionConfirmed(len(keys.all_channels())))
     assert session.subscribed
     load_asked(session, state("r-count"))  # every copy reloads
 
@@ -1192,7 +1213,11 @@ def test_track_counts_the_buckets_it_writes() -> None:
 
 
 def _customer_in_another_shard(than: Customer) -> Customer:
-    return next(c for n in range(100) if (c := Customer("external", f"c{n}")).shard != than.shard)
+    return next(
+        c
+        for n in range(100)
+        if keys.shard_of(c := Customer("external", f"c{n}")) != keys.shard_of(than)
+    )
 
 
 def test_a_lost_shard_channel_sends_only_that_shard_s_reads_to_redis_and_reloads_only_it() -> None:
@@ -1202,7 +1227,7 @@ def test_a_lost_shard_channel_sends_only_that_shard_s_reads_to_redis_and_reloads
     other = _customer_in_another_shard(C1)
     warm(session, fields=snapshot_fields(rev=3))
     warm(session, customer=other, fields=snapshot_fields(rev=7))
-    lost = keys.channel(C1.shard)
+    lost = keys.channel(keys.shard_of(C1))
     session.handle(ChannelsLost((lost.encode(),)))
     assert (session.subscribed, session.ever_subscribed) == (False, True)
     assert session.effects() == []  # nothing reloads until the channel is back
@@ -1222,13 +1247,13 @@ def test_shard_channels_confirmed_one_by_one_make_the_subscription_whole() -> No
     warm_key = state("r-count")
     assert session.read(COUNT, "c1") is None
     load_id = load_asked(session, warm_key)
-    for shard in range(keys.SHARDS):
-        if shard != C1.shard:
+    for shard in range(keys.DEFAULT_SHARDS):
+        if shard != keys.shard_of(C1):
             session.handle(ChannelSubscribed(keys.channel(shard)))
     assert not session.subscribed and session.effects() == []  # c1's shard is not confirmed
     session.handle(IdentityLoaded(warm_key, snapshot_fields(), load_id))
     assert not session.followed[0].following  # asked before its shard was subscribed
-    session.handle(ChannelSubscribed(keys.channel(C1.shard)))
+    session.handle(ChannelSubscribed(keys.channel(keys.shard_of(C1))))
     assert (session.subscribed, session.ever_subscribed) == (True, True)
     session.handle(IdentityLoaded(warm_key, snapshot_fields(), load_asked(session, warm_key)))
     assert session.followed[0].following
@@ -1254,3 +1279,51 @@ def test_the_status_of_an_instance_without_a_token_has_no_websocket() -> None:
     assert session.status(redis_error="Connection refused", delivery_stalled="no token") == Status(
         "none", None, True, "Connection refused", "no token"
     )
+
+
+# -- the deployment's shard count ------------------------------------------------------------
+
+
+C2 = Customer("external", "c2")  # shard 0 of 16, 48 of 64
+
+
+def test_a_session_of_64_shards_writes_each_customer_under_its_shard_of_64() -> None:
+    session = configured(settings=Settings(shards=64))
+    run = track(session, external_customer_id="c2")
+    wide = keys.state_key(C2, "r-count", 64)
+    assert wide.startswith("outpost:v2:{48}:") and wide in run.keys
+    assert run.keys[0] == keys.outbox_key(48)
+    assert run.args[0] == keys.channel(48)
+    narrow = track(configured(), external_customer_id="c2")
+    assert narrow.keys[0] == keys.outbox_key(0) and narrow.args[0] == keys.channel(0)
+    assert session.shard_of(C2) == 48
+
+
+def test_a_session_of_64_shards_is_subscribed_once_its_64_channels_are() -> None:
+    from outpost_core import SubscriptionConfirmed
+
+    session = Session(Settings(shards=64))
+    session.handle(SubscriptionConfirmed(16))
+    assert not session.subscribed  # 16 of 64
+    session.handle(SubscriptionConfirmed(64))
+    assert session.subscribed
+    session = Session(Settings(shards=64))
+    for shard in range(63):
+        session.handle(ChannelSubscribed(keys.channel(shard)))
+    assert not session.subscribed
+    session.handle(ChannelSubscribed(keys.channel(63)))
+    assert session.subscribed and session.rejections == {}
+
+
+def test_a_channel_beyond_the_deployment_s_count_is_none_of_ours() -> None:
+    session = Session(Settings(shards=16))
+    session.handle(ChannelSubscribed(keys.channel(40)))
+    assert session.rejections["subscription"] == 1
+
+
+@pytest.mark.parametrize("count", [0, -1, keys.MAX_SHARDS + 1, True, 16.0, "16"])
+def test_a_shard_count_out_of_range_is_refused(count: Any) -> None:
+    from outpost_core import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="shards must be"):
+        Settings(shards=count)

@@ -207,3 +207,30 @@ def test_empty_groups_are_true_and_groups_nest() -> None:
     nested = {"conjunction": "and", "clauses": [yes, {"conjunction": "or", "clauses": [yes]}]}
     assert sql_matches(parse_filter(nested), EVENT)
     assert not sql_matches(parse_filter({"conjunction": "or", "clauses": [null]}), EVENT)
+
+
+def test_a_dotted_property_is_also_read_as_one_key() -> None:
+    """Polar's filter SQL has been seen to read `a.b` as the key "a.b": either reading counts."""
+    one_key = EventView(name="x", timestamp_s=0, metadata={"_cost.currency": "usd", "a.b": 4})
+    path = EventView(name="x", timestamp_s=0, metadata={"a": {"b": 2}, "a.b": "x"})
+    assert clause_matches(Clause("_cost.currency", "eq", "usd"), one_key)
+    assert clause_matches(Clause("a.b", "gt", 3), one_key)
+    assert not clause_matches(Clause("a.b", "gt", 5), one_key)
+    assert clause_matches(Clause("a.b", "eq", 2), path)  # the one-key reading fails, the path holds
+    assert sql_value(Aggregation("sum", "a.b"), one_key) == 4
+    assert sql_value(Aggregation("sum", "a.b"), path) == 2
+    both = EventView(name="x", timestamp_s=0, metadata={"a": {"b": 2}, "a.b": 7})
+    assert sql_value(Aggregation("max", "a.b"), both) == 7
+    assert sql_value(Aggregation("sum", "a.b"), EventView("x", 0, {})) is None
+
+
+def test_the_safe_value_takes_either_reading() -> None:
+    from outpost_core._configuration import safe_value
+
+    one_key = EventView(name="x", timestamp_s=0, metadata={"a.b": 4})
+    path = EventView(name="x", timestamp_s=0, metadata={"a": {"b": 2}})
+    both = EventView(name="x", timestamp_s=0, metadata={"a": {"b": 9}, "a.b": 7})
+    assert safe_value(Aggregation("sum", "a.b"), one_key) == 4
+    assert safe_value(Aggregation("sum", "a.b"), path) == 2
+    assert safe_value(Aggregation("sum", "a.b"), both) == 9
+    assert safe_value(Aggregation("sum", "a.b"), EventView("x", 0, {})) is None

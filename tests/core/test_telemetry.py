@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import math
 
-from outpost_core import InvalidEvent, NotReady, RedisUnavailable, UnknownMeter, UnsupportedMeter
+import pytest
+
+from outpost_core import (
+    CannotAdmit,
+    InsufficientBalance,
+    InvalidEvent,
+    NotReady,
+    RedisUnavailable,
+    UnknownMeter,
+    UnsupportedMeter,
+    admission_outcome,
+)
 from outpost_core import semconv as s
 from outpost_core._observations import LinkChanged, SnapshotApplied
 from outpost_core._telemetry import (
     CONNECTION,
     RECONNECTION,
+    ReadKey,
     Recorder,
     SpanDone,
     SpanEnded,
@@ -60,9 +72,44 @@ def test_timed_records_carry_their_attributes_and_are_bounded() -> None:
     assert [x.attributes[s.METER] for x in drained.ingests] == ["m", "n"]  # one per meter
     assert all(x.value == 0.001 for x in drained.ingests)
     assert [(b.value, dict(b.attributes)) for b in drained.buckets] == [
-        (2, {s.CUSTOMER: "external:acme", s.METERS: ["m", "n"]})
+        (2, {s.CUSTOMER: "external:acme", s.METERS: ("m", "n")})  # hashable
     ]
     assert r.drain(0.5, 0, 0).overflow == 0
+
+
+def test_admissions_carry_operation_outcome_and_each_meter_and_are_bounded() -> None:
+    r = Recorder(cap=2)
+    r.admitted(s.RESERVE, "acme", None, ("m",), 3_000_000, s.OK)
+    r.admitted(s.TRACK, None, "c1", ("m", "n"), 1_000_000, s.INSUFFICIENT_BALANCE)
+    r.admitted(s.COMMIT, "acme", None, (), 1, s.NOT_READY)  # over the cap: counted
+    drained = r.drain(0.0, 0, 0)
+    assert drained.overflow == 1
+    assert [(x.value, dict(x.attributes)) for x in drained.admissions] == [
+        (
+            0.003,
+            {s.METER: "m", s.CUSTOMER: "external:acme", s.OPERATION: s.RESERVE, s.OUTCOME: s.OK},
+        ),
+        *[
+            (
+                0.001,
+                {
+                    s.METER: meter,
+                    s.CUSTOMER: "customer:c1",
+                    s.OPERATION: s.TRACK,
+                    s.OUTCOME: s.INSUFFICIENT_BALANCE,
+                },
+            )
+            for meter in ("m", "n")
+        ],
+    ]
+
+
+def test_an_admission_s_outcome_names_why_it_was_refused() -> None:
+    assert admission_outcome(None) == s.OK
+    assert admission_outcome(InsufficientBalance("m", 1, 0, 0)) == s.INSUFFICIENT_BALANCE
+    assert admission_outcome(CannotAdmit("split")) == s.CANNOT_ADMIT
+    assert admission_outcome(RedisUnavailable("down")) == s.REDIS_ERROR
+    assert admission_outcome(KeyboardInterrupt()) is None  # nothing Outpost's names describe
 
 
 def test_a_failed_track_records_no_meter_and_no_bucket() -> None:
@@ -134,3 +181,43 @@ def test_closing_ends_a_reconnection_too() -> None:
     r = Recorder()
     r.observe([LinkChanged("closed", reason="refused")])
     assert r.close() == [SpanEnded(RECONNECTION, {})]
+
+
+def test_an_interval_admits_at_most_the_cap_of_series_per_instrument_and_counts_the_rest() -> None:
+    r = Recorder(export_interval=30.0, series_cap=2)
+    assert r.series_cap == 2
+    for customer in ("a", "b", "c"):
+        r.read(("m", customer, None), 1, s.COLD)
+        r.tracked(customer, None, ("m",), 1, s.OK, 1)
+    r.read(("m", "a", None), 1, s.COLD)  # a series already admitted: kept
+    warm: dict[ReadKey, int] = {("m", "a", None): 1, ("m", "b", None): 1, ("m", "c", None): 1}
+    first = r.drain(0.0, 0, 0, warm)
+    customers = [x.attributes[s.CUSTOMER] for x in first.reads]
+    assert customers == ["external:a", "external:b", "external:a"]
+    assert [x.attributes[s.CUSTOMER] for x in first.ingests] == ["external:a", "external:b"]
+    assert len(first.buckets) == len(first.warm) == 2
+    assert (first.export, first.left_out) == (False, 0)  # the interval goes on
+    # Later in the same interval: a new series is still beyond the cap, an admitted one is not.
+    r.read(("m", "d", None), 1, s.COLD)
+    r.read(("m", "b", None), 1, s.COLD)
+    second = r.drain(29.0, 0, 0)
+    assert [x.attributes[s.CUSTOMER] for x in second.reads] == ["external:b"]
+    assert (second.export, second.left_out) == (False, 0)
+    # The drain that ends the interval exports it, with what the cap left out (c's read, track,
+    # bucket and warm reads, then d's and e's reads), and the next interval starts empty.
+    r.read(("m", "e", None), 1, s.COLD)
+    ending = r.drain(30.0, 0, 0)
+    assert (ending.export, ending.left_out) == (True, 6)
+    assert [x.attributes[s.CUSTOMER] for x in ending.reads] == []
+    r.read(("m", "c", None), 1, s.COLD)
+    r.read(("m", "d", None), 1, s.COLD)
+    after = r.drain(31.0, 0, 0)
+    assert [x.attributes[s.CUSTOMER] for x in after.reads] == ["external:c", "external:d"]
+    assert (after.export, after.left_out) == (False, 0)
+    closing = r.drain(32.0, 0, 0, force=True)  # a close ends the interval at once
+    assert (closing.export, closing.left_out) == (True, 0)
+
+
+def test_a_cap_below_one_series_is_refused() -> None:
+    with pytest.raises(ValueError, match="series_cap"):
+        Recorder(series_cap=0)

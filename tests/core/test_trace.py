@@ -352,7 +352,7 @@ def record_delivery(seed: int = 11) -> list[Record]:
     settings = oc.DeliverySettings(batch_size=2)
     records: list[Record] = [header("delivery", settings, seed, {"started_at": 0.0})]
     delivery = RecordingDelivery(oc.Delivery(settings, random.Random(seed), 0.0), records.append)
-    stream = keys.ALL_OUTBOXES[0]
+    stream = keys.all_outboxes()[0]
     entry = {
         b"e": b'{"name":"x","external_customer_id":"c1","external_id":"a"}',
         b"f": b"0:a",

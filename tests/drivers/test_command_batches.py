@@ -3,8 +3,9 @@
 together as one pipeline on one connection, in order. Against a real Redis. The shared
 connection has its own tests (``test_multiplexed.py``); the instance-level ones here run on it.
 
-The sync twin sends each call as it comes (a thread waits for its own reply): nothing to test
-beyond the driver tests, which run every script through it.
+The sync twin sends each call as it comes (a thread waits for its own reply); its scripts go
+on connections it keeps, without redis-py's command layers (the last test here); the driver
+tests run every script through it.
 """
 
 from __future__ import annotations
@@ -19,16 +20,17 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from outpost_async import AsyncOutpost
 from outpost_async._backend import CommandBatches
 from outpost_core import Customer
 from outpost_core._replies import stream_entries
 from outpost_sync._backend import CommandBatches as SyncCommandBatches
-from tests.drivers._async._helpers import COUNT
+from tests.drivers._async._helpers import COUNT, shards_of
 from tests.drivers._async.test_local_state import consumed, prepare
-from tests.support.redis_server import RedisCluster, RedisServer
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until_async
 
 
@@ -136,7 +138,9 @@ async def test_many_tasks_tracking_at_once_share_a_few_connections(
     over a handful of connections (one each, without pipelining)."""
     server = redis_or_cluster
     prepare(server, Customer("external", "c1"))  # type: ignore[arg-type]
-    async with AsyncOutpost(redis_url=server.url, telemetry=False) as outpost:
+    async with AsyncOutpost(
+        redis_url=server.url, telemetry=False, shards=shards_of(server)
+    ) as outpost:
         assert await consumed(outpost, COUNT, "c1") == 0
 
         async def one() -> None:
@@ -158,7 +162,9 @@ async def test_many_fresh_reads_and_loads_at_once_share_a_few_connections(
     customers = [Customer("external", f"c{n}") for n in range(300)]
     server = redis_or_cluster
     prepare(server, *customers)  # type: ignore[arg-type]
-    async with AsyncOutpost(redis_url=server.url, telemetry=False) as outpost:
+    async with AsyncOutpost(
+        redis_url=server.url, telemetry=False, shards=shards_of(server)
+    ) as outpost:
         await outpost.track("api_call", external_customer_id="c0")
 
         async def fresh() -> float:
@@ -225,3 +231,31 @@ def _fields_of_first(reply: Any) -> Any:
     listing = reply[b"s"] if isinstance(reply, dict) else reply[0][1]
     entry = listing[0][0] if isinstance(listing[0][0], tuple) else listing[0]
     return entry[1]
+
+
+def _client_ids(client: Any) -> set[int]:
+    return {int(c["id"]) for c in client.client_list()}
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_sync_twin_runs_scripts_on_connections_of_its_own(
+    redis_server: RedisServer, protocol: int
+) -> None:
+    client = redis.Redis.from_url(redis_server.url, protocol=protocol)
+    sha = client.script_load("return {KEYS[1], ARGV[1], tonumber(ARGV[2]) + 1}")
+    batches = SyncCommandBatches(client)
+    assert batches.execute("EVALSHA", sha, 1, "k", "é", 41) == [b"k", "é".encode(), 42]
+    assert len(batches._idle) == 1  # kept for the next script, out of redis-py's pool
+    kept = batches._idle[0]
+    with pytest.raises(NoScriptError):
+        batches.execute("EVALSHA", "0" * 40, 0)
+    assert batches._idle == [kept]  # Redis answered: the line is fine
+    # The kept connection is killed: the script goes once more through redis-py.
+    kept.send_command("CLIENT", "ID")
+    own_id = int(kept.read_response())
+    client.client_kill_filter(_id=str(own_id))
+    assert batches.execute("EVAL", "return ARGV[1]", 0, "again") == b"again"
+    assert own_id not in _client_ids(client)
+    batches.close()
+    assert batches._idle == []
+    client.close()

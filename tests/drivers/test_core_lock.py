@@ -45,8 +45,9 @@ def test_every_call_into_the_core_holds_the_lock(
         linger=0.02,
         telemetry_interval=0.05,  # the telemetry flush reads the core too
     )
-    checked = LockChecked(outpost._core, outpost._lock)
-    outpost._core = checked  # type: ignore[assignment]
+    context = outpost._context
+    checked = LockChecked(context.session, context.lock)
+    context.session = checked  # type: ignore[assignment]
     calls: list[Callable[[], object]] = [
         lambda: outpost.balance(meter, external_customer_id="c1"),
         lambda: outpost.track("api_call", external_customer_id="c1"),

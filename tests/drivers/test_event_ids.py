@@ -1,11 +1,11 @@
-"""Event ids drawn by the drivers when the caller gives none (``_shared/ids.py``)."""
+"""Event ids drawn by the drivers when the caller gives none (``outpost_io/ids.py``)."""
 
 from __future__ import annotations
 
 import os
 import uuid
 
-from outpost_async._shared.ids import new_event_id
+from outpost_io.ids import new_event_id
 
 
 def test_ids_are_random_uuid4s_in_hex_and_never_repeat() -> None:

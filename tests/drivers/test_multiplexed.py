@@ -20,7 +20,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from outpost_async import _multiplexed
 from outpost_async._backend import CommandBatches, open_pubsub, read_pubsub
 from outpost_core._replies import stream_entries, text_of
-from tests.support.redis_server import RedisReplica, RedisServer, free_port
+from tests.support.redis_cluster import RedisReplica
+from tests.support.redis_server import RedisServer, free_port
 from tests.support.waiting import wait_until_async
 
 SLOW = "local t = redis.call('TIME') repeat local n = redis.call('TIME') until (n[1] - t[1]) * 1e6 + n[2] - t[2] > 500000 return 1"  # noqa: E501 - busy for half a second

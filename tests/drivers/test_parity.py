@@ -1,4 +1,4 @@
-"""The two drivers offer the same public surface, method for method (D2)."""
+"""The two drivers offer the same public surface, method for method."""
 
 from __future__ import annotations
 
@@ -42,17 +42,22 @@ def test_same_public_methods_and_signatures() -> None:
 
 
 def test_same_exports() -> None:
-    assert set(outpost_sync.__all__) - {"Outpost"} == set(outpost_async.__all__) - {"AsyncOutpost"}
+    renamed = {"Outpost", "Reservation"}  # AsyncOutpost, AsyncReservation in the async driver
+    asynchronous = {"AsyncOutpost", "AsyncReservation"}
+    assert set(outpost_sync.__all__) - renamed == set(outpost_async.__all__) - asynchronous
 
 
 def test_each_driver_does_every_effect_the_core_asks_for_and_no_other() -> None:
     """A driver is two dispatch tables (docs/driver-howto.md): one method for each effect."""
-    from outpost_async import _client as async_client
-    from outpost_core import DeliveryEffect, Effect, ForgetHeartbeat
-    from outpost_sync import _client as sync_client
+    from outpost_async import _delivery as async_delivery
+    from outpost_async import _effects as async_effects
+    from outpost_core import DeliveryEffect, Effect
+    from outpost_sync import _delivery as sync_delivery
+    from outpost_sync import _effects as sync_effects
 
     session = set(typing.get_args(Effect))
-    delivery = {*typing.get_args(DeliveryEffect), ForgetHeartbeat}
-    for client in (async_client, sync_client):
-        assert set(client._SESSION_EFFECTS) == session
-        assert set(client._DELIVERY_EFFECTS) == delivery
+    delivery = set(typing.get_args(DeliveryEffect))  # hand_back()'s effects among them
+    for effects in (async_effects, sync_effects):
+        assert set(effects._SESSION_EFFECTS) == session
+    for deliveries in (async_delivery, sync_delivery):
+        assert set(deliveries._DELIVERY_EFFECTS) == delivery

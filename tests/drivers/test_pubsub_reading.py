@@ -23,7 +23,8 @@ from outpost_async._backend import read_pubsub as read_async
 from outpost_core import keys
 from outpost_sync._backend import close_pubsub, open_pubsub
 from outpost_sync._backend import read_pubsub as read_sync
-from tests.support.redis_server import RedisCluster, RedisServer
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until, wait_until_async
 
 CHANNEL = keys.channel(0)

@@ -82,7 +82,8 @@ def test_state_dump(emu: Emulator, admin: httpx.Client) -> None:
 def test_unknown_admin_routes(admin: httpx.Client) -> None:
     assert admin.get("/nothing").status_code == 404
     assert admin.get("/credits").status_code == 405
-    assert admin.post("/clock", content=b"{oops").status_code == 422
+    json_type = {"content-type": "application/json"}
+    assert admin.post("/clock", content=b"{oops", headers=json_type).status_code == 422
     assert admin.post("/clock", json=[1]).status_code == 422
 
 
@@ -115,3 +116,51 @@ def test_polar_routes_answer_json_errors(http: httpx.Client) -> None:
     assert missing.status_code == 404
     assert missing.json() == {"detail": "Not Found"}
     assert http.get("/v1/events/ingest").status_code == 405
+
+
+# -- a local tool: a web page cannot drive it -----------------------------------------------------
+
+
+def test_admin_posts_must_be_json(emu: Emulator, admin: httpx.Client) -> None:
+    for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+        refused = admin.post("/credits", content=b'{"units": 5}', headers={"content-type": kind})
+        assert refused.status_code == 403
+        assert "JSON bodies only" in refused.json()["detail"]
+    assert admin.post("/clock", content=b"{}").status_code == 403  # no Content-Type at all
+
+
+@pytest.mark.parametrize(
+    "origin", ["http://evil.example", "https://127.0.0.1.evil.example", "null"]
+)
+def test_admin_refuses_a_page_of_another_origin(admin: httpx.Client, origin: str) -> None:
+    refused = admin.post("/clock", json={"advance": 1}, headers={"origin": origin})
+    assert refused.status_code == 403 and "page" in refused.json()["detail"]
+    assert admin.get("/state", headers={"origin": origin}).status_code == 403
+
+
+def test_admin_answers_its_own_pages_and_loopback_origins(
+    emu: Emulator, admin: httpx.Client
+) -> None:
+    for origin in (emu.url, "http://localhost:3000", "http://[::1]:5173"):
+        assert (
+            admin.post("/clock", json={"advance": 1}, headers={"origin": origin}).status_code == 200
+        )
+
+
+def test_admin_refuses_a_host_that_is_not_loopback(emu: Emulator, admin: httpx.Client) -> None:
+    # a page whose own name was rebound to 127.0.0.1 still sends that name
+    headers = {
+        "host": f"rebound.example:{emu.port}",
+        "origin": f"http://rebound.example:{emu.port}",
+    }
+    refused = admin.post("/clock", json={"advance": 1}, headers=headers)
+    assert refused.status_code == 403 and "--allow-remote" in refused.json()["detail"]
+    emu._hub.remote_admin = True  # --allow-remote
+    assert admin.post("/clock", json={"advance": 1}, headers=headers).status_code == 200
+
+
+def test_a_non_loopback_host_needs_allow_remote(capsys: pytest.CaptureFixture[str]) -> None:
+    from outpost_emulator.cli import main
+
+    assert main(["emulator", "--host", "0.0.0.0"]) == 2
+    assert "--allow-remote" in capsys.readouterr().err

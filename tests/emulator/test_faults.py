@@ -112,7 +112,13 @@ def test_clear_removes_every_fault(emu: Emulator, http: httpx.Client, ws: Ws) ->
     state = emu.state()["faults"]
     assert len(state["ingest"]) == 3 and state["syncs_paused"] and state["snapshot_delay_s"] == 30
     cleared = emu.fault_clear()
-    assert cleared == {"ingest": [], "snapshot_delay_s": 0.0, "syncs_paused": False}
+    assert cleared == {
+        "ingest": [],
+        "snapshot_delay_s": 0.0,
+        "syncs_paused": False,
+        "webhooks": {"drop": 0, "delay_s": 0.0, "delay_count": 0},
+        "replica_lag_s": 0.0,
+    }
     assert ingest(http, event()).status_code == 200
     ws.snapshot(external_customer_id="c1")
 
@@ -131,6 +137,9 @@ def test_clear_removes_every_fault(emu: Emulator, http: httpx.Client, ws: Ws) ->
         {"snapshot_delay": -1},
         {"clear": "yes"},
         {"unknown": 1},
+        {"webhook_drop": {"count": 0}},
+        {"webhook_delay": {"count": 1}},
+        {"replica_lag": -1},
     ],
 )
 def test_bad_fault_requests_change_nothing(admin: httpx.Client, body: dict[str, object]) -> None:
@@ -140,6 +149,8 @@ def test_bad_fault_requests_change_nothing(admin: httpx.Client, body: dict[str, 
         "ingest": [],
         "snapshot_delay_s": 0.0,
         "syncs_paused": False,
+        "webhooks": {"drop": 0, "delay_s": 0.0, "delay_count": 0},
+        "replica_lag_s": 0.0,
     }
 
 

@@ -14,7 +14,7 @@ import outpost_emulator
 from tests.support.imports import imports_of
 
 EMULATOR = Path(outpost_emulator.__file__).resolve().parent
-SDK_PACKAGES = frozenset({"outpost_core", "outpost_sync", "outpost_async"})
+SDK_PACKAGES = frozenset({"outpost_core", "outpost_io", "outpost_sync", "outpost_async"})
 
 
 def sdk_imports(source: str) -> list[tuple[int, str]]:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from outpost_core import Balance
+from outpost_core._webhook_signature import secret_key, sign
 from outpost_emulator import Emulator
 from outpost_sync import Outpost
 from tests.support.waiting import wait_until
@@ -65,3 +70,38 @@ def serves_until_the_credits_run_out(
         lambda: emulator.customer_meter(meter_id, external_customer_id="alice")["balance"] == 1,
         "Polar agreeing on the balance",
     )
+
+
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"the example's webhook secret").decode()
+# (path, body, headers) -> status
+Post = Callable[[str, bytes, dict[str, str]], int]
+
+
+def signed(body: bytes, message_id: str, secret: str = WEBHOOK_SECRET) -> dict[str, str]:
+    """The Standard Webhooks headers Polar sends with ``body``."""
+    stamp = int(time.time())
+    return {
+        "content-type": "application/json",
+        "webhook-id": message_id,
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": sign(secret_key(secret), message_id, stamp, body),
+    }
+
+
+def answers_webhooks(post: Post) -> None:
+    """The app's webhook endpoint (POLAR_WEBHOOK_SECRET set): a forged delivery is refused, a
+    genuine one taken (once the configuration is known), and taken once."""
+    state = {"id": str(uuid.uuid4()), "external_id": "nobody", "active_meters": []}
+    body = json.dumps({"type": "customer.state_changed", "data": state}).encode()
+    message_id = f"msg_{uuid.uuid4().hex}"
+    forged = {**signed(body, message_id), "webhook-signature": "v1,AAAA"}
+    assert post("/polar/webhooks", body, forged) == 401
+    statuses: list[int] = []
+
+    def answered() -> bool:
+        statuses.append(post("/polar/webhooks", body, signed(body, message_id)))
+        return statuses[-1] != 503  # 503: no configuration yet, Polar would deliver it again
+
+    wait_until(answered, "the configuration the webhook needs")
+    assert statuses[-1] == 204
+    assert post("/polar/webhooks", body, signed(body, message_id)) == 204  # a retry: taken already

@@ -1,5 +1,6 @@
-"""Fixtures for the example apps: a real emulator, a real redis-server, and the environment the
-examples read (POLAR_ACCESS_TOKEN, POLAR_SERVER_URL, REDIS_URL, OUTPOST_METER_ID)."""
+"""The example apps are tested as a merchant tests an app: with the pytest plugin the package
+installs (pytest_outpost: a private redis-server, the emulator in-process, the
+environment the apps read), plus the meter the examples' READMEs create."""
 
 from __future__ import annotations
 
@@ -10,30 +11,18 @@ from types import ModuleType
 
 import pytest
 
-from outpost_emulator import Emulator
-from tests.support.redis_server import RedisServer
-
-API_CALLS_FILTER = {
-    "conjunction": "and",
-    "clauses": [{"property": "name", "operator": "eq", "value": "api_call"}],
-}
+from pytest_outpost import Polar
 
 
 @pytest.fixture
-def meter_id(emulator: Emulator) -> str:
+def meter_id(outpost_polar: Polar) -> str:
     """A meter counting `api_call` events, as the examples' READMEs create it."""
-    meter = emulator.create_meter("API calls", API_CALLS_FILTER, {"func": "count"})
-    return str(meter["id"])
+    return outpost_polar.create_meter("api_call", name="API calls")
 
 
 @pytest.fixture
-def app_env(
-    monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer, emulator: Emulator, meter_id: str
-) -> str:
+def app_env(monkeypatch: pytest.MonkeyPatch, outpost_env: dict[str, str], meter_id: str) -> str:
     """The environment an example app is started with; returns the meter id."""
-    monkeypatch.setenv("POLAR_ACCESS_TOKEN", emulator.token)
-    monkeypatch.setenv("POLAR_SERVER_URL", emulator.url)
-    monkeypatch.setenv("REDIS_URL", redis_server.url)
     monkeypatch.setenv("OUTPOST_METER_ID", meter_id)
     return meter_id
 

@@ -12,7 +12,8 @@ import redis
 
 from outpost_sync.cli import demo
 from outpost_sync.cli import main as cli_main
-from tests.support.redis_server import REDIS_SERVER, RedisCluster, RedisServer, free_port
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import REDIS_SERVER, RedisServer, free_port
 
 
 @pytest.fixture(params=["single", "cluster"])
@@ -44,6 +45,17 @@ def test_the_demo_ends_with_an_agreeing_verdict(demo_redis: RedisServer | RedisC
     verdict = [line for line in out.splitlines() if line.startswith("VERDICT:")]
     assert len(verdict) == 1 and verdict[0].startswith(
         "VERDICT: OK: instances A and B agree with each other and with Polar's balance"
+    )
+    # A customer at zero gets 5 credits; A and B race for them: exactly 5 admitted, Polar counts 5.
+    assert re.search(r"demo-\w+-zero has no credits: reserve\(\) on A and B refuses it", out)
+    race = re.search(
+        r"admitted (\d+) \(A (\d+), B (\d+)\), refused (\d+) with InsufficientBalance", out
+    )
+    assert race is not None, out[-3000:]
+    admitted, on_a, on_b, refused = (int(group) for group in race.groups())
+    assert admitted == on_a + on_b == 5 and admitted + refused == 48
+    assert verdict[0].endswith(
+        "exactly 5 of 48 racing reservations admitted for 5 credits, and Polar counts 5."
     )
     for step in ("closed", "synced", "sealed"):  # both buckets, in that order
         assert len(re.findall(rf"bucket \d\d:\d\d-\d\d:\d\d {step}\b", out)) == 2, step
@@ -113,3 +125,27 @@ def test_without_any_redis_it_says_how_to_get_one(
     err = capsys.readouterr().err
     assert "apt-get install redis-server" in err and "brew install redis" in err
     assert "redis-stable" in err and "REDIS_URL" in err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_the_public_only_demo_ends_with_an_agreeing_verdict(redis_server: RedisServer) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("REDIS_URL", None)
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "outpost_sync.cli", "demo", "--public-only", "--fast"),
+            *("--plain", "--redis-url", redis_server.url),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=80,
+        env=env,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert "A: mode public (Polar answers 404 on /v1/outpost/" in out
+    verdict = [line for line in out.splitlines() if line.startswith("VERDICT:")]
+    assert len(verdict) == 1 and verdict[0].startswith(
+        "VERDICT: OK: in the public-API mode, instances A and B never read above Polar's balance"
+    )

@@ -12,7 +12,12 @@ from django.conf import settings  # type: ignore[import-untyped]
 from django.test import Client  # type: ignore[import-untyped]
 
 from outpost_emulator import Emulator
-from tests.examples._scenario import balance_reader, serves_until_the_credits_run_out
+from tests.examples._scenario import (
+    WEBHOOK_SECRET,
+    answers_webhooks,
+    balance_reader,
+    serves_until_the_credits_run_out,
+)
 from tests.examples.conftest import app_module
 
 
@@ -40,7 +45,7 @@ def metering(app_env: str) -> Iterator[ModuleType]:
 
 
 def test_serves_until_the_credits_run_out(
-    metering: ModuleType, emulator: Emulator, app_env: str
+    metering: ModuleType, outpost_emulator: Emulator, app_env: str
 ) -> None:
     client = Client()
 
@@ -49,9 +54,29 @@ def test_serves_until_the_credits_run_out(
         return response.status_code, response.json()
 
     reader = balance_reader(metering.outpost, app_env)
-    serves_until_the_credits_run_out(get, emulator, app_env, reader)
+    serves_until_the_credits_run_out(get, outpost_emulator, app_env, reader)
 
 
 def test_other_methods_are_refused(metering: ModuleType) -> None:
     response = Client().post("/generate", headers={"X-Customer-Id": "alice"})
     assert response.status_code == 405
+
+
+@pytest.fixture
+def metering_with_webhooks(app_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    monkeypatch.setenv("POLAR_WEBHOOK_SECRET", WEBHOOK_SECRET)
+    _configure_django()
+    yield from app_module("examples.django_app.outpost_site.metering")
+
+
+def test_answers_polar_webhooks(
+    metering_with_webhooks: ModuleType, outpost_emulator: Emulator
+) -> None:
+    client = Client()
+
+    def post(path: str, body: bytes, headers: dict[str, str]) -> int:
+        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
+        response = client.post(path, data=body, content_type="application/json", **extra)
+        return int(response.status_code)
+
+    answers_webhooks(post)

@@ -14,7 +14,7 @@ from outpost_core import SCRIPT_TEXT, Aggregate, Customer
 from outpost_core import _keys as keys
 
 CUSTOMER = Customer("external", "c1")
-SHARD = CUSTOMER.shard
+SHARD = keys.shard_of(CUSTOMER)
 CHANNEL = keys.channel(SHARD)
 OUTBOX = keys.outbox_key(SHARD)
 GROUP = "outpost"

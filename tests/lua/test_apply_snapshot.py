@@ -120,7 +120,8 @@ def test_the_pending_limit_is_strict(scripts: Scripts) -> None:
 
 
 def test_an_event_acknowledged_while_hot_stays_pending_until_the_limit(scripts: Scripts) -> None:
-    """D5's third case: acknowledged in a hot bucket that a snapshot then makes cold uncounted."""
+    """The race the invariant guards: acknowledged in a hot bucket, which a snapshot computed
+    before then makes cold without counting the event."""
     scripts.track("e4", {"r1": 2}, bucket=HOT)
     acked = HOT + 30_000_000
     scripts.settle("acknowledge", {"r1": [E4]}, now=acked)

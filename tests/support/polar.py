@@ -32,17 +32,26 @@ def apply_snapshot(
     credited: dict[str, float],
     counted: dict[str, list[str]] | None = None,
     snapshot_id: str = "s-test",
+    shards: int = keys.DEFAULT_SHARDS,
 ) -> Any:
-    """Run apply_snapshot as the SDK does: ``counted`` maps reducer id → counted event ids."""
+    """Run apply_snapshot as the SDK does: ``counted`` maps reducer id → counted event ids;
+    ``shards``: the deployment's count."""
     counted = counted or {}
     script = client.register_script(SCRIPT_TEXT["apply_snapshot"])
     keys_: list[str] = []
-    args: list[Any] = [keys.channel(customer.shard), now, HOUR_US, cold_until, as_of, snapshot_id]
+    args: list[Any] = [
+        keys.channel(keys.shard_of(customer, shards)),
+        now,
+        HOUR_US,
+        cold_until,
+        as_of,
+        snapshot_id,
+    ]
     args.append(len(credited))
     for meter_id, units in credited.items():
         args += [meter_id, units]
     for reducer_id, aggregate in totals.items():
-        state = keys.state_key(customer, reducer_id)
+        state = keys.state_key(customer, reducer_id, shards)
         keys_ += [state, keys.acked_key(state)]
         index = {_text(k): _text(v) for k, v in client.hgetall(state).items()}
         listed = [f for key in events_keys(state, index) for f in client.hkeys(key)]

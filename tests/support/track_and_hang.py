@@ -24,11 +24,13 @@ from outpost_sync import Outpost
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def track_then_get_killed(redis_url: str, server_url: str, token: str, count: int) -> int:
-    """Run this module in a child process, wait until it tracked ``count`` events, SIGKILL it.
-    Returns how many events it said it tracked."""
+def track_then_get_killed(
+    redis_url: str, server_url: str, token: str, count: int, shards: int = keys.DEFAULT_SHARDS
+) -> int:
+    """Run this module in a child process (an instance of a deployment of ``shards``), wait until
+    it tracked ``count`` events, SIGKILL it. Returns how many events it said it tracked."""
     child = subprocess.Popen(
-        [sys.executable, "-m", __name__, redis_url, server_url, token, str(count)],
+        [sys.executable, "-m", __name__, redis_url, server_url, token, str(count), str(shards)],
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         cwd=ROOT,
@@ -44,10 +46,13 @@ def track_then_get_killed(redis_url: str, server_url: str, token: str, count: in
     return int(line[1]) if len(line) == 2 and line[0] == "tracked" else 0
 
 
-def track_events(redis_url: str, server_url: str, token: str, count: str) -> Outpost:
+def track_events(
+    redis_url: str, server_url: str, token: str, count: str, shards: str = "16"
+) -> Outpost:
     """An instance that posts nothing on its own for an hour (linger), having tracked ``count``
     events; says so on stdout."""
     outpost = Outpost(
+        shards=int(shards),
         access_token=token,
         server_url=server_url,
         redis_url=redis_url,
@@ -65,11 +70,11 @@ def track_events(redis_url: str, server_url: str, token: str, count: str) -> Out
 
 def _wait_until_read(outpost: Outpost, count: int) -> None:
     """Until the outbox group holds ``count`` entries read and not settled (or 30 s)."""
-    client = outpost._redis  # one Redis or a cluster, as the URL said
+    client = outpost._context.redis  # one Redis or a cluster, as the URL said
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            held = sum(client.xpending(s, GROUP)["pending"] for s in keys.ALL_OUTBOXES)
+            held = sum(client.xpending(s, GROUP)["pending"] for s in outpost._context.outboxes)
         except redis.ResponseError:  # NOGROUP: the delivery loop has not created it yet
             held = 0
         if held >= count:
@@ -78,7 +83,7 @@ def _wait_until_read(outpost: Outpost, count: int) -> None:
 
 
 def main() -> None:
-    track_events(*sys.argv[1:5])
+    track_events(*sys.argv[1:6])
     threading.Event().wait()
 
 

@@ -10,9 +10,11 @@ import pytest
 
 from outpost_async import AsyncOutpost
 from outpost_async._backend import sleep
+from outpost_core import DEFAULT_SHARDS
 from outpost_emulator import Emulator
 from tests.support import polar
-from tests.support.redis_server import RedisCluster, RedisServer
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
 
 COUNT = "m-count"
 TOKENS = "m-tokens"
@@ -32,9 +34,15 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+def shards_of(server: RedisServer | RedisCluster) -> int:
+    """The shard count of the deployment a test server stands for (a cluster's may not be 16)."""
+    return int(getattr(server, "shards", DEFAULT_SHARDS))
+
+
 def make(server: RedisServer | RedisCluster, **options: Any) -> AsyncOutpost:
     options.setdefault("snapshot_timeout", 5.0)
     options.setdefault("telemetry", False)
+    options.setdefault("shards", shards_of(server))
     return AsyncOutpost(redis_url=server.url, **options)
 
 
@@ -92,6 +100,7 @@ def connect(server: RedisServer | RedisCluster, emulator: Emulator, **options: A
     options.setdefault("telemetry", False)
     options.setdefault("linger", 0.02)
     options.setdefault("retry_base", 0.05)
+    options.setdefault("shards", shards_of(server))
     return AsyncOutpost(
         access_token=emulator.token,
         server_url=emulator.url,

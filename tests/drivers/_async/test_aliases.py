@@ -1,4 +1,4 @@
-"""One customer, two names (issue 13 part 5), both drivers, against the emulator and real Redis:
+"""One customer, two names, both drivers, against the emulator and real Redis:
 events tracked under ``customer_id`` on one instance and under ``external_customer_id`` on the
 other are counted by every read of either name, which never reads above Polar's balance."""
 
@@ -34,7 +34,7 @@ async def test_events_tracked_under_either_name_count_in_reads_of_both(
         return float(emulator.customer_meter(meter, customer_id=customer_id)["balance"])
 
     # Nothing reaches Polar before flush(): until then its balance is 100, after it 95, so every
-    # read can be held to it (another instance's copy lagging is issue 13 part 4, not this).
+    # read can be held to it (another instance's copy lagging is tested elsewhere, not here).
     a, b = (connect(redis_server, emulator, linger=60) for _ in range(2))
     async with a, b:
         for instance in (a, b):

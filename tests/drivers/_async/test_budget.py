@@ -1,4 +1,5 @@
-"""One request budget for every instance of an organization (D13), against the emulator's limit."""
+"""One request budget for every instance of an organization (Polar's rate limit is
+per organization, whatever the token), against the emulator's limit."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Shutdown is bounded (issue 20, part 4): with Polar, and so the telemetry relay, down, close()
+"""Shutdown is bounded: with Polar, and so the telemetry relay, down, close()
 returns within its timeout, and the last telemetry export fails quietly (one DEBUG line). Both
-drivers. The bound is on a behaviour (an exporter retrying for 20 s at exit), with a generous
-margin, not a performance figure."""
+drivers. The bound is on a behaviour (an exporter retrying for 20 s at exit, a flush waiting 10 s
+for Polar), with a margin a loaded machine cannot use up, not a performance figure."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.support import polar
 from tests.support.redis_server import RedisServer
 from tests.support.silent_server import SilentServer
 
-MARGIN = 0.5
+MARGIN = 5.0  # far below the 10-20 s that waiting on what is down would take
 
 
 @pytest.mark.anyio
@@ -53,7 +53,7 @@ async def test_close_returns_within_its_timeout_when_polar_is_down(
     at_close = [r for r in caplog.records if "last export failed at close" in r.getMessage()]
     assert len(at_close) == 1 and at_close[0].levelno == logging.DEBUG
     assert not [r for r in caplog.records if r.exc_info]  # no stack trace anywhere
-    queued = sum(redis_server.client().xlen(stream) for stream in _keys.ALL_OUTBOXES)
+    queued = sum(redis_server.client().xlen(stream) for stream in _keys.all_outboxes())
     assert queued == 3  # what Polar did not take stays in Redis for the next instance
 
 

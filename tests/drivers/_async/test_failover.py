@@ -1,4 +1,4 @@
-"""Fail-over between instances (D14): heartbeats, hand-back on close, removal of dead consumers."""
+"""Fail-over between instances: heartbeats, hand-back on close, removal of dead consumers."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from outpost_async import AsyncOutpost
-from outpost_core import _keys
+from outpost_core import Customer, _keys
 from outpost_core._delivery import GROUP
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import connect, count_meter, eventually, holds
+from tests.drivers._async._helpers import connect, count_meter, eventually, holds, make
 from tests.drivers._async.test_metering import (
     counters,
     delivered_once,
@@ -23,7 +23,7 @@ def consumers(server: RedisServer) -> set[str]:
     """Every consumer of the outbox group, on every shard."""
     client: Any = server.client()
     names: set[str] = set()
-    for stream in _keys.ALL_OUTBOXES:
+    for stream in _keys.all_outboxes():
         if client.exists(stream):
             names |= {c["name"].decode() for c in client.xinfo_consumers(stream, GROUP)}
     return names
@@ -97,3 +97,43 @@ async def test_delivery_and_surveys_go_on_after_redis_loses_its_data(
         await a.track("api_call", external_customer_id="c1")
         assert await a.flush(10)
     assert counters(emulator)["events"] == 2
+
+
+@pytest.mark.anyio
+async def test_two_idle_loops_re_read_their_pending_entries_after_a_failure_neither_met(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    """The subscription's connection dropped (a Redis failure the delivery loops did not meet):
+    they re-read this consumer's pending entries all the same. A loop due to re-read while the
+    other one reads does not block in a read of its own, or each would keep the other from it in
+    turn until a loop did something else (a beat, the claim check)."""
+    meter = count_meter(emulator)
+    customer = Customer("external", "c1")
+    async with connect(redis_server, emulator) as first:  # caches Polar's configuration in Redis
+        await first.balance(meter, external_customer_id=customer.id)
+    writer = make(redis_server)  # no token: its event stays in the outbox
+    # heartbeat: beats 150 s apart, so none breaks the loops' rhythm.
+    a = connect(redis_server, emulator, max_in_flight=2, heartbeat=600.0)
+    client: Any = redis_server.client()
+    try:
+        await writer.track("api_call", external_customer_id=customer.id)
+        # Delivered to a's consumer and never settled, as a settlement Redis lost leaves it.
+        stream = _keys.outbox_key(_keys.shard_of(customer))
+        read = client.xreadgroup(GROUP, a._context.consumer, {stream: ">"})
+        assert sum(len(entries) for _, entries in read) == 1
+        assert (await a.balance(meter, external_customer_id=customer.id)).consumed == 1
+
+        async def both_reading() -> bool:
+            return int(client.info("clients")["blocked_clients"]) == 2
+
+        await eventually(both_reading, 10, "both delivery loops in a blocking read")
+        client.client_kill_filter(_type="pubsub")
+
+        async def settled() -> bool:
+            return int(client.xpending(stream, GROUP)["pending"]) == 0
+
+        # Not a speed assertion: without the re-read, the entry waits for the claim check (30 s).
+        await eventually(settled, 10, "the pending entry re-read and settled")
+    finally:
+        await a.close()
+        await writer.close()

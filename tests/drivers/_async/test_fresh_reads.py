@@ -1,4 +1,4 @@
-"""Reads that are never stale (D11): a copy answers from memory only while it follows Redis;
+"""Reads that are never stale: a copy answers from memory only while it follows Redis;
 otherwise, and with ``fresh=True``, a read costs one Redis round trip and says so."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ async def barrier(server: RedisServer, instance: AsyncOutpost, customer: Custome
     channel after this call started: every change published before it has reached the copy.
     The marker is unreadable on purpose, so the instance counts it as a rejected change."""
     client = server.client()
-    channel = keys.channel(customer.shard)
+    channel = keys.channel(keys.shard_of(customer))
     before = instance.rejections.get("change", 0)
     try:
 

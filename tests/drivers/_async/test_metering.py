@@ -1,4 +1,4 @@
-"""Metering (issue 5): every tracked event reaches Polar exactly once, or is reported. Both
+"""Metering: every tracked event reaches Polar exactly once, or is reported. Both
 drivers, against the emulator and real Redis."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from tests.drivers._async._helpers import (
     eventually,
     holds,
     on_redis_and_cluster,
+    shards_of,
 )
 from tests.support.redis_server import RedisServer
 from tests.support.track_and_hang import track_then_get_killed
@@ -41,7 +42,10 @@ def killed_before_delivering(server: RedisServer, emulator: Emulator, count: int
     """An instance in another process tracks ``count`` events, reads them from the outbox (it
     holds them) and is killed before it delivers any."""
     count_meter(emulator)
-    assert track_then_get_killed(server.url, emulator.url, emulator.token, count) == count
+    tracked = track_then_get_killed(
+        server.url, emulator.url, emulator.token, count, shards_of(server)
+    )
+    assert tracked == count
     assert counters(emulator)["events"] == 0
 
 
@@ -183,7 +187,7 @@ async def test_an_unreadable_outbox_entry_is_removed_counted_and_logged(
     redis_server: RedisServer, emulator: Emulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     count_meter(emulator)
-    outbox = _keys.ALL_OUTBOXES[3]
+    outbox = _keys.all_outboxes(shards_of(redis_server))[3]
     redis_server.client().xadd(outbox, {"e": "not json", "f": "0:x", "k": "[]"})
     with caplog.at_level(logging.WARNING, logger="outpost"):
         async with connect(redis_server, emulator) as a:

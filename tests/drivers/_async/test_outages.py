@@ -1,4 +1,4 @@
-"""Redis down under a live instance (issue 20.2): every loop backs off, each says so once, and
+"""Redis down under a live instance: every loop backs off, each says so once, and
 everything resumes when Redis is back, without a restart."""
 
 from __future__ import annotations

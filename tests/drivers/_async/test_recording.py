@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from outpost_core._trace import replay_delivery, replay_session
+from outpost_core.traces import replay_delivery, replay_session
 from outpost_emulator import Emulator
 from tests.drivers._async._helpers import connect, count_meter, eventually
 from tests.support.redis_server import RedisServer

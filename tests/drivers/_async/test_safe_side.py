@@ -1,5 +1,6 @@
-"""Counting on the safe side when Polar's two matchings disagree (issue 20 part 5, D12), both
-drivers, against the emulator (which bills with Polar's SQL matching) and real Redis.
+"""Counting on the safe side when Polar's two matchings disagree (an event counts if either
+counts it), both drivers, against the emulator (which bills with Polar's SQL matching) and real
+Redis.
 
 Whatever the filter, the local balance must never read above Polar's: right after the event is
 tracked (Polar holds it, no snapshot covers it yet) and after a snapshot covers its bucket.

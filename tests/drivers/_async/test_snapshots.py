@@ -1,4 +1,4 @@
-"""Snapshots over the WebSocket, the first read, and reconnection (issue 4), both drivers,
+"""Snapshots over the WebSocket, the first read, and reconnection, both drivers,
 against the emulator and real Redis."""
 
 from __future__ import annotations
@@ -241,7 +241,8 @@ async def test_a_reader_racing_pushed_snapshots_never_leaves_a_flow_hanging(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
     """A read drains the core's effects; those queued by another thread (a flow's next step)
-    must still run, or the customer's flow waits for good (issue 13.1: hung in 3 of 6 runs)."""
+    must still run, or the customer's flow waits for good (it hung so in 3
+    runs of 6 once)."""
     meter = count_meter(emulator, credits=1000)
     async with connect(redis_server, emulator) as a:
         await a.balance(meter, external_customer_id="c1")

@@ -1,4 +1,4 @@
-"""Telemetry (issue 7): the records the design document names, for both drivers."""
+"""Telemetry: the records the README's ``telemetry`` setting names, for both drivers."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from outpost_emulator import Emulator
 from tests.conftest import Otel
 from tests.drivers._async._helpers import connect, count_meter, eventually, holds
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.relay import relayed_customers
 
 SECRET = "s3cr3t-metadata-value"
 
@@ -62,7 +63,7 @@ async def test_each_record_has_its_name_attributes_and_outcome(
     redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
     meter = count_meter(emulator, credits=5, customer=customer)
-    async with connect(redis_server, emulator, telemetry=True) as a:
+    async with connect(redis_server, emulator, telemetry=True, telemetry_to_app=True) as a:
         await _work(a, meter, customer)
         emulator.grant_credits(meter, 5, external_customer_id=customer)
 
@@ -100,6 +101,43 @@ async def test_each_record_has_its_name_attributes_and_outcome(
 
 
 @pytest.mark.anyio
+async def test_admissions_are_recorded_with_their_operation_and_outcome(
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
+) -> None:
+    meter = count_meter(emulator, credits=2, customer=customer)
+    async with connect(redis_server, emulator, telemetry=True, telemetry_to_app=True) as a:
+        async with await a.reserve(meter, 1, external_customer_id=customer):
+            pass  # released on exit
+        reservation = await a.reserve(meter, 1, external_customer_id=customer)
+        await reservation.commit("api_call")
+        await a.track("api_call", external_customer_id=customer, require_balance=True)
+        with pytest.raises(outpost_core.InsufficientBalance):
+            await a.reserve(meter, 1, external_customer_id=customer)
+        with pytest.raises(outpost_core.InsufficientBalance):
+            await a.track("api_call", external_customer_id=customer, require_balance=True)
+        expected = {
+            (semconv.RESERVE, semconv.OK),
+            (semconv.RELEASE, semconv.OK),
+            (semconv.COMMIT, semconv.OK),
+            (semconv.TRACK, semconv.OK),
+            (semconv.RESERVE, semconv.INSUFFICIENT_BALANCE),
+            (semconv.TRACK, semconv.INSUFFICIENT_BALANCE),
+        }
+
+        def seen() -> set[tuple[object, object]]:
+            points = customer_points(otel, f"external:{customer}")
+            return {
+                (p[semconv.OPERATION], p[semconv.OUTCOME])
+                for p in points.get(semconv.ADMISSION_DURATION, [])
+            }
+
+        await eventually(holds(lambda: expected <= seen()), what="every admission recorded")
+        points = customer_points(otel, f"external:{customer}")[semconv.ADMISSION_DURATION]
+        assert {p[semconv.METER] for p in points} == {meter}
+        assert seen() == expected
+
+
+@pytest.mark.anyio
 async def test_telemetry_is_recorded_off_the_subscriber_and_the_event_loop(
     redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
@@ -107,15 +145,15 @@ async def test_telemetry_is_recorded_off_the_subscriber_and_the_event_loop(
     relay's exporters longer: done by the subscriber (or on the event loop), the changes it was
     to apply waited meanwhile."""
     meter = count_meter(emulator, credits=5, customer=customer)
-    async with connect(redis_server, emulator, telemetry=True) as a:
+    async with connect(redis_server, emulator, telemetry=True, telemetry_to_app=True) as a:
         threads: list[str] = []
-        flush = a._telemetry.flush
+        flush = a._context.telemetry.flush
 
         def noting_the_thread(*args: Any, **kwargs: Any) -> None:
             threads.append(threading.current_thread().name)
             flush(*args, **kwargs)
 
-        a._telemetry.flush = noting_the_thread  # type: ignore[method-assign]
+        a._context.telemetry.flush = noting_the_thread  # type: ignore[method-assign]
         await _work(a, meter, customer)
         await eventually(holds(lambda: len(threads) >= 2), what="two flushes")
         flushed_on = set(threads)  # close() flushes last, on the caller's thread
@@ -128,7 +166,7 @@ async def test_a_reconnection_is_a_span(
     redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
     meter = count_meter(emulator)
-    async with connect(redis_server, emulator, telemetry=True) as a:
+    async with connect(redis_server, emulator, telemetry=True, telemetry_to_app=True) as a:
         await a.balance(meter, external_customer_id=customer)
         before = len(spans_of(otel, semconv.SPAN_RECONNECTION))
         emulator.fault_drop_websockets()
@@ -144,7 +182,9 @@ async def test_metadata_and_token_never_appear(
     redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
     meter = count_meter(emulator)
-    async with connect(redis_server, emulator, telemetry=True, telemetry_interval=0.3) as a:
+    async with connect(
+        redis_server, emulator, telemetry=True, telemetry_interval=0.3, telemetry_to_app=True
+    ) as a:
         await _work(a, meter, customer)
 
         async def exported() -> bool:
@@ -175,6 +215,7 @@ async def test_the_exporter_reaches_the_relay_tagged_with_organization_and_versi
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
         ExportMetricsServiceRequest,
     )
+    from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 
     meter = count_meter(emulator)
     organization = emulator.state()["organization_id"]
@@ -187,6 +228,7 @@ async def test_the_exporter_reaches_the_relay_tagged_with_organization_and_versi
         await eventually(relayed, what="an export reaching the relay")
     names: set[str] = set()
     tags: set[tuple[str, str]] = set()
+    temporalities: set[int] = set()
     for item in emulator.telemetry()["metrics"]:
         request = ExportMetricsServiceRequest()
         request.ParseFromString(base64.b64decode(str(item["body_base64"])))
@@ -195,9 +237,56 @@ async def test_the_exporter_reaches_the_relay_tagged_with_organization_and_versi
                 tags.add((attribute.key, attribute.value.string_value))
             for scope in resource_metrics.scope_metrics:
                 names.update(metric.name for metric in scope.metrics)
+                temporalities.update(
+                    getattr(m, m.WhichOneof("data")).aggregation_temporality for m in scope.metrics
+                )
     assert (semconv.ORGANIZATION, organization) in tags
     assert (semconv.SDK_VERSION, outpost_core.__version__) in tags
     assert {semconv.READ_DURATION, semconv.INGEST_DURATION} <= names
+    # Delta: an export carries its interval's series (a customer's, while it was active).
+    assert temporalities == {AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA}
+    named = set().union(
+        *(e.get(semconv.INGEST_DURATION, set()) for e in relayed_customers(emulator))
+    )
+    assert f"external:{customer}" in named
+
+
+@pytest.mark.anyio
+async def test_close_exports_the_interval_under_way(
+    redis_server: RedisServer, emulator: Emulator, customer: str
+) -> None:
+    """The exports follow the drains (no timer of their own): the interval a close interrupts
+    goes out with the close."""
+    meter = count_meter(emulator)
+    async with connect(redis_server, emulator, telemetry=True, telemetry_interval=3600) as a:
+        await eventually(
+            holds(lambda: a._context.telemetry.exporting), what="the exporters started"
+        )
+        await _work(a, meter, customer)
+    exports = relayed_customers(emulator)
+    named = set().union(*(e.get(semconv.INGEST_DURATION, set()) for e in exports))
+    assert f"external:{customer}" in named
+
+
+@pytest.mark.anyio
+async def test_the_application_gets_outpost_s_records_only_when_it_asks(
+    redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
+) -> None:
+    """The records name customers (often emails): they go to Outpost's own providers, for the
+    relay; the application's global providers get them with ``telemetry_to_app=True`` only
+    (the other tests here ask)."""
+    meter = count_meter(emulator)
+    async with connect(redis_server, emulator, telemetry=True, telemetry_interval=0.3) as a:
+        await _work(a, meter, customer)
+
+        async def relayed() -> bool:
+            exports = relayed_customers(emulator)
+            named = set().union(*(e.get(semconv.INGEST_DURATION, set()) for e in exports))
+            return f"external:{customer}" in named
+
+        await eventually(relayed, what="the customer's records at the relay")
+    assert customer_points(otel, f"external:{customer}") == {}
+    assert spans_of(otel, semconv.SPAN_SNAPSHOT, f"external:{customer}") == []
 
 
 @pytest.mark.anyio
@@ -214,7 +303,9 @@ async def test_telemetry_off_records_and_sends_nothing(
     if how == "environment":
         monkeypatch.setenv("POLAR_OUTPOST_TELEMETRY", "0")
     enabled = how == "environment"  # the variable beats the argument
-    async with connect(redis_server, emulator, telemetry=enabled, telemetry_interval=0.2) as a:
+    async with connect(
+        redis_server, emulator, telemetry=enabled, telemetry_interval=0.2, telemetry_to_app=True
+    ) as a:
         await _work(a, meter, customer)
         emulator.grant_credits(meter, 1, external_customer_id=customer)
 

@@ -1,4 +1,4 @@
-"""The production path (issue 20, part 6): Polar over TLS, ``wss://`` and HTTPS, with the CA
+"""The production path: Polar over TLS, ``wss://`` and HTTPS, with the CA
 given as ``verify``; and a certificate that does not verify, which says so instead of hanging.
 Both drivers, against the emulator served by uvicorn with a certificate from a test CA."""
 
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from outpost_async import AsyncOutpost, NotReady
-from outpost_async._shared.proxy import ProxyError, proxy_for
 from outpost_core import UsageError
 from outpost_emulator import Emulator
+from outpost_io.proxy import ProxyError, proxy_for
 from tests.conftest import CertificateAuthority
 from tests.drivers._async._helpers import (
     CONFIGURATION,

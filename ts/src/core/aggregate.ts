@@ -107,7 +107,7 @@ export class Aggregate {
   /** Parse the Redis form; null when the text is not one (a peer wrote garbage). */
   static decode(text: string): Aggregate | null {
     const parts = text.split(" ");
-    if (parts.length !== 4 || !/^[0-9]+$/.test(parts[0] as string)) return null;
+    if (parts.length !== 4 || !/^[0-9]{1,20}$/.test(parts[0] as string)) return null;
     const count = Number(parts[0]);
     const total = parseNumber(parts[1] as string);
     if (total === null) return null;

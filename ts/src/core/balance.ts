@@ -3,6 +3,7 @@
 import type { Aggregate } from "./aggregate.js";
 import type { Customer } from "./keys.js";
 import type { IdentityState } from "./mirror.js";
+import { PUBLIC_SID } from "./publicAnchoring.js";
 import { fromUs } from "./time.js";
 
 export class Balance {
@@ -36,7 +37,19 @@ export class Balance {
     /** The customer's other names (Polar's aliases) whose pending events this balance counts too;
      * polar, local, pending and undelivered then cover every name. */
     readonly aliases: readonly Customer[] = [],
+    /** Units held by open reservations (of every instance, under every name of the customer)
+     * that have not expired: admitted usage not recorded yet. balance does not subtract them. */
+    readonly held: number = 0,
+    /** True for an avg or min meter in the public-API mode: Polar's figure relayed as it is, with
+     * no bound from local events (an average is not monotone; a minimum over an empty window reads
+     * 0), so neither promise of docs/public-mode.md holds for it. */
+    readonly approximate: boolean = false,
   ) {}
+
+  /** balance - held: what a reservation or track({ requireBalance: true }) may take. */
+  get available(): number {
+    return this.balance - this.held;
+  }
 
   /** The same balance, read from Redis. */
   fromRedis(): Balance {
@@ -57,6 +70,8 @@ export class Balance {
       this.revision,
       "redis",
       this.aliases,
+      this.held,
+      this.approximate,
     );
   }
 
@@ -92,6 +107,7 @@ export function mergedState(own: IdentityState, others: readonly IdentityState[]
     pending: own.pending + others.reduce((n, o) => n + o.pending, 0),
     undelivered: own.undelivered + others.reduce((n, o) => n + o.undelivered, 0),
     problems: [...own.problems, ...others.flatMap((o) => o.problems)],
+    holds: [...own.holds, ...others.flatMap((o) => o.holds)],
   };
 }
 
@@ -107,6 +123,7 @@ export function computeBalance(
   aggregation: string,
   state: IdentityState,
   aliases: readonly Customer[] = [],
+  nowUs = 0,
 ): Balance {
   const consumed = state.polar.merge(state.local).quantity(aggregation);
   const credited = state.credits.get(meterId) ?? 0;
@@ -127,5 +144,21 @@ export function computeBalance(
     state.revision,
     "memory",
     aliases,
+    heldAt(state, nowUs),
+    (aggregation === "avg" || aggregation === "min") && state.snapshotId === PUBLIC_SID,
   );
+}
+
+/** The units the state's holds keep from the balance at nowUs (µs). */
+export function heldAt(state: IdentityState, nowUs: number): number {
+  let held = 0;
+  for (const [units, expires] of state.holds) if (expires > nowUs) held += units;
+  return held;
+}
+
+/** When the first of the state's holds still counted at nowUs expires (null: none). */
+export function holdExpiry(state: IdentityState, nowUs: number): number | null {
+  let first: number | null = null;
+  for (const [, expires] of state.holds) if (expires > nowUs && (first === null || expires < first)) first = expires;
+  return first;
 }

@@ -1,7 +1,7 @@
-/** The request budget for Polar's API that every instance of an organization shares (D13;
- * outpost_core/_budget.py explains the numbers). A delivery loop takes one request from a token
- * bucket in Redis (budget.lua, on Redis's clock) before each ingestion request; an empty bucket
- * reserves the next request for the caller and says when it comes. */
+/** The request budget for Polar's API that every instance of an organization shares: Polar's
+ * limit is per organization (outpost_core/_budget.py explains the numbers). A delivery loop takes
+ * one request from a token bucket in Redis (budget.lua, on Redis's clock) before each ingestion
+ * request; an empty bucket reserves the next request for the caller and says when it comes. */
 
 import { BUDGET_KEY } from "./keys.js";
 

@@ -30,7 +30,7 @@ export class Configuration {
   ) {}
 
   /** [reducer id, value] for every bucketed reducer the event counts in, on the safe side of
-   * Polar's two matchings (D12): see counts() and safeValue(). */
+   * Polar's two matchings (counted if either counts it): see counts() and safeValue(). */
   contributions(event: EventView): [string, number][] {
     const out: [string, number][] = [];
     for (const reducer of this.reducers.values()) {
@@ -57,7 +57,11 @@ export function counts(filter: Filter, event: EventView): boolean {
  * on timestamp alone, which SQL rounds to the nearest second and Python truncates. */
 export function safeValue(aggregation: Aggregation, event: EventView): number | null {
   if (aggregation.property === "timestamp") return sqlValue(aggregation, event);
-  return aggregation.valueOf(event);
+  const python = aggregation.valueOf(event);
+  const sql = sqlValue(aggregation, event);
+  // They differ only on a dotted property that metadata also holds as one key.
+  if (python === null || sql === null) return sql === null ? python : sql;
+  return Math.max(python, sql);
 }
 
 /** Parse the configuration payload; a malformed reducer is left out, not fatal. */

@@ -10,7 +10,8 @@ import { textOf } from "./changes.js";
 import { UsageError } from "./errors.js";
 import * as liveness from "./liveness.js";
 import type { Beat, CheckHeartbeats, ConsumersListed, HeartbeatsChecked, Reclaim, Reclaimed, SurveyConsumers } from "./liveness.js";
-import { ALL_OUTBOXES, ackedKey, channel } from "./keys.js";
+import { DEFAULT_SHARDS, ackedKey, allOutboxes, channel } from "./keys.js";
+import { checkedShards } from "./shards.js";
 import type { Random } from "./random.js";
 
 export const GROUP = "outpost";
@@ -18,7 +19,6 @@ export const GROUP = "outpost";
  * due (and at least every readBlock), whatever arrives, rather than once per event as a blocking
  * read would (delivery.py). */
 const LINGER_READS = 8;
-const SHARD_OF_STREAM = new Map(ALL_OUTBOXES.map((stream, shard) => [stream, shard]));
 const UTF8 = new TextEncoder();
 
 export interface DeliverySettings {
@@ -32,6 +32,8 @@ export interface DeliverySettings {
   claimInterval: number;
   /** Appended to the change channels, as Settings.channelNamespace. */
   channelNamespace: string;
+  /** The deployment's shard count, as Settings.shards: one outbox stream per shard. */
+  shards: number;
   /** Longest a read blocks: a flush waits at most this long to be noticed. */
   readBlock: number;
   /** How long a read blocks while flushing: short, but never zero. */
@@ -58,6 +60,7 @@ export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}):
     claimIdle: 300.0,
     claimInterval: 30.0,
     channelNamespace: "",
+    shards: DEFAULT_SHARDS,
     readBlock: 0.5,
     flushBlock: 0.01,
     consumer: "",
@@ -71,6 +74,7 @@ export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}):
   if (!(s.requestsPerMinute >= 0)) throw new UsageError("requests_per_minute must not be negative (0: no budget)");
   if (!(s.batchBytes >= 1024)) throw new UsageError("batch_bytes must be at least 1024");
   if (Math.min(s.linger, s.backoffBase, s.claimIdle, s.readBlock) < 0) throw new UsageError("delivery delays must not be negative");
+  checkedShards(s.shards);
   return s;
 }
 
@@ -200,6 +204,12 @@ export class Delivery {
   /** Why delivery is stalled (a 401/403/404), for operators; null when it is not. */
   private pendingReports: Report[] = [];
   stalled: string | null = null;
+  /** Stalled by what only an operator fixes (a token, a URL, a certificate, a proxy): the
+   * queued events wait stallDelay between tries, and a flush can only time out. */
+  blocked = false;
+
+  /** The deployment's outbox streams, and each one's shard. */
+  private readonly streams: Map<string, number>;
 
   constructor(
     readonly settings: DeliverySettings,
@@ -207,6 +217,7 @@ export class Delivery {
     now: number,
   ) {
     this.nextClaim = this.nextBeat = this.nextSurvey = now;
+    this.streams = new Map(allOutboxes(settings.shards).map((stream, shard) => [stream, shard]));
     this.budgeted = settings.requestsPerMinute > 0;
     this.live = Boolean(settings.consumer);
   }
@@ -366,7 +377,7 @@ export class Delivery {
   }
 
   private listed(outcome: ConsumersListed): void {
-    const [surveyed, rejected] = liveness.consumersOf(outcome.listing, this.settings.consumer);
+    const [surveyed, rejected] = liveness.consumersOf(outcome.listing, this.settings.consumer, this.settings.shards);
     this.surveyed = surveyed;
     this.rejectedEntries += rejected;
     const check = liveness.check(surveyed);
@@ -401,9 +412,9 @@ export class Delivery {
       const streamS = textOf(stream);
       const idS = textOf(entryId);
       if (held.has(`${streamS}\n${idS}`)) continue; // claimed back while this loop holds it
-      const entry = parseEntry(streamS, idS, fields);
+      const entry = parseEntry(streamS, idS, fields, this.streams);
       if (entry === null) {
-        if (streamS !== null && SHARD_OF_STREAM.has(streamS) && idS !== null) malformed.push([streamS, idS]);
+        if (streamS !== null && this.streams.has(streamS) && idS !== null) malformed.push([streamS, idS]);
         this.rejectedEntries += 1;
         continue;
       }
@@ -430,6 +441,7 @@ export class Delivery {
     if (status >= 200 && status < 300) {
       this.batches.shift();
       this.stalled = null;
+      this.blocked = false;
       this.delivered += batch.entries.length;
       this.settle(batch.entries, "acknowledge");
     } else if (status === 422 && onlyEarly(outcome.body)) {
@@ -465,6 +477,7 @@ export class Delivery {
     } else {
       // 401, 403, 404, a redirect, 405...: a token or URL mistake, not the events' fault.
       this.stalled = `Polar answered ${status}: check the access token and server URL`;
+      this.blocked = true;
       batch.notBefore = now + this.settings.stallDelay;
       batch.refreshed = false;
     }
@@ -474,6 +487,7 @@ export class Delivery {
     const batch = this.batches[0] as Batch;
     if (outcome.stalls) {
       this.stalled = outcome.reason;
+      this.blocked = true;
       batch.notBefore = now + this.settings.stallDelay;
       batch.refreshed = false;
     } else if (outcome.maybeSent) this.retry(batch, outcome.reason, now, null, true);
@@ -501,7 +515,7 @@ export class Delivery {
   }
 
   private settleScript(script: string, stream: string, ids: string[], entries: OutboxEntry[]): SettleScript {
-    return settleCall(script, stream, ids, entries, this.wallUs, this.settings.channelNamespace);
+    return settleCall(script, stream, this.streams.get(stream) as number, ids, entries, this.wallUs, this.settings.channelNamespace);
   }
 
   private backoff(attempt: number): number {
@@ -534,12 +548,12 @@ export class Delivery {
 export function settleCall(
   script: string,
   stream: string,
+  shard: number,
   ids: string[],
   entries: readonly OutboxEntry[],
   wallUs: number,
   namespace: string,
 ): SettleScript {
-  const shard = SHARD_OF_STREAM.get(stream) as number;
   const fields = new Map<string, string[]>();
   for (const entry of entries) {
     for (const state of entry.states) {
@@ -640,8 +654,13 @@ function statesOf(text: string): readonly string[] | null {
 /** An outbox entry, or null when it is unreadable. The event is kept as track() stored it, to be
  * joined into bodies as it is: not parsed here, only checked to be one JSON object's text (one
  * that is not valid JSON inside gets a 400 or 422 from Polar, which bisection narrows down). */
-function parseEntry(stream: string | null, id: string | null, fields: Map<unknown, unknown> | Record<string, unknown>): OutboxEntry | null {
-  if (stream === null || !SHARD_OF_STREAM.has(stream) || id === null) return null;
+function parseEntry(
+  stream: string | null,
+  id: string | null,
+  fields: Map<unknown, unknown> | Record<string, unknown>,
+  streams: Map<string, number>,
+): OutboxEntry | null {
+  if (stream === null || !streams.has(stream) || id === null) return null;
   const text = new Map<string, string | null>();
   const pairs = fields instanceof Map ? [...fields.entries()] : Object.entries(fields);
   for (const [k, v] of pairs) {

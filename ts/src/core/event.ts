@@ -1,5 +1,5 @@
 /** Validation of track() input, before anything is written: whatever Polar's ingestion API would
- * refuse with a 422 is refused here with InvalidEvent (polar-side.md §5). */
+ * refuse with a 422 is refused here with InvalidEvent (its rules: docs/emulator.md). */
 
 import { isObject } from "./aggregate.js";
 import { InvalidEvent } from "./errors.js";
@@ -11,6 +11,12 @@ import { iso } from "./time.js";
 export const MAX_NAME = 128;
 export const MAX_STRING_VALUE = 500;
 export const MAX_EVENT_ID = 256;
+/** Outpost's own bound on an external customer id (Polar sets none): every id is held in memory
+ * and in Redis keys, so an end user cannot make one megabytes long. */
+export const MAX_CUSTOMER_ID = 256;
+/** Polar stores `_cost.amount` as a decimal of 17 digits, 12 of them after the point. */
+export const COST_MAX_DIGITS = 17;
+export const COST_DECIMAL_PLACES = 12;
 export const UUID_PATTERN = /^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$/i;
 const INT_RANGE = 2 ** 63;
 
@@ -51,7 +57,11 @@ export function customerOf(externalCustomerId: unknown, customerId: unknown): Cu
     throw new InvalidEvent("pass exactly one of external_customer_id and customer_id");
   }
   if (!absent(externalCustomerId)) {
-    return new Customer("external", text(externalCustomerId, "external_customer_id"));
+    const id = text(externalCustomerId, "external_customer_id");
+    if (length(id) > MAX_CUSTOMER_ID) {
+      throw new InvalidEvent(`external_customer_id is at most ${MAX_CUSTOMER_ID} characters (${length(id)} given)`);
+    }
+    return new Customer("external", id);
   }
   const id = text(customerId, "customer_id");
   if (!UUID_PATTERN.test(id)) throw new InvalidEvent(`customer_id must be a Polar customer UUID, got ${reprString(id)}`);
@@ -91,16 +101,24 @@ export function buildEvent(args: {
   if (length(name) > MAX_NAME) {
     throw new InvalidEvent(`name is at most ${MAX_NAME} characters (${length(name)} given)`);
   }
+  storable(name, "name");
   if (!eventId || length(eventId) > MAX_EVENT_ID) {
     throw new InvalidEvent(`event_id must be 1 to ${MAX_EVENT_ID} characters`);
   }
+  storable(eventId, "event_id");
   const clean = cleanMetadata(args.metadata);
   return new TrackedEvent(eventId, name, args.customer, args.timestampUs, clean);
 }
 
 function text(value: unknown, field: string): string {
   if (typeof value !== "string" || !value) throw new InvalidEvent(`${field} must be a non-empty string, got ${repr(value)}`);
-  if (!value.isWellFormed()) throw new InvalidEvent(`${field} is not valid Unicode text: a lone surrogate`);
+  return storable(value, field);
+}
+
+/** value, if UTF-8 can carry it (not a lone surrogate) and Polar stores it (no NUL anywhere). */
+function storable(value: string, where: string): string {
+  if (!value.isWellFormed()) throw new InvalidEvent(`${where} is not valid Unicode text (a lone surrogate)`);
+  if (value.includes("\0")) throw new InvalidEvent(`${where} holds a NUL character, which Polar refuses`);
   return value;
 }
 
@@ -110,6 +128,7 @@ function cleanMetadata(metadata: unknown): Metadata {
   const clean: Metadata = {};
   for (const [key, value] of Object.entries(metadata)) {
     if (!key) throw new InvalidEvent(`metadata keys must be non-empty strings, got ${reprString(key)}`);
+    storable(key, `metadata key ${reprString(key)}`);
     if (key === "_cost") clean[key] = cost(value);
     else if (key === "_llm") clean[key] = llm(value);
     else clean[key] = scalar(value, `metadata[${reprString(key)}]`);
@@ -132,8 +151,7 @@ function scalar(value: unknown, where: string): string | number | boolean {
     if (!(1 <= length(value) && length(value) <= MAX_STRING_VALUE)) {
       throw new InvalidEvent(`${where} must be 1 to ${MAX_STRING_VALUE} characters`);
     }
-    if (!value.isWellFormed()) throw new InvalidEvent(`${where} is not valid Unicode text: a lone surrogate`);
-    return value;
+    return storable(value, where);
   }
   throw new InvalidEvent(`${where} must be a string, an integer, a float or a boolean, got ${typeName(value)}`);
 }
@@ -157,7 +175,27 @@ function object(value: unknown, where: string, required: string[], optional: str
 function cost(value: unknown): Metadata {
   const obj = object(value, "metadata['_cost']", ["amount", "currency"], []);
   if (obj.currency !== "usd") throw new InvalidEvent("metadata['_cost'].currency must be 'usd'");
-  return { amount: number(obj.amount, "metadata['_cost'].amount"), currency: "usd" };
+  const where = "metadata['_cost'].amount";
+  const amount = number(obj.amount, where);
+  if (!decimalFits(amount)) {
+    throw new InvalidEvent(
+      `${where} must have at most ${COST_MAX_DIGITS} digits, ${COST_DECIMAL_PLACES} of them after the point (Polar's decimal), got ${repr(amount)}`,
+    );
+  }
+  return { amount, currency: "usd" };
+}
+
+/** Whether Polar's decimal holds a finite number, read as JSON writes it (its shortest form). */
+export function decimalFits(value: number): boolean {
+  const [mantissa = "0", exp = "0"] = String(Math.abs(value)).toLowerCase().split("e");
+  const [whole = "", fraction = ""] = mantissa.split(".");
+  const all = (whole + fraction).replace(/^0+/, "");
+  const significant = all.replace(/0+$/, "");
+  if (!significant) return true; // zero
+  const exponent = Number(exp) - fraction.length + (all.length - significant.length);
+  const decimals = Math.max(0, -exponent);
+  const digits = exponent >= 0 ? significant.length + exponent : Math.max(significant.length, decimals);
+  return digits <= COST_MAX_DIGITS && decimals <= COST_DECIMAL_PLACES;
 }
 
 const LLM_INTS = ["input_tokens", "output_tokens", "total_tokens"];
@@ -176,5 +214,5 @@ function llm(value: unknown): Metadata {
 
 function textValue(value: unknown, where: string): string {
   if (typeof value !== "string") throw new InvalidEvent(`${where} must be a string`);
-  return value;
+  return storable(value, where);
 }

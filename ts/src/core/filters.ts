@@ -1,4 +1,4 @@
-/** Meter filters and aggregations with Polar's server-side Python semantics (decisions.md D7),
+/** Meter filters and aggregations with Polar's server-side Python semantics (its rollup's),
  * as outpost_core/_filters.py: the same rules, with Python's comparison rules written out, since
  * JavaScript's differ (`true == 1` holds in both; `"a" > 1` raises in Python and does not match). */
 

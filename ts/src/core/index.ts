@@ -11,9 +11,11 @@ export { Delivery, makeDeliverySettings, nothingDone, withKnownRevs, retryAfter,
 export { Echoes } from "./echoes.js";
 export type { Effect, Fetch, RunScript } from "./effects.js";
 export { eventIdOf, timestampUsOf } from "./event.js";
-export { InvalidEvent, NotReady, OutpostClosed, OutpostError, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "./errors.js";
+export { Durability, PRIMARY, REPLICA, type DurabilityName, type WaitCommand } from "./durability.js";
+export { CannotAdmit, ConfigurationError, InsufficientBalance, InvalidEvent, InvalidWebhook, NotDurable, NotReady, OutpostClosed, OutpostError, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "./errors.js";
 export type { Input, RawFields } from "./inputs.js";
-export { ALL_CHANNELS, ALL_OUTBOXES, BUDGET_KEY, CONFIGURATION_KEY, Customer, ackedKey, allChannels, bucketKey, channel, heartbeatKey, namespaceOfDatabase, outboxKey, stateKey, encodeComponent, crc32 } from "./keys.js";
+export { BUDGET_KEY, CONFIGURATION_KEY, Customer, DEFAULT_SHARDS, MAX_SHARDS, SHARDS_KEY, ackedKey, allChannels, allOutboxes, bucketKey, channel, customerPrefix, heartbeatKey, namespaceOfDatabase, outboxKey, shardOf, stateKey, encodeComponent, crc32 } from "./keys.js";
+export { checkedShards, firstCount, parseShards, shardsDisagreement } from "./shards.js";
 export { Link, LinkState, Target, type LinkSettings } from "./link.js";
 export {
   type Beat,

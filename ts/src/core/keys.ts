@@ -1,12 +1,16 @@
 /** Customer identities and the Redis key layout, version 2 (conformance/README.md §1).
  *
  * Every key of one customer carries the same hash tag, `{<shard>}`: the CRC-32 of the identity
- * modulo 16. External ids are percent-encoded where they could break the layout and kept as they
- * are otherwise, so keys stay readable and no two ids share a key. */
+ * modulo the deployment's shard count (16 unless the operator chose another; stored in Redis at
+ * SHARDS_KEY, see shards.ts). External ids are percent-encoded where they could break the layout
+ * and kept as they are otherwise, so keys stay readable and no two ids share a key. */
 
 export const VERSION = 2;
 export const PREFIX = `outpost:v${VERSION}:`;
-export const SHARDS = 16;
+/** The shard count of a deployment that never chose one (every deployment before it could). */
+export const DEFAULT_SHARDS = 16;
+/** The most shards a deployment may have: every loop reads, surveys and subscribes to each. */
+export const MAX_SHARDS = 1024;
 export const CONFIGURATION_KEY = `${PREFIX}configuration`;
 
 export type CustomerKind = "external" | "customer";
@@ -19,13 +23,9 @@ export class Customer {
     readonly id: string,
   ) {}
 
-  /** `external:<id>` or `customer:<id>`, the design document's identity prefix. */
+  /** `external:<id>` (the merchant's id) or `customer:<id>` (Polar's): the identity prefix. */
   get tag(): string {
     return `${this.kind}:${this.id}`;
-  }
-
-  get shard(): number {
-    return shardOf(this.kind, this.id);
   }
 
   /** The identity field of Polar's API: external_customer_id or customer_id. */
@@ -55,17 +55,18 @@ export function crc32(bytes: Uint8Array): number {
   return (crc ^ 0xffffffff) >>> 0;
 }
 
-const shards = new Map<string, number>();
+const crcs = new Map<string, number>();
 
-function shardOf(kind: string, id: string): number {
-  const tag = `${kind}:${id}`;
-  let shard = shards.get(tag);
-  if (shard === undefined) {
-    shard = crc32(UTF8.encode(tag)) % SHARDS;
-    if (shards.size > 65536) shards.clear(); // keys are built on every track(): cache the hot ones
-    shards.set(tag, shard);
+/** The customer's shard among the deployment's `shards`. */
+export function shardOf(customer: Customer, shards: number = DEFAULT_SHARDS): number {
+  const tag = customer.tag;
+  let crc = crcs.get(tag);
+  if (crc === undefined) {
+    crc = crc32(UTF8.encode(tag));
+    if (crcs.size > 65536) crcs.clear(); // keys are built on every track(): cache the hot ones
+    crcs.set(tag, crc);
   }
-  return shard;
+  return crc % shards;
 }
 
 // Python's `c.isspace() or not c.isprintable()`: every separator and unprintable character.
@@ -88,13 +89,13 @@ export function tagOf(shard: number): string {
   return `${PREFIX}{${shard}}:`;
 }
 
-export function customerPrefix(customer: Customer): string {
-  return `${tagOf(customer.shard)}${customer.kind}:${encodeComponent(customer.id)}`;
+export function customerPrefix(customer: Customer, shards: number = DEFAULT_SHARDS): string {
+  return `${tagOf(shardOf(customer, shards))}${customer.kind}:${encodeComponent(customer.id)}`;
 }
 
 /** The hash of one identity: revision, Polar's totals, cold_until, local aggregates. */
-export function stateKey(customer: Customer, reducerId: string): string {
-  return `${customerPrefix(customer)}:${encodeComponent(reducerId)}`;
+export function stateKey(customer: Customer, reducerId: string, shards: number = DEFAULT_SHARDS): string {
+  return `${customerPrefix(customer, shards)}:${encodeComponent(reducerId)}`;
 }
 
 /** The hash of the identity's pending events of one bucket (its start, µs), beside its state hash
@@ -115,8 +116,9 @@ export function channel(shard: number, namespace = ""): string {
   return `${tagOf(shard)}changes${namespace ? `:${namespace}` : ""}`;
 }
 
-export function allChannels(namespace = ""): string[] {
-  return Array.from({ length: SHARDS }, (_, shard) => channel(shard, namespace));
+/** Every shard's channel, in shard order. */
+export function allChannels(namespace = "", shards: number = DEFAULT_SHARDS): string[] {
+  return Array.from({ length: shards }, (_, shard) => channel(shard, namespace));
 }
 
 export function namespaceOfDatabase(db: number): string {
@@ -140,5 +142,12 @@ export function heartbeatKey(consumer: string): string {
 /** The request budget for Polar's API shared by every instance (a token bucket). */
 export const BUDGET_KEY = `${FLEET_TAG}budget`;
 
-export const ALL_CHANNELS = allChannels();
-export const ALL_OUTBOXES = Array.from({ length: SHARDS }, (_, shard) => outboxKey(shard));
+/** The deployment's shard count, in decimal: written once, by the first instance that finds it
+ * missing or by the operator (`outpost shards`); an instance configured with another refuses to
+ * start. */
+export const SHARDS_KEY = `${FLEET_TAG}shards`;
+
+/** Every shard's outbox stream, in shard order. */
+export function allOutboxes(shards: number = DEFAULT_SHARDS): string[] {
+  return Array.from({ length: shards }, (_, shard) => outboxKey(shard));
+}

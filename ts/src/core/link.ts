@@ -84,6 +84,9 @@ export class Link {
   private rejection: [number, Uint8Array[], number] | null = null;
   /** Why Polar refused the upgrade (a bad token), for operators. */
   refused: string | null = null;
+  /** The HTTP status of the last refused upgrade (404: Polar serves no /v1/outpost/, only its
+   * public API). */
+  refusedStatus: number | null = null;
   connections = 0;
   peerErrors = 0;
   lastError: string | null = null;
@@ -111,6 +114,7 @@ export class Link {
   }
 
   opened(now: number): void {
+    if (this.state === LinkState.CLOSED) return; // closed while the driver was connecting: it drops the connection
     if (this.state !== LinkState.CONNECTING) throw new UsageError(`opened() while ${this.state}`);
     this.ws = new WebSocketClient(this.randomBytes);
     let host = this.target.host;
@@ -218,6 +222,7 @@ export class Link {
   private refuse(now: number): void {
     const [status, body] = this.rejection as [number, Uint8Array[], number];
     this.rejection = null;
+    this.refusedStatus = status;
     this.refused = `Polar refused the WebSocket with HTTP ${status}${detail(Buffer.concat(body))}`;
     this.drop(now, this.refused, status === 401 || status === 403);
   }

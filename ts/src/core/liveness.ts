@@ -1,12 +1,12 @@
-/** Which outbox consumers are dead, and what a live instance takes from them (D14;
- * outpost_core/_liveness.py explains the protocol). Every instance keeps a heartbeat key its
+/** Which outbox consumers are dead, and what a live instance takes from them
+ * (outpost_core/_liveness.py explains the protocol). Every instance keeps a heartbeat key its
  * delivery loop refreshes every quarter of `heartbeat` seconds; a consumer of the outbox group
  * whose heartbeat key is gone is dead, and a live instance runs reclaim for it: it takes over the
  * entries the dead one holds, and removes it from the group once it holds nothing. */
 
 import { textOf } from "./changes.js";
 import { isObject } from "./aggregate.js";
-import { ALL_OUTBOXES, heartbeatKey } from "./keys.js";
+import { allOutboxes, heartbeatKey } from "./keys.js";
 import { byCodePoint } from "./pyrepr.js";
 
 // -- actions ------------------------------------------------------------------------------------
@@ -87,16 +87,18 @@ function pyRound(x: number): number {
   return floor % 2 === 0 ? floor : floor + 1;
 }
 
-const OUTBOXES = new Set(ALL_OUTBOXES);
+const outboxSets = new Map<number, Set<string>>(); // per shard count: a few per process
 
 /** Every other consumer of each outbox stream, and how many listed items were unreadable. */
-export function consumersOf(listing: [string, unknown][], me: string): [Map<string, Set<string>>, number] {
+export function consumersOf(listing: [string, unknown][], me: string, shards: number): [Map<string, Set<string>>, number] {
+  let outboxes = outboxSets.get(shards);
+  if (outboxes === undefined) outboxSets.set(shards, (outboxes = new Set(allOutboxes(shards))));
   const out = new Map<string, Set<string>>();
   let rejected = 0;
   for (const [stream, reply] of listing) {
     for (const item of Array.isArray(reply) ? reply : [reply]) {
       const name = textOf(nameOf(item));
-      if (name === null || !OUTBOXES.has(stream)) {
+      if (name === null || !outboxes.has(stream)) {
         rejected += 1;
       } else if (name !== me) {
         const names = out.get(stream) ?? new Set<string>();
@@ -183,9 +185,9 @@ function isEmptyObject(value: unknown): boolean {
 
 /** What a closing instance runs after its loops stopped: its heartbeat goes, so others take what
  * it still holds at their next survey, and it leaves every group where it holds nothing. */
-export function handBack(consumer: string): (ForgetHeartbeat | Reclaim)[] {
+export function handBack(consumer: string, shards: number): (ForgetHeartbeat | Reclaim)[] {
   return [
     { kind: "ForgetHeartbeat", key: heartbeatKey(consumer) },
-    ...ALL_OUTBOXES.map((stream): Reclaim => ({ kind: "Reclaim", stream, taker: "", count: 0, consumers: [consumer] })),
+    ...allOutboxes(shards).map((stream): Reclaim => ({ kind: "Reclaim", stream, taker: "", count: 0, consumers: [consumer] })),
   ];
 }

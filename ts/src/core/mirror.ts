@@ -33,6 +33,9 @@ export interface IdentityState {
   readonly pending: number;
   readonly undelivered: number;
   readonly problems: readonly string[];
+  /** The open reservations' holds: [units, expires at µs], expired ones included (a read counts
+   * those whose expiry is after its clock). */
+  readonly holds: readonly (readonly [number, number])[];
 }
 
 export class Mirror {
@@ -142,11 +145,16 @@ export class Mirror {
   }
 }
 
-/** A decimal integer as the scripts write it (ASCII digits, an optional '-'); null otherwise. */
+/** A decimal integer as the scripts write it (ASCII digits, an optional '-', at most 20 digits:
+ * any 64-bit integer); null otherwise (a peer's 5,000 digits are garbage, not Infinity). */
 export function parseInt10(text: string | undefined): number | null {
-  if (text === undefined || !/^-?[0-9]+$/.test(text)) return null;
+  if (text === undefined || !/^-?[0-9]{1,20}$/.test(text)) return null;
   return Number(text);
 }
+
+/** The last microsecond of year 9999: a later cold_until or as_of is a peer's garbage. */
+export const MAX_US = 253_402_300_799_999_999;
+const TIMES = new Set(["cu", "sa"]);
 
 /** What a read needs from a state hash (rev defaults to the hash's own). */
 export function deriveState(fields: Map<string, string>, rev: number | null = null): IdentityState {
@@ -155,8 +163,13 @@ export function deriveState(fields: Map<string, string>, rev: number | null = nu
   let local = EMPTY;
   const credits = new Map<string, number>();
   let polar = EMPTY;
+  const holds: [number, number][] = [];
   for (const [name, text] of fields) {
-    if (name.startsWith("a:")) {
+    if (name.startsWith("h:")) {
+      const hold = parseHold(text);
+      if (hold === null) problems.push(`${name}=${reprString(text)}`);
+      else holds.push(hold);
+    } else if (name.startsWith("a:")) {
       const agg = Aggregate.decode(text);
       if (agg === null || parseInt10(name.slice(2)) === null) problems.push(`${name}=${reprString(text)}`);
       else local = local.merge(agg);
@@ -175,7 +188,8 @@ export function deriveState(fields: Map<string, string>, rev: number | null = nu
   const counters: Record<string, number> = {};
   for (const name of ["rev", "cu", "sa", "n", "u"]) {
     const raw = fields.get(name);
-    const value = parseInt10(raw);
+    let value = parseInt10(raw);
+    if (TIMES.has(name) && value !== null && value > MAX_US) value = null;
     if (raw !== undefined && value === null) problems.push(`${name}=${reprString(raw)}`);
     counters[name] = value ?? -1;
   }
@@ -192,5 +206,15 @@ export function deriveState(fields: Map<string, string>, rev: number | null = nu
     pending: Math.max(counters.n as number, 0),
     undelivered: Math.max(counters.u as number, 0),
     problems,
+    holds,
   };
+}
+
+/** A hold's field value as the scripts write it, "<units> <expires at µs>". */
+export function parseHold(text: string): [number, number] | null {
+  const space = text.indexOf(" ");
+  const units = parseNumber(space < 0 ? text : text.slice(0, space));
+  const at = space < 0 ? null : parseInt10(text.slice(space + 1));
+  if (units === null || at === null || units < 0) return null;
+  return [units, at];
 }

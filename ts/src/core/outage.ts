@@ -13,7 +13,7 @@ export interface Report {
 }
 
 export class Outage {
-  /** Consecutive failures of the current outage (0: Redis is answering). */
+  /** Consecutive failures of the current outage (0: the peer is answering). */
   failures = 0;
   since = 0;
   remindedAt = 0;
@@ -23,6 +23,8 @@ export class Outage {
   constructor(
     /** What the loop does, for the log lines ("the subscriber", "delivery 0"). */
     readonly what: string,
+    /** Who does not answer ("Polar" for the WebSocket). */
+    readonly peer = "Redis",
     readonly base = 0.05,
     readonly cap = 5.0,
     readonly reminder = 60.0,
@@ -35,12 +37,12 @@ export class Outage {
     const delay = backoff(this.failures, this.base, this.cap, draw);
     if (this.failures === 1) {
       this.since = this.remindedAt = now;
-      return [delay, { level: "warning", message: `outpost: Redis unreachable for ${this.what}: ${error}` }];
+      return [delay, { level: "warning", message: `outpost: ${this.peer} unreachable for ${this.what}: ${error}` }];
     }
     if (now - this.remindedAt >= this.reminder) {
       this.remindedAt = now;
       const seconds = (now - this.since).toFixed(0);
-      return [delay, { level: "warning", message: `outpost: Redis still unreachable for ${this.what} after ${seconds} s: ${error}` }];
+      return [delay, { level: "warning", message: `outpost: ${this.peer} still unreachable for ${this.what} after ${seconds} s: ${error}` }];
     }
     return [delay, null];
   }
@@ -51,7 +53,7 @@ export class Outage {
     const seconds = (now - this.since).toFixed(1);
     this.failures = 0;
     this.error = null;
-    return { level: "info", message: `outpost: Redis is back for ${this.what} after ${seconds} s` };
+    return { level: "info", message: `outpost: ${this.peer} is back for ${this.what} after ${seconds} s` };
   }
 
   get down(): boolean {

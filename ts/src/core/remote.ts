@@ -10,6 +10,8 @@ import { repr, reprString } from "./pyrepr.js";
 import { CustomerFlow, MAX_IDS_PER_QUESTION, MalformedSnapshot, type Snapshot, Step, parseSnapshot } from "./snapshots.js";
 import { textOf } from "./changes.js";
 import { backoff } from "./backoff.js";
+import { Deadlines } from "./deadlines.js";
+import { Pacer } from "./following.js";
 import { byCodePoint } from "./pyrepr.js";
 import type { Random } from "./random.js";
 
@@ -34,8 +36,14 @@ export interface Host {
   observe(observation: Observation): void;
   consumed(customer: Customer, reducerId: string): Map<string, number>;
   aliasesChanged(customer: Customer, aliases: readonly Customer[]): void;
+  /** The customers read within the session's recentWindow, most recent first. */
+  recentlyRead(): Customer[];
+  readonly reloadRate: number;
   readonly pendingLimitUs: number;
   readonly channelNamespace: string;
+  /** The deployment's shard count. */
+  readonly shards: number;
+  shardOf(customer: Customer): number;
 }
 
 /** Polar's side of a session: the link, and one snapshot flow per customer followed. Every wait
@@ -50,6 +58,11 @@ export class Remote {
   private readonly tags = new Map<number, CustomerFlow>();
   private readonly questions = new Map<string, CustomerFlow>();
   private ids = 1;
+  /** Each flow's next deadline (see flowDeadline): a tick costs what is due. */
+  private readonly deadlines = new Deadlines<string>();
+  /** Customers read recently to ask again after a reconnect, at the pace below. */
+  private asks: Customer[] = [];
+  private readonly pace: Pacer;
   wallUs = 0;
   now = 0;
   snapshotsApplied = 0;
@@ -59,7 +72,9 @@ export class Remote {
     private readonly host: Host,
     readonly link: Link,
     private readonly rng: Random,
-  ) {}
+  ) {
+    this.pace = new Pacer(host.reloadRate);
+  }
 
   private nextId(): number {
     return this.ids++;
@@ -77,37 +92,41 @@ export class Remote {
       const timeout = this.link.settings.connectTimeout;
       this.host.emit({ kind: "OpenConnection", host: t.host, port: t.port, tls: t.tls, timeout });
     }
-    for (const flow of this.flows.values()) {
-      if (flow.step !== Step.IDLE) {
-        if (now - flow.since >= STEP_TIMEOUT) {
-          this.host.reject("stuck_flow", `${flow.customer}: no answer while ${flow.step}`);
-          this.restart(flow);
-        }
-        continue;
-      }
-      if (flow.retryAt !== null) {
-        if (now >= flow.retryAt) {
-          flow.retryAt = null;
-          this.request(flow);
-        }
-        continue;
-      }
-      const unanswered = flow.requestId !== null && now - flow.requestedAt >= REQUEST_TIMEOUT;
-      if (!flow.applied && (flow.requestId === null || unanswered)) this.request(flow);
+    for (const tag of this.deadlines.popDue(now)) {
+      const flow = this.flows.get(tag) as CustomerFlow; // (letting a customer go cancels it)
+      this.due(flow, now);
+      this.schedule(flow);
     }
+    if (this.asks.length) this.askPaced();
     this.flush();
   }
 
-  /** The earliest time tick() has work: the link's, or a flow's. */
+  private due(flow: CustomerFlow, now: number): void {
+    const due = flowDeadline(flow);
+    if (due === null || due > now) return; // (every change of a flow reschedules it: defensive)
+    if (flow.step !== Step.IDLE) {
+      this.host.reject("stuck_flow", `${flow.customer}: no answer while ${flow.step}`);
+      this.restart(flow);
+    } else if (flow.retryAt !== null) {
+      flow.retryAt = null;
+      this.request(flow);
+    } else {
+      this.request(flow); // unanswered
+    }
+  }
+
+  private schedule(flow: CustomerFlow): void {
+    this.deadlines.set(flow.customer.tag, flowDeadline(flow));
+  }
+
+  /** The earliest time tick() has work: the link's, a flow's, or the next paced request's. */
   nextDeadline(): number | null {
     const deadlines: number[] = [];
     const link = this.link.nextDeadline();
     if (link !== null) deadlines.push(link);
-    for (const flow of this.flows.values()) {
-      if (flow.step !== Step.IDLE) deadlines.push(flow.since + STEP_TIMEOUT);
-      else if (flow.retryAt !== null) deadlines.push(flow.retryAt);
-      else if (!flow.applied && flow.requestId !== null) deadlines.push(flow.requestedAt + REQUEST_TIMEOUT);
-    }
+    const flow = this.deadlines.next();
+    if (flow !== null) deadlines.push(flow);
+    if (this.asks.length) deadlines.push(this.pace.nextAt(this.now));
     return deadlines.length ? Math.min(...deadlines) : null;
   }
 
@@ -165,16 +184,43 @@ export class Remote {
   private onOpen(): void {
     this.host.observe({ kind: "LinkChanged", state: "open", reason: null, connections: this.link.connections });
     this.link.send({ type: "configuration" });
+    // Ask at once for the snapshots reads wait for; those of customers read recently at the
+    // reload pace, most recent first; the others when they are next read.
     for (const flow of this.flows.values()) {
       flow.reset();
-      this.request(flow);
+      if (flow.applied) flow.dormant = true;
+      else this.request(flow);
+    }
+    this.asks = this.host.recentlyRead().reverse(); // (popped from the end)
+    this.askPaced();
+  }
+
+  private askPaced(): void {
+    let granted = this.pace.take(this.now, this.asks.length);
+    while (granted > 0 && this.asks.length) {
+      const flow = this.flows.get((this.asks.pop() as Customer).tag);
+      if (flow !== undefined && flow.dormant) {
+        this.wake(flow);
+        granted -= 1;
+      }
     }
   }
 
+  private wake(flow: CustomerFlow): void {
+    flow.dormant = false;
+    this.request(flow);
+    this.flush();
+  }
+
   private abandon(): void {
-    for (const flow of this.flows.values()) flow.reset();
+    for (const flow of [...this.flows.values()]) {
+      flow.reset();
+      if (flow.pushed) this.letGo(flow);
+      else this.schedule(flow);
+    }
     this.tags.clear();
     this.questions.clear();
+    this.asks = [];
   }
 
   // -- customers ------------------------------------------------------------------------------
@@ -186,8 +232,28 @@ export class Remote {
       this.flows.set(customer.tag, flow);
       this.request(flow);
       this.flush();
+    } else if (flow.pushed) {
+      // Followed now: Polar pushes its snapshots only once asked.
+      flow.pushed = false;
+      this.request(flow);
+      this.flush();
+    } else if (flow.dormant) {
+      this.wake(flow); // read: ask now, whatever the pace
     }
     return flow;
+  }
+
+  /** The session let the customer go: drop its flow (what is in flight is ignored when it
+   * answers), tell Polar to stop pushing its snapshots; return its aliases. */
+  forget(customer: Customer): readonly Customer[] {
+    this.abandonFlow(this.flows.get(customer.tag) as CustomerFlow); // (every one followed has one)
+    this.flows.delete(customer.tag);
+    this.deadlines.cancel(customer.tag);
+    this.link.send({ type: "forget", payload: customer.wire() }); // dropped unless open
+    this.flush();
+    const aliases = this.aliases.get(customer.tag) ?? [];
+    this.aliases.delete(customer.tag);
+    return aliases;
   }
 
   /** The customer's state in Redis has no snapshot although this instance applied one (its keys
@@ -208,6 +274,7 @@ export class Remote {
     if (this.link.send({ type: "snapshot", payload })) {
       flow.requestId = requestId;
       flow.requestedAt = this.now;
+      this.schedule(flow);
     }
   }
 
@@ -253,8 +320,10 @@ export class Remote {
     this.snapshotsReceived += 1;
     let flow = this.flows.get(snapshot.customer.tag);
     if (flow === undefined) {
-      // Unasked-for (Polar pushes only what was asked): apply it, but never ask for more.
+      // Unasked-for (Polar pushes only what was asked; one may still be on its way after a
+      // `forget`): apply it, never ask for more, and keep nothing once it is done.
       flow = new CustomerFlow(snapshot.customer, true);
+      flow.pushed = true;
       this.flows.set(snapshot.customer.tag, flow);
     }
     if (!sameCustomers(this.aliases.get(snapshot.customer.tag) ?? [], snapshot.aliases)) {
@@ -275,7 +344,8 @@ export class Remote {
     flow.since = this.now;
     flow.tag = tag;
     flow.retryAt = null;
-    const keys = [...current.reducers.keys()].map((reducerId) => stateKey(flow.customer, reducerId));
+    this.schedule(flow);
+    const keys = [...current.reducers.keys()].map((reducerId) => stateKey(flow.customer, reducerId, this.host.shards));
     this.host.emit({ kind: "ListPending", tag, keys });
   }
 
@@ -310,6 +380,7 @@ export class Remote {
     flow.step = Step.LISTING;
     flow.since = this.now;
     flow.tag = tag;
+    this.schedule(flow);
     this.host.emit({ kind: "ListPending", tag, keys: keys.sort(byCodePoint) });
   }
 
@@ -346,6 +417,7 @@ export class Remote {
     flow.step = Step.ASKING;
     flow.since = this.now;
     flow.tag = null;
+    this.schedule(flow);
     const ids = [...flow.candidates.keys()].sort(byCodePoint);
     for (let start = 0; start < ids.length; start += MAX_IDS_PER_QUESTION) {
       const requestId = `q${this.nextId()}`;
@@ -414,6 +486,10 @@ export class Remote {
   /** Give up the snapshot in progress and ask for a fresh one. */
   private restart(flow: CustomerFlow): void {
     this.abandonFlow(flow);
+    if (flow.pushed) {
+      this.letGo(flow); // nobody asked for it: asking Polar now would follow it
+      return;
+    }
     this.request(flow);
     this.flush();
   }
@@ -422,14 +498,20 @@ export class Remote {
    * backoff (asking at once would loop as fast as Polar answers while Redis is down). */
   private fail(flow: CustomerFlow): void {
     this.abandonFlow(flow);
+    if (flow.pushed) {
+      this.letGo(flow); // nobody asked for it: no retry, which would ask Polar
+      return;
+    }
     flow.failures += 1;
     flow.retryAt = this.now + backoff(flow.failures, RETRY_BASE, RETRY_CAP, this.rng.random());
+    this.schedule(flow);
   }
 
   private abandonFlow(flow: CustomerFlow): void {
     for (const requestId of flow.questions) this.questions.delete(requestId);
     if (flow.tag !== null) this.tags.delete(flow.tag); // a late answer to it is ignored
     flow.reset();
+    this.schedule(flow);
   }
 
   // -- applying -------------------------------------------------------------------------------
@@ -442,6 +524,7 @@ export class Remote {
     flow.step = Step.APPLYING;
     flow.since = this.now;
     flow.tag = tag;
+    this.schedule(flow);
     const counted = new Map<string, string[]>();
     for (const eventId of [...flow.counted].sort(byCodePoint)) {
       for (const pair of flow.candidates.get(eventId) ?? []) {
@@ -483,6 +566,15 @@ export class Remote {
       polarConsumed: after,
     });
     if (flow.finish() !== null) this.start(flow);
+    else if (flow.pushed) this.letGo(flow);
+    else this.schedule(flow);
+  }
+
+  /** A flow nobody follows is done: keep nothing of it (its customer's aliases included). */
+  private letGo(flow: CustomerFlow): void {
+    this.flows.delete(flow.customer.tag);
+    this.deadlines.cancel(flow.customer.tag);
+    this.aliases.delete(flow.customer.tag);
   }
 
   applyFailed(tag: number): void {
@@ -496,11 +588,19 @@ function sameCustomers(a: readonly Customer[], b: readonly Customer[]): boolean 
   return a.length === b.length && a.every((c, i) => c.tag === (b[i] as Customer).tag);
 }
 
+/** When a flow is due: its step gives up, its retry comes, or its request is sent again. */
+function flowDeadline(flow: CustomerFlow): number | null {
+  if (flow.step !== Step.IDLE) return flow.since + STEP_TIMEOUT;
+  if (flow.retryAt !== null) return flow.retryAt;
+  if (!flow.applied && flow.requestId !== null) return flow.requestedAt + REQUEST_TIMEOUT;
+  return null;
+}
+
 function applyScript(snapshot: Snapshot, counted: Map<string, string[]>, host: Host, wallUs: number, tag: number): RunScript {
   const customer = snapshot.customer;
   const keys: string[] = [];
   const args = [
-    channel(customer.shard, host.channelNamespace),
+    channel(host.shardOf(customer), host.channelNamespace),
     String(wallUs),
     String(host.pendingLimitUs),
     String(snapshot.coldUntil),
@@ -510,7 +610,7 @@ function applyScript(snapshot: Snapshot, counted: Map<string, string[]>, host: H
   ];
   for (const [meterId, units] of snapshot.credited) args.push(meterId, formatNumber(units));
   for (const [reducerId, aggregate] of snapshot.reducers) {
-    const state = stateKey(customer, reducerId);
+    const state = stateKey(customer, reducerId, host.shards);
     const names = counted.get(state) ?? [];
     keys.push(state, ackedKey(state));
     args.push(String(host.knownRev(state)), aggregate.encode(), String(names.length), ...names);

@@ -8,17 +8,21 @@
 
 import { formatNumber } from "./aggregate.js";
 import { backoff } from "./backoff.js";
-import { type Balance, computeBalance, mergedState } from "./balance.js";
+import { type Balance, computeBalance, holdExpiry, mergedState } from "./balance.js";
 import { type Change, Malformed, parseChanges, textOf } from "./changes.js";
 import { type Configuration, type Reducer, parseConfiguration } from "./configuration.js";
 import { type Effect, type Fetch, type RunScript, runScript } from "./effects.js";
 import { InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError } from "./errors.js";
 import { buildEvent, customerOf } from "./event.js";
 import { InvalidDefinition } from "./filters.js";
+import { Deadlines } from "./deadlines.js";
+import { Following, Pacer } from "./following.js";
 import type { Input, RawFields } from "./inputs.js";
-import { ALL_CHANNELS, CONFIGURATION_KEY, type Customer, bucketKey, channel, outboxKey, stateKey } from "./keys.js";
+import { CONFIGURATION_KEY, type Customer, DEFAULT_SHARDS, allChannels, bucketKey, channel, outboxKey, shardOf, stateKey } from "./keys.js";
+import { checkedShards } from "./shards.js";
 import { type Link, LinkState } from "./link.js";
 import { Mirror, Offer, deriveState } from "./mirror.js";
+import { Outage, type Report } from "./outage.js";
 import type { Observation } from "./observations.js";
 import { repr, reprFloat, reprString } from "./pyrepr.js";
 import type { Random } from "./random.js";
@@ -32,7 +36,8 @@ export const MAX_VALUE = 1e300;
 export interface Settings {
   /** Seconds a first read waits for its snapshot before NotReady. */
   snapshotTimeout: number;
-  /** How long an acknowledged event no snapshot counts stays pending (design document: 1 h). */
+  /** How long an acknowledged event no snapshot counts stays pending: one hour, as
+   * far back as Polar looks for cold_until (docs/design.md). */
   pendingLimitUs: number;
   /** Seconds before a failed load is tried again; doubled (with jitter) for each further failure
    * in a row, up to reloadCap. */
@@ -42,6 +47,19 @@ export interface Settings {
   loadTimeout: number;
   /** Appended to the change channels (dbN for Redis database N > 0). */
   channelNamespace: string;
+  /** The most customers the process follows (a copy, cached balances, a snapshot flow each);
+   * beyond it, the least recently read is let go (and Polar told to forget it). */
+  maxCustomers: number;
+  /** Seconds without a read after which a customer is let go. */
+  idleCustomerTtl: number;
+  /** After a reconnect or a restarted subscription, the customers read within this many seconds
+   * reload (or ask Polar again) at once, paced; the others on their next read. */
+  recentWindow: number;
+  /** The pace of those reloads and requests: at most this many a second, per kind. */
+  reloadRate: number;
+  /** The deployment's shard count (shards.ts): which shard, so which keys and channel, each
+   * customer has. */
+  shards: number;
 }
 
 export function makeSettings(overrides: Partial<Settings> = {}): Settings {
@@ -52,6 +70,11 @@ export function makeSettings(overrides: Partial<Settings> = {}): Settings {
     reloadCap: 5.0,
     loadTimeout: 10.0,
     channelNamespace: "",
+    maxCustomers: 16_000,
+    idleCustomerTtl: 900.0,
+    recentWindow: 60.0,
+    reloadRate: 200.0,
+    shards: DEFAULT_SHARDS,
     ...overrides,
   };
   if (!(Number.isFinite(settings.snapshotTimeout) && settings.snapshotTimeout >= 0)) {
@@ -65,6 +88,16 @@ export function makeSettings(overrides: Partial<Settings> = {}): Settings {
     if (!(Number.isFinite(value) && value > 0)) throw new UsageError(`${name} must be a positive, finite number of seconds`);
   }
   if (settings.pendingLimitUs <= 0) throw new UsageError("pending_limit_us must be positive");
+  if (!Number.isInteger(settings.maxCustomers)) throw new UsageError("max_customers must be an integer");
+  if (settings.maxCustomers < 1) throw new UsageError("max_customers must be at least 1");
+  for (const [name, value] of [
+    ["idle_customer_ttl", settings.idleCustomerTtl],
+    ["recent_window", settings.recentWindow],
+    ["reload_rate", settings.reloadRate],
+  ] as const) {
+    if (!(Number.isFinite(value) && value > 0)) throw new UsageError(`${name} must be a positive, finite number`);
+  }
+  checkedShards(settings.shards);
   return settings;
 }
 
@@ -94,7 +127,7 @@ function readKey(meterId: string, externalCustomerId: string | null, customerId:
 
 export class Session {
   readonly settings: Settings;
-  readonly remote: Remote | null;
+  remote: Remote | null;
   readonly log: Logger;
   configuration: Configuration | null = null;
   private configurationText: string | null = null;
@@ -106,7 +139,22 @@ export class Session {
   private outbox: Effect[] = [];
   private observed: Observation[] = [];
   /** State key → when to ask for its load again (failed, or unanswered for too long). */
-  private readonly retryAt = new Map<string, number>();
+  private readonly retryAt = new Deadlines<string>();
+  /** The customers followed, by tag (each has copies here and a flow in remote). */
+  private readonly following = new Following<Customer>();
+  /** Read keys whose cached balance a warm read answered since last looked at: warm reads
+   * bypass read(), so a customer they keep busy is told by them, not by its last read. */
+  private readonly warmRead = new Set<string>();
+  /** Customers let go (with a link), and their aliases then: read again, they answer from Redis
+   * at once (this process knows their other names), at most maxCustomers. */
+  private readonly letGo = new Map<string, readonly Customer[]>();
+  /** State keys to reload at the reload pace (recently read, after a restart). */
+  private reloads: string[] = [];
+  private readonly reloadPace: Pacer;
+  /** The wall clock (µs) of the latest Tick: what reads count holds against. */
+  wallUs = 0;
+  /** State key → when the first hold a cached balance of it counts expires (wall µs). */
+  private readonly holdDue = new Map<string, number>();
   private readonly loadFailures = new Map<string, number>();
   private readonly rng: Random;
   private now = 0;
@@ -116,16 +164,30 @@ export class Session {
   /** The shards whose channel subscription Redis confirmed and that has not broken since: their
    * copies may follow Redis. */
   private readonly liveShards = new Set<number>();
+  /** Each of the deployment's channels and its shard (a channel not there is none of ours). */
+  private readonly shardOfChannel: Map<string, number>;
   readonly rejections = new Map<string, number>();
+  private readonly polarOutage = new Outage("the WebSocket", "Polar");
 
   /** `link` is the WebSocket to Polar; without one (no access token) the session reads whatever
    * snapshots other instances apply to the shared Redis. `rng` jitters retries (default: the
    * link's generator; without either, no jitter). */
   constructor(settings: Settings = makeSettings(), logger: Logger = SILENT, link: Link | null = null, rng: Random | null = null) {
     this.settings = settings;
+    this.reloadPace = new Pacer(settings.reloadRate);
+    this.shardOfChannel = new Map(allChannels(settings.channelNamespace, settings.shards).map((name, shard) => [name, shard]));
     this.log = logger;
     this.rng = rng ?? link?.rng ?? NO_JITTER;
     this.remote = link === null ? null : new Remote(this, link, this.rng);
+  }
+
+  /** Run without the WebSocket from now on (the public-API mode: Polar serves no
+   * /v1/outpost/): reads wait for a state hash anchored by the driver instead. */
+  dropLink(): void {
+    if (this.remote !== null) {
+      this.remote.close();
+      this.remote = null;
+    }
   }
 
   // -- driver plumbing ------------------------------------------------------------------------
@@ -147,13 +209,23 @@ export class Session {
         if (remote === null) throw new UsageError(`${event.kind} but this session has no link`);
         if (event.kind === "BytesReceived") {
           const refused = remote.link.refused;
+          const connections = remote.link.connections;
           remote.received(event.data, event.now);
           if (remote.link.refused !== null && remote.link.refused !== refused) {
-            // A refused token is the merchant's to fix: say it loudly, once per cause.
-            this.log.warn(`outpost: Polar refused the WebSocket: ${remote.link.refused}`);
+            // A refused token is the merchant's to fix: say it loudly, once per cause (the
+            // refusal is one sentence that names its cause).
+            // A 404 is Polar serving only its public API: the driver's mode "auto" takes it.
+            if (remote.link.refusedStatus === 404) (this.log.info ?? this.log.debug).call(this.log, `outpost: ${remote.link.refused}`);
+            else this.log.warn(`outpost: ${remote.link.refused}`);
           }
+          if (remote.link.connections > connections) this.logOutage(this.polarOutage.succeeded(event.now));
         } else if (event.kind === "ConnectionOpened") remote.opened(event.now);
-        else remote.failed(event.now, event.reason);
+        else {
+          remote.failed(event.now, event.reason);
+          // Polar unreachable: one warning, a reminder a minute, one info line when it is back
+          // (the reconnection's backoff is the link's; this only decides the log).
+          this.logOutage(this.polarOutage.failed(event.now, event.reason, 0)[1]);
+        }
         break;
       case "PendingListed":
         remote?.listed(event.tag, event.fields);
@@ -174,7 +246,7 @@ export class Session {
         // Redis confirms a subscription to N channels one channel at a time (1, 2, ... N). A
         // first confirmation while subscribed is a client re-subscribing by itself after a break.
         if (event.count === 1 && this.subscribed) this.subscriptionLost();
-        if (event.count === ALL_CHANNELS.length) this.subscriptionRestarted();
+        if (event.count === this.settings.shards) this.subscriptionRestarted();
         break;
       case "SubscriberRestarted":
         this.subscriptionRestarted();
@@ -203,23 +275,50 @@ export class Session {
   }
 
   private subscriptionRestarted(): void {
-    this.shardsConfirmed(new Set(ALL_CHANNELS.map((_, shard) => shard)));
+    this.shardsConfirmed(new Set(this.shardOfChannel.values()));
   }
 
   private subscriptionLost(): void {
-    this.shardsLost(new Set(ALL_CHANNELS.map((_, shard) => shard)));
+    this.shardsLost(new Set(this.shardOfChannel.values()));
   }
 
   /** Messages of these shards may have been missed until now: their copies reload (and follow
    * from that load on); the other shards' copies are left alone. */
   private shardsConfirmed(shards: Set<number>): void {
     for (const shard of shards) this.liveShards.add(shard);
-    if (this.liveShards.size === ALL_CHANNELS.length) this.subscribed = this.everSubscribed = true;
+    if (this.liveShards.size === this.settings.shards) this.subscribed = this.everSubscribed = true;
     for (const mirror of this.mirrors.values()) {
-      if (!shards.has(mirror.customer.shard)) continue;
+      if (!shards.has(this.shardOf(mirror.customer))) continue;
       this.invalidate(mirror);
-      this.load(mirror);
+      if (mirror.loaded) mirror.stopFollowing();
+      else this.load(mirror); // a load asked before the confirmation must not make it follow
     }
+    // The copies of customers read recently reload at the reload pace, most recent first; the
+    // others when next read (that read goes to Redis and starts the reload).
+    this.reloads = [];
+    for (const customer of this.following.recent(this.now - this.settings.recentWindow)) {
+      if (!shards.has(this.shardOf(customer))) continue;
+      for (const m of this.customerMirrors.get(customer.tag) as Mirror[]) this.reloads.push(m.key);
+    }
+    this.reloads.reverse(); // (popped from the end)
+    this.paceReloads();
+  }
+
+  /** Reload what the pace allows of the queued copies that still need it. */
+  private paceReloads(): void {
+    let granted = this.reloadPace.take(this.now, this.reloads.length);
+    while (granted > 0 && this.reloads.length) {
+      const mirror = this.mirrors.get(this.reloads.pop() as string);
+      if (mirror !== undefined && this.stale(mirror)) {
+        this.load(mirror);
+        granted -= 1;
+      }
+    }
+  }
+
+  /** Whether a copy must reload to follow Redis again (and now can). */
+  private stale(mirror: Mirror): boolean {
+    return mirror.loaded && !mirror.following && this.liveShards.has(this.shardOf(mirror.customer));
   }
 
   private shardsLost(shards: Set<number>): void {
@@ -227,7 +326,7 @@ export class Session {
     for (const shard of shards) this.liveShards.delete(shard);
     if (shards.size) this.subscribed = false;
     for (const mirror of this.mirrors.values()) {
-      if (!shards.has(mirror.customer.shard)) continue;
+      if (!shards.has(this.shardOf(mirror.customer))) continue;
       mirror.stopFollowing();
       this.invalidate(mirror);
     }
@@ -237,8 +336,8 @@ export class Session {
   private shardsOf(channels: unknown[]): Set<number> {
     const shards = new Set<number>();
     for (const name of channels) {
-      const shard = ALL_CHANNELS.map((_, n) => channel(n, this.settings.channelNamespace)).indexOf(textOf(name) ?? "");
-      if (shard < 0) this.reject("subscription", `not one of the shard channels: ${repr(name)}`);
+      const shard = this.shardOfChannel.get(textOf(name) ?? "");
+      if (shard === undefined) this.reject("subscription", `not one of the shard channels: ${repr(name)}`);
       else shards.add(shard);
     }
     return shards;
@@ -260,9 +359,15 @@ export class Session {
 
   /** The earliest monotonic time at which a Tick has work to do. */
   nextDeadline(): number | null {
-    const deadlines = [...this.retryAt.values()];
+    const deadlines: number[] = [];
+    const retry = this.retryAt.next();
+    if (retry !== null) deadlines.push(retry);
+    if (this.holdDue.size) deadlines.push(this.now + (Math.min(...this.holdDue.values()) - this.wallUs) / 1e6);
     const remote = this.remote?.nextDeadline() ?? null;
     if (remote !== null) deadlines.push(remote);
+    const oldest = this.following.oldest();
+    if (oldest !== null) deadlines.push(oldest[2] + this.settings.idleCustomerTtl);
+    if (this.reloads.length) deadlines.push(this.reloadPace.nextAt(this.now));
     return deadlines.length ? Math.min(...deadlines) : null;
   }
 
@@ -303,6 +408,15 @@ export class Session {
     this.observed.push(observation);
   }
 
+  /** The customers read within recentWindow, most recent first. */
+  recentlyRead(): Customer[] {
+    return this.following.recent(this.now - this.settings.recentWindow);
+  }
+
+  get reloadRate(): number {
+    return this.settings.reloadRate;
+  }
+
   /** Polar names other reference forms for customer: its cached balances are stale, and every
    * reducer read of it follows the aliases' copies too (loads start now). */
   aliasesChanged(customer: Customer, aliases: readonly Customer[]): void {
@@ -314,7 +428,7 @@ export class Session {
 
   /** Per meter of the reducer: the consumption this instance reads now (empty if unknown). */
   consumed(customer: Customer, reducerId: string): Map<string, number> {
-    const mirror = this.mirrors.get(stateKey(customer, reducerId));
+    const mirror = this.mirrors.get(stateKey(customer, reducerId, this.settings.shards));
     const reducer = this.configuration?.reducers.get(reducerId);
     if (mirror === undefined || !mirror.loaded || reducer === undefined) return new Map();
     if (!reducer.aggregation.bucketed()) return new Map();
@@ -331,12 +445,30 @@ export class Session {
     return this.settings.channelNamespace;
   }
 
+  get shards(): number {
+    return this.settings.shards;
+  }
+
+  /** The customer's shard in this deployment. */
+  shardOf(customer: Customer): number {
+    return shardOf(customer, this.settings.shards);
+  }
+
   // -- configuration --------------------------------------------------------------------------
 
   private configureFrom(payload: unknown, fromCache: boolean): void {
     let configuration: Configuration;
     let text: string;
     try {
+      if (typeof payload === "string" || payload instanceof Uint8Array) {
+        // The cached text, as Redis holds it (the Python driver hands it over unparsed).
+        const raw = typeof payload === "string" ? payload : new TextDecoder("utf-8", { fatal: true }).decode(payload);
+        try {
+          payload = JSON.parse(raw);
+        } catch {
+          throw new TypeError("not JSON");
+        }
+      }
       configuration = parseConfiguration(payload);
       text = JSON.stringify(payload);
     } catch (exc) {
@@ -376,7 +508,7 @@ export class Session {
       throw new NotReady("no configuration from Polar yet: cannot tell which meters count it");
     }
     const bucket = floorBucket(timestampUs);
-    const shard = customer.shard;
+    const shard = this.shardOf(customer);
     const keys = [outboxKey(shard)];
     const values: string[] = [];
     const states: string[] = [];
@@ -390,7 +522,7 @@ export class Session {
         );
       }
       meterIds.push(...(reducers.get(reducerId) as Reducer).meterIds);
-      const state = stateKey(customer, reducerId);
+      const state = stateKey(customer, reducerId, this.settings.shards);
       keys.push(state, bucketKey(state, bucket));
       values.push(String(this.knownRev(state)), formatNumber(value));
       states.push(state);
@@ -410,7 +542,11 @@ export class Session {
 
   /** The warm path: a balance computed since the last change, or null. */
   cachedBalance(meterId: string, externalCustomerId: string | null, customerId: string | null): Balance | null {
-    return this.balances.get(readKey(meterId, externalCustomerId, customerId)) ?? null;
+    const key = readKey(meterId, externalCustomerId, customerId);
+    const balance = this.balances.get(key);
+    if (balance === undefined) return null;
+    this.warmRead.add(key);
+    return balance;
   }
 
   /** The balance from memory; a Fetch when it must come from Redis instead; or null while the
@@ -431,26 +567,52 @@ export class Session {
     // The customer's other names: their pending events count too (docs/invariant.md).
     const aliases = this.aliasesOf(customer);
     const others = aliases.length ? aliases.map((alias) => this.follow(alias, reducer.id)) : NONE;
-    if (!mirror.loaded || !others.every((m) => m.loaded)) return null;
+    const following = this.following;
+    following.touch(customer.tag);
+    for (const alias of aliases) following.touch(alias.tag);
+    if (following.size > this.settings.maxCustomers) {
+      this.letGoBeyond(this.settings.maxCustomers, [customer, ...aliases]);
+    }
+    if (!mirror.loaded || !others.every((m) => m.loaded)) return this.waiting(customer);
     if (mirror.state.coldUntil === null) {
       this.remote?.lost(customer); // e.g. its keys expired: ask Polar again
-      return null;
+      return this.waiting(customer);
     }
-    if (this.remote !== null && !this.remote.follow(customer).applied) return null;
+    if (this.remote !== null) {
+      const flow = this.remote.follow(customer);
+      // A customer read again after this process let it go answers from Redis at once: the
+      // process kept its other names (docs/invariant.md); a fresh snapshot is asked.
+      if (!flow.applied && !flow.rejoined) return this.waiting(customer);
+    }
     if (fresh || !mirror.following || !others.every((m) => m.following)) {
-      if (!fresh && !this.everSubscribed) return null; // a first read waits for the subscription
+      if (!fresh && !this.everSubscribed) return this.waiting(customer); // waits for the subscription
+      for (const m of [mirror, ...others]) {
+        if (this.stale(m)) this.load(m); // its restarted shard missed changes: follow Redis again
+      }
+      following.waiting(customer.tag, this.settings.loadTimeout);
       return { kind: "Fetch", keys: [mirror.key, ...others.map((m) => m.key)] };
     }
+    following.answered(customer.tag);
     const key = readKey(meterId, externalCustomerId ?? null, customerId ?? null);
     let state = mirror.state;
     if (others.length) {
       state = mergedState(state, others.map((m) => m.state));
       for (const m of others) m.readKeys.add(key); // a change of any of them makes it stale
     }
-    const balance = computeBalance(meterId, customer, reducer.aggregation.func, state, aliases);
+    const balance = computeBalance(meterId, customer, reducer.aggregation.func, state, aliases, this.wallUs);
+    const expiry = state.holds.length ? holdExpiry(state, this.wallUs) : null;
+    if (expiry !== null) {
+      for (const m of [mirror, ...others]) this.holdDue.set(m.key, Math.min(expiry, this.holdDue.get(m.key) ?? expiry));
+    }
     this.balances.set(key, balance);
     mirror.readKeys.add(key);
     return balance;
+  }
+
+  /** The read waits for its customer's state: not let go meanwhile. */
+  private waiting(customer: Customer): null {
+    this.following.waiting(customer.tag, this.settings.snapshotTimeout + 1.0);
+    return null;
   }
 
   /** The balance from the hashes a Fetch read (source "redis"): fields maps each of its keys to
@@ -466,7 +628,7 @@ export class Session {
     const customer = customerOf(externalCustomerId, customerId);
     const reducer = this.reducer(meterId, false) as Reducer; // read() returned a Fetch
     const aliases = this.aliasesOf(customer);
-    const keys = [customer, ...aliases].map((c) => stateKey(c, reducer.id));
+    const keys = [customer, ...aliases].map((c) => stateKey(c, reducer.id, this.settings.shards));
     const byKey = fields instanceof Map ? fields : new Map(Object.entries(fields));
     if (!byKey.has(keys[0] as string)) throw new UsageError(`read_fetched needs the fields of ${keys[0] as string}`);
     if (!keys.every((key) => byKey.has(key))) return null;
@@ -482,26 +644,40 @@ export class Session {
       this.remote?.lost(customer);
       return null;
     }
-    return computeBalance(meterId, customer, reducer.aggregation.func, mergedState(own, rest), aliases).fromRedis();
+    return computeBalance(meterId, customer, reducer.aggregation.func, mergedState(own, rest), aliases, this.wallUs).fromRedis();
+  }
+
+  private logOutage(report: Report | null): void {
+    if (report === null) return;
+    if (report.level === "warning") this.log.warn(report.message);
+    else (this.log.info ?? this.log.debug).call(this.log, report.message);
   }
 
   /** Why read() returns null, for the NotReady message. Throws UnknownMeter when the meter is
    * still missing from the configuration. */
   notReadyReason(meterId: string, externalCustomerId: string | null, customerId: string | null): string {
+    const [state, error] = this.linkStatus();
+    if (error && this.reducer(meterId, true) === null && this.configuration !== null) {
+      // Only the cache is here, without the meter, and Polar's cannot come: the meter may well
+      // exist, and what stands in the way is the WebSocket's error (a refused token).
+      return (
+        `meter ${reprString(meterId)} is not in the configuration cached in Redis and Polar's ` +
+        `has not arrived (WebSocket ${state}: ${error})`
+      );
+    }
     const reducer = this.reducer(meterId, false);
     if (reducer === null) {
-      const [state, error] = this.linkStatus();
       return `no configuration from Polar yet (WebSocket ${state}${error ? `: ${error}` : ""})`;
     }
     const customer = customerOf(externalCustomerId, customerId);
     for (const name of [customer, ...this.aliasesOf(customer)]) {
-      const mirror = this.mirrors.get(stateKey(name, reducer.id));
+      const mirror = this.mirrors.get(stateKey(name, reducer.id, this.settings.shards));
       if (mirror === undefined || !mirror.loaded) {
         const alias = name.tag === customer.tag ? "" : ` (another name of ${customer})`;
         return `the local state of ${name}${alias} could not be loaded from Redis`;
       }
     }
-    const mirror = this.mirrors.get(stateKey(customer, reducer.id)) as Mirror;
+    const mirror = this.mirrors.get(stateKey(customer, reducer.id, this.settings.shards)) as Mirror;
     const hasSnapshot = mirror.state.coldUntil !== null;
     const applied = this.remote === null || this.remote.follow(customer).applied;
     if (hasSnapshot && applied && !this.everSubscribed) {
@@ -533,7 +709,7 @@ export class Session {
   }
 
   private follow(customer: Customer, reducerId: string): Mirror {
-    const key = stateKey(customer, reducerId);
+    const key = stateKey(customer, reducerId, this.settings.shards);
     let mirror = this.mirrors.get(key);
     if (mirror === undefined) {
       mirror = new Mirror(key, customer, reducerId);
@@ -542,9 +718,61 @@ export class Session {
       mine.push(mirror);
       this.customerMirrors.set(customer.tag, mine);
       this.load(mirror);
-      this.remote?.follow(customer);
+      if (mine.length === 1) this.startFollowing(customer);
     }
     return mirror;
+  }
+
+  private startFollowing(customer: Customer): void {
+    this.following.add(customer.tag, customer, this.now);
+    if (this.remote !== null) {
+      const aliases = this.letGo.get(customer.tag);
+      this.letGo.delete(customer.tag);
+      if (aliases !== undefined && aliases.length) this.remote.aliases.set(customer.tag, aliases);
+      this.remote.follow(customer).rejoined = aliases !== undefined;
+    }
+  }
+
+  /** Let go of the least recently read customers until at most limit are followed, and of those
+   * not read for idleCustomerTtl. A customer whose read waits for its answer is kept, and one
+   * whose cached balances were read warm since last looked at counts as read now. */
+  private letGoBeyond(limit: number, keep: readonly Customer[] = []): void {
+    const following = this.following;
+    const now = this.now;
+    const idleBefore = now - this.settings.idleCustomerTtl;
+    for (let turns = following.size; turns > 0; turns--) {
+      const [tag, customer, last] = following.oldest() as [string, Customer, number];
+      if (following.size <= limit && last > idleBefore) return;
+      let warm = false;
+      for (const mirror of this.customerMirrors.get(tag) as Mirror[]) {
+        for (const key of mirror.readKeys) warm = this.warmRead.delete(key) || warm;
+      }
+      if (warm || keep.some((c) => c.tag === tag) || following.pinned(tag, now)) {
+        following.touch(tag);
+        following.stamp(now); // (the touched ones all date from now: order holds)
+        continue;
+      }
+      this.letGoOf(customer);
+    }
+  }
+
+  /** Drop the customer's copies, cached balances and flow; tell Polar to forget it. The shard
+   * channels stay: other customers share them. */
+  private letGoOf(customer: Customer): void {
+    this.log.debug(`outpost lets go of ${customer}`);
+    for (const mirror of this.customerMirrors.get(customer.tag) as Mirror[]) {
+      for (const key of mirror.readKeys) this.warmRead.delete(key);
+      this.invalidate(mirror);
+      this.mirrors.delete(mirror.key);
+      this.retryAt.cancel(mirror.key);
+      this.loadFailures.delete(mirror.key);
+    }
+    this.customerMirrors.delete(customer.tag);
+    this.following.drop(customer.tag);
+    if (this.remote !== null) {
+      this.letGo.set(customer.tag, this.remote.forget(customer));
+      if (this.letGo.size > this.settings.maxCustomers) this.letGo.delete(this.letGo.keys().next().value as string);
+    }
   }
 
   /** The customer's other names Polar told this instance (none without a link). */
@@ -560,7 +788,7 @@ export class Session {
   // -- keeping copies current -----------------------------------------------------------------
 
   private load(mirror: Mirror): void {
-    const loadId = mirror.startLoad(this.liveShards.has(mirror.customer.shard));
+    const loadId = mirror.startLoad(this.liveShards.has(this.shardOf(mirror.customer)));
     this.log.debug(`outpost loads ${mirror.key} (copy at revision ${mirror.rev})`);
     // Asked again if no answer comes (a driver task cancelled mid-load loses it).
     this.retryAt.set(mirror.key, this.now + this.settings.loadTimeout);
@@ -628,7 +856,7 @@ export class Session {
     }
     const text = this.textFields(key, fields);
     this.log.debug(`outpost loaded ${key} at revision ${text.get("rev") ?? "None"}`);
-    this.retryAt.delete(key);
+    this.retryAt.cancel(key);
     const complete = mirror.loadedWith(text, loadId);
     if (complete === false) {
       // A gap the load did not close (a held change of an incarnation of the hash that is gone):
@@ -651,16 +879,22 @@ export class Session {
 
   private tick(now: number, wallUs: number): void {
     this.now = now;
+    this.following.stamp(now);
+    this.wallUs = wallUs;
+    for (const [key, expires] of [...this.holdDue]) {
+      if (expires > wallUs) continue; // a hold expired: the balances that counted it are stale
+      this.holdDue.delete(key);
+      const mirror = this.mirrors.get(key);
+      if (mirror !== undefined) this.invalidate(mirror); // not let go meanwhile
+    }
     if (this.remote !== null) {
       this.remote.wallUs = wallUs;
       this.remote.tick(now);
     }
-    for (const [key, due] of [...this.retryAt]) {
-      if (due > now) continue;
-      const mirror = this.mirrors.get(key) as Mirror;
-      if (mirror.loaded) this.retryAt.delete(key); // a load answered pops its deadline
-      else this.load(mirror);
-    }
+    // (An answered load or a let-go copy cancels its deadline.)
+    for (const key of this.retryAt.popDue(now)) this.load(this.mirrors.get(key) as Mirror);
+    if (this.reloads.length) this.paceReloads();
+    this.letGoBeyond(this.settings.maxCustomers);
   }
 }
 

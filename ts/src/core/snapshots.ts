@@ -139,6 +139,15 @@ export class CustomerFlow {
   retryAt: number | null = null;
   /** Failures in a row (backoff); reset when a snapshot is applied. */
   failures = 0;
+  /** Followed again after the process let it go: reads answer from Redis before the snapshot
+   * asked then is applied. */
+  rejoined = false;
+  /** Applied, and not asked again since the link reconnected (not read recently): its next read
+   * asks. */
+  dormant = false;
+  /** Made by a snapshot nobody asked for (a customer this instance does not follow): it lives
+   * only until that snapshot is applied or given up, and never asks Polar for more. */
+  pushed = false;
 
   constructor(
     readonly customer: Customer,

@@ -1,7 +1,7 @@
 /** Meter filters and aggregations with Polar's SQL semantics (outpost_core/_sql_filters.py, whose
  * docstring lists the rules). Polar's Postgres sync, its customer meters and its billing match
- * events in SQL; its real-time rollup, and filters.ts, in Python (D7). Where the two disagree the
- * core counts an event if either counts it (D12), so it needs the SQL answer too. */
+ * events in SQL; its real-time rollup, and filters.ts, in Python. Where the two disagree the core
+ * counts an event if either counts it (docs/design.md), so it needs the SQL answer too. */
 
 import { isObject } from "./aggregate.js";
 import { type Aggregation, type Clause, type EventView, Filter, lookup, operate } from "./filters.js";
@@ -35,7 +35,16 @@ export function clauseMatches(clause: Clause, event: EventView): boolean {
     if (op === "like" || op === "not_like") return compareSql(op, String(seconds), text(value));
     return typeof value !== "boolean" && compareSql(op, seconds, value);
   }
-  const actual = lookup(event.metadata, clause.property);
+  const prop = clause.property;
+  // Polar's filter SQL has been seen to read a dotted property as one key named with the dot:
+  // the clause holds if it holds under either reading.
+  if (prop.includes(".") && Object.hasOwn(event.metadata, prop)) {
+    if (metadataMatches(op, value, event.metadata[prop])) return true;
+  }
+  return metadataMatches(op, value, lookup(event.metadata, prop));
+}
+
+function metadataMatches(op: Clause["operator"], value: Clause["value"], actual: unknown): boolean {
   if (actual === null || actual === undefined) return false; // a missing key or a JSON null: NULL
   if (op === "like" || op === "not_like") return compareSql(op, jsonbText(actual), text(value));
   if (typeof actual === "string") return compareSql(op, actual, text(value));
@@ -50,8 +59,11 @@ export function sqlValue(aggregation: Aggregation, event: EventView): number | n
   const prop = aggregation.property as string;
   if (prop === "timestamp") return sqlEpochSeconds(event);
   if (prop === "name" || prop === "source") return null;
-  const actual = lookup(event.metadata, prop);
-  return typeof actual === "number" ? actual : null;
+  const path = lookup(event.metadata, prop);
+  const found = typeof path === "number" ? path : null;
+  const oneKey = prop.includes(".") ? event.metadata[prop] : undefined; // read as one key
+  if (typeof oneKey !== "number") return found;
+  return found === null ? oneKey : Math.max(found, oneKey);
 }
 
 /** The event's epoch seconds rounded half up, as numeric -> bigint does for t >= 0. */

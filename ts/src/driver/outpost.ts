@@ -9,31 +9,44 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import { connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
-import { Redis } from "ioredis";
+import type { Cluster, Redis } from "ioredis";
 import { Balance } from "../core/balance.js";
 import { Delivery, type DeliverySettings, GROUP, type DeliveryEffect, type DeliveryInput, makeDeliverySettings, nothingDone, retryAfter, withKnownRevs } from "../core/delivery.js";
 import type { Effect, Fetch, RunScript } from "../core/effects.js";
 import { Echoes } from "../core/echoes.js";
-import { eventIdOf, timestampUsOf } from "../core/event.js";
+import { customerOf, eventIdOf, timestampUsOf } from "../core/event.js";
 import { type ForgetHeartbeat, handBack } from "../core/liveness.js";
 import { Outage, type Report } from "../core/outage.js";
-import { InvalidEvent, NotReady, OutpostClosed, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "../core/errors.js";
+import { Durability, type DurabilityName } from "../core/durability.js";
+import { ConfigurationError, InvalidEvent, NotDurable, NotReady, OutpostClosed, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "../core/errors.js";
 import type { Input } from "../core/inputs.js";
-import { ALL_OUTBOXES, CONFIGURATION_KEY, allChannels, namespaceOfDatabase } from "../core/keys.js";
+import { CONFIGURATION_KEY, DEFAULT_SHARDS, SHARDS_KEY, allChannels, allOutboxes, namespaceOfDatabase } from "../core/keys.js";
+import { checkedShards, firstCount, shardsDisagreement } from "../core/shards.js";
 import { Link, Target } from "../core/link.js";
 import { SCRIPT_SHA1, SCRIPT_TEXT } from "../core/scripts.generated.js";
 import { type Logger, Session, makeSettings } from "../core/session.js";
 import { toUs } from "../core/time.js";
 import type { RawFields } from "../core/inputs.js";
-import { Signal, monotonic, sleep, wallUs } from "./signal.js";
+import { ClusterSubscriptions } from "./cluster.js";
+import { cleartextWarnings, scrubbing, urlSecrets } from "./redact.js";
+import { cannotConnect, describe, isCluster, ownClient, reachable, unreachable, watched } from "./connections.js";
+import { DurableScripts, WaitFailed } from "./durable.js";
+import { Signal, monotonic, wallUs } from "./signal.js";
 import { Telemetry, customerAttribute } from "./telemetry.js";
 import { Traces } from "./traces.js";
+import { readAtMost } from "./http.js";
+import { type Headers, PublicMode } from "./publicMode.js";
+import type { Mode } from "../core/publicAnchoring.js";
+import { type AdmissionHooks, type Reservation, reserveUnits, trackAdmitted } from "./reservation.js";
 
 export const DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0";
 export const DEFAULT_SERVER_URL = "https://api.polar.sh";
 const POLL = 0.25; // seconds between two looks at the core's deadlines
 const SETTLE = 0.1; // seconds a waiting read sleeps at most between two looks at its copy
 const USER_AGENT = "outpost-node/0.1.0";
+const CLUSTER_POLL = 0.05; // seconds an empty round of reads on a cluster waits before the next
+const CLOSE_RESERVE = 1.0; // seconds of close()'s timeout kept for what comes after its flush
+const LAST_EXPORT = 0.75; // most seconds close() gives the last telemetry export
 
 export type DroppedCallback = (events: unknown[], reason: string) => unknown;
 
@@ -44,14 +57,20 @@ export interface Clock {
 export interface OutpostOptions {
   /** Polar organization access token (default: env POLAR_ACCESS_TOKEN). */
   accessToken?: string;
-  /** Redis to keep the state in (default: env REDIS_URL, else local Redis). */
+  /** Redis to keep the state in (default: env REDIS_URL, else local Redis); `redis+cluster://host:port`
+   * (`rediss+cluster://` with TLS) names a Redis Cluster by any of its nodes. */
   redisUrl?: string;
   /** An existing ioredis client to use instead of redisUrl; close() does not close it. */
-  redis?: Redis;
+  redis?: Redis | Cluster;
   /** Polar's API (default: env POLAR_SERVER_URL, else https://api.polar.sh). */
   serverUrl?: string;
   /** Seconds a first read waits for Polar's snapshot before NotReady. */
   snapshotTimeout?: number;
+  /** The most customers this process follows in memory (about 5 KB each; default 16,000);
+   * beyond it the least recently read is let go, and Polar told to forget it. */
+  maxCustomers?: number;
+  /** Seconds without a read after which a customer is let go (default 900). */
+  idleCustomerTtl?: number;
   /** Ingestion requests every instance sharing the Redis may send a minute together (a token
    * bucket in Redis); 0 turns the shared budget off. */
   requestsPerMinute?: number;
@@ -78,9 +97,36 @@ export interface OutpostOptions {
   /** Where telemetry is exported (Polar's relay; default: serverUrl) and every how many seconds. */
   telemetryUrl?: string;
   telemetryInterval?: number;
+  /** Also record into the application's global OpenTelemetry providers. Off by default: the
+   * records name the meter and the customer (often an email), one series each. */
+  telemetryToApp?: boolean;
+  /** How Polar is followed: "snapshots" (the snapshot protocol on /v1/outpost/), "public" (Polar's
+   * public API: polls and webhooks, docs/public-mode.md), or "auto" (the default): the snapshot
+   * protocol where Polar serves it, the public API where /v1/outpost/ answers 404. */
+  mode?: Mode;
+  /** The public mode's webhook endpoint secret, whsec_... (default: env POLAR_WEBHOOK_SECRET). */
+  webhookSecret?: string;
+  /** Seconds before a figure's modified_at within which an acknowledged event may still be
+   * missing from it (the public mode; default 60). */
+  publicMargin?: number;
+  /** Seconds between two polls of a customer meter in the public mode (default 300). */
+  pollInterval?: number;
   /** A directory to write conformance traces to (session.jsonl, delivery-<n>.jsonl): every input
    * of the core and its answers, replayable by this core and the Python one. Debugging only. */
   recordTo?: string;
+  /** The deployment's shard count (default 16): every instance sharing the Redis uses the same.
+   * The first instance stores it in Redis; an instance configured with another refuses to start
+   * (ConfigurationError). More than 16 spread the load over more than 16 Redis Cluster primaries
+   * (docs/redis-layout.md). */
+  shards?: number;
+  /** When track() resolves: "primary" (the default) once the primary ran its script; "replica"
+   * once a replica acknowledged the event too (`WAIT 1` on the same connection, in the same round
+   * trip), so a fail-over keeps it. When none acknowledges within durabilityTimeout, track()
+   * rejects with NotDurable: the event is written and counts, and a retry with its eventId (the
+   * error's) writes nothing twice. reserve(), a commit and a requireBalance track wait too. */
+  durability?: DurabilityName;
+  /** Seconds durability "replica" waits for a replica before NotDurable (default 1.0). */
+  durabilityTimeout?: number;
 }
 
 export interface TrackOptions {
@@ -89,6 +135,17 @@ export interface TrackOptions {
   metadata?: Record<string, unknown>;
   timestamp?: Date;
   eventId?: string;
+  /** Record the event only if every meter it counts in has the available balance (every
+   * instance's holds and events) to cover its value, atomically; else InsufficientBalance and
+   * nothing is written. */
+  requireBalance?: boolean;
+}
+
+export interface ReserveOptions {
+  externalCustomerId?: string;
+  customerId?: string;
+  /** Seconds until the hold expires on its own (default 60). */
+  ttl?: number;
 }
 
 export interface CustomerOptions {
@@ -98,6 +155,9 @@ export interface CustomerOptions {
    * call (one round trip; Balance.source is "redis"). */
   fresh?: boolean;
 }
+
+/** The most of an ingestion answer read (its error detail): 1 MiB. */
+const MAX_ANSWER = 1 << 20;
 
 const CONSOLE: Logger = {
   debug: () => {},
@@ -110,9 +170,16 @@ interface LinkSocket {
 }
 
 export class Outpost {
-  private readonly redis: Redis;
+  private readonly redis: Redis | Cluster;
+  /** The same client when it is a Redis Cluster's: one slot per command, reads per stream. */
+  private readonly cluster: Cluster | null;
+  private clusterSubscriptions: ClusterSubscriptions | null = null;
   private readonly ownsRedis: boolean;
   private readonly channels: string[];
+  /** The deployment's shard count, as configured: agreed with Redis at start. */
+  private readonly shards: number;
+  /** Every shard's outbox stream, in shard order. */
+  private readonly outboxes: string[];
   private readonly accessToken: string | null;
   private readonly serverUrl: string;
   private readonly core: Session;
@@ -121,7 +188,7 @@ export class Outpost {
   private readonly maxInFlight: number;
   private readonly onDropped: DroppedCallback | null;
   private readonly deliveries: Delivery[] = [];
-  private readonly connections: Redis[] = [];
+  private readonly connections: (Redis | Cluster)[] = [];
   private readonly telemetry: Telemetry;
   private readonly clock: Clock | null;
   private readonly traces: Traces;
@@ -139,21 +206,60 @@ export class Outpost {
   private closed = false;
   private readonly stateOutage = new Outage("loading state");
   private readonly subscriberOutage = new Outage("the change subscription");
+  /** The mode this instance runs, and the public mode's loop. */
+  private readonly public: PublicMode;
+  /** Redis failures any loop met (a failed call, a dropped connection): a delivery loop
+   * re-reads this consumer's pending entries after one. */
+  private redisFailures = 0;
+  /** redisFailures when a delivery loop last re-read this consumer's pending entries. */
+  private failuresSeen = 0;
+  /** A delivery loop's own Redis failure, or a re-read that may have left entries unread: the
+   * next read takes this consumer's pending entries again. */
+  private rereadPending = false;
+  /** What each delivery loop is doing now: a re-read waits until none reads or settles entries. */
+  private readonly inFlight: (DeliveryEffect["kind"] | null)[] = [];
+  private readonly durability: Durability;
+  /** Connections of the scripts that wait for a replica (durability "replica"). */
+  private readonly durable: DurableScripts;
 
   constructor(options: OutpostOptions = {}) {
     const maxInFlight = options.maxInFlight ?? 1;
     if (maxInFlight < 1) throw new UsageError("max_in_flight must be at least 1");
-    this.log = options.logger ?? CONSOLE;
+    const shards = checkedShards(options.shards ?? DEFAULT_SHARDS); // before anything is opened
+    const redisUrl = options.redisUrl ?? process.env.REDIS_URL ?? DEFAULT_REDIS_URL;
+    const token = options.accessToken ?? process.env.POLAR_ACCESS_TOKEN ?? null;
+    const webhookSecret = options.webhookSecret ?? process.env.POLAR_WEBHOOK_SECRET ?? null;
+    const publicOptions = {
+      mode: options.mode ?? "auto",
+      margin: options.publicMargin ?? 60,
+      pollInterval: options.pollInterval ?? 300,
+      webhookSecret,
+      requestsPerMinute: options.requestsPerMinute ?? 300.0,
+    };
+    PublicMode.check(publicOptions); // before any connection is opened: a refusal leaks none
+    this.durability = Durability.of(options.durability ?? "primary", options.durabilityTimeout ?? 1.0);
+    // Whatever a line quotes (a client library's message, a URL), no secret reaches the log.
+    this.log = scrubbing(options.logger ?? CONSOLE, [token, webhookSecret, ...urlSecrets(redisUrl)]);
     this.ownsRedis = options.redis === undefined;
-    this.redis = options.redis ?? connectRedis(options.redisUrl ?? process.env.REDIS_URL ?? DEFAULT_REDIS_URL);
-    // Pub/sub ignores numbered databases: name the channels after ours.
-    const namespace = namespaceOfDatabase(Number(this.redis.options.db ?? 0));
-    this.channels = allChannels(namespace);
-    this.accessToken = options.accessToken ?? process.env.POLAR_ACCESS_TOKEN ?? null;
+    this.redis = options.redis ?? ownClient(redisUrl);
+    this.cluster = isCluster(this.redis) ? this.redis : null;
+    this.durable = new DurableScripts(this.redis, this.cluster);
+    // Pub/sub ignores numbered databases: name the channels after ours (a cluster has one).
+    const namespace = namespaceOfDatabase(this.cluster === null ? Number((this.redis as Redis).options.db ?? 0) : 0);
+    this.shards = shards;
+    this.channels = allChannels(namespace, shards);
+    this.outboxes = allOutboxes(shards);
+    this.accessToken = token;
     this.serverUrl = options.serverUrl ?? process.env.POLAR_SERVER_URL ?? DEFAULT_SERVER_URL;
     this.traces = new Traces(options.recordTo ?? null);
-    const link = this.accessToken ? new Link(Target.of(this.serverUrl), this.accessToken, this.traces.rng(0), (n) => randomBytes(n)) : null;
-    const settings = makeSettings({ snapshotTimeout: options.snapshotTimeout ?? 5.0, channelNamespace: namespace });
+    const link = this.accessToken && publicOptions.mode !== "public" ? new Link(Target.of(this.serverUrl), this.accessToken, this.traces.rng(0), (n) => randomBytes(n)) : null;
+    const settings = makeSettings({
+      snapshotTimeout: options.snapshotTimeout ?? 5.0,
+      channelNamespace: namespace,
+      shards,
+      ...(options.maxCustomers !== undefined ? { maxCustomers: options.maxCustomers } : {}),
+      ...(options.idleCustomerTtl !== undefined ? { idleCustomerTtl: options.idleCustomerTtl } : {}),
+    });
     this.core = this.traces.session(new Session(settings, this.log, link), settings, link === null ? null : this.serverUrl);
     const claimIdle = options.claimIdle ?? 300;
     this.deliverySettings = makeDeliverySettings({
@@ -164,6 +270,7 @@ export class Outpost {
       claimInterval: Math.min(30, claimIdle / 2),
       backoffBase: options.retryBase ?? 0.5,
       channelNamespace: namespace,
+      shards,
       consumer: this.consumer,
       heartbeat: options.heartbeat ?? 10.0,
       requestsPerMinute: options.requestsPerMinute ?? 300.0,
@@ -171,12 +278,36 @@ export class Outpost {
     });
     this.maxInFlight = maxInFlight;
     this.onDropped = options.onDropped ?? null;
+    this.public = new PublicMode(
+      {
+        core: this.core,
+        echoes: this.echoes,
+        redis: this.redis,
+        signal: this.signal,
+        log: this.log,
+        serverUrl: this.serverUrl,
+        accessToken: this.accessToken,
+        userAgent: USER_AGENT,
+        closing: this.closing.signal,
+        closed: () => this.closed,
+        script: (name, keys, args) => this.script(name, keys, args),
+        run: (effects) => this.run(effects),
+        pause: (seconds) => this.pause(seconds),
+        nowUs: () => this.nowUs(),
+      },
+      publicOptions,
+    );
     this.telemetry = new Telemetry(
       (options.telemetry ?? true) && process.env.POLAR_OUTPOST_TELEMETRY !== "0",
-      { url: options.telemetryUrl ?? this.serverUrl, token: this.accessToken, interval: options.telemetryInterval ?? 30 },
+      { url: options.telemetryUrl ?? this.serverUrl, token: this.accessToken, interval: options.telemetryInterval ?? 30, toApp: options.telemetryToApp ?? false },
       (message) => this.log.warn(message),
+      (message) => this.log.debug(message),
     );
     this.clock = options.clock ?? null;
+    const telemetryOn = (options.telemetry ?? true) && process.env.POLAR_OUTPOST_TELEMETRY !== "0";
+    for (const warning of cleartextWarnings(this.accessToken, this.serverUrl, telemetryOn, options.telemetryUrl ?? this.serverUrl)) {
+      this.log.warn(warning);
+    }
   }
 
   // -- lifecycle ------------------------------------------------------------------------------
@@ -194,18 +325,30 @@ export class Outpost {
   }
 
   private async startNow(): Promise<void> {
+    try {
+      await this.agreeOnShards(); // nothing is written before the count is agreed
+    } catch (exc) {
+      this.starting = null; // refused or Redis down: nothing runs, the next call tries again
+      throw exc;
+    }
+    await this.public.beforeStart();
     await this.readCachedConfiguration();
     this.subscribe();
     this.workers.push(this.tickLoop());
+    this.workers.push(
+      this.public.run().catch((exc: unknown) => {
+        this.log.warn(`outpost: the public mode's loop failed: ${String(exc)}`);
+      }),
+    );
     if (this.accessToken) {
       for (let n = 0; n < this.maxInFlight; n++) {
         const started = monotonic();
         const delivery = this.traces.delivery(n, new Delivery(this.deliverySettings, this.traces.rng(n + 1), started), this.deliverySettings, started);
         this.deliveries.push(delivery);
-        // A blocking XREADGROUP needs a connection of its own: ioredis pipelines one socket.
-        const connection = this.redis.duplicate();
-        connection.on("error", () => {});
-        this.connections.push(connection);
+        // A blocking XREADGROUP needs a connection of its own: ioredis pipelines one socket. On a
+        // cluster, reads do not block (one per stream): the shared client serves.
+        const connection = this.cluster ?? watched((this.redis as Redis).duplicate());
+        if (connection !== this.redis) this.connections.push(connection);
         this.workers.push(this.deliveryLoop(delivery, connection, n));
       }
     } else {
@@ -235,16 +378,22 @@ export class Outpost {
     }
   }
 
-  /** Flush (up to `timeout` seconds), stop the background work and release connections. Safe to
-   * call twice. */
+  /** Flush, stop the background work and release connections, within `timeout` seconds
+   * whatever is down (what is not delivered stays queued in Redis for the next instance). Safe
+   * to call twice. */
   async close(timeout = 10.0): Promise<void> {
     if (this.closed) return;
-    if (this.starting !== null && this.deliveries.length) {
-      try {
-        await this.flush(timeout);
-      } catch {
-        // Redis down: the events stay queued in Redis for another instance
-      }
+    const deadline = monotonic() + timeout;
+    const left = () => Math.max(0, deadline - monotonic());
+    this.telemetry.quiet(); // an exporter failing from here on is one DEBUG line at the end
+    const blocked = this.deliveries.find((d) => d.blocked)?.stalled ?? null;
+    if (blocked !== null) {
+      // Polar refuses what only an operator fixes: a flush could only wait it out.
+      this.log.warn(`outpost closes without flushing (delivery is stalled: ${blocked}); the queued events stay in Redis for the next instance`);
+    } else if (this.starting !== null && this.deliveries.length) {
+      // What comes after the flush (workers, hand-back, the last export) keeps a reserve.
+      const flushing = this.flush(timeout - Math.min(CLOSE_RESERVE, timeout / 2)).catch(() => false);
+      await within(flushing, left() - Math.min(CLOSE_RESERVE, timeout / 2)); // Redis down: events stay queued
     }
     this.feed({ kind: "Closing" }); // a close frame to Polar while the socket is still open
     this.closed = true;
@@ -258,10 +407,14 @@ export class Outpost {
       setTimeout(() => link.socket.destroy(), 1000).unref();
     }
     this.subscriber?.disconnect();
-    await Promise.allSettled(this.workers);
-    if (this.deliveries.length) await this.handBack(this.connections[0] as Redis);
+    this.clusterSubscriptions?.stop();
+    // A loop waiting on Redis (a blocking read, a connection attempt) ends when its connection
+    // is dropped below; the reserve keeps time for the hand-back and the last export.
+    await within(Promise.allSettled(this.workers), left() - Math.min(LAST_EXPORT, left() / 2));
+    if (this.deliveries.length) await within(this.handBack(this.redis), left() - Math.min(LAST_EXPORT, left() / 2));
     for (const connection of this.connections) connection.disconnect();
-    await this.telemetry.shutdown(monotonic(), ...this.syncCounts());
+    this.durable.close();
+    await this.telemetry.shutdown(monotonic(), ...this.syncCounts(), Math.min(LAST_EXPORT, left()));
     if (this.ownsRedis) this.redis.disconnect();
     await this.traces.close();
   }
@@ -273,6 +426,27 @@ export class Outpost {
   /** Why delivery to Polar is stalled (a rejected token, a wrong URL), or null. */
   get deliveryStalled(): string | null {
     return this.deliveries.find((d) => d.stalled)?.stalled ?? null;
+  }
+
+  /** How Polar is followed: "snapshots" (the snapshot protocol), "public" (Polar's public API:
+   * polls and webhooks), or "auto" while the instance has not found out yet. */
+  get mode(): Mode {
+    return this.public.mode;
+  }
+
+  /** Why this mode runs (asked for, or what Polar answered on /v1/outpost/). */
+  get modeReason(): string {
+    return this.public.reason;
+  }
+
+  /** The public mode: verify a webhook delivery from Polar (its raw body, unparsed, and its
+   * headers), take it once for every instance sharing the Redis, and apply the customer meters
+   * it carries; resolve to the HTTP status to answer Polar with. Rejects with InvalidWebhook
+   * when the signature does not hold (answer 401), UsageError without the endpoint's secret,
+   * RedisUnavailable. */
+  async handleWebhook(body: Uint8Array, headers: Headers): Promise<number> {
+    await this.ensureStarted();
+    return this.public.handleWebhook(body, headers);
   }
 
   /** Whether the WebSocket to Polar is open. */
@@ -303,6 +477,7 @@ export class Outpost {
    * configuration within snapshotTimeout) or RedisUnavailable (a retry with the same eventId is
    * then safe). */
   async track(name: string, options: TrackOptions = {}): Promise<string> {
+    if (options.requireBalance) return trackAdmitted(this.admissionHooks(), name, options, true);
     await this.ensureStarted();
     const started = performance.now();
     const customer = this.telemetry.enabled ? customerAttribute(options.externalCustomerId, options.customerId) : "";
@@ -315,6 +490,30 @@ export class Outpost {
       if (outcome !== null) this.telemetry.tracked(customer, [], (performance.now() - started) / 1000, outcome, 0);
       throw exc;
     }
+  }
+
+  /** Hold units of the meter for the customer, if its available balance (every instance's holds
+   * and events, atomically in Redis) covers them; else reject with InsufficientBalance and hold
+   * nothing. Commit the actual usage with Reservation.commit(); the hold expires after ttl
+   * seconds. Only count and sum meters take reservations (UnsupportedMeter otherwise). */
+  reserve(meterId: string, units: number, options: ReserveOptions = {}): Promise<Reservation> {
+    return reserveUnits(this.admissionHooks(), meterId, units, options);
+  }
+
+  /** @internal What exact admission (driver/reservation.ts) needs of this instance. */
+  admissionHooks(): AdmissionHooks {
+    return {
+      core: this.core,
+      echoes: this.echoes,
+      oneSlot: this.cluster !== null,
+      telemetry: this.telemetry,
+      ensureStarted: () => this.ensureStarted(),
+      waitForConfiguration: () => this.waitForConfiguration(),
+      writeScript: (run, replied) => this.writeScript(run, replied),
+      run: (effects) => this.run(effects),
+      nowUs: () => this.nowUs(),
+      balance: (meterId, customer) => this.balance(meterId, customer),
+    };
   }
 
   private async trackNow(name: string, options: TrackOptions): Promise<[string, RunScript]> {
@@ -338,24 +537,48 @@ export class Outpost {
       await this.waitForConfiguration();
       run = this.core.track(args);
     }
-    const reply = await this.script(run.script, run.keys, run.args);
-    this.echoes.expect(reply);
-    this.core.handle({ kind: "ScriptReplied", reply, tag: null });
+    const shortfall = await this.writeScript(run, (reply) => {
+      this.echoes.expect(reply);
+      this.core.handle({ kind: "ScriptReplied", reply, tag: null });
+    });
     const effects = this.core.effects();
     if (effects.length) await this.run(effects);
+    if (shortfall !== null) throw new NotDurable(`event ${eventId} is on the primary only: ${shortfall}`, eventId);
     return [eventId, run];
   }
 
-  private async script(name: string, keys: string[], args: string[], client: Redis = this.redis, raw = false): Promise<unknown> {
+  /** Run a script that writes a customer's state (track, admission), waiting for a replica when
+   * durability asks. `replied` gets its reply as soon as it comes (before WAIT's answer). Resolves
+   * to why the write is less durable than asked (null: it is not); a failure of the script rejects
+   * with RedisUnavailable. */
+  private async writeScript(run: RunScript, replied: (reply: unknown) => void): Promise<string | null> {
+    const wait = this.durability.wait();
+    if (wait === null) {
+      replied(await this.script(run.script, run.keys, run.args));
+      return null;
+    }
+    let answer: unknown;
+    try {
+      reachable(this.redis);
+      answer = await this.durable.run(run.script, run.keys, run.args, wait, replied);
+    } catch (exc) {
+      throw new RedisUnavailable(`Redis failed running ${run.script}: ${describe(exc, this.redis)}`);
+    }
+    // The script replied and its connection broke before WAIT answered: written, maybe not copied.
+    return answer instanceof WaitFailed ? `WAIT failed: ${answer.reason}` : this.durability.shortfall(answer);
+  }
+
+  private async script(name: string, keys: string[], args: string[], client: Redis | Cluster = this.redis, raw = false): Promise<unknown> {
     if (raw) return this.evalScript(name, keys, args, client);
     try {
       return await this.evalScript(name, keys, args, client);
     } catch (exc) {
-      throw new RedisUnavailable(`Redis failed running ${name}: ${String(exc)}`);
+      throw new RedisUnavailable(`Redis failed running ${name}: ${describe(exc, client)}`);
     }
   }
 
-  private async evalScript(name: string, keys: string[], args: string[], client: Redis): Promise<unknown> {
+  private async evalScript(name: string, keys: string[], args: string[], client: Redis | Cluster): Promise<unknown> {
+    reachable(client);
     try {
       return await client.evalsha(SCRIPT_SHA1[name] as string, keys.length, ...keys, ...args);
     } catch (exc) {
@@ -368,7 +591,12 @@ export class Outpost {
     const deadline = monotonic() + this.core.settings.snapshotTimeout;
     while (this.core.configuration === null) {
       const remaining = deadline - monotonic();
-      if (remaining <= 0) throw new NotReady("no configuration from Polar yet: cannot tell which meters count the event");
+      if (remaining <= 0) {
+        const [state, error] = this.core.linkStatus();
+        let reason = `no configuration from Polar yet (WebSocket ${state}${error ? `: ${error}` : ""})`;
+        if (this.public.mode !== "snapshots") reason = this.public.notReadyReason(reason, "");
+        throw new NotReady(`${reason}: cannot tell which meters count the event${this.redisCause()}`);
+      }
       const version = this.signal.version;
       await this.readCachedConfiguration();
       await this.signal.wait(version, Math.min(remaining, SETTLE));
@@ -413,9 +641,28 @@ export class Outpost {
     }
   }
 
+  /** Start the instance, trying again while Redis cannot answer until `deadline`: a first read
+   * waits for Redis as long as for its snapshot, then is NotReady. */
+  private async startedBy(deadline: number): Promise<void> {
+    for (;;) {
+      try {
+        await this.ensureStarted();
+        return;
+      } catch (exc) {
+        if (!(exc instanceof RedisUnavailable)) throw exc;
+        const remaining = deadline - monotonic();
+        if (remaining <= 0) {
+          const timeout = this.core.settings.snapshotTimeout;
+          throw new NotReady(`the local state could not be loaded from Redis after ${timeout} s (Redis unreachable: ${exc.message})`);
+        }
+        await new Promise((resolve) => setTimeout(resolve, Math.min(remaining, SETTLE) * 1000));
+      }
+    }
+  }
+
   private async balanceWhenReady(meterId: string, external: string | null, internal: string | null, fresh: boolean): Promise<Balance> {
-    await this.ensureStarted();
     const deadline = monotonic() + this.core.settings.snapshotTimeout;
+    await this.startedBy(deadline);
     for (;;) {
       const version = this.signal.version;
       const remaining = deadline - monotonic();
@@ -432,9 +679,11 @@ export class Outpost {
       } else if (effects.length) {
         continue;
       }
+      this.public.wanted(external, internal);
       if (remaining <= 0) {
-        const reason = this.core.notReadyReason(meterId, external, internal);
-        throw new NotReady(`${reason} after ${this.core.settings.snapshotTimeout} s`);
+        let reason = this.core.notReadyReason(meterId, external, internal);
+        if (this.public.mode !== "snapshots") reason = this.public.notReadyReason(reason, String(customerOf(external, internal)));
+        throw new NotReady(`${reason} after ${this.core.settings.snapshotTimeout} s${this.redisCause()}`);
       }
       if (this.core.configuration === null) await this.readCachedConfiguration();
       await this.signal.wait(version, Math.min(remaining, SETTLE));
@@ -448,7 +697,7 @@ export class Outpost {
     try {
       fields = await this.hgetallEach(fetch.keys);
     } catch (exc) {
-      throw new RedisUnavailable(`Redis failed reading ${fetch.keys.join(", ")}: ${String(exc)}`);
+      throw new RedisUnavailable(`Redis failed reading ${fetch.keys.join(", ")}: ${describe(exc, this.redis)}`);
     }
     const found = this.core.readFetched(meterId, external, internal, fields);
     const effects = this.core.effects();
@@ -457,6 +706,12 @@ export class Outpost {
   }
 
   private async hgetallEach(keys: string[]): Promise<Map<string, RawFields>> {
+    reachable(this.redis);
+    if (this.cluster !== null) {
+      // The keys' slots differ: one command each, all sent at once.
+      const replies = await Promise.all(keys.map((key) => this.redis.hgetall(key)));
+      return new Map(keys.map((key, i) => [key, replies[i] as RawFields]));
+    }
     if (keys.length === 1) return new Map([[keys[0] as string, await this.redis.hgetall(keys[0] as string)]]);
     const pipeline = this.redis.pipeline();
     for (const key of keys) pipeline.hgetall(key);
@@ -482,9 +737,10 @@ export class Outpost {
             break;
           case "StoreConfiguration":
             try {
+              reachable(this.redis);
               await this.redis.set(effect.key, effect.text);
             } catch (exc) {
-              this.log.warn(`outpost could not cache the configuration: ${String(exc)}`);
+              this.log.debug(`outpost could not cache the configuration: ${describe(exc, this.redis)}`);
             }
             break;
           case "RunScript": {
@@ -522,9 +778,16 @@ export class Outpost {
     this.signal.fire();
   }
 
+  /** Why Redis is failing this instance's reads, if it is, to end a NotReady message with. */
+  private redisCause(): string {
+    const error = this.stateOutage.error ?? unreachable(this.redis);
+    return error === null ? "" : `; Redis: ${error}`;
+  }
+
   /** Count a Redis failure of one loop; log what the outage says; return the delay. */
-  private redisFailed(outage: Outage, exc: unknown): number {
-    const [delay, report] = outage.failed(monotonic(), String(exc), Math.random());
+  private redisFailed(outage: Outage, exc: unknown, client: Redis | Cluster = this.redis): number {
+    const [delay, report] = outage.failed(monotonic(), typeof exc === "string" ? exc : describe(exc, client), Math.random());
+    this.redisFailures += 1;
     this.logReport(report);
     return delay;
   }
@@ -541,7 +804,10 @@ export class Outpost {
 
   /** Hand one input to the core and run what it asks for (in the background). */
   private feed(input: Input): void {
+    const linkInput = input.kind === "BytesReceived" || input.kind === "ConnectionOpened" || input.kind === "ConnectionFailed";
+    if (linkInput && this.core.remote === null) return; // a socket's last words after the public mode dropped the link
     this.core.handle(input);
+    if (linkInput && this.public.decide()) this.dropSocket(); // Polar serves only its public API
     const effects = this.core.effects();
     if (effects.length || input.kind !== "Tick") {
       this.run(effects).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
@@ -575,6 +841,7 @@ export class Outpost {
   private async load(key: string, loadId: number): Promise<void> {
     let fields: Record<string, string>;
     try {
+      reachable(this.redis);
       fields = await this.redis.hgetall(key);
     } catch (exc) {
       this.redisFailed(this.stateOutage, exc);
@@ -590,6 +857,14 @@ export class Outpost {
   private async listPending(tag: number, keys: string[]): Promise<void> {
     const fields = new Map<string, unknown[]>();
     try {
+      reachable(this.redis);
+      if (this.cluster !== null) {
+        const replies = await Promise.all(keys.map((key) => this.redis.hkeys(key)));
+        keys.forEach((key, i) => fields.set(key, replies[i] as unknown[]));
+        this.redisAnswered(this.stateOutage);
+        this.core.handle({ kind: "PendingListed", tag, fields });
+        return;
+      }
       const pipeline = this.redis.pipeline();
       for (const key of keys) pipeline.hkeys(key);
       const replies = (await pipeline.exec()) ?? [];
@@ -599,16 +874,41 @@ export class Outpost {
         fields.set(key, names as unknown[]);
       });
     } catch (exc) {
-      this.log.warn(`outpost could not list pending events: ${String(exc)}`);
+      this.redisFailed(this.stateOutage, exc);
       this.core.handle({ kind: "ListFailed", tag });
       return;
     }
+    this.redisAnswered(this.stateOutage);
     this.core.handle({ kind: "PendingListed", tag, fields });
+  }
+
+  /** The deployment's shard count, agreed with Redis once, at start: stored where Redis holds
+   * none (16 where outbox streams of instances that could not choose one are there), refused
+   * with ConfigurationError where Redis holds another. */
+  private async agreeOnShards(): Promise<void> {
+    let stored: string | null;
+    try {
+      reachable(this.redis);
+      stored = await this.redis.get(SHARDS_KEY);
+      if (stored === null) {
+        let legacy = 0;
+        for (const stream of allOutboxes(DEFAULT_SHARDS)) legacy += await this.redis.exists(stream); // one slot each
+        await this.redis.set(SHARDS_KEY, String(firstCount(this.shards, legacy > 0)), "NX"); // a race: one wins
+        stored = await this.redis.get(SHARDS_KEY);
+      }
+    } catch (exc) {
+      this.redisFailed(this.stateOutage, exc); // said once, then once a minute, while it lasts
+      throw new RedisUnavailable(`Redis failed reading the deployment's shard count: ${describe(exc, this.redis)}`);
+    }
+    this.redisAnswered(this.stateOutage);
+    const why = shardsDisagreement(this.shards, stored);
+    if (why !== null) throw new ConfigurationError(why);
   }
 
   private async readCachedConfiguration(): Promise<void> {
     let text: string | null;
     try {
+      reachable(this.redis);
       text = await this.redis.get(CONFIGURATION_KEY);
     } catch (exc) {
       this.redisFailed(this.stateOutage, exc);
@@ -629,39 +929,60 @@ export class Outpost {
 
   /** Follow every shard's change channel; after any (re)subscription, reload the copies. */
   private subscribe(): void {
-    const subscriber = this.redis.duplicate({ autoResubscribe: false, maxRetriesPerRequest: null });
+    if (this.cluster !== null) return this.subscribeToCluster(this.cluster);
+    const subscriber = watched((this.redis as Redis).duplicate({ autoResubscribe: false, maxRetriesPerRequest: null }));
     this.subscriber = subscriber;
-    let failed = false; // this break of the subscription is reported already
+    // Each failed attempt counts; the outage says so once, then once a minute.
     subscriber.on("error", (exc: unknown) => {
-      if (this.closed || failed) return;
-      failed = true;
-      this.redisFailed(this.subscriberOutage, exc);
+      if (!this.closed) this.redisFailed(this.subscriberOutage, exc, subscriber);
     });
     subscriber.on("close", () => {
+      if (!this.closed) this.redisFailures += 1; // a dropped connection: delivery re-reads its pending entries
       // Until Redis confirms the subscription again, no copy follows it: reads go to Redis.
       if (this.core.subscribed) this.feed({ kind: "SubscriberLost" });
     });
-    subscriber.on("smessage", (_channel: string, message: string) => {
-      if (this.echoes.seen(message)) return; // this instance's own change, already applied
-      this.core.handle({ kind: "ChangePublished", data: message });
-      this.core.handle({ kind: "Tick", now: monotonic(), wallUs: this.nowUs() });
-      this.run(this.core.effects()).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
-    });
+    subscriber.on("smessage", (_channel: string, message: string) => this.heard(message));
     subscriber.on("ready", () => {
       subscriber.ssubscribe(...this.channels).then(
         (count) => {
           if (this.closed) return;
           // ioredis resolves once Redis confirmed every channel: the last confirmation's count.
           this.feed({ kind: "SubscriptionConfirmed", count: Number(count) });
-          failed = false;
           if (this.core.subscribed) this.redisAnswered(this.subscriberOutage);
         },
         (exc: unknown) => {
-          failed = true;
-          this.redisFailed(this.subscriberOutage, exc);
+          if (!this.closed) this.redisFailed(this.subscriberOutage, exc, subscriber);
         },
       );
     });
+  }
+
+  /** A change published on a channel this instance follows. */
+  private heard(message: string): void {
+    if (this.echoes.seen(message)) return; // this instance's own change, already applied
+    this.core.handle({ kind: "ChangePublished", data: message });
+    this.core.handle({ kind: "Tick", now: monotonic(), wallUs: this.nowUs() });
+    this.run(this.core.effects()).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
+  }
+
+  /** One sharded subscription per node, for the channels whose slots it owns now; a break or a
+   * move loses only that node's channels (their shards' copies read Redis until confirmed again
+   * on the new owner), the other shards' copies keep following. */
+  private subscribeToCluster(cluster: Cluster): void {
+    const subscriptions = new ClusterSubscriptions(cluster, this.channels, {
+      confirmed: (channel) => {
+        if (this.closed) return;
+        this.feed({ kind: "ChannelSubscribed", channel });
+        if (this.core.subscribed) this.redisAnswered(this.subscriberOutage);
+      },
+      lost: (channels) => {
+        if (!this.closed) this.feed({ kind: "ChannelsLost", channels });
+      },
+      message: (data) => this.heard(data),
+      failed: (exc) => (this.closed ? 1 : this.redisFailed(this.subscriberOutage, exc)),
+    });
+    this.clusterSubscriptions = subscriptions;
+    subscriptions.start();
   }
 
   // -- the WebSocket's socket -----------------------------------------------------------------
@@ -678,7 +999,7 @@ export class Outpost {
       socket.destroy();
       this.feed({ kind: "ConnectionFailed", now: monotonic(), reason });
     };
-    const timer = setTimeout(() => fail("cannot connect: timed out"), timeout * 1000);
+    const timer = setTimeout(() => fail(`cannot connect to ${host}:${port}: timed out`), timeout * 1000);
     socket.setNoDelay(true);
     socket.once(tls ? "secureConnect" : "connect", () => {
       clearTimeout(timer);
@@ -700,7 +1021,7 @@ export class Outpost {
     });
     socket.on("error", (exc: Error) => {
       clearTimeout(timer);
-      fail(opened ? `connection lost: ${exc.message}` : `cannot connect: ${exc.message}`);
+      fail(opened ? `connection lost: ${exc.message}` : cannotConnect(exc, host, port));
     });
     socket.on("close", () => {
       clearTimeout(timer);
@@ -726,13 +1047,19 @@ export class Outpost {
 
   // -- delivery -------------------------------------------------------------------------------
 
-  private async deliveryLoop(delivery: Delivery, connection: Redis, number: number): Promise<void> {
+  private async deliveryLoop(delivery: Delivery, connection: Redis | Cluster, number: number): Promise<void> {
     const outage = new Outage(`delivery ${number}`);
-    await this.retrying(outage, () => this.createGroups(connection), undefined); // Redis may be down at start
+    await this.retrying(outage, () => this.createGroups(connection), undefined, connection); // Redis may be down at start
     while (!this.closed) {
       delivery.flushing = this.flushing > 0;
       const action = delivery.nextEffect(monotonic());
-      const outcome = await this.act(outage, action, connection);
+      this.inFlight[number] = action.kind;
+      let outcome: DeliveryInput;
+      try {
+        outcome = await this.act(outage, action, connection, number);
+      } finally {
+        this.inFlight[number] = null;
+      }
       delivery.handle(outcome, monotonic(), this.nowUs());
       for (const report of delivery.reports()) this.logReport(report);
       if (outcome.kind === "Settled") this.signal.fire();
@@ -741,19 +1068,19 @@ export class Outpost {
 
   /** Do one delivery action. Redis failures are retried until they succeed (or the instance
    * closes): settling must not be skipped, and a read can simply wait. */
-  private act(outage: Outage, action: DeliveryEffect, connection: Redis): Promise<DeliveryInput> {
+  private act(outage: Outage, action: DeliveryEffect, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
     const nothing: DeliveryInput =
       action.kind === "PostBatch"
         ? { kind: "BatchFailed", reason: "closing", maybeSent: false }
         : action.kind === "ReportDropped"
           ? { kind: "Reported" }
           : nothingDone(action);
-    return this.retrying(outage, () => this.actOnce(action, connection), nothing);
+    return this.retrying(outage, () => this.actOnce(action, connection, number), nothing, connection);
   }
 
   /** call() until Redis answers, backing off; `closing` (nothing done, the work stays queued in
    * Redis) once the instance is closing. */
-  private async retrying<T>(outage: Outage, call: () => Promise<T>, closing: T): Promise<T> {
+  private async retrying<T>(outage: Outage, call: () => Promise<T>, closing: T, client: Redis | Cluster): Promise<T> {
     for (;;) {
       let result: T;
       try {
@@ -765,10 +1092,11 @@ export class Outpost {
           // Redis lost its data (a restart without AOF, FLUSHDB): a read says NOGROUP, a survey
           // (XINFO) "no such key". A failure here is retried too.
           await this.createGroups(this.redis).catch(() => {});
-          await sleep(0.05);
+          await this.pause(0.05);
         } else {
-          await sleep(this.redisFailed(outage, exc));
+          await this.pause(this.redisFailed(outage, exc, client));
         }
+        this.rereadPending = true;
         continue;
       }
       this.redisAnswered(outage);
@@ -776,31 +1104,47 @@ export class Outpost {
     }
   }
 
+  /** Sleep `seconds`, or less if the instance closes meanwhile. */
+  private pause(seconds: number): Promise<void> {
+    const closing = this.closing.signal;
+    return new Promise((resolve) => {
+      if (closing.aborted) return resolve();
+      const done = () => {
+        clearTimeout(timer);
+        closing.removeEventListener("abort", done);
+        resolve();
+      };
+      const timer = setTimeout(done, seconds * 1000);
+      closing.addEventListener("abort", done, { once: true });
+    });
+  }
+
   /** Once the loops stopped: this instance's heartbeat goes, so other instances take what it
    * still holds at their next survey, and it leaves the group where it holds nothing. */
-  private async handBack(connection: Redis): Promise<void> {
+  private async handBack(connection: Redis | Cluster): Promise<void> {
     try {
-      for (const action of handBack(this.consumer)) await this.actOnce(action, connection);
+      for (const action of handBack(this.consumer, this.shards)) await this.actOnce(action, connection);
     } catch (exc) {
-      this.log.warn(`outpost could not hand back its outbox entries (others take them once its heartbeat expires): ${String(exc)}`);
+      this.log.warn(`outpost could not hand back its outbox entries (others take them once its heartbeat expires): ${describe(exc, connection)}`);
     }
   }
 
-  private async actOnce(action: DeliveryEffect | ForgetHeartbeat, connection: Redis): Promise<DeliveryInput> {
+  private async actOnce(action: DeliveryEffect | ForgetHeartbeat, connection: Redis | Cluster, number = -1): Promise<DeliveryInput> {
     switch (action.kind) {
       case "ReadOutbox": {
-        const block = Math.trunc(action.block * 1000);
-        const args: (string | number)[] = ["GROUP", GROUP, this.consumer, "COUNT", action.count];
-        if (block > 0) args.push("BLOCK", block);
-        args.push("STREAMS", ...ALL_OUTBOXES, ...ALL_OUTBOXES.map(() => ">"));
-        // (ioredis's generic call() unwraps a one-stream answer: use the command's own method)
-        const xreadgroup = connection.xreadgroup.bind(connection) as unknown as (...a: (string | number)[]) => Promise<unknown>;
-        const reply = (await xreadgroup(...args)) as [string, [string, string[] | null][]][] | null;
-        const entries: [string, string, Map<string, string>][] = [];
-        for (const [stream, listing] of reply ?? []) {
-          for (const [id, flat] of listing ?? []) if (Array.isArray(flat)) entries.push([stream, id, pairs(flat)]);
+        const reread = this.rereadDue(number);
+        if (reread === "now") return this.readOwnPending(action.count, connection);
+        if (reread === "waiting" && action.block > 0) {
+          // Another loop reads or holds entries: read what is there without blocking, then let
+          // the others come to rest (one that finds none reading does the re-read).
+          const read = await this.readNew(action.count, 0, connection);
+          if (!read.entries.length) {
+            this.inFlight[number] = null; // at rest while it waits
+            await this.signal.wait(this.signal.version, Math.min(action.block, POLL));
+          }
+          return read;
         }
-        return { kind: "OutboxRead", entries };
+        return this.readNew(action.count, action.block, connection);
       }
       case "PostBatch":
         return this.post(action.body);
@@ -838,7 +1182,7 @@ export class Outpost {
       }
       case "ClaimStale": {
         const entries: [string, string, Map<string, string>][] = [];
-        for (const stream of ALL_OUTBOXES) {
+        for (const stream of this.outboxes) {
           const reply = (await connection.call("XAUTOCLAIM", stream, GROUP, this.consumer, Math.trunc(action.minIdle * 1000), "0-0", "COUNT", action.count)) as [string, [string, string[] | null][]];
           for (const [id, flat] of reply[1] ?? []) if (Array.isArray(flat)) entries.push([stream, id, pairs(flat)]);
         }
@@ -854,11 +1198,14 @@ export class Outpost {
         return { kind: "Done" };
       case "SurveyConsumers": {
         const listing: [string, unknown][] = [];
-        for (const stream of ALL_OUTBOXES) listing.push([stream, await connection.xinfo("CONSUMERS", stream, GROUP)]);
+        for (const stream of this.outboxes) listing.push([stream, await connection.xinfo("CONSUMERS", stream, GROUP)]);
         return { kind: "ConsumersListed", listing };
       }
-      case "CheckHeartbeats":
-        return { kind: "HeartbeatsChecked", values: await connection.mget(...action.keys) };
+      case "CheckHeartbeats": {
+        // On a cluster the heartbeats' slots differ: one GET each.
+        const values = this.cluster === null ? await connection.mget(...action.keys) : await Promise.all(action.keys.map((key) => connection.get(key)));
+        return { kind: "HeartbeatsChecked", values };
+      }
       case "Reclaim": {
         const reply = await this.script("reclaim", [action.stream], [GROUP, action.taker, String(action.count), ...action.consumers], connection, true);
         return { kind: "Reclaimed", stream: action.stream, reply };
@@ -872,6 +1219,76 @@ export class Outpost {
         await connection.del(action.key);
         return { kind: "Done" };
     }
+  }
+
+  /** Whether this read takes this consumer's pending entries again ("now"): after a Redis
+   * failure any loop met (after a fail-over, a settlement the old primary acknowledged but never
+   * replicated left its entries pending, and without this read they would wait for claimIdle),
+   * once no delivery loop of this instance holds entries or reads or settles some (they would be
+   * posted twice); "waiting" while one does; "no" when none is due. */
+  private rereadDue(number: number): "now" | "waiting" | "no" {
+    if (!this.rereadPending && this.redisFailures === this.failuresSeen) return "no";
+    const busy = this.deliveries.some(
+      (delivery, n) => n !== number && (!delivery.idle || BRINGS_ENTRIES.has(this.inFlight[n] ?? "")),
+    );
+    if (busy || !(this.deliveries[number]?.idle ?? true)) return "waiting";
+    this.rereadPending = false;
+    this.failuresSeen = this.redisFailures;
+    return "now";
+  }
+
+  /** XREADGROUP ... 0: the entries delivered to this consumer and not acknowledged, one stream
+   * at a time (a cluster refuses a read across slots). */
+  private async readOwnPending(count: number, connection: Redis | Cluster): Promise<DeliveryInput> {
+    const client = this.cluster ?? connection;
+    const xreadgroup = client.xreadgroup.bind(client) as unknown as (...a: (string | number)[]) => Promise<unknown>;
+    const entries: [string, string, Map<string, string>][] = [];
+    for (const stream of this.outboxes) {
+      const reply = (await xreadgroup("GROUP", GROUP, this.consumer, "COUNT", count - entries.length, "STREAMS", stream, "0")) as [string, [string, string[] | null][]][] | null;
+      for (const [name, listing] of reply ?? []) {
+        for (const [id, flat] of listing ?? []) if (Array.isArray(flat)) entries.push([name, id, pairs(flat)]);
+      }
+      if (entries.length >= count) {
+        this.rereadPending = true; // more may be pending: the next read at rest looks again
+        break;
+      }
+    }
+    return { kind: "OutboxRead", entries };
+  }
+
+  /** XREADGROUP ... >: entries no consumer was given yet, blocking at most `block` seconds. */
+  private async readNew(count: number, block: number, connection: Redis | Cluster): Promise<{ kind: "OutboxRead"; entries: [string, string, Map<string, string>][] }> {
+    if (this.cluster !== null) return this.readOutboxesOneByOne(count, block);
+    const blockMs = Math.trunc(block * 1000);
+    const args: (string | number)[] = ["GROUP", GROUP, this.consumer, "COUNT", count];
+    if (blockMs > 0) args.push("BLOCK", blockMs);
+    args.push("STREAMS", ...this.outboxes, ...this.outboxes.map(() => ">"));
+    // (ioredis's generic call() unwraps a one-stream answer: use the command's own method)
+    const xreadgroup = connection.xreadgroup.bind(connection) as unknown as (...a: (string | number)[]) => Promise<unknown>;
+    const reply = (await xreadgroup(...args)) as [string, [string, string[] | null][]][] | null;
+    const entries: [string, string, Map<string, string>][] = [];
+    for (const [stream, listing] of reply ?? []) {
+      for (const [id, flat] of listing ?? []) if (Array.isArray(flat)) entries.push([stream, id, pairs(flat)]);
+    }
+    return { kind: "OutboxRead", entries };
+  }
+
+  /** A cluster refuses one read across slots: each shard's stream is read on its own (starting
+   * with a random one, so no shard always goes first), and an empty round waits a little. */
+  private async readOutboxesOneByOne(count: number, block: number): Promise<{ kind: "OutboxRead"; entries: [string, string, Map<string, string>][] }> {
+    const entries: [string, string, Map<string, string>][] = [];
+    const outboxes = this.outboxes;
+    const start = Math.floor(Math.random() * outboxes.length);
+    for (let offset = 0; offset < outboxes.length && entries.length < count; offset++) {
+      const stream = outboxes[(start + offset) % outboxes.length] as string;
+      const xreadgroup = this.redis.xreadgroup.bind(this.redis) as unknown as (...a: (string | number)[]) => Promise<unknown>;
+      const reply = (await xreadgroup("GROUP", GROUP, this.consumer, "COUNT", count - entries.length, "STREAMS", stream, ">")) as [string, [string, string[] | null][]][] | null;
+      for (const [name, listing] of reply ?? []) {
+        for (const [id, flat] of listing ?? []) if (Array.isArray(flat)) entries.push([name, id, pairs(flat)]);
+      }
+    }
+    if (!entries.length && block > 0) await this.signal.wait(this.signal.version, Math.min(block, CLUSTER_POLL));
+    return { kind: "OutboxRead", entries };
   }
 
   private async post(body: Uint8Array): Promise<DeliveryInput> {
@@ -891,7 +1308,7 @@ export class Outpost {
     }
     let content: Uint8Array;
     try {
-      content = new Uint8Array(await response.arrayBuffer());
+      content = await readAtMost(response, MAX_ANSWER);
     } catch (exc) {
       return { kind: "BatchFailed", reason: `ingestion request failed: ${String(exc)}`, maybeSent: true };
     }
@@ -899,8 +1316,8 @@ export class Outpost {
     return { kind: "BatchAnswered", status: response.status, body: content, retryAfter: wait };
   }
 
-  private async createGroups(client: Redis): Promise<void> {
-    for (const stream of ALL_OUTBOXES) {
+  private async createGroups(client: Redis | Cluster): Promise<void> {
+    for (const stream of this.outboxes) {
       try {
         await client.xgroup("CREATE", stream, GROUP, "0", "MKSTREAM");
       } catch (exc) {
@@ -911,7 +1328,7 @@ export class Outpost {
 
   private async outboxMarks(): Promise<Map<string, string>> {
     const marks = new Map<string, string>();
-    for (const stream of ALL_OUTBOXES) {
+    for (const stream of this.outboxes) {
       const last = await this.redis.xrevrange(stream, "+", "-", "COUNT", 1);
       if (last.length && last[0]) marks.set(stream, last[0][0]);
     }
@@ -935,14 +1352,24 @@ export class Outpost {
   }
 }
 
+/** What a delivery loop may be doing that gives this consumer entries or settles some. */
+const BRINGS_ENTRIES = new Set<string>(["ReadOutbox", "ClaimStale", "Reclaim", "SettleScript"]);
+
 function pairs(flat: string[]): Map<string, string> {
   const out = new Map<string, string>();
   for (let i = 0; i + 1 < flat.length; i += 2) out.set(flat[i] as string, flat[i + 1] as string);
   return out;
 }
 
-function connectRedis(url: string): Redis {
-  const client = new Redis(url, { maxRetriesPerRequest: 2 });
-  client.on("error", () => {}); // each failed command reports it; ioredis reconnects by itself
-  return client;
+/** Resolves when `work` settles or after `seconds`, whichever comes first (work goes on). */
+async function within(work: Promise<unknown>, seconds: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, Math.max(0, seconds) * 1000);
+  });
+  try {
+    await Promise.race([work.then(() => undefined, () => undefined), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

@@ -7,7 +7,7 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { Redis } from "ioredis";
-import { ALL_CHANNELS } from "../../src/core/keys.js";
+import { allChannels } from "../../src/core/keys.js";
 import { byCodePoint } from "../../src/core/remote.js";
 import { SCRIPT_SHA1, SCRIPT_TEXT } from "../../src/core/scripts.generated.js";
 import { CONFORMANCE } from "../support/paths.js";
@@ -145,7 +145,7 @@ describe("the Lua vectors, through a real redis-server", () => {
     client = server.client();
     subscriber = server.client();
     subscriber.on("smessage", (channel: string, message: string) => messages.push([channel, message]));
-    await subscriber.ssubscribe(...ALL_CHANNELS, SENTINEL);
+    await subscriber.ssubscribe(...allChannels(), SENTINEL);
   });
   after(async () => server.stop());
 

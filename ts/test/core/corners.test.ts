@@ -12,6 +12,7 @@ import { eventIdOf, timestampUsOf } from "../../src/core/event.js";
 import { Customer, namespaceOfDatabase } from "../../src/core/keys.js";
 import { Link, Target } from "../../src/core/link.js";
 import { Mirror, Offer, deriveState } from "../../src/core/mirror.js";
+import { Remote } from "../../src/core/remote.js";
 import { Session, makeSettings } from "../../src/core/session.js";
 import { parseSnapshot } from "../../src/core/snapshots.js";
 import { parseAggregation, parseFilter } from "../../src/core/filters.js";
@@ -78,6 +79,25 @@ describe("the core's corners", () => {
     assert.equal(session.rejections.get("error"), 1);
   });
 
+  it("keeps nothing of an unasked-for snapshot once it is done or given up, and asks Polar nothing", () => {
+    const { session, send } = connected();
+    const remote = session.remote as Remote;
+    const other = "external:other";
+    // Given up (Redis failed the listing): let go, no retry that would ask Polar.
+    const [list] = send(snapshot({ external_customer_id: "other", request_id: null }));
+    assert.equal(remote.flows.get(other)?.pushed, true);
+    session.handle({ kind: "ListFailed", tag: (list as { tag: number }).tag });
+    assert.deepEqual(sent(session.effects()), []);
+    assert.equal(remote.flows.has(other), false);
+    session.handle({ kind: "Tick", now: 10.5, wallUs: 1_000 }); // past any retry's backoff
+    assert.deepEqual(sent(session.effects()).filter((m) => m.payload?.external_customer_id === "other"), []);
+    // Read while it applies: followed from then on, so asked for.
+    send(snapshot({ external_customer_id: "other", request_id: null }));
+    remote.follow(remote.flows.get(other)!.customer);
+    assert.equal(remote.flows.get(other)?.pushed, false);
+    assert.equal(sent(session.effects())[0].type, "snapshot");
+  });
+
   it("says loudly once why Polar refused the WebSocket, and why reads wait", () => {
     const warnings: string[] = [];
     const session = new Session(makeSettings(), { debug: () => {}, warn: (m) => warnings.push(m) }, new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
@@ -86,8 +106,58 @@ describe("the core's corners", () => {
     session.handle({ kind: "Tick", now: 0, wallUs: 0 });
     session.handle({ kind: "ConnectionOpened", now: 0 });
     session.handle({ kind: "BytesReceived", now: 0, data: te.encode("HTTP/1.1 401 No\r\ncontent-length: 0\r\n\r\n") });
-    assert.deepEqual(warnings, ["outpost: Polar refused the WebSocket: Polar refused the WebSocket with HTTP 401"]);
+    assert.deepEqual(warnings, ["outpost: Polar refused the WebSocket with HTTP 401"]); // one sentence
     assert.equal(session.notReadyReason("m", "c1", null), "no configuration from Polar yet (WebSocket disconnected: Polar refused the WebSocket with HTTP 401)");
+  });
+
+  it("tells a 404 (Polar serving only its public API) at information, not as a warning", () => {
+    const lines: string[] = [];
+    const logger = { debug: (m: string) => lines.push(`debug ${m}`), info: (m: string) => lines.push(`info ${m}`), warn: (m: string) => lines.push(`warn ${m}`) };
+    for (const log of [logger, { debug: logger.debug, warn: logger.warn }]) {
+      const session = new Session(makeSettings(), log, new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
+      session.handle({ kind: "Tick", now: 0, wallUs: 0 });
+      session.handle({ kind: "ConnectionOpened", now: 0 });
+      session.handle({ kind: "BytesReceived", now: 0, data: te.encode("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n") });
+      assert.equal(session.remote?.link.refusedStatus, 404);
+    }
+    // (a logger without info: at debug)
+    assert.deepEqual(lines, ["info outpost: Polar refused the WebSocket with HTTP 404", "debug outpost: Polar refused the WebSocket with HTTP 404"]);
+  });
+
+  it("names the refusal when a meter is missing from the cached configuration", () => {
+    const session = new Session(makeSettings(), undefined, new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
+    session.handle({ kind: "ConfigurationReceived", payload: CONFIGURATION, fromCache: true }); // an earlier token's
+    session.handle({ kind: "Tick", now: 0, wallUs: 0 });
+    session.handle({ kind: "ConnectionOpened", now: 0 });
+    session.handle({ kind: "BytesReceived", now: 0, data: te.encode('HTTP/1.1 401 No\r\ncontent-length: 27\r\n\r\n{"detail":"invalid token"}\n') });
+    assert.equal(
+      session.notReadyReason("m-new", "c1", null),
+      "meter 'm-new' is not in the configuration cached in Redis and Polar's has not arrived " +
+        "(WebSocket disconnected: Polar refused the WebSocket with HTTP 401: invalid token)",
+    );
+  });
+
+  it("logs Polar unreachable once, a reminder a minute, and one line when it is back", () => {
+    const lines: string[] = [];
+    const logger = { debug: () => {}, warn: (m: string) => lines.push(`warning ${m}`), info: (m: string) => lines.push(`info ${m}`) };
+    const link = new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes());
+    const session = new Session(makeSettings(), logger, link);
+    session.handle({ kind: "Tick", now: 0, wallUs: 0 });
+    session.effects();
+    for (const now of [2, 3, 30, 63, 64]) session.handle({ kind: "ConnectionFailed", now, reason: "cannot connect: connection refused" });
+    const now = Math.max(70, link.retryAt);
+    session.handle({ kind: "Tick", now, wallUs: 0 });
+    assert.deepEqual(session.effects().map((e) => e.kind), ["OpenConnection"]);
+    session.handle({ kind: "ConnectionOpened", now });
+    const [upgrade] = session.effects().filter((e) => e.kind === "SendBytes");
+    const key = /sec-websocket-key: (\S+)/.exec(Buffer.from((upgrade as { data: Uint8Array }).data).toString("latin1"))?.[1] as string;
+    session.handle({ kind: "BytesReceived", now, data: te.encode(`HTTP/1.1 101 S\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${acceptFor(key)}\r\n\r\n`) });
+    assert.ok(session.connected);
+    assert.deepEqual(lines, [
+      "warning outpost: Polar unreachable for the WebSocket: cannot connect: connection refused",
+      "warning outpost: Polar still unreachable for the WebSocket after 61 s: cannot connect: connection refused",
+      `info outpost: Polar is back for the WebSocket after ${(now - 2).toFixed(1)} s`,
+    ]);
   });
 
   it("ignores a load that a newer one replaced, and backs off from a gap loads keep leaving", () => {

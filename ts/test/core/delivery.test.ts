@@ -137,6 +137,7 @@ describe("the delivery policy", () => {
     assert.equal(delivery.nextEffect(31).kind, "PostBatch");
     delivery.handle(answered(422, { detail: [{ loc: ["body", "events", 0, "timestamp"], msg: "must be in the past" }] }), 32, 0);
     assert.match(delivery.stalled ?? "", /clock is ahead/);
+    assert.equal(delivery.blocked, false); // it passes by itself: a flush may still succeed
     assert.equal(delivery.nextEffect(32).kind, "Sleep");
   });
 
@@ -158,8 +159,10 @@ describe("the delivery policy", () => {
 
   it("stalls on a token or URL mistake, and removes unreadable outbox entries", () => {
     const [delivery] = posted(1);
+    assert.equal(delivery.blocked, false);
     delivery.handle(answered(401), 1, 0);
     assert.match(delivery.stalled ?? "", /401/);
+    assert.ok(delivery.blocked, "only an operator ends it: a flush would only wait");
     assert.deepEqual(delivery.reports(), [
       { level: "warning", message: "outpost delivery is stalled: Polar answered 401: check the access token and server URL" },
     ]);

@@ -168,10 +168,16 @@ describe("the TypeScript core answers as the Python core", () => {
   const events = fc.sample(eventCase, { numRuns: 500, seed: SEED });
   const sql = fc.sample(sqlCase, { numRuns: 1500, seed: SEED });
   const definitions = fc.sample(definitionCase, { numRuns: 600, seed: SEED });
-  const python = askPython({ numbers, keys, filters, events, sql, definitions });
+  const shardCounts = [1, 7, 64, 1024]; // deployments of other shard counts than 16
+  const python = askPython({ numbers, keys, counts: shardCounts, filters, events, sql, definitions });
 
   it("formats numbers as lib.lua's fmt", () => assert.deepEqual(numbers.map(formatNumber), python.numbers));
   it("builds the same keys", () => assert.deepEqual(keys.map((k) => stateKey(new Customer("external", k), "r")), python.keys));
+  it("builds the same keys for every shard count", () =>
+    assert.deepEqual(
+      keys.flatMap((k) => shardCounts.map((n) => stateKey(new Customer("external", k), "r", n))),
+      python.wide_keys,
+    ));
   it("matches filters the same way", () => {
     const ours = filters.map(([f, e]) => parseFilter(f).matches({ name: e.name, timestampS: 0, metadata: e.metadata as Record<string, unknown> }));
     ours.forEach((got, i) => assert.equal(got, python.filters[i], JSON.stringify(filters[i])));

@@ -106,6 +106,7 @@ describe("the WebSocket link", () => {
     link.opened(10);
     link.receive(te.encode("HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n"), 10);
     assert.equal(link.refused, "Polar refused the WebSocket with HTTP 401");
+    assert.equal(link.refusedStatus, 401);
     assert.equal(link.retryAt, 70);
     assert.equal(link.wantsConnection(69), false);
     assert.ok(link.wantsConnection(70));
@@ -167,6 +168,15 @@ describe("the WebSocket link", () => {
     assert.equal(link.state, LinkState.CLOSED);
     assert.equal(link.nextDeadline(), null);
     assert.equal(link.send({ type: "x" }), false);
+  });
+
+  it("ignores a connection that opens after close()", () => {
+    const link = new Link(Target.of("http://h"), "t", fixed, replayBytes());
+    assert.ok(link.wantsConnection(0));
+    link.close(); // the client closes while the driver is still connecting
+    link.opened(1);
+    assert.equal(link.state, LinkState.CLOSED);
+    assert.equal(link.dataToSend().length, 0);
   });
 
   it("refuses a message over the size limit", () => {

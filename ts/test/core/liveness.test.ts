@@ -8,7 +8,7 @@ import { MAX_WAIT, capacity, take, waitOf } from "../../src/core/budget.js";
 import { type DeliveryEffect, Delivery, type DeliveryInput, makeDeliverySettings, nothingDone } from "../../src/core/delivery.js";
 import { Echoes } from "../../src/core/echoes.js";
 import { UsageError } from "../../src/core/errors.js";
-import { ALL_OUTBOXES, BUDGET_KEY, heartbeatKey } from "../../src/core/keys.js";
+import { BUDGET_KEY, allOutboxes, heartbeatKey } from "../../src/core/keys.js";
 import { beat, check, consumersOf, handBack, reclaims, takenEntries } from "../../src/core/liveness.js";
 import { Outage } from "../../src/core/outage.js";
 
@@ -61,7 +61,7 @@ describe("liveness", () => {
     assert.deepEqual(reclaims(consumers, ["a"], [null, null], "me", 5), [[], 1]);
     assert.deepEqual(reclaims(consumers, ["a"], "x", "me", 5), [[], 1]);
     assert.equal(check(new Map()), null);
-    assert.deepEqual(consumersOf([[STREAM, { name: new Uint8Array([0xff]) }]], "me"), [new Map(), 1]);
+    assert.deepEqual(consumersOf([[STREAM, { name: new Uint8Array([0xff]) }]], "me", 16), [new Map(), 1]);
     const taken = (reply: unknown) => takenEntries({ kind: "Reclaimed", stream: STREAM, reply });
     assert.deepEqual(taken('{"e":{},"d":{}}'), [[], 0]);
     assert.deepEqual(taken(new TextEncoder().encode('{"e":[],"d":["a","b"]}')), [[], 2]);
@@ -71,9 +71,10 @@ describe("liveness", () => {
     assert.equal(beat("me", 0.0005).ttlMs, 1);
     assert.equal(beat("me", 0.0025).ttlMs, 2); // Python's round(): half to even
     assert.equal(beat("me", 0.0035).ttlMs, 4);
-    const back = handBack("me");
+    const back = handBack("me", 16);
     assert.deepEqual(back[0], { kind: "ForgetHeartbeat", key: heartbeatKey("me") });
-    assert.equal(back.length, 1 + ALL_OUTBOXES.length);
+    assert.equal(back.length, 1 + allOutboxes().length);
+    assert.equal(handBack("me", 64).length, 1 + 64);
   });
 
   it("says what a closing instance did not do: nothing, so the work stays in Redis", () => {
@@ -145,6 +146,7 @@ describe("the request budget", () => {
     step(delivery, 0, "ReadOutbox", { kind: "OutboxRead", entries: [[STREAM, "1-0", fields(1, "{not json}")]] });
     step(delivery, 0, "PostBatch", { kind: "BatchFailed", reason: "certificate", maybeSent: false, stalls: true });
     assert.equal(delivery.stalled, "certificate");
+    assert.ok(delivery.blocked);
     assert.deepEqual(delivery.nextEffect(0), { kind: "Sleep", until: 30 });
     delivery.handle({ kind: "Done" }, 30, 0);
     assert.equal(delivery.nextEffect(30).kind, "RefreshClaim");
@@ -180,6 +182,9 @@ describe("small policies", () => {
     assert.ok(outage.down);
     assert.deepEqual(outage.succeeded(71.3), { level: "info", message: "outpost: Redis is back for delivery 0 after 61.3 s" });
     assert.equal(outage.down, false);
+    const polar = new Outage("the WebSocket", "Polar");
+    assert.equal(polar.failed(0, "refused", 0)[1]?.message, "outpost: Polar unreachable for the WebSocket: refused");
+    assert.equal(polar.succeeded(2)?.message, "outpost: Polar is back for the WebSocket after 2.0 s");
   });
 
   it("recognises an echo once, and forgets the oldest beyond its size", () => {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Aggregate, formatNumber, parseNumber } from "../../src/core/aggregate.js";
-import { Customer, ackedKey, bucketKey, encodeComponent, stateKey } from "../../src/core/keys.js";
+import { Customer, SHARDS_KEY, ackedKey, allChannels, allOutboxes, bucketKey, encodeComponent, shardOf, stateKey } from "../../src/core/keys.js";
 import { iso, isoPython } from "../../src/core/time.js";
 
 describe("numbers as lib.lua's fmt writes them (conformance/README.md §2)", () => {
@@ -41,9 +41,20 @@ describe("numbers as lib.lua's fmt writes them (conformance/README.md §2)", () 
 
 describe("the key layout (conformance/README.md §1)", () => {
   it("shards as the README's examples", () => {
-    assert.equal(new Customer("external", "c1").shard, 10);
-    assert.equal(new Customer("external", "acme:{eu} 1").shard, 2);
-    assert.equal(new Customer("external", "c:2 {x}").shard, 7);
+    assert.equal(shardOf(new Customer("external", "c1")), 10);
+    assert.equal(shardOf(new Customer("external", "acme:{eu} 1")), 2);
+    assert.equal(shardOf(new Customer("external", "c:2 {x}")), 7);
+  });
+
+  it("shards modulo the deployment's count, as the README's examples", () => {
+    const examples = ["c1", "acme:{eu} 1", "c:2 {x}", "c2"].map((id) => new Customer("external", id));
+    assert.deepEqual(examples.map((c) => shardOf(c)), [10, 2, 7, 0]);
+    assert.deepEqual(examples.map((c) => shardOf(c, 64)), [10, 50, 7, 48]);
+    assert.deepEqual(examples.map((c) => shardOf(c, 1024)), [906, 306, 839, 560]);
+    assert.equal(stateKey(new Customer("external", "c2"), "r", 64), "outpost:v2:{48}:external:c2:r");
+    assert.deepEqual(allOutboxes(64).slice(62), ["outpost:v2:{62}:outbox", "outpost:v2:{63}:outbox"]);
+    assert.equal(allChannels("db1", 64).length, 64);
+    assert.equal(SHARDS_KEY, "outpost:v2:{fleet}:shards");
   });
 
   it("percent-encodes what could break a key, and only that", () => {

@@ -204,6 +204,7 @@ describe("the remote side", () => {
     assert.equal(polar.session.connected, false);
     assert.match(polar.session.notReadyReason("m-count", "c1", null), /WebSocket disconnected: reset/);
     polar.session.handle({ kind: "Closing" });
-    assert.equal(polar.session.nextDeadline(), null);
+    // Only the customer's idle deadline is left (read before any tick: dated 0).
+    assert.equal(polar.session.nextDeadline(), makeSettings().idleCustomerTtl);
   });
 });

@@ -4,6 +4,8 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError } from "../../src/core/errors.js";
 import { Session, makeSettings } from "../../src/core/session.js";
+import { Link, Target } from "../../src/core/link.js";
+import { PythonRandom } from "../../src/core/random.js";
 import type { Balance } from "../../src/core/balance.js";
 
 const CONFIGURATION = {
@@ -24,6 +26,16 @@ function configured(): Session {
 }
 
 describe("the session", () => {
+  it("can drop its link (the public-API mode): it then runs as one without a token", () => {
+    const session = new Session(makeSettings(), undefined, new Link(Target.of("http://polar.test"), "token", new PythonRandom(1), (n) => new Uint8Array(n)));
+    assert.notEqual(session.remote, null);
+    session.dropLink();
+    assert.equal(session.remote, null);
+    assert.deepEqual(session.linkStatus(), ["none", null]);
+    session.dropLink(); // twice: nothing more to do
+    assert.equal(session.remote, null);
+  });
+
   it("stores Polar's configuration, leaves a malformed reducer out, and prefers Polar's to a cache", () => {
     const session = configured();
     assert.equal(session.rejections.get("configuration"), 1);

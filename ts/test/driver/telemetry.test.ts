@@ -6,7 +6,7 @@ import { Telemetry } from "../../src/driver/telemetry.js";
 
 describe("telemetry", () => {
   it("lets the event loop run between slices of a large flush", async () => {
-    const telemetry = new Telemetry(true, { url: null, token: null, interval: 30 });
+    const telemetry = new Telemetry(true, { url: null, token: null, interval: 30, toApp: true });
     for (let i = 0; i < 5_000; i++) telemetry.tracked("external:c", ["m"], 0.001, "ok", 1);
     let flushed = false;
     let ranMeanwhile = false;

@@ -39,6 +39,8 @@ describe("the driver against the emulator", () => {
     const first = await outpost.balance(calls, { externalCustomerId: customer });
     assert.equal(first.consumed, 0);
     assert.ok(first.coldUntil instanceof Date);
+    // mode "auto" (the default): Polar serves /v1/outpost/, so the snapshot protocol runs
+    assert.deepEqual([outpost.mode, outpost.modeReason], ["snapshots", "Polar serves /v1/outpost/ (HTTP 101)"]);
     await outpost.track("api_call", { externalCustomerId: customer });
     await outpost.track("other", { externalCustomerId: customer });
     const after = await outpost.balance(calls, { externalCustomerId: customer });

@@ -1,4 +1,4 @@
-/** The invariant of decisions.md D5 as a fast-check property, the TypeScript counterpart of
+/** The invariant of docs/invariant.md as a fast-check property, the TypeScript counterpart of
  * tests/conformance/test_model.py (smaller: snapshots are applied as the driver applies them,
  * without the WebSocket flow, which the traces cover).
  *
@@ -25,7 +25,9 @@ import { Balance } from "../../src/core/balance.js";
 import { Delivery, type DeliveryInput, makeDeliverySettings, withKnownRevs } from "../../src/core/delivery.js";
 import type { Effect } from "../../src/core/effects.js";
 import type { Input } from "../../src/core/inputs.js";
-import { ALL_CHANNELS, ALL_OUTBOXES, Customer, ackedKey, bucketKey, channel, stateKey } from "../../src/core/keys.js";
+import { Customer, ackedKey, allChannels, allOutboxes, bucketKey, channel, shardOf, stateKey } from "../../src/core/keys.js";
+
+const ALL_OUTBOXES = allOutboxes();
 import { PythonRandom } from "../../src/core/random.js";
 import { Session, makeSettings } from "../../src/core/session.js";
 import { BUCKET_US, HOUR_US, floorBucket } from "../../src/core/time.js";
@@ -297,7 +299,7 @@ class World {
     const a = this.sessions[0] as Session;
     const customer = new Customer("external", snapshot.customer);
     const keys: string[] = [];
-    const args = [channel(customer.shard), String(this.nowUs), String(HOUR_US), String(snapshot.coldUntil), String(snapshot.asOf), snapshot.id, "1", "m-count", "10"];
+    const args = [channel(shardOf(customer)), String(this.nowUs), String(HOUR_US), String(snapshot.coldUntil), String(snapshot.asOf), snapshot.id, "1", "m-count", "10"];
     for (const [reducer, aggregate] of snapshot.totals) {
       const state = stateKey(customer, reducer);
       // The buckets the state hash indexes (its a: fields), then their events.
@@ -422,7 +424,7 @@ describe("the invariant against a reference model of Polar (fast-check)", () => 
     redis = server.client();
     subscriber = server.client();
     subscriber.on("smessage", (channelName: string, message: string) => published.push(channelName === SENTINEL ? SENTINEL : message));
-    await subscriber.ssubscribe(...ALL_CHANNELS, SENTINEL);
+    await subscriber.ssubscribe(...allChannels(), SENTINEL);
   });
   after(async () => server.stop());
 
@@ -477,10 +479,10 @@ describe("the invariant against a reference model of Polar (fast-check)", () => 
     );
   });
 
-  // decisions.md D5's case: tracked into a hot bucket; Polar syncs the bucket and computes a
+  // The race the invariant guards: tracked into a hot bucket; Polar syncs the bucket and computes a
   // snapshot without the event; the event is delivered and acknowledged while the bucket is still
   // hot locally; the snapshot is applied.
-  const D5: Step[] = [
+  const ACKNOWLEDGED_WHILE_HOT: Step[] = [
     { kind: "track", customer: 0, name: "api_call", tokens: null, age: 0, again: false },
     { kind: "advance", minutes: 6, onTime: true },
     { kind: "compute", customer: 0 },
@@ -495,10 +497,11 @@ describe("the invariant against a reference model of Polar (fast-check)", () => 
     ),
   };
 
-  it("passes D5's case with the real scripts", () => execute(D5));
+  it("passes the acknowledged-while-hot case with the real scripts", () =>
+    execute(ACKNOWLEDGED_WHILE_HOT));
 
-  it("catches the design document's literal acknowledge rule (the mutant) on D5's case", async () => {
-    await assert.rejects(execute(D5, mutant), /local .* vs Polar's eventual/);
+  it("catches the naive acknowledge rule (the mutant) on the acknowledged-while-hot case", async () => {
+    await assert.rejects(execute(ACKNOWLEDGED_WHILE_HOT, mutant), /local .* vs Polar's eventual/);
   });
 
   it("finds a failing program against the mutant by itself", async () => {

@@ -2,6 +2,7 @@
  * port, and its admin API (docs/emulator.md). */
 
 import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { REPO } from "./paths.js";
@@ -11,7 +12,9 @@ export const PYTHON = join(REPO, ".venv", "bin", "python");
 const OUTPOST = join(REPO, ".venv", "bin", "outpost");
 
 export class Emulator {
-  readonly token = "polar_oat_ts_tests";
+  /** A token of this emulator's own: what answers with it is this process, not another one that
+   * took the port between the look for a free one and this one's bind. */
+  readonly token = `polar_oat_ts_tests_${randomBytes(6).toString("hex")}`;
   port = 0;
   private process: ChildProcess | null = null;
   private log = "";
@@ -20,11 +23,26 @@ export class Emulator {
     return `http://127.0.0.1:${this.port}`;
   }
 
-  static async start(): Promise<Emulator> {
+  /** publicOnly: Polar's public API as it is (no /v1/outpost/; docs/emulator.md), its customer
+   * meters recomputed recomputeDelays[0] seconds after a customer's last ingest. */
+  static async start(options: { publicOnly?: boolean; recomputeDelays?: [number, number] } = {}): Promise<Emulator> {
     if (!existsSync(OUTPOST)) throw new Error(`${OUTPOST} is missing: run ./dev once (it creates .venv)`);
+    // The port may be taken between the look for a free one and the bind: then try another.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await Emulator.startOnce(options);
+      } catch (exc) {
+        if (attempt >= 3 || !(exc instanceof PortTaken)) throw exc;
+      }
+    }
+  }
+
+  private static async startOnce(options: { publicOnly?: boolean; recomputeDelays?: [number, number] }): Promise<Emulator> {
     const emulator = new Emulator();
     emulator.port = await freePort();
     const args = ["emulator", "--host", "127.0.0.1", "--port", String(emulator.port), "--token", emulator.token, "--log-level", "warning"];
+    if (options.publicOnly) args.push("--public-only");
+    if (options.recomputeDelays) args.push("--recompute-delays", ...options.recomputeDelays.map(String));
     const child = spawn(OUTPOST, args, { stdio: ["ignore", "ignore", "pipe"] });
     emulator.process = child;
     child.stderr?.on("data", (chunk: Buffer) => {
@@ -33,12 +51,22 @@ export class Emulator {
     await waitFor(
       "the emulator to answer",
       async () => {
-        if (child.exitCode !== null) throw new Error(`the emulator exited: ${emulator.log}`);
+        if (child.exitCode !== null) {
+          if (emulator.log.includes("address already in use")) throw new PortTaken(emulator.log);
+          throw new Error(`the emulator exited: ${emulator.log}`);
+        }
+        let answer: Response;
         try {
-          return (await fetch(`${emulator.url}/__emulator/clock`)).ok ? true : undefined;
+          answer = await fetch(`${emulator.url}/v1/meters/`, { headers: { authorization: `Bearer ${emulator.token}` } });
         } catch {
           return undefined;
         }
+        // Another server on the port would not know this token.
+        if (answer.status === 401 || answer.status === 404) {
+          await emulator.stop();
+          throw new PortTaken(`another server answers on port ${emulator.port}`);
+        }
+        return answer.ok ? true : undefined;
       },
       30,
     );
@@ -85,5 +113,7 @@ export class Emulator {
     return this.admin("customer-meter", { meter_id: meterId, external_customer_id: externalCustomerId });
   }
 }
+
+class PortTaken extends Error {}
 
 export const CALLS_FILTER = { conjunction: "and", clauses: [{ property: "name", operator: "eq", value: "api_call" }] };

@@ -69,6 +69,11 @@ def main() -> None:
     out = {
         "numbers": [format_number(x) for x in batch["numbers"]],
         "keys": [state_key(Customer("external", i), "r") for i in batch["keys"]],
+        "wide_keys": [
+            state_key(Customer("external", i), "r", n)
+            for i in batch["keys"]
+            for n in batch.get("counts", [])
+        ],
         "filters": [matches(f, e) for f, e in batch["filters"]],
         "events": [event_error(case) for case in batch["events"]],
         "sql": [safe_side(case) for case in batch.get("sql", [])],

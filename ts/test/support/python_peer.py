@@ -21,6 +21,8 @@ def balance_of(outpost: Outpost, command: dict[str, Any]) -> dict[str, Any]:
         "pending": b.pending,
         "undelivered": b.undelivered,
         "revision": b.revision,
+        "held": b.held,
+        "available": b.available,
         "snapshot_id": b.snapshot_id,
         "cold_until_us": None if b.cold_until is None else int(b.cold_until.timestamp() * 1e6),
     }
@@ -36,14 +38,31 @@ def main() -> None:
     options = json.loads(sys.argv[1])
     outpost = Outpost(telemetry=False, **options)
     answer({"ready": True})
+    reservations: dict[str, Any] = {}
     for line in sys.stdin:
         command = json.loads(line)
         op = command.pop("op")
         try:
             if op == "track":
                 result: Any = outpost.track(command.pop("name"), **command)
+            elif op == "reserve":
+                meter_id, units = command.pop("meter_id"), command.pop("units")
+                reservation = outpost.reserve(meter_id, units, **command)
+                result = f"r{len(reservations)}"
+                reservations[result] = reservation
+            elif op == "commit":
+                held = reservations[command.pop("reservation")]
+                result = held.commit(command.pop("name"), **command)
+            elif op == "release":
+                result = reservations[command.pop("reservation")].release()
             elif op == "balance":
                 result = balance_of(outpost, command)
+            elif op == "status":
+                status = outpost.status
+                result = {
+                    "mode": getattr(status, "mode", "snapshots"),
+                    "mode_reason": getattr(status, "mode_reason", ""),
+                }
             elif op == "flush":
                 result = outpost.flush(command.get("timeout", 10.0))
             elif op == "close":

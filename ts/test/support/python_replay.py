@@ -7,7 +7,7 @@ import json
 import random
 import sys
 
-from outpost_core._trace import replay_delivery, replay_session
+from outpost_core.traces import replay_delivery, replay_session
 
 
 def main() -> None:

@@ -36,35 +36,59 @@ export class RedisServer {
   private readonly directory = mkdtempSync(join(tmpdir(), "outpost-ts-redis-"));
   private readonly clients: Redis[] = [];
 
+  /** durable: an append-only file written at every command, so a restart keeps the data. */
+  constructor(readonly durable = false) {}
+
   get url(): string {
     return `redis://127.0.0.1:${this.port}/0`;
   }
 
-  static async start(): Promise<RedisServer> {
-    const server = new RedisServer();
+  static async start(durable = false): Promise<RedisServer> {
+    const server = new RedisServer(durable);
     await server.start();
     return server;
   }
 
   async start(): Promise<void> {
-    if (!this.port) this.port = await freePort();
-    const args = ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", this.directory, "--loglevel", "warning"];
-    this.process = spawn("redis-server", args, { stdio: "ignore" });
+    // The port may be taken between the look for a free one and the bind (this machine runs
+    // other tests): the server that answers must be this process.
+    for (let attempt = 1; ; attempt++) {
+      const fresh = !this.port;
+      if (fresh) this.port = await freePort();
+      if (await this.startOnce()) return;
+      this.kill();
+      if (!fresh || attempt >= 3) throw new Error(`another server answers on port ${this.port}`);
+      this.port = 0;
+    }
+  }
+
+  /** Whether the redis-server started here is the one answering on the port. */
+  private async startOnce(): Promise<boolean> {
+    const args = ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", this.durable ? "yes" : "no", "--appendfsync", "always", "--dir", this.directory, "--loglevel", "warning", ...this.extraArgs()];
+    const child = spawn("redis-server", args, { stdio: "ignore" });
+    this.process = child;
     const probe = new Redis({ port: this.port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
     probe.on("error", () => {});
     try {
-      await waitFor("redis-server to answer PING", async () => {
+      const pid = await waitFor("redis-server to answer", async () => {
         try {
           if (probe.status !== "ready") await probe.connect();
-          return (await probe.ping()) === "PONG" ? true : undefined;
+          const info = await probe.info("server");
+          return /process_id:(\d+)/.exec(info)?.[1];
         } catch {
           probe.disconnect();
           return undefined;
         }
       });
+      return Number(pid) === child.pid;
     } finally {
       probe.disconnect();
     }
+  }
+
+  /** More redis-server arguments (a replica's). */
+  protected extraArgs(): string[] {
+    return [];
   }
 
   /** A plain client, closed with the server. */
@@ -79,6 +103,16 @@ export class RedisServer {
   kill(): void {
     this.process?.kill("SIGKILL");
     this.process = null;
+  }
+
+  /** SIGTERM, keeping the port and (when durable) the data for start(). */
+  async halt(): Promise<void> {
+    const process = this.process;
+    this.process = null;
+    if (process === null || process.exitCode !== null) return;
+    const exited = new Promise((resolve) => process.once("exit", resolve));
+    process.kill("SIGTERM");
+    await exited;
   }
 
   async stop(): Promise<void> {

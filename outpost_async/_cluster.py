@@ -1,0 +1,267 @@
+"""What differs on a Redis Cluster: the slot map, one shard subscription per node, and calls
+that must reach the node owning a key.
+
+On a cluster the driver sends the same commands, one slot per command (one shard's keys, or one
+outbox stream); only the subscriber, the outbox reads and script loading differ
+(docs/redis-layout.md, "Redis Cluster"). All three live here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from outpost_async._backend import (
+    Worker,
+    close_node_pubsub,
+    open_node_pubsub,
+    run_on_node,
+)
+from outpost_async._context import POLL, DriverContext, failed_in_redis
+from outpost_async._subscriber import Subscriber
+from outpost_core import (
+    GROUP,
+    ChannelsLost,
+    ChannelSubscribed,
+    DeliveryInput,
+    OutboxRead,
+    ReadOutbox,
+    StreamEntry,
+    Tick,
+    stream_entries,
+    text_of,
+)
+
+_CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
+_NODE_POLL = 0.05  # seconds a node's worker waits for a message before it looks at its tasks
+_TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
+_REDIRECTIONS = 5  # tries of a script on a cluster whose slot map is changing
+
+
+def owner(cluster: RedisCluster, key: str) -> Any:
+    """The node that serves ``key``'s slot, as the client's slot map says."""
+    node = cluster.get_node_from_key(key)  # type: ignore[no-untyped-call,unused-ignore]
+    if node is None:
+        raise RedisConnectionError(f"no node serves {key}")
+    return node
+
+
+async def on_owning_node(
+    cluster: RedisCluster, node_calls: Any, key: str, commands: list[tuple[Any, ...]]
+) -> list[Any]:
+    """``commands`` on one connection of the node that owns ``key``, in one round trip,
+    following ASK (with ``ASKING`` on that same connection) and MOVED here: redis-py's async
+    cluster client may send ``ASKING`` and the command on two connections, and its pipeline
+    may send a redirected call to another node than the command after it."""
+    node = owner(cluster, key)
+    asking: list[tuple[Any, ...]] = []
+    for _ in range(_REDIRECTIONS):
+        try:
+            async with node_calls:
+                replies = await run_on_node(cluster, node, [*asking, *commands])
+        except (RedisConnectionError, TimeoutError, OSError):
+            await cluster.nodes_manager.initialize()
+            node, asking = owner(cluster, key), []
+            continue
+        replies = replies[len(asking) :]
+        first = replies[0]
+        if isinstance(first, AskError):  # the slot is migrating and the keys left already
+            target = cluster.get_node(first.host, first.port)  # type: ignore[no-untyped-call,unused-ignore]
+            if target is None:
+                raise first
+            node, asking = target, [("ASKING",)]
+        elif isinstance(first, MovedError | TryAgainError):
+            await cluster.nodes_manager.initialize()
+            node, asking = owner(cluster, key), []
+        else:
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
+    raise RedisConnectionError(f"the slot of {key} kept moving")
+
+
+async def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> DeliveryInput:
+    """A cluster refuses one read across slots: each shard's stream is read on its own, and
+    an empty round waits a little before the next (no blocking read spans the streams)."""
+    entries: list[StreamEntry] = []
+    outboxes = ctx.outboxes
+    start = random.randrange(len(outboxes))  # no shard always read first
+    for offset in range(len(outboxes)):
+        stream = outboxes[(start + offset) % len(outboxes)]
+        left = action.count - len(entries)
+        if left <= 0:
+            break
+        reply = await ctx.redis.xreadgroup(GROUP, ctx.consumer, {stream: ">"}, count=left)
+        entries += stream_entries(reply)
+    if not entries and action.block > 0:
+        version = ctx.signal.version
+        await ctx.signal.wait(version, min(action.block, _CLUSTER_POLL * 5))
+    return OutboxRead(entries)
+
+
+@attrs.define
+class NodeSubscription:
+    """A cluster node's pub/sub connection, read by a worker of its own; the shard channels it
+    holds (subscribed, or asked for), and what its worker has yet to (un)subscribe."""
+
+    pubsub: Any
+    channels: set[str] = attrs.field(factory=set)
+    to_subscribe: set[str] = attrs.field(factory=set)
+    """Channels given to this node that its worker has not subscribed yet."""
+    to_unsubscribe: set[str] = attrs.field(factory=set)
+    worker: Any = None
+    stopped: bool = False
+    failure: BaseException | None = None
+    """Why its connection broke (the worker stopped); the topology loop then loses it."""
+
+
+class ClusterSubscriber(Subscriber):
+    """One sharded subscription per node, for the channels of the shards it owns now, each read
+    by a worker of its own (so a message is taken as soon as it comes, whichever node sends it).
+    A break (its node failed, a slot moved away) loses that node's channels only: the session
+    stops their copies following, and reloads them once each channel is subscribed again on its
+    owner; the other shards' copies keep following. The topology loop (:meth:`run`) looks at the
+    slot map after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
+    fail-over or a migration by itself: docs/redis-layout.md, "Redis Cluster")."""
+
+    async def run(self) -> None:
+        ctx = self._context
+        assert ctx.cluster is not None
+        nodes: dict[str, NodeSubscription] = {}
+        look_at = 0.0  # when to look at the slot map next
+        try:
+            while not ctx.closed:
+                version = ctx.signal.version
+                for name, node in list(nodes.items()):
+                    if node.failure is not None:
+                        await self._lose_node(nodes, name)
+                        ctx.redis_failed(ctx.subscriber_outage, node.failure)
+                        look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
+                if time.monotonic() >= look_at:
+                    look_at = time.monotonic() + _TOPOLOGY_CHECK
+                    try:
+                        await self._follow_slot_map(ctx.cluster, nodes)
+                    except (RedisError, OSError) as exc:
+                        look_at = time.monotonic() + ctx.redis_failed(ctx.subscriber_outage, exc)
+                with ctx.lock:
+                    held = sum(len(node.channels) for node in nodes.values())
+                if held < len(ctx.channels):  # a channel given away: find its new owner
+                    look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
+                with ctx.lock:
+                    ctx.session.handle(Tick(time.monotonic(), ctx.now_us()))
+                    effects = ctx.session.effects()
+                if effects:
+                    self._effects.hand_over(effects)
+                await ctx.signal.wait(version, max(0.0, min(look_at - time.monotonic(), POLL)))
+        finally:
+            for node in nodes.values():
+                node.stopped = True
+            for node in nodes.values():
+                await node.worker.stop(POLL)
+                with contextlib.suppress(RedisError, OSError):
+                    await close_node_pubsub(node.pubsub)
+
+    async def _follow_slot_map(
+        self, cluster: RedisCluster, nodes: dict[str, NodeSubscription]
+    ) -> None:
+        """Hand each channel to the worker of the node that owns its slot now: a node whose
+        channels moved away gives them up (their copies stop following), a node that gained
+        some subscribes them; a node without a worker gets one."""
+        ctx = self._context
+        await cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
+        await ctx.departed_nodes.sweep(cluster, time.monotonic())
+        owners = {channel: owner(cluster, channel) for channel in ctx.channels}
+        held: set[str] = set()
+        for name, node in nodes.items():
+            with ctx.lock:
+                moved = {c for c in node.channels if owners[c].name != name}
+                node.channels -= moved
+                node.to_unsubscribe |= moved
+                if moved:
+                    ctx.session.handle(ChannelsLost(tuple(sorted(moved))))
+                    ctx.redis_failures += 1  # a fail-over no call saw fail (redis_failures)
+                held |= node.channels
+        for channel in sorted(set(ctx.channels) - held):
+            node_owner = owners[channel]
+            subscription = nodes.get(node_owner.name)
+            if subscription is None:
+                subscription = NodeSubscription(open_node_pubsub(cluster, node_owner))
+                name = f"outpost-subscriber-{node_owner.name}"
+                subscription.worker = Worker(name, self._node_loop(subscription, name))
+                nodes[node_owner.name] = subscription
+            with ctx.lock:
+                subscription.channels.add(channel)
+                subscription.to_subscribe.add(channel)
+
+    def _node_loop(self, node: NodeSubscription, name: str) -> Callable[[], Any]:
+        """One node's subscription: (un)subscribe what the slot map says, then wait for its
+        messages. Only this worker touches the node's connection."""
+        ctx = self._context
+
+        async def loop() -> None:
+            try:
+                while not ctx.closed and not node.stopped:
+                    with ctx.lock:
+                        add, node.to_subscribe = node.to_subscribe, set()
+                        remove, node.to_unsubscribe = node.to_unsubscribe, set()
+                    if remove:
+                        await node.pubsub.sunsubscribe(*sorted(remove))
+                    for channel in sorted(add):
+                        await node.pubsub.ssubscribe(channel)  # one slot per command
+                    await self._take_node_messages(node)
+            except Exception as exc:  # a Redis error, or redis-py failing under a fail-over
+                if not failed_in_redis(exc) and self._supervisor is not None:
+                    self._supervisor.failed(name, exc)  # a bug: logged, shown in status
+                node.failure = exc
+                ctx.signal.fire()
+
+        return loop
+
+    async def _take_node_messages(self, node: NodeSubscription) -> None:
+        """What one node's subscription brought, to the session, as on a single Redis."""
+        ctx = self._context
+        news, _ = await self.hear(node.pubsub, _NODE_POLL)
+        if not news:
+            return
+        with ctx.lock:
+            self.news_to_core(news, functools.partial(self._node_message_to_core, node))
+            effects = ctx.session.effects()
+        self.subscriber_back()
+        self._effects.hand_over(effects)
+
+    def _node_message_to_core(self, node: NodeSubscription, message: dict[str, Any]) -> None:
+        ctx = self._context
+        kind = text_of(message.get("type"))
+        channel = text_of(message.get("channel"))
+        if kind == "ssubscribe":
+            if channel in node.channels:
+                ctx.session.handle(ChannelSubscribed(channel))
+        elif kind == "sunsubscribe":
+            if channel in node.channels:  # not ours: the node gave the slot away
+                node.channels.discard(channel)
+                ctx.session.handle(ChannelsLost((channel,)))
+                ctx.redis_failures += 1  # a fail-over no call saw fail (redis_failures)
+                ctx.signal.fire()  # the topology loop looks for its new owner
+        else:
+            self.message_to_core(message)
+
+    async def _lose_node(self, nodes: dict[str, NodeSubscription], name: str) -> None:
+        ctx = self._context
+        node = nodes.pop(name)
+        node.stopped = True
+        with ctx.lock:
+            lost, node.channels = node.channels, set()
+            ctx.session.handle(ChannelsLost(tuple(sorted(lost))))
+        await node.worker.stop(POLL)
+        with contextlib.suppress(RedisError, OSError):
+            await close_node_pubsub(node.pubsub)

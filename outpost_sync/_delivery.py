@@ -1,0 +1,583 @@
+# GENERATED from outpost_async/_delivery.py by scripts/unasync.py: do not edit.
+"""The delivery loops: each moves events from the outbox streams to Polar's ingestion API, one
+effect of its sans-IO ``Delivery`` machine at a time (every effect is a request whose answer is
+the machine's next input). Also what ``flush()`` and ``close()`` ask of the outboxes.
+
+``_DELIVERY_EFFECTS`` (at the end) is the dispatch table: each effect a delivery machine can ask
+for, and the method that does it and returns what came of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import httpx
+from redis.exceptions import RedisError, ResponseError
+
+from outpost_core import (
+    GROUP,
+    BatchAnswered,
+    BatchFailed,
+    Beat,
+    CheckHeartbeats,
+    ClaimStale,
+    ConsumersListed,
+    Delivery,
+    DeliveryEffect,
+    DeliveryInput,
+    DeliverySettings,
+    Done,
+    ForgetHeartbeat,
+    HeartbeatsChecked,
+    Outage,
+    OutboxRead,
+    PostAndSettle,
+    PostBatch,
+    ReadOutbox,
+    Reclaim,
+    Reclaimed,
+    RedisUnavailable,
+    RefreshClaim,
+    ReportDropped,
+    Reported,
+    ScriptReplied,
+    Settled,
+    SettleScript,
+    SettleScripts,
+    Sleep,
+    StreamEntry,
+    SurveyConsumers,
+    TakeRequest,
+    __version__,
+    claimed_entries,
+    hand_back,
+    lost_its_data,
+    nothing_done,
+    retry_after,
+    stream_entries,
+    with_known_revs,
+)
+from outpost_io.tls import describe
+from outpost_sync._backend import Worker, all_of, alongside, call_back, sleep
+from outpost_sync._cluster import read_outboxes_one_by_one
+from outpost_sync._context import (
+    POLL,
+    DriverContext,
+    failed_in_redis,
+    log_report,
+    redis_unavailable,
+)
+from outpost_sync._effects import SessionEffects
+from outpost_sync._scripts import run_script, take_request
+from outpost_sync._supervisor import Supervisor
+
+_NOW = "now"  # a read that takes this consumer's pending entries again
+_WAITING = "waiting"  # such a read is due, but another loop reads or holds entries
+
+_T = TypeVar("_T")
+_USER_AGENT = f"outpost-python/{__version__}"
+_FLUSH_READS = 3  # attempts of a flush's outbox read before it raises RedisUnavailable
+MAX_ANSWER = 1 << 20
+"""The most of an ingestion answer read (its error detail): 1 MiB."""
+
+
+class Deliveries:
+    """What one instance does with its outboxes: its delivery loops (one per request it may
+    have in flight), ``flush()``, and handing back what it holds at ``close()``."""
+
+    def __init__(
+        self, context: DriverContext, effects: SessionEffects, settings: DeliverySettings
+    ) -> None:
+        self._context = context
+        self._effects = effects
+        self._settings = settings
+        self.machines: list[Delivery] = []
+        self._reread_pending = False
+        """A Redis failure (a fail-over may have lost settlements the old primary acknowledged)
+        or a loop's restart: the next read takes this consumer's own pending entries again."""
+        self._reading = 0
+        """Reads of new entries in flight: a re-read of pending entries waits until none is."""
+        self._failures_seen = 0
+        """``redis_failures`` when this instance last re-read its pending entries."""
+
+    def open_client(self) -> None:
+        """Open the ingestion API's client (a proxy whose scheme needs a missing package fails
+        here, before any loop starts)."""
+        ctx = self._context
+        ctx.http = httpx.Client(
+            base_url=ctx.server_url,
+            headers={"Authorization": f"Bearer {ctx.access_token}", "User-Agent": _USER_AGENT},
+            timeout=httpx.Timeout(30.0, connect=5.0),
+            verify=ctx.tls,
+        )
+
+    def start(self, count: int, supervisor: Supervisor) -> list[Worker]:
+        """Start ``count`` delivery loops, each under ``supervisor``."""
+        workers = []
+        for n in range(count):
+            self.machines.append(self._machine(n))
+            workers.append(supervisor.worker(f"outpost-delivery-{n}", self.loop(n)))
+        return workers
+
+    def _machine(self, number: int) -> Delivery:
+        started = time.monotonic()
+        delivery = Delivery(self._settings, self._context.traces.rng(number + 1), started)
+        return self._context.traces.delivery(number, delivery, self._settings, started)
+
+    @property
+    def stalled(self) -> str | None:
+        return next((d.stalled for d in self.machines if d.stalled), None)
+
+    @property
+    def blocked(self) -> str | None:
+        """Why delivery is stalled by what only an operator fixes (a token, a URL, a
+        certificate, a proxy), or ``None``: a flush could only wait it out."""
+        return next((d.stalled for d in self.machines if d.blocked), None)
+
+    @property
+    def rejected_entries(self) -> int:
+        return sum(d.rejected_entries for d in self.machines)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every event queued now is delivered or dropped (``True``), at most
+        ``timeout`` seconds (``False``)."""
+        ctx = self._context
+        marks = self._read_outboxes(self._outbox_marks)
+        deadline = time.monotonic() + timeout
+        ctx.flushing += 1
+        ctx.signal.fire()
+        try:
+            while True:
+                version = ctx.signal.version
+                settled = not ctx.settling and self._read_outboxes(
+                    functools.partial(self._outbox_settled, marks)
+                )
+                if settled:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                ctx.signal.wait(version, min(remaining, 0.05))
+        finally:
+            ctx.flushing -= 1
+
+    def _read_outboxes(self, read: Callable[[], _T]) -> _T:
+        """``read()`` for a flush, tried again a few times on a Redis failure: after Redis came
+        back, a connection the pool kept from before fails once (on some redis-py releases its
+        own retry does not recover it); past that, ``RedisUnavailable``."""
+        for _ in range(_FLUSH_READS - 1):
+            try:
+                with redis_unavailable("reading the outboxes"):
+                    return read()
+            except RedisUnavailable:
+                sleep(POLL)
+        with redis_unavailable("reading the outboxes"):
+            return read()
+
+    def loop(self, number: int) -> Callable[[], Any]:
+        """The worker of delivery machine ``number``."""
+        ctx = self._context
+        outage = Outage(f"delivery {number}")
+        runs = 0
+
+        def loop() -> None:
+            nonlocal runs
+            runs += 1
+            if runs > 1:
+                # Restarted after a failure: a fresh machine, and what the failed one held (still
+                # pending for this consumer) is read again.
+                self.machines[number] = self._machine(number)
+                self._reread_pending = True
+            delivery = self.machines[number]
+            self._retrying(outage, self._create_groups, None)  # Redis may be down at start
+            while not ctx.closed:
+                delivery.flushing = ctx.flushing > 0
+                action = delivery.next_effect(time.monotonic())
+                outcome = self._act(outage, action)
+                delivery.handle(outcome, time.monotonic(), ctx.now_us())
+                for report in delivery.reports():
+                    log_report(ctx.log, report)
+                if isinstance(outcome, Settled) or isinstance(action, PostAndSettle):
+                    ctx.signal.fire()
+
+        return loop
+
+    def hand_back(self) -> None:
+        """Once the loops stopped: this instance's heartbeat goes, so other instances take what
+        it still holds at their next survey, and it leaves the group where it holds nothing."""
+        try:
+            for action in hand_back(self._context.consumer, self._context.shards):
+                self._act_once(action)
+        except (RedisError, OSError) as exc:
+            self._context.log.warning(
+                "outpost could not hand back its outbox entries (others take them once its "
+                "heartbeat expires): %s",
+                exc,
+            )
+
+    def _outbox_marks(self) -> dict[str, bytes | str]:
+        """The last entry of each outbox now: what a flush waits to see delivered."""
+        replies = self._per_stream(
+            self._context.outboxes, lambda client, stream: client.xrevrange(stream, count=1)
+        )
+        marks: dict[str, bytes | str] = {}
+        for stream, last in zip(self._context.outboxes, _raising(replies), strict=True):
+            if last and last[0][0] is not None:
+                marks[stream] = last[0][0]
+        return marks
+
+    def _outbox_settled(self, marks: dict[str, bytes | str]) -> bool:
+        """Whether no outbox holds an entry up to its mark; the outboxes found settled are
+        removed from ``marks`` (entries added later come after the mark)."""
+        streams = list(marks)
+        replies = self._per_stream(
+            streams, lambda client, stream: client.xrange(stream, max=marks[stream], count=1)
+        )
+        for stream, left in zip(streams, _raising(replies), strict=True):
+            if not left:
+                del marks[stream]
+        return not marks
+
+    def _per_stream(self, streams: Sequence[str], command: Callable[[Any, str], Any]) -> list[Any]:
+        """``command(client, stream)`` for each of ``streams``: on one Redis in one round trip (a
+        pipeline), on a cluster one at a time; each reply, or the error it was."""
+        ctx = self._context
+        if ctx.cluster is not None:
+            replies: list[Any] = []
+            for stream in streams:
+                try:
+                    replies.append(command(ctx.redis, stream))
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+        with ctx.redis.pipeline(transaction=False) as pipe:
+            for stream in streams:
+                command(pipe, stream)
+            return list(pipe.execute(raise_on_error=False))
+
+    def _act(self, outage: Outage, action: DeliveryEffect) -> DeliveryInput:
+        """Do one delivery action. Redis failures are retried until they succeed (or the instance
+        closes): settling must not be skipped, and a read can simply wait."""
+        if isinstance(action, PostAndSettle):  # each script retried, never the post
+            return self._post_and_settle(outage, action)
+        if isinstance(action, SettleScripts):
+            return self._settle_scripts(outage, action)
+        return self._retrying(outage, lambda: self._act_once(action), nothing_done(action))
+
+    def _retrying(self, outage: Outage, call: Callable[[], _T], closing: _T) -> _T:
+        """``call()`` until Redis answers, backing off; ``closing`` (nothing done, the work stays
+        queued in Redis) once the instance is closing."""
+        ctx = self._context
+        while True:
+            try:
+                result = call()
+            except Exception as exc:
+                if not failed_in_redis(exc):
+                    raise  # a bug of ours: the loop's supervisor logs it and restarts the loop
+                if ctx.closed:
+                    return closing
+                if isinstance(exc, ResponseError) and lost_its_data(str(exc)):
+                    # Redis lost its data (restart without AOF, FLUSHDB). A failure here is
+                    # retried too.
+                    with contextlib.suppress(RedisError, OSError):
+                        self._create_groups()
+                    sleep(0.05)
+                else:
+                    sleep(ctx.redis_failed(outage, exc))
+                self._reread_pending = True
+                continue
+            ctx.redis_answered(outage)
+            return result
+
+    def _act_once(self, action: DeliveryEffect) -> DeliveryInput:
+        result: DeliveryInput = _DELIVERY_EFFECTS[type(action)](self, action)
+        return result
+
+    def _create_groups(self) -> None:
+        replies = self._per_stream(
+            self._context.outboxes,
+            lambda client, stream: client.xgroup_create(stream, GROUP, id="0", mkstream=True),
+        )
+        _raising([r for r in replies if not (_failed(r) and "BUSYGROUP" in str(r))])
+
+    # -- one method per effect ----------------------------------------------------------------
+
+    def _read_outbox(self, action: ReadOutbox) -> DeliveryInput:
+        ctx = self._context
+        reread = self._take_reread()
+        if reread == _NOW:
+            return self._read_own_pending(action)
+        waiting = reread == _WAITING and action.block > 0
+        with ctx.lock:
+            self._reading += 1
+        try:
+            # Due to re-read while another loop reads or holds entries: read what is there
+            # without blocking (a blocking read here would keep that loop from the re-read, each
+            # loop in turn), then rest uncounted as reading below, so one finds none reading.
+            read = self._read_new(ReadOutbox(action.count, 0.0) if waiting else action)
+        finally:
+            with ctx.lock:
+                self._reading -= 1
+        if waiting and isinstance(read, OutboxRead) and not read.entries:
+            ctx.signal.wait(ctx.signal.version, min(action.block, POLL))
+        return read
+
+    def _take_reread(self) -> str | None:
+        """Whether this read takes this consumer's pending entries again (``_NOW``): after a
+        Redis failure (here or in any loop: after a fail-over, a settlement the old primary
+        acknowledged but never replicated left its entries pending, and without this read they
+        would wait for ``claim_idle``), once no loop of this instance holds or is reading
+        entries; ``_WAITING`` while one does; ``None`` when none is due."""
+        ctx = self._context
+        with ctx.lock:
+            failures = ctx.redis_failures
+            if not (self._reread_pending or failures != self._failures_seen):
+                return None
+            if self._reading or not all(m.idle for m in self.machines):
+                return _WAITING
+            self._reread_pending, self._failures_seen = False, failures
+            return _NOW
+
+    def _read_own_pending(self, action: ReadOutbox) -> DeliveryInput:
+        """``XREADGROUP ... 0``: the entries delivered to this consumer and not acknowledged, one
+        stream at a time (a cluster refuses a read across slots)."""
+        ctx = self._context
+        entries: list[StreamEntry] = []
+        for stream in ctx.outboxes:
+            reply = ctx.redis.xreadgroup(
+                GROUP, ctx.consumer, {stream: "0"}, count=action.count - len(entries)
+            )
+            entries += stream_entries(reply)
+            if len(entries) >= action.count:
+                self._reread_pending = True  # more may be pending: the next idle read looks
+                break
+        return OutboxRead(entries)
+
+    def _read_new(self, action: ReadOutbox) -> DeliveryInput:
+        ctx = self._context
+        if ctx.cluster is not None:
+            return read_outboxes_one_by_one(ctx, action)
+        block = int(action.block * 1000)
+        if block <= 0:  # a lingering batch's read for more: with the scripts, read as it came
+            reply = ctx.batches.execute(
+                *_read_outboxes(ctx.consumer, action.count, ctx.outboxes), parsed=False
+            )
+            return OutboxRead(stream_entries(reply))
+        # On a connection of its own (it blocks), unparsed: the name in bytes finds no reply
+        # callback in redis-py, whose parsing cost more than the read.
+        command = _read_outboxes(ctx.consumer, action.count, ctx.outboxes, block)
+        reply = ctx.redis.execute_command(b"XREADGROUP", *command[1:])  # type: ignore[no-untyped-call]
+        return OutboxRead(stream_entries(reply))
+
+    def _post_and_settle(self, outage: Outage, action: PostAndSettle) -> DeliveryInput:
+        """The next batch's post, and meanwhile the settle scripts of the batches before it,
+        each retried until Redis answers (never the post: it changes nothing in Redis)."""
+
+        ctx = self._context
+        ctx.settling += 1
+        try:
+            settle = functools.partial(self._settle_all, outage, action.settles)
+            return alongside(lambda: self._post(action.post), settle)
+        finally:
+            ctx.settling -= 1
+
+    def _settle_scripts(self, outage: Outage, action: SettleScripts) -> DeliveryInput:
+        ctx = self._context
+        ctx.settling += 1
+        try:
+            self._settle_all(outage, action.settles)
+        finally:
+            ctx.settling -= 1
+        return Settled()
+
+    def _settle_all(self, outage: Outage, settles: tuple[SettleScript, ...]) -> None:
+        """Every script of ``settles``, at once where the driver can (one round trip), each
+        retried until Redis answers."""
+        all_of(
+            [
+                functools.partial(
+                    self._retrying, outage, functools.partial(self._run_settle, s), Settled()
+                )
+                for s in settles
+            ]
+        )
+
+    def _post_and_settle_alone(self, action: PostAndSettle) -> DeliveryInput:
+        """The same outside a loop, with an outage of its own."""
+        return self._post_and_settle(Outage("delivery"), action)
+
+    def _settle_scripts_alone(self, action: SettleScripts) -> DeliveryInput:
+        return self._settle_scripts(Outage("delivery"), action)
+
+    def _settle(self, action: SettleScript) -> DeliveryInput:
+        ctx = self._context
+        ctx.settling += 1
+        try:
+            return self._run_settle(action)
+        finally:
+            ctx.settling -= 1
+
+    def _run_settle(self, action: SettleScript) -> Settled:
+        ctx = self._context
+        # Told which revisions this instance holds, the script replies with what changed, so
+        # this instance's copies (and a flush() waiting on them) see it at once.
+        with ctx.lock:
+            action = with_known_revs(action, ctx.session.known_rev)
+        reply = run_script(ctx, action.script, action.keys, action.args)
+        with ctx.lock:
+            ctx.session.handle(ScriptReplied(reply))
+            effects = ctx.session.effects()
+        ctx.echoes.expect(reply)  # applied: its echo, if it has not come yet, is dropped
+        self._effects.run(effects)
+        return Settled(reply)
+
+    def _report_dropped(self, action: ReportDropped) -> DeliveryInput:
+        ctx = self._context
+        if ctx.on_dropped is None:
+            ctx.log.error("outpost dropped %d events: %s", len(action.events), action.reason)
+        else:
+            try:
+                call_back(ctx.on_dropped, list(action.events), action.reason)
+            except Exception:
+                ctx.log.exception("outpost: on_dropped raised")
+        return Reported()
+
+    def _refresh_claim(self, action: RefreshClaim) -> DeliveryInput:
+        ctx = self._context
+        for stream, ids in action.by_stream().items():
+            claimed: list[Any] = ids  # redis-py's stub wants a list of its own union
+            ctx.redis.xclaim(stream, GROUP, ctx.consumer, 0, claimed, justid=True)
+        return Done()
+
+    def _claim_stale(self, action: ClaimStale) -> DeliveryInput:
+        ctx = self._context
+        replies = self._per_stream(
+            self._context.outboxes,
+            lambda client, stream: client.xautoclaim(
+                stream,
+                GROUP,
+                ctx.consumer,
+                int(action.min_idle * 1000),
+                start_id="0-0",
+                count=action.count,
+            ),
+        )
+        entries: list[StreamEntry] = []
+        for stream, reply in zip(self._context.outboxes, _raising(replies), strict=True):
+            entries += claimed_entries(stream, reply)
+        return OutboxRead(entries)
+
+    def _beat(self, action: Beat) -> DeliveryInput:
+        self._context.redis.set(action.key, b"1", px=action.ttl_ms)
+        return Done()
+
+    def _survey(self, action: SurveyConsumers) -> DeliveryInput:
+        replies = self._per_stream(
+            self._context.outboxes, lambda client, stream: client.xinfo_consumers(stream, GROUP)
+        )
+        return ConsumersListed(list(zip(self._context.outboxes, _raising(replies), strict=True)))
+
+    def _check_heartbeats(self, action: CheckHeartbeats) -> DeliveryInput:
+        return HeartbeatsChecked(self._context.redis.mget(action.keys))
+
+    def _reclaim(self, action: Reclaim) -> DeliveryInput:
+        args = [GROUP, action.taker, str(action.count), *action.consumers]
+        reply = run_script(self._context, "reclaim", (action.stream,), args)
+        return Reclaimed(action.stream, reply)
+
+    def _take_request(self, action: TakeRequest) -> DeliveryInput:
+        return take_request(self._context, action)
+
+    def _forget_heartbeat(self, action: ForgetHeartbeat) -> DeliveryInput:
+        self._context.redis.delete(action.key)
+        return Done()
+
+    def _sleep(self, action: Sleep) -> DeliveryInput:
+        signal = self._context.signal
+        version = signal.version
+        signal.wait(version, min(action.until - time.monotonic(), POLL))
+        return Done()
+
+    def _post(self, action: PostBatch) -> DeliveryInput:
+        http = self._context.http
+        assert http is not None
+        try:
+            with http.stream(
+                "POST",
+                "/v1/events/ingest",
+                content=action.body,
+                headers={"Content-Type": "application/json"},
+            ) as response:
+                body = b""  # at most MAX_ANSWER: a peer's body of any size costs no more
+                for chunk in response.iter_bytes():
+                    body += chunk[: MAX_ANSWER - len(body)]
+                    if len(body) >= MAX_ANSWER:
+                        break
+        except httpx.ProxyError as exc:  # the proxy refused the tunnel: nothing reached Polar
+            reason = f"the proxy refused the tunnel to Polar: {exc}"
+            return BatchFailed(reason, maybe_sent=False, stalls=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            untrusted = describe(exc, http.base_url.host)
+            if untrusted is not None:  # no retry fixes it: delivery stalls and says why
+                return BatchFailed(untrusted, maybe_sent=False, stalls=True)
+            return BatchFailed(f"could not connect to Polar: {exc!r}", maybe_sent=False)
+        except httpx.HTTPError as exc:
+            return BatchFailed(f"ingestion request failed: {exc!r}", maybe_sent=True)
+        wait = retry_after(response.headers.get("Retry-After"), self._context.now_us())
+        return BatchAnswered(response.status_code, body, wait)
+
+
+def _failed(reply: Any) -> bool:
+    return isinstance(reply, Exception)
+
+
+def _raising(replies: list[Any]) -> list[Any]:
+    """``replies``, or the first error among them raised."""
+    for reply in replies:
+        if _failed(reply):
+            raise reply
+    return replies
+
+
+def _read_outboxes(
+    consumer: str, count: int, outboxes: tuple[str, ...], block: int = 0
+) -> tuple[Any, ...]:
+    """XREADGROUP of what no consumer has read yet from every outbox; ``block`` ms, 0: without
+    blocking (a blocking read would hold up every command behind it on a shared connection)."""
+    return (
+        "XREADGROUP",
+        "GROUP",
+        GROUP,
+        consumer,
+        "COUNT",
+        count,
+        *(("BLOCK", block) if block else ()),
+        "STREAMS",
+        *outboxes,
+        *(">",) * len(outboxes),
+    )
+
+
+# Each effect a delivery machine asks for, and the method that does it and returns what came of
+# it. An effect missing here fails at once (KeyError), in any test.
+_DELIVERY_EFFECTS: dict[type, Callable[[Deliveries, Any], DeliveryInput]] = {
+    ReadOutbox: Deliveries._read_outbox,
+    PostBatch: Deliveries._post,
+    PostAndSettle: Deliveries._post_and_settle_alone,
+    SettleScripts: Deliveries._settle_scripts_alone,
+    SettleScript: Deliveries._settle,
+    ReportDropped: Deliveries._report_dropped,
+    RefreshClaim: Deliveries._refresh_claim,
+    ClaimStale: Deliveries._claim_stale,
+    Beat: Deliveries._beat,
+    SurveyConsumers: Deliveries._survey,
+    CheckHeartbeats: Deliveries._check_heartbeats,
+    Reclaim: Deliveries._reclaim,
+    TakeRequest: Deliveries._take_request,
+    ForgetHeartbeat: Deliveries._forget_heartbeat,
+    Sleep: Deliveries._sleep,
+}

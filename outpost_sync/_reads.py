@@ -1,0 +1,144 @@
+# GENERATED from outpost_async/_reads.py by scripts/unasync.py: do not edit.
+"""Reading balances when memory cannot answer at once: waiting for a copy (and Polar's
+snapshot) to be ready, and reading Redis for a copy that does not follow it (or ``fresh=True``).
+
+The warm path (a balance already in memory) stays in ``Outpost.balance``: it costs a dict
+lookup, no call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from outpost_core import Balance, Fetch, NotReady, RedisUnavailable
+from outpost_sync._backend import sleep
+from outpost_sync._context import DriverContext, redis_unavailable
+from outpost_sync._effects import SessionEffects
+
+_RECHECK = 0.1  # seconds a waiting read (or track) sleeps at most between two looks
+
+
+class Reads:
+    def __init__(
+        self,
+        context: DriverContext,
+        effects: SessionEffects,
+        start: Callable[[], None],
+    ) -> None:
+        self._context = context
+        self._effects = effects
+        self._start = start  # the instance starts its loops at its first call
+        self.public: Any = None
+        """The public mode (``_public.PublicMode``): a read waiting for an anchor asks it."""
+
+    def wait_for_configuration(self) -> None:
+        ctx = self._context
+        deadline = time.monotonic() + ctx.session.settings.snapshot_timeout
+        while ctx.session.configuration is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                with ctx.lock:
+                    reason = ctx.session.unconfigured_reason()
+                raise NotReady(f"{reason}: cannot tell which meters count the event")
+            version = ctx.signal.version
+            self._effects.read_cached_configuration()
+            ctx.signal.wait(version, min(remaining, _RECHECK))
+
+    def when_ready(
+        self,
+        meter_id: str,
+        external_customer_id: str | None,
+        customer_id: str | None,
+        fresh: bool = False,
+    ) -> Balance:
+        ctx = self._context
+        deadline = time.monotonic() + ctx.session.settings.snapshot_timeout
+        self._started_by(deadline)
+        while True:
+            version = ctx.signal.version
+            remaining = deadline - time.monotonic()
+            with ctx.lock:
+                # At the deadline, a copy still waiting for the subscription reads Redis.
+                found = ctx.session.read(
+                    meter_id, external_customer_id, customer_id, fresh=fresh or remaining <= 0
+                )
+                effects = ctx.session.effects()
+            if effects:
+                # Run them whatever the read found: some may have been queued by another
+                # thread or task, and dropping them would leave their flow waiting for good.
+                self._effects.run(effects)
+            if isinstance(found, Fetch):
+                fetched = self._fetch(found, meter_id, external_customer_id, customer_id)
+                if fetched is not None:
+                    return fetched
+            elif found is not None:
+                return found
+            elif effects:
+                continue
+            if self.public is not None:
+                self.public.wanted(external_customer_id, customer_id)
+            if remaining <= 0:
+                with ctx.lock:
+                    reason = ctx.session.not_ready_reason(
+                        meter_id, external_customer_id, customer_id
+                    )
+                public = self.public is not None and self.public.mode == "public"
+                if public and reason.startswith("no snapshot for "):
+                    reason = self.public.not_ready_reason(external_customer_id or customer_id)
+                timeout = ctx.session.settings.snapshot_timeout
+                redis_error = ctx.state_outage.error or ctx.subscriber_outage.error
+                cause = f" (Redis unreachable: {redis_error})" if redis_error else ""
+                raise NotReady(f"{reason} after {timeout} s{cause}")
+            if ctx.session.configuration is None:
+                self._effects.read_cached_configuration()
+            ctx.signal.wait(version, min(remaining, _RECHECK))
+
+    def _started_by(self, deadline: float) -> None:
+        """Start the instance, trying again while Redis cannot answer until ``deadline``: a
+        first read waits for Redis as long as for its snapshot, then is :class:`NotReady`."""
+        ctx = self._context
+        while True:
+            try:
+                self._start()
+                return
+            except RedisUnavailable as exc:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timeout = ctx.session.settings.snapshot_timeout
+                    raise NotReady(
+                        f"the local state could not be loaded from Redis after {timeout} s "
+                        f"(Redis unreachable: {ctx.state_outage.error or exc})"
+                    ) from exc
+                sleep(min(remaining, _RECHECK))
+
+    def _fetch(
+        self,
+        fetch: Fetch,
+        meter_id: str,
+        external_customer_id: str | None,
+        customer_id: str | None,
+    ) -> Balance | None:
+        """A read that must not come from memory: one ``HGETALL`` per key of the customer and
+        its aliases, in one round trip, computed by the core."""
+        ctx = self._context
+        with redis_unavailable(f"reading {fetch.keys}"):
+            try:
+                fields = self._hgetall_each(fetch.keys)
+            except RedisConnectionError:  # once more: a pooled connection may predate a restart
+                fields = self._hgetall_each(fetch.keys)
+        with ctx.lock:
+            found = ctx.session.read_fetched(meter_id, external_customer_id, customer_id, fields)
+            effects = ctx.session.effects()
+        if effects:
+            self._effects.run(effects)
+        return found
+
+    def _hgetall_each(self, keys: tuple[str, ...]) -> dict[str, dict[Any, Any]]:
+        if len(keys) == 1:  # the common case: no pipeline to build
+            return {keys[0]: self._context.batches.execute("HGETALL", keys[0])}
+        replies = self._context.batches.execute_all(*(("HGETALL", key) for key in keys))
+        return dict(zip(keys, replies, strict=True))

@@ -1,0 +1,138 @@
+# GENERATED from outpost_async/_subscriber.py by scripts/unasync.py: do not edit.
+"""The change subscription on one Redis: every shard's channel on one sharded subscription.
+
+It reads what other instances (and this one) published and hands it to the session; this
+instance's own changes (already applied from its scripts' replies) are dropped unparsed. It only
+reads and applies: the loads, listings and scripts its news causes go to the effects worker
+(``SessionEffects.hand_over``), so the next change never waits behind them. On a
+cluster, ``_cluster.py``'s :class:`ClusterSubscriber` reads one subscription per node instead,
+with the same hearing (:meth:`Subscriber.hear`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from outpost_core import (
+    ChangePublished,
+    SubscriberLost,
+    SubscriptionConfirmed,
+    Tick,
+    published_data,
+)
+from outpost_sync._backend import close_pubsub, open_pubsub, read_pubsub, sleep
+from outpost_sync._context import POLL, DriverContext, log_report
+
+if TYPE_CHECKING:
+    from outpost_sync._effects import SessionEffects
+    from outpost_sync._supervisor import Supervisor
+
+News = tuple[object, dict[str, Any] | None]
+"""What a subscription heard: a change published (its data, as it came), or redis-py's message
+of another reply (``None`` when redis-py makes none of it)."""
+
+
+class Subscriber:
+    """Follow every shard's change channel; after any (re)subscription, the session reloads the
+    copies."""
+
+    def __init__(
+        self,
+        context: DriverContext,
+        effects: SessionEffects,
+        supervisor: Supervisor | None = None,
+    ) -> None:
+        self._context = context
+        self._effects = effects
+        self._supervisor = supervisor
+        """Told of a cluster node's reader that failed of a bug (the topology loop restarts it)."""
+
+    def run(self) -> None:
+        ctx = self._context
+        while not ctx.closed:
+            pubsub = open_pubsub(ctx.redis)
+            try:
+                pubsub.ssubscribe(*ctx.channels)
+                while not ctx.closed:
+                    news, heard = self.hear(pubsub, POLL)
+                    if heard and not news:
+                        continue  # only echoes
+                    self._to_core(news, heard)
+            except (RedisError, OSError) as exc:
+                self._effects.tell(SubscriberLost())
+                if not ctx.closed:
+                    sleep(ctx.redis_failed(ctx.subscriber_outage, exc))
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    close_pubsub(pubsub)
+
+    def hear(self, pubsub: Any, timeout: float) -> tuple[list[News], bool]:
+        """What a subscription brought within ``timeout``, and whether anything came: each
+        change published that is not an echo ``seen()`` recognises, as it came, and redis-py's
+        message of any other reply. Raw replies, not redis-py's messages, so that this
+        instance's own changes (already applied from the scripts' replies) are dropped before
+        anything is made of them: the echo of every track() costs the least it can."""
+        echoes = self._context.echoes
+        responses = read_pubsub(pubsub, timeout, self._is_echo)
+        news: list[News] = []
+        for response in responses:
+            change = published_data(response)
+            if change is None:  # a subscription's confirmation or end, a health check
+                news.append((None, pubsub.handle_message(response)))
+            elif not echoes.seen(change):
+                news.append((change, None))
+        return news, bool(responses)
+
+    def _is_echo(self, response: object) -> bool:
+        """Whether a raw reply is the echo of this instance's own change (forgotten if so)."""
+        change = published_data(response)
+        return change is not None and self._context.echoes.seen(change)
+
+    def news_to_core(
+        self, news: list[News], message_to_core: Callable[[dict[str, Any]], None]
+    ) -> bool:
+        """Hand the session what :meth:`hear` heard, in order, under the lock; whether anything
+        reached it (a change held as maybe the echo of a script in flight does not)."""
+        session, echoes = self._context.session, self._context.echoes
+        reached = False
+        for change, message in news:
+            if change is None:
+                reached = True
+                if message is not None:
+                    message_to_core(message)
+            elif not echoes.hold(change):
+                session.handle(ChangePublished(change))  # as it came: no redis-py message
+                reached = True
+        return reached
+
+    def message_to_core(self, message: dict[str, Any]) -> None:
+        """One message of the subscription, to the session (which decides what it means)."""
+        kind = message.get("type")
+        if kind in ("smessage", b"smessage"):
+            self._context.session.handle(ChangePublished(message.get("data")))
+        elif kind in ("ssubscribe", b"ssubscribe") and isinstance(message.get("data"), int):
+            self._context.session.handle(SubscriptionConfirmed(message["data"]))
+            self.subscriber_back()
+
+    def _to_core(self, news: list[News], heard: bool) -> None:
+        """What the subscription heard to the session, then tick it; what the session asks for
+        goes to the effects worker."""
+        ctx = self._context
+        with ctx.lock:
+            # A quiet poll still ticks the session; changes that were all held do not.
+            if not self.news_to_core(news, self.message_to_core) and heard:
+                return
+            ctx.session.handle(Tick(time.monotonic(), ctx.now_us()))
+            effects = ctx.session.effects()
+        if effects or heard:
+            self._effects.hand_over(effects)
+
+    def subscriber_back(self) -> None:
+        ctx = self._context
+        if ctx.session.subscribed and ctx.subscriber_outage.down:
+            log_report(ctx.log, ctx.subscriber_outage.succeeded(time.monotonic()))

@@ -1,0 +1,90 @@
+# GENERATED from outpost_async/_tracking.py by scripts/unasync.py: do not edit.
+"""Writing one event for ``track()``: the track script, this instance's own change coming back
+over pub/sub (its echo), and the durability wait.
+
+The session turns the event into the script to run (``Session.track``); its reply goes to the
+session after any change the subscription held as maybe this script's echo, so the copies apply
+changes in the order Redis made them.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from outpost_core import (
+    ChangePublished,
+    Durability,
+    NotDurable,
+    NotReady,
+    ScriptReplied,
+    event_id_of,
+    semconv,
+    timestamp_us_of,
+)
+from outpost_io.ids import new_event_id
+from outpost_sync._context import DriverContext
+from outpost_sync._effects import SessionEffects
+from outpost_sync._reads import Reads
+from outpost_sync._scripts import run_echoed
+
+
+class Tracking:
+    def __init__(
+        self, context: DriverContext, effects: SessionEffects, reads: Reads, durability: Durability
+    ) -> None:
+        self._context = context
+        self._effects = effects
+        self._reads = reads
+        self._durability = durability
+
+    def write(
+        self,
+        name: str,
+        external_customer_id: str | None,
+        customer_id: str | None,
+        metadata: dict[str, Any] | None,
+        timestamp: datetime | None,
+        event_id: str | None,
+        started: int,
+    ) -> str:
+        """Write the event; return its id (``started``: when track() was called, for telemetry)."""
+        ctx = self._context
+        now_us = ctx.now_us()
+        timestamp_us = timestamp_us_of(timestamp, now_us)
+        event_id = event_id_of(event_id, new_event_id())
+        arguments: dict[str, Any] = dict(
+            name=name,
+            external_customer_id=external_customer_id,
+            customer_id=customer_id,
+            metadata=metadata,
+            timestamp_us=timestamp_us,
+            now_us=now_us,
+            event_id=event_id,
+        )
+        try:
+            with ctx.lock:
+                run = ctx.session.track(**arguments)
+                ticket = ctx.echoes.sent()
+        except NotReady:
+            self._reads.wait_for_configuration()
+            with ctx.lock:
+                run = ctx.session.track(**arguments)
+                ticket = ctx.echoes.sent()
+        reply, shortfall = run_echoed(ctx, run, ticket, self._durability)
+        with ctx.lock:
+            for data in ctx.echoes.replied(ticket, reply):
+                ctx.session.handle(ChangePublished(data))  # came before the reply: first
+            ctx.session.handle(ScriptReplied(reply))
+            effects = ctx.session.effects()
+        if effects:
+            self._effects.run(effects)
+        if shortfall:
+            raise NotDurable(f"event {event_id} is on the primary only: {shortfall}", event_id)
+        if ctx.telemetry.enabled:
+            elapsed = time.perf_counter_ns() - started
+            ctx.telemetry.recorder.tracked(
+                external_customer_id, customer_id, run.meter_ids, elapsed, semconv.OK, run.buckets
+            )
+        return event_id

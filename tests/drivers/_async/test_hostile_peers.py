@@ -1,0 +1,101 @@
+"""What a peer writes (a pub/sub message, a WebSocket frame, the cached configuration, a state
+hash) is counted when it is unreadable and never stops the instance: nested brackets that blow
+Python's stack, numbers past int()'s 4,300 digits. Both drivers, a real Redis and the emulator."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from outpost_async import InvalidEvent, NotReady
+from outpost_core import Customer
+from outpost_core import _keys as keys
+from outpost_emulator import Emulator
+from tests.drivers._async._helpers import (
+    COUNT,
+    connect,
+    count_meter,
+    credited,
+    eventually,
+    holds,
+    make,
+)
+from tests.drivers._async.test_local_state import prepare
+from tests.support.redis_server import RedisServer
+
+C1 = Customer("external", "c1")
+NESTED = "[" * 100_000
+
+
+@pytest.mark.anyio
+async def test_a_nested_message_on_a_shard_channel_is_counted(redis_server: RedisServer) -> None:
+    prepare(redis_server, C1)
+    async with make(redis_server) as a:
+        assert (await a.balance(COUNT, external_customer_id="c1")).consumed == 0
+        await eventually(holds(lambda: a.subscribed), what="the subscription")
+        redis_server.client().spublish(keys.channel(keys.shard_of(C1)), NESTED)
+        await eventually(holds(lambda: a.rejections.get("change", 0) >= 1), what="a rejection")
+        await a.track("api_call", external_customer_id="c1")
+        assert (await a.balance(COUNT, external_customer_id="c1")).consumed == 1
+        assert a.subscribed  # the subscriber lives on
+
+
+@pytest.mark.anyio
+async def test_a_nested_cached_configuration_is_counted(redis_server: RedisServer) -> None:
+    redis_server.client().set(keys.CONFIGURATION_KEY, NESTED)
+    async with make(redis_server, snapshot_timeout=0.2) as a:
+        with pytest.raises(NotReady):
+            await a.track("api_call", external_customer_id="c1")
+        assert a.rejections.get("configuration", 0) >= 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("field", ["n", "rev", "cu", "u"])
+async def test_a_state_field_of_five_thousand_digits_is_counted(
+    redis_server: RedisServer, field: str
+) -> None:
+    prepare(redis_server, C1)
+    redis_server.client().hset(keys.state_key(C1, "r-count"), field, "9" * 5_000)
+    async with make(redis_server, snapshot_timeout=0.2) as a:
+        # without a readable cold_until there is no snapshot: a clear error, no ValueError
+        with contextlib.suppress(NotReady):
+            await a.balance(COUNT, external_customer_id="c1")
+        assert a.rejections.get("state", 0) >= 1
+
+
+@pytest.mark.anyio
+async def test_a_nested_websocket_frame_is_counted(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator, credits=10)
+    async with connect(redis_server, emulator) as a:
+        assert await credited(a, meter, "c1") == 10
+        emulator.fault_send_frames(["[" * 200_000])
+        await eventually(holds(lambda: a.rejections.get("frame", 0) >= 1), what="a rejection")
+        emulator.grant_credits(meter, 5, external_customer_id="c1")
+
+        async def pushed() -> bool:
+            return await credited(a, meter, "c1") == 15
+
+        await eventually(pushed, what="the WebSocket still working")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"metadata": {"k": "v\x00"}},
+        {"event_id": "e\ud800"},
+        {"metadata": {"_cost": {"amount": 1 / 3, "currency": "usd"}}},
+        {"external_customer_id": "c" * 257},
+    ],
+)
+async def test_track_refuses_what_polar_would_refuse(
+    redis_server: RedisServer, arguments: dict[str, object]
+) -> None:
+    prepare(redis_server, C1)
+    async with make(redis_server) as a:
+        call: dict[str, object] = {"external_customer_id": "c1", **arguments}
+        with pytest.raises(InvalidEvent):
+            await a.track("api_call", **call)  # type: ignore[arg-type]

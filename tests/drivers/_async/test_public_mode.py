@@ -1,0 +1,397 @@
+"""The public-API mode, both drivers, against real Redis and the emulator serving only Polar's
+public API: the mode chosen on a 404, anchors from polls and webhooks (late, lost), the promise
+(never above what Polar reports nor above the truth; equal to Polar's once it recomputes), a
+billing cycle, admission, bad webhooks, and a track racing an anchor's compare-and-set."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from outpost_async import (
+    AsyncOutpost,
+    ConfigurationError,
+    InsufficientBalance,
+    InvalidWebhook,
+    NotReady,
+)
+from outpost_core import CONFIGURATION_KEY, keys
+from outpost_core._webhook_signature import secret_key, sign
+from outpost_emulator import Emulator
+from tests.drivers._async._helpers import CALLS_FILTER, eventually
+from tests.emulator.test_public_api import Receiver
+from tests.support.redis_server import RedisServer
+
+MARGIN = 0.3  # seconds: Polar recomputes a second after the last ingest, well after it
+POLL = 0.5
+
+
+@pytest.fixture
+def public_emulator() -> Iterator[Emulator]:
+    with Emulator.start(port=0, public_only=True, recompute_delays=(1.0, 20.0)) as emu:
+        yield emu
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def public(server: RedisServer, emulator: Emulator, **options: Any) -> AsyncOutpost:
+    options.setdefault("snapshot_timeout", 5.0)
+    options.setdefault("telemetry", False)
+    options.setdefault("linger", 0.02)
+    options.setdefault("retry_base", 0.05)
+    options.setdefault("public_margin", MARGIN)
+    options.setdefault("poll_interval", POLL)
+    return AsyncOutpost(
+        access_token=emulator.token,
+        server_url=emulator.url,
+        redis_url=server.url,
+        clock=emulator.clock,
+        **options,
+    )
+
+
+def calls_meter(emulator: Emulator, credits: int, customer: str = "c1") -> str:
+    meter = str(emulator.create_meter("calls", CALLS_FILTER, {"func": "count"})["id"])
+    emulator.create_customer(customer)
+    emulator.grant_credits(meter, credits, external_customer_id=customer)
+    return meter
+
+
+def reported(emulator: Emulator, meter: str, customer: str = "c1") -> float:
+    """The balance Polar's public API reports now (the row, recomputed late)."""
+    response = httpx.get(
+        f"{emulator.url}/v1/customer-meters/",
+        params={"external_customer_id": customer, "meter_id": meter},
+        headers={"Authorization": f"Bearer {emulator.token}"},
+    )
+    items = response.json()["items"]
+    return float(items[0]["balance"]) if items else 0.0
+
+
+def truth(emulator: Emulator, meter: str, customer: str = "c1") -> float:
+    """What Polar would report if it recomputed now."""
+    return float(emulator.customer_meter(meter, external_customer_id=customer)["balance"])
+
+
+async def balance(instance: AsyncOutpost, meter: str, customer: str = "c1") -> float:
+    return (await instance.balance(meter, external_customer_id=customer)).balance
+
+
+async def settled(instance: AsyncOutpost, meter: str, polar: float) -> bool:
+    """The instance reads Polar's balance from Polar's figure alone: nothing left pending."""
+    read = await instance.balance(meter, external_customer_id="c1")
+    return read.balance == polar and read.pending == 0
+
+
+async def check_promise(emulator: Emulator, meter: str, *instances: AsyncOutpost) -> None:
+    """Polar's figures first, then the local balances: each local one at or below both."""
+    polar, true = reported(emulator, meter), truth(emulator, meter)
+    for instance in instances:
+        local = await balance(instance, meter)
+        assert local <= polar, (local, polar)
+        assert local <= true, (local, true)
+
+
+async def converge(emulator: Emulator, meter: str, *instances: AsyncOutpost) -> None:
+    """Traffic stopped: once Polar recomputed, every instance reads Polar's balance."""
+    for instance in instances:
+        assert await instance.flush()
+
+    async def equal() -> bool:
+        polar, true = reported(emulator, meter), truth(emulator, meter)
+        readings = [await settled(instance, meter, polar) for instance in instances]
+        return polar == true and all(readings)
+
+    await eventually(equal, timeout=20.0, what="every instance reading Polar's balance")
+
+
+async def pump(receiver: Receiver, taken: list[int], *instances: AsyncOutpost) -> None:
+    """Hand the deliveries that arrived to the instances, in turn (each its endpoint)."""
+    requests = list(receiver.requests)
+    for index in range(taken[0], len(requests)):
+        headers, body = requests[index]
+        instance = instances[index % len(instances)]
+        assert await instance.handle_webhook(body, headers) == 204
+    taken[0] = len(requests)
+
+
+@pytest.mark.anyio
+async def test_auto_selects_the_public_mode_on_a_404(
+    redis_server: RedisServer, public_emulator: Emulator
+) -> None:
+    meter = calls_meter(public_emulator, 100)
+    async with public(redis_server, public_emulator) as instance:
+        first = await instance.balance(meter, external_customer_id="c1")
+        assert (first.credited, first.balance, first.snapshot_id) == (100, 100, "public")
+        status = instance.status
+        assert status.mode == "public" and "404" in status.mode_reason
+        assert status.websocket == "none"
+        await instance.track("api_call", external_customer_id="c1")
+        assert await balance(instance, meter) == 99  # at once, before Polar knows
+        cached = json.loads(redis_server.client().get(CONFIGURATION_KEY) or "{}")
+        assert cached["mode"] == "public"
+        assert [r["id"] for r in cached["reducers"]] == [meter]
+
+
+@pytest.mark.anyio
+async def test_a_customer_polar_has_no_row_for_reads_nothing_credited(
+    redis_server: RedisServer, public_emulator: Emulator
+) -> None:
+    meter = calls_meter(public_emulator, 5)
+    async with public(redis_server, public_emulator, mode="public") as instance:
+        unknown = await instance.balance(meter, external_customer_id="nobody")
+        assert (unknown.credited, unknown.balance) == (0, 0)
+
+
+@pytest.mark.anyio
+async def test_a_mode_that_differs_from_the_cached_one_is_refused(
+    redis_server: RedisServer, public_emulator: Emulator
+) -> None:
+    meter = calls_meter(public_emulator, 5)
+    async with public(redis_server, public_emulator) as instance:
+        await instance.balance(meter, external_customer_id="c1")
+    other = public(redis_server, public_emulator, mode="snapshots")
+    with pytest.raises(ConfigurationError, match="public mode"):
+        await other.balance(meter, external_customer_id="c1")
+    await other.close()
+
+
+@pytest.mark.anyio
+async def test_two_instances_tracking_stay_at_or_below_polar_then_equal_it(
+    redis_server: RedisServer, public_emulator: Emulator
+) -> None:
+    meter = calls_meter(public_emulator, 1_000)
+    a, b = public(redis_server, public_emulator), public(redis_server, public_emulator)
+    async with a, b:
+        for round_ in range(30):
+            for instance in (a, b):
+                await instance.track("api_call", external_customer_id="c1")
+            if round_ % 3 == 0:
+                await check_promise(public_emulator, meter, a, b)
+        await converge(public_emulator, meter, a, b)
+        assert await balance(a, meter) == 1_000 - 60
+        assert a.rejections.get("public", 0) == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("fault", ["none", "late", "lost"])
+async def test_webhooks_on_late_or_lost(
+    redis_server: RedisServer, public_emulator: Emulator, receiver: Receiver, fault: str
+) -> None:
+    meter = calls_meter(public_emulator, 500)
+    secret = public_emulator.register_webhook(receiver.url)["secret"]
+    if fault == "late":
+        public_emulator.fault_webhook_delay(3.0, count=2)
+    elif fault == "lost":
+        public_emulator.fault_webhook_drop(count=2)
+    # Polls are rare: the figures come by webhook (or, when lost, by the next poll).
+    options = {"webhook_secret": secret, "poll_interval": 3.0 if fault == "lost" else 60.0}
+    a = public(redis_server, public_emulator, **options)
+    b = public(redis_server, public_emulator, **options)
+    taken = [0]
+    async with a, b:
+        for round_ in range(20):
+            await a.track("api_call", external_customer_id="c1")
+            await b.track("api_call", external_customer_id="c1")
+            await pump(receiver, taken, a, b)
+            if round_ % 4 == 0:
+                await check_promise(public_emulator, meter, a, b)
+        for instance in (a, b):
+            assert await instance.flush()
+
+        async def equal() -> bool:
+            await pump(receiver, taken, a, b)
+            polar = reported(public_emulator, meter)
+            readings = [await settled(instance, meter, polar) for instance in (a, b)]
+            return polar == truth(public_emulator, meter) and all(readings)
+
+        await eventually(equal, timeout=20.0, what="every instance reading Polar's balance")
+        assert await balance(a, meter) == 500 - 40
+        if fault != "lost":
+            assert taken[0] > 0  # the webhooks brought the figures (polls are a minute apart)
+        applied = a._public.anchors.outcomes + b._public.anchors.outcomes
+        assert applied["accepted"] + applied["first"] > 0
+
+
+@pytest.mark.anyio
+async def test_a_cycle_reads_the_new_credits_less_the_usage_after_it(
+    redis_server: RedisServer, public_emulator: Emulator
+) -> None:
+    meter = calls_meter(public_emulator, 100)
+    async with public(redis_server, public_emulator) as instance:
+        for _ in range(10):
+            await instance.track("api_call", external_customer_id="c1")
+        await converge(public_emulator, meter, instance)
+        assert await balance(instance, meter) == 90
+        public_emulator.cycle(meter, 50, external_customer_id="c1")
+
+        async def new_window() -> bool:
+            read = await instance.balance(meter, external_customer_id="c1")
+            return read.credited == 50
+
+        # A cycle granting less than what remained lowers the truth before any figure says so
+        # (the promise excludes a credit decrease not seen yet): from its figure on, it holds.
+        await eventually(new_window, what="the cycle's figure")
+        await check_promise(public_emulator, meter, instance)
+        for _ in range(4):
+            await instance.track("api_call", external_customer_id="c1")
+            await check_promise(public_emulator, meter, instance)
+        assert await instance.flush()
+
+        async def settled() -> bool:
+            local = await balance(instance, meter)
+            assert local <= truth(public_emulator, meter)
+            return local == 46 == truth(public_emulator, meter)
+
+        await eventually(settled, timeout=20.0, what="the new window's balance")
+
+
+@pytest.mark.anyio
+async def test_admission_in_the_public_mode(
+    redis_server: RedisServer, public_emulator: Emulator
+) -> None:
+    meter = calls_meter(public_emulator, 3)
+    async with public(redis_server, public_emulator) as instance:
+        async with await instance.reserve(meter, 2, external_customer_id="c1"):
+            seen = await instance.balance(meter, external_customer_id="c1")
+            assert (seen.balance, seen.held) == (3, 2)
+            with pytest.raises(InsufficientBalance):
+                await instance.reserve(meter, 2, external_customer_id="c1")
+        for _ in range(3):
+            await instance.track("api_call", external_customer_id="c1", require_balance=True)
+        with pytest.raises(InsufficientBalance):
+            await instance.track("api_call", external_customer_id="c1", require_balance=True)
+        await converge(public_emulator, meter, instance)
+        assert await balance(instance, meter) == 0
+
+
+@pytest.mark.anyio
+async def test_a_webhook_with_a_bad_signature_is_refused_and_a_delivery_taken_once(
+    redis_server: RedisServer, public_emulator: Emulator, receiver: Receiver
+) -> None:
+    meter = calls_meter(public_emulator, 10)
+    secret = public_emulator.register_webhook(receiver.url)["secret"]
+    a = public(redis_server, public_emulator, webhook_secret=secret, poll_interval=60.0)
+    b = public(redis_server, public_emulator, webhook_secret=secret, poll_interval=60.0)
+    async with a, b:
+        await balance(a, meter)
+        public_emulator.grant_credits(meter, 5, external_customer_id="c1")
+
+        async def delivered() -> bool:
+            return len(receiver.requests) > 0
+
+        await eventually(delivered, what="a webhook delivery")
+        headers, body = receiver.requests[0]
+        forged = {**headers, "webhook-signature": "v1,AAAA"}
+        with pytest.raises(InvalidWebhook, match="no signature matches"):
+            await a.handle_webhook(body, forged)
+        assert a.rejections["webhook"] == 1
+        assert await a.handle_webhook(body, headers) == 204
+        assert await balance(a, meter) == 15
+        applied = dict(a._public.anchors.outcomes)
+        assert await b.handle_webhook(body, headers) == 204  # the fleet took it already
+        assert dict(b._public.anchors.outcomes) == {}
+        assert dict(a._public.anchors.outcomes) == applied
+        await eventually(
+            lambda: _reads(b, meter, 15), what="the other instance following the anchor"
+        )
+
+
+async def _reads(instance: AsyncOutpost, meter: str, expected: float) -> bool:
+    return await balance(instance, meter) == expected
+
+
+@pytest.mark.anyio
+async def test_a_track_during_an_anchor_conflicts_and_loses_nothing(
+    redis_server: RedisServer, public_emulator: Emulator
+) -> None:
+    meter = calls_meter(public_emulator, 100)
+    a, b = public(redis_server, public_emulator), public(redis_server, public_emulator)
+    async with a, b:
+        await balance(a, meter)
+        anchors = a._public.anchors
+        read = anchors._read
+        raced: list[str] = []
+
+        async def racing(state: str) -> tuple[dict[str, str], dict[str, str]]:
+            found = await read(state)
+            if not raced:  # between the read and the script: another instance tracks
+                raced.append(await b.track("api_call", external_customer_id="c1"))
+            return found
+
+        anchors._read = racing  # type: ignore[method-assign]
+        public_emulator.grant_credits(meter, 10, external_customer_id="c1")
+        await eventually(lambda: _reads(a, meter, 109), what="the grant applied after a retry")
+        assert raced and anchors.retries >= 1 and anchors.outcomes["conflicts"] == 0
+        await converge(public_emulator, meter, a, b)
+        assert await balance(a, meter) == 109
+
+
+@pytest.mark.anyio
+async def test_a_first_read_polar_does_not_answer_says_why(
+    redis_server: RedisServer, public_emulator: Emulator
+) -> None:
+    meter = calls_meter(public_emulator, 5)
+    public_emulator.add_token("polar_oat_meters_only", ["meters:read", "events:write"])
+    instance = AsyncOutpost(
+        access_token="polar_oat_meters_only",
+        server_url=public_emulator.url,
+        redis_url=redis_server.url,
+        telemetry=False,
+        snapshot_timeout=1.0,
+        mode="public",
+    )
+    async with instance:
+        with pytest.raises(NotReady, match=r"customer meters of c1 not read yet.*HTTP 40[13]"):
+            await instance.balance(meter, external_customer_id="c1")
+
+
+@pytest.mark.anyio
+async def test_the_snapshot_protocol_takes_webhooks_and_applies_nothing(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    meter = calls_meter(emulator, 10)
+    secret = "whsec_" + base64.b64encode(b"a secret of the test").decode()
+    async with public(redis_server, emulator, webhook_secret=secret) as instance:
+        before = await instance.balance(meter, external_customer_id="c1")
+        assert instance.status.mode == "snapshots" and before.snapshot_id != "public"
+        row = {"meter_id": meter, "consumed_units": 0, "credited_units": 999, "balance": 999}
+        row["modified_at"] = "2030-01-01T00:00:00Z"
+        state = {"id": str(uuid.uuid4()), "external_id": "c1", "active_meters": [row]}
+        body = json.dumps({"type": "customer.state_changed", "data": state}).encode()
+        stamp = int(time.time())
+        headers = {
+            "webhook-id": "msg_1",
+            "webhook-timestamp": str(stamp),
+            "webhook-signature": sign(secret_key(secret), "msg_1", stamp, body),
+        }
+        assert await instance.handle_webhook(body, headers) == 204
+        after = await instance.balance(meter, external_customer_id="c1", fresh=True)
+        assert (after.credited, after.revision) == (10, before.revision)
+
+
+@pytest.mark.anyio
+async def test_an_unreadable_ledger_in_redis_is_counted_and_the_loop_goes_on(
+    redis_server: RedisServer, public_emulator: Emulator
+) -> None:
+    meter = calls_meter(public_emulator, 10)
+    async with public(redis_server, public_emulator) as instance:
+        first = await instance.balance(meter, external_customer_id="c1")
+        state = keys.state_key(first.customer, meter)
+        redis_server.client().hset(state, "pub", '{"v": 1, "a": [1, "x"')  # a peer's garbage
+        public_emulator.grant_credits(meter, 5, external_customer_id="c1")
+        await eventually(lambda: _reads(instance, meter, 15), what="the grant applied")
+        assert instance.rejections["public"] >= 1
+        assert instance.status.failed_loop is None

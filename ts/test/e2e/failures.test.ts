@@ -1,0 +1,253 @@
+/** What an instance does when what it talks to is down or wrong, as the Python SDK does: a call
+ * that needs Redis fails at once with the cause named; each loop says an outage began once (a
+ * reminder a minute) and that it ended at INFO; close() returns within its timeout whatever is
+ * down, the last telemetry export failing quietly. The close bounds are on a behaviour (an
+ * exporter or a reconnecting client holding close() for tens of seconds), with a margin. */
+
+import assert from "node:assert/strict";
+import { createServer, type Server, type Socket } from "node:net";
+import { after, before, describe, it } from "node:test";
+import { allOutboxes } from "../../src/core/index.js";
+import { NotReady, Outpost, type OutpostOptions, RedisUnavailable } from "../../src/index.js";
+import { CALLS_FILTER, Emulator } from "../support/emulator.js";
+import { eventually, uniqueCustomer } from "../support/eventually.js";
+import { RedisServer, freePort } from "../support/redisServer.js";
+import { testOptions } from "../support/testOptions.js";
+
+const MARGIN = 1.0; // seconds over close()'s timeout allowed for this shared, loaded machine
+const CLIENT_WORDS = /maxRetriesPerRequest|enableOfflineQueue|ioredis|MaxRetriesPerRequestError/;
+
+/** A logger that keeps every line, with its level. */
+class Lines {
+  readonly lines: { level: string; message: string }[] = [];
+  readonly logger = {
+    debug: (message: string) => this.lines.push({ level: "debug", message }),
+    info: (message: string) => this.lines.push({ level: "info", message }),
+    warn: (message: string) => this.lines.push({ level: "warn", message }),
+  };
+  at(level: string): string[] {
+    return this.lines.filter((l) => l.level === level).map((l) => l.message);
+  }
+}
+
+async function rejection(call: Promise<unknown>): Promise<Error> {
+  try {
+    await call;
+  } catch (exc) {
+    return exc as Error;
+  }
+  assert.fail("resolved, expected a rejection");
+}
+
+async function closeTaking(outpost: Outpost, timeout: number): Promise<number> {
+  const started = performance.now();
+  await outpost.close(timeout);
+  return (performance.now() - started) / 1000;
+}
+
+async function queued(redis: RedisServer): Promise<number> {
+  const client = redis.client();
+  let total = 0;
+  for (const stream of allOutboxes()) total += await client.xlen(stream);
+  return total;
+}
+
+describe("failures", () => {
+  let emulator: Emulator;
+  let calls: string;
+
+  before(async () => {
+    emulator = await Emulator.start();
+    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
+  });
+  after(async () => {
+    await emulator.stop();
+  });
+
+  it("with Redis at a closed port, track() rejects naming the refused connection, and a first read's NotReady names it", async () => {
+    const lines = new Lines();
+    const port = await freePort();
+    const outpost = new Outpost({
+      accessToken: emulator.token,
+      serverUrl: emulator.url,
+      redisUrl: `redis://127.0.0.1:${port}/0`,
+      telemetry: false,
+      snapshotTimeout: 1,
+      logger: lines.logger,
+    });
+    try {
+      const tracked = await rejection(outpost.track("api_call", { externalCustomerId: "c1" }));
+      assert.ok(tracked instanceof RedisUnavailable, String(tracked));
+      assert.match(tracked.message, new RegExp(`127\\.0\\.0\\.1:${port}: connection refused`));
+      assert.doesNotMatch(tracked.message, CLIENT_WORDS);
+      const read = await rejection(outpost.balance(calls, { externalCustomerId: "c1" }));
+      assert.ok(read instanceof NotReady, String(read));
+      assert.match(read.message, /could not be loaded from Redis.*connection refused/);
+    } finally {
+      await outpost.close(2);
+    }
+    const warnings = lines.at("warn");
+    assert.ok(warnings.length >= 1 && warnings.length <= 5, JSON.stringify(warnings));
+    for (const line of lines.lines) assert.doesNotMatch(line.message, CLIENT_WORDS);
+  });
+
+  it("Redis down and back: calls fail meanwhile, each loop says so once, then everything resumes and says so at INFO", async () => {
+    const redis = await RedisServer.start(true);
+    const lines = new Lines();
+    const customer = uniqueCustomer();
+    const outpost = new Outpost(testOptions(emulator, redis, { logger: lines.logger, retryBase: 0.05 }));
+    try {
+      await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 100 });
+      await outpost.track("api_call", { externalCustomerId: customer });
+      assert.equal((await outpost.balance(calls, { externalCustomerId: customer })).consumed, 1);
+      assert.equal(await outpost.flush(10), true);
+      await redis.halt();
+      // Every call fails with RedisUnavailable; once the connection's first attempt to reconnect
+      // failed (until then the connection only closed), the message names the cause.
+      await eventually(async () => {
+        const tracked = await rejection(outpost.track("api_call", { externalCustomerId: customer }));
+        assert.ok(tracked instanceof RedisUnavailable, String(tracked));
+        return /connection refused/.test(tracked.message);
+      }, "track() naming the refused connection");
+      // Polar pushes a snapshot the instance cannot apply: its flow backs off, it does not spin.
+      await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 5 });
+      await eventually(() => ["the change subscription", "delivery 0"].every((what) => lines.at("warn").some((l) => l.includes(what))), "the subscription and delivery saying Redis is down");
+      const down = lines.at("warn");
+      // One line per loop that met the outage, none repeated within a minute.
+      assert.ok(down.length <= 5, JSON.stringify(down));
+      assert.equal(new Set(down).size, down.length, JSON.stringify(down));
+      await redis.start();
+      await eventually(
+        async () => {
+          try {
+            await outpost.track("api_call", { externalCustomerId: customer });
+            return true;
+          } catch (exc) {
+            if (!(exc instanceof RedisUnavailable)) throw exc;
+            return false;
+          }
+        },
+        "track() working again",
+        20,
+      );
+      await eventually(
+        async () => {
+          const found = await outpost.balance(calls, { externalCustomerId: customer });
+          return found.credited === 105 && found.consumed === 2 && found.source === "memory";
+        },
+        "reads exact and warm again",
+        20,
+      );
+      assert.equal(await outpost.flush(20), true);
+      assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
+      assert.ok(lines.at("info").some((l) => l.includes("Redis is back")), JSON.stringify(lines.at("info")));
+      for (const line of lines.lines) assert.doesNotMatch(line.message, CLIENT_WORDS);
+    } finally {
+      await outpost.close(2);
+      await redis.stop();
+    }
+  });
+
+  it("a refused token is named in NotReady", async () => {
+    const redis = await RedisServer.start();
+    const outpost = new Outpost(testOptions(emulator, redis, { accessToken: "polar_oat_wrong", snapshotTimeout: 1 }));
+    try {
+      const read = await rejection(outpost.balance(calls, { externalCustomerId: "c1" }));
+      assert.ok(read instanceof NotReady);
+      assert.match(read.message, /no configuration from Polar yet.*HTTP 401/);
+      const tracked = await rejection(outpost.track("api_call", { externalCustomerId: "c1" }));
+      assert.ok(tracked instanceof NotReady);
+      assert.match(tracked.message, /HTTP 401/);
+    } finally {
+      await outpost.close(2);
+      await redis.stop();
+    }
+  });
+
+  it("a server URL where nothing listens is named in NotReady", async () => {
+    const redis = await RedisServer.start();
+    const outpost = new Outpost(testOptions(emulator, redis, { serverUrl: `http://127.0.0.1:${await freePort()}`, snapshotTimeout: 1 }));
+    try {
+      const read = await rejection(outpost.balance("m", { externalCustomerId: "c1" }));
+      assert.ok(read instanceof NotReady);
+      assert.match(read.message, /no configuration from Polar yet.*cannot connect to 127\.0\.0\.1:\d+: connection refused/);
+    } finally {
+      await outpost.close(2);
+      await redis.stop();
+    }
+  });
+
+  describe("close() returns within its timeout", () => {
+    /** An instance with telemetry exported to the relay, warm, with three events queued that
+     * nothing will deliver once `down` is down. */
+    async function withThreeQueued(down: "polar" | "redis" | "both", lines: Lines): Promise<[Outpost, RedisServer, Emulator]> {
+      const [redis, polar] = await Promise.all([RedisServer.start(), Emulator.start()]);
+      const meter = await polar.createMeter("calls", CALLS_FILTER, { func: "count" });
+      const options: OutpostOptions = { telemetry: true, telemetryInterval: 0.2, logger: lines.logger };
+      const outpost = new Outpost(testOptions(polar, redis, options));
+      await outpost.balance(meter, { externalCustomerId: "c1" });
+      await eventually(async () => (await polar.admin("telemetry")).metrics.length > 0, "an export to the relay");
+      if (down !== "redis") await polar.stop();
+      for (let i = 0; i < 3; i++) await outpost.track("api_call", { externalCustomerId: "c1" });
+      if (down !== "polar") await redis.halt();
+      return [outpost, redis, polar];
+    }
+
+    for (const timeout of [1, 2]) {
+      it(`with Polar down (close(${timeout})), its last export failing in one DEBUG line, what is queued left in Redis`, async () => {
+        const lines = new Lines();
+        const [outpost, redis, polar] = await withThreeQueued("polar", lines);
+        try {
+          lines.lines.length = 0;
+          const took = await closeTaking(outpost, timeout);
+          assert.ok(took < timeout + MARGIN, `close(${timeout}) took ${took.toFixed(2)} s`);
+          // The WebSocket's failed reconnection may begin its outage report meanwhile; nothing else warns.
+          assert.deepEqual(lines.at("warn").filter((l) => !l.startsWith("outpost: Polar unreachable for the WebSocket")), []);
+          const atClose = lines.at("debug").filter((l) => l.includes("last export failed at close"));
+          assert.equal(atClose.length, 1, JSON.stringify(lines.lines));
+          assert.equal(await queued(redis), 3);
+        } finally {
+          await Promise.all([redis.stop(), polar.stop()]);
+        }
+      });
+    }
+
+    for (const down of ["redis", "both"] as const) {
+      it(`with ${down === "both" ? "Polar and Redis" : "Redis"} down`, async () => {
+        const lines = new Lines();
+        const [outpost, redis, polar] = await withThreeQueued(down, lines);
+        try {
+          const took = await closeTaking(outpost, 2);
+          assert.ok(took < 2 + MARGIN, `close(2) took ${took.toFixed(2)} s`);
+          for (const line of lines.lines) assert.doesNotMatch(line.message, CLIENT_WORDS);
+        } finally {
+          await Promise.all([redis.stop(), polar.stop()]);
+        }
+      });
+    }
+
+    it("with Polar never answering the WebSocket's upgrade nor an ingestion request", async () => {
+      const redis = await RedisServer.start();
+      const held: Socket[] = [];
+      const silent: Server = createServer((socket) => held.push(socket));
+      await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+      const address = silent.address();
+      const url = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`;
+      // A configuration cached in Redis by an instance that talked to the emulator.
+      const seeding = new Outpost(testOptions(emulator, redis));
+      await seeding.balance(calls, { externalCustomerId: "c1" });
+      await seeding.close(2);
+      const outpost = new Outpost(testOptions(emulator, redis, { serverUrl: url, linger: 0.01 }));
+      try {
+        await outpost.track("api_call", { externalCustomerId: "c1" });
+        await eventually(() => held.length >= 2, "the WebSocket and a delivery waiting on Polar");
+        const took = await closeTaking(outpost, 1);
+        assert.ok(took < 1 + MARGIN, `close(1) took ${took.toFixed(2)} s`);
+      } finally {
+        for (const socket of held) socket.destroy();
+        silent.close();
+        await redis.stop();
+      }
+    });
+  });
+});
