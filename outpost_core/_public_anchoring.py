@@ -186,6 +186,8 @@ def encode_pub(ledger: MeterLedger) -> str:
         "q": None if probe is None else [_plain(probe.consumed), probe.sent_at_us, probe.lag_us],
         "k": sorted(ledger.carried),
     }
+    if ledger.cap is not None:  # (written only when it holds: older readers ignore it)
+        data["u"] = _plain(ledger.cap)
     return _JSON.encode(data)
 
 
@@ -228,6 +230,7 @@ def decode_pub(text: str | None, ledger: MeterLedger, problems: list[str]) -> No
         sent, lag = _instant(probe[1]), _instant(probe[2])
         if consumed is not None and sent is not None and lag is not None:
             ledger.probe = Probe(consumed, sent, lag)
+    ledger.cap = _number(data.get("u"))
     carried = data.get("k")
     if isinstance(carried, list):
         ledger.carried = {f for f in carried if isinstance(f, str) and f in ledger.entries}

@@ -28,6 +28,14 @@ the new window from a baseline of 0; what fails that check cannot be told apart 
 window, so it stays counted until the next reset and out of later checks ("carried"). Credits
 always come from the newest reading.
 
+A reading may also count events the ledger still holds (a recompute within the margin of their
+acknowledgement: a credit grant's, say), which the rule above keeps counted twice. For ``count``
+and ``sum`` the last basis (the consumed the balance started from) plus what each reading of the
+window dropped since is also an upper bound of what the ledger does not hold, so the basis is the
+lower of the two (the "cap"), and never below the reading's consumed less the acknowledged
+events, so the balance stays at or below the one Polar reported. Only when all usage goes
+through Outpost is the cap exact; usage from elsewhere shows once the ledger has drained.
+
 The local balance is the newest reading's balance less every event of the ledger (acknowledged
 or still in flight; a negative value counts as 0), so it is never above the balance Polar last
 reported. ``avg`` and ``min`` meters cannot be bounded this way: their reading is relayed as it
@@ -110,6 +118,9 @@ class MeterLedger:
     rejections: int = 0
     probe: Probe | None = None
     carried: set[str] = attrs.Factory(set)
+    cap: float | None = None
+    """count and sum: the last basis plus what was dropped since, when that basis came from a
+    reading with a watermark in this window (None otherwise); see :meth:`_carry_cap`."""
 
     def __attrs_post_init__(self) -> None:
         if self.aggregation not in BOUNDED | RELAYED:
@@ -162,6 +173,8 @@ class MeterLedger:
             anchor.modified_at_us is not None and reading.modified_at_us <= anchor.modified_at_us
         ):
             return Outcome.STALE
+        before = self._capping()
+        self.cap = None
         self._learn_reset(reading)
         self.anchor = reading
         watermark = reading.modified_at_us - self.margin_us
@@ -177,10 +190,39 @@ class MeterLedger:
             # The drop may hold old-window events Polar does not count: the baseline stays 0.
             self.baseline = 0.0
             return Outcome.RESET
-        if self._check(reading.consumed, watermark):
+        accepted = self._check(reading.consumed, watermark)
+        self._carry_cap(before)
+        if accepted:
             return Outcome.FIRST if anchor is None else Outcome.ACCEPTED
         self.rejections += 1
         return Outcome.REJECTED
+
+    def _capping(self) -> tuple[float, float] | None:
+        """(the basis, the ledger's total) before a reading or a probe, when the basis bounds
+        what the ledger does not hold: a count or sum meter anchored by a reading with a
+        watermark."""
+        anchor = self.anchor
+        if (
+            self.aggregation not in ("count", "sum")
+            or anchor is None
+            or anchor.modified_at_us is None
+        ):
+            return None
+        return self.consumed_basis(), self._total()
+
+    def _carry_cap(self, before: tuple[float, float] | None) -> None:
+        """The cap after a reading or a probe: the basis before it plus what it dropped, but
+        never below the anchor's consumed less the acknowledged events (those leave the ledger
+        only with a reading), so the balance stays at or below the one Polar reported. It is
+        fixed here, as the state hash holds it, not moved by later acknowledgements."""
+        anchor = self.anchor
+        if before is not None and anchor is not None:
+            basis, total = before
+            acked = sum(e.value for e in self.entries.values() if e.acked_at_us is not None)
+            self.cap = max(basis + (total - self._total()), anchor.consumed - acked)
+
+    def _total(self) -> float:
+        return sum(e.value for e in self.entries.values())
 
     def _learn_reset(self, reading: PolarReading) -> None:
         at = reading.reset_at_us
@@ -256,7 +298,7 @@ class MeterLedger:
         the window reached into an earlier one)."""
         anchor = self.anchor
         probe = Probe(consumed, sent_at_us, lag_us)
-        basis = self.consumed_basis()
+        basis = self.figure_basis()
         if (
             anchor is None
             or self.aggregation not in ("count", "sum")
@@ -266,22 +308,30 @@ class MeterLedger:
             )
             or (self.probe is not None and sent_at_us <= self.probe.sent_at_us)
             or consumed < basis
-            or consumed > basis + sum(e.value for e in self.entries.values())
+            or consumed > basis + self._total()
         ):
             return Outcome.PROBE_UNUSED
+        before = self._capping()
         self.probe = probe
-        if self._check(consumed, probe.watermark_us):
+        checked = self._check(consumed, probe.watermark_us)
+        self._carry_cap(before)
+        if checked:
             return Outcome.PROBED
         self.rejections += 1
         return Outcome.PROBE_REJECTED
 
-    def consumed_basis(self) -> float:
-        """The consumed the balance starts from: the anchor's, or a newer probe's when higher
-        (a reading that does not cover the probe cannot lower it: it may miss what the probe
-        let go)."""
+    def figure_basis(self) -> float:
+        """Polar's consumed the balance starts from: the anchor's, or a newer probe's when
+        higher (a reading that does not cover the probe cannot lower it: it may miss what the
+        probe let go)."""
         anchor = self.anchor
         consumed = 0.0 if anchor is None else anchor.consumed
         return consumed if self.probe is None else max(consumed, self.probe.consumed)
+
+    def consumed_basis(self) -> float:
+        """The consumed the balance starts from: Polar's, lowered to the cap when one holds."""
+        basis = self.figure_basis()
+        return basis if self.cap is None else min(basis, self.cap)
 
     # The local balance -------------------------------------------------------------------
 

@@ -137,7 +137,9 @@ def test_pub_round_trip() -> None:
     ledger.rejections = 2
     ledger.probe = Probe(4.5, T0 + 1, 7)
     ledger.carried = {"1:e1"}
+    ledger.cap = 2.5
     text = encode_pub(ledger)
+    assert '"u":2.5' in text
     problems: list[str] = []
     again = ledger_of("sum", MARGIN, {"pub": text}, {"1:e1": "2 5"}, problems)
     assert problems == []
@@ -145,15 +147,17 @@ def test_pub_round_trip() -> None:
     assert again.anchor.modified_at_us == T0
     assert (again.baseline, again.reset_hint_us, again.rejections) == (3.0, T0 - 5, 2)
     assert again.probe == Probe(4.5, T0 + 1, 7)
-    assert again.carried == {"1:e1"}
+    assert again.carried == {"1:e1"} and again.cap == 2.5
     assert encode_pub(again) == text
 
 
 def test_an_empty_ledger_round_trips() -> None:
     ledger = MeterLedger("count", MARGIN)
     again = MeterLedger("count", MARGIN)
-    decode_pub(encode_pub(ledger), again, [])
-    assert again.anchor is None and again.probe is None
+    text = encode_pub(ledger)
+    assert '"u"' not in text  # written only when a cap holds: what older readers wrote
+    decode_pub(text, again, [])
+    assert again.anchor is None and again.probe is None and again.cap is None
 
 
 @pytest.mark.parametrize(

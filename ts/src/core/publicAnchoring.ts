@@ -139,7 +139,7 @@ const byCodePoint = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 
 export function encodePub(ledger: MeterLedger): string {
   const anchor = ledger.anchor;
   const probe = ledger.probe;
-  return JSON.stringify({
+  const data: Record<string, unknown> = {
     v: PUB_VERSION,
     a: anchor === null ? null : [anchor.consumed, anchor.credited, anchor.balance, anchor.modifiedAtUs],
     b: ledger.baseline,
@@ -147,7 +147,9 @@ export function encodePub(ledger: MeterLedger): string {
     r: ledger.rejections,
     q: probe === null ? null : [probe.consumed, probe.sentAtUs, probe.lagUs],
     k: [...ledger.carried].sort(byCodePoint),
-  });
+  };
+  if (ledger.cap !== null) data.u = ledger.cap; // (written only when it holds: older readers ignore it)
+  return JSON.stringify(data);
 }
 
 /** Restore the persistent part into `ledger` (a fresh one, its entries read); what is
@@ -194,6 +196,7 @@ export function decodePub(text: string | undefined, ledger: MeterLedger, problem
     const lagUs = instantOf(probe[2]);
     if (consumed !== null && sentAtUs !== null && lagUs !== null) ledger.probe = { consumed, sentAtUs, lagUs };
   }
+  ledger.cap = numberOf(data.u);
   ledger.carried.clear();
   if (Array.isArray(data.k)) {
     for (const field of data.k) if (typeof field === "string" && ledger.entries.has(field)) ledger.carried.add(field);

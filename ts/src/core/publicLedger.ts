@@ -6,7 +6,9 @@
  * minus the margin AND Polar's consumed rose, beyond the baseline, by at least the total of the
  * events about to leave (max: the reading reaches their largest value; unique: the margin
  * alone). A drop in consumed is a reset. The local balance is the anchor's balance less the
- * ledger, so never above what Polar last reported. avg and min are relayed, approximate. */
+ * ledger, so never above what Polar last reported; for count and sum the consumed it starts from
+ * is capped at the last one plus what was dropped since, so a reading that recounts events the
+ * ledger still holds does not count them twice. avg and min are relayed, approximate. */
 
 import { UsageError } from "./errors.js";
 
@@ -61,6 +63,9 @@ export class MeterLedger {
   resetHintUs: number | null = null;
   rejections = 0;
   probe: Probe | null = null;
+  /** count and sum: the last basis plus what was dropped since, when that basis came from a
+   * reading with a watermark in this window (null otherwise); see carryCap. */
+  cap: number | null = null;
 
   constructor(
     readonly aggregation: string,
@@ -109,6 +114,8 @@ export class MeterLedger {
     if (anchor !== null && anchor.modifiedAtUs !== null && reading.modifiedAtUs <= anchor.modifiedAtUs) {
       return "stale";
     }
+    const before = this.capping();
+    this.cap = null;
     this.learnReset(reading);
     this.anchor = reading;
     const watermark = reading.modifiedAtUs - this.marginUs;
@@ -122,9 +129,36 @@ export class MeterLedger {
       this.baseline = 0;
       return "reset";
     }
-    if (this.check(reading.consumed, watermark)) return anchor === null ? "first" : "accepted";
+    const accepted = this.check(reading.consumed, watermark);
+    this.carryCap(before);
+    if (accepted) return anchor === null ? "first" : "accepted";
     this.rejections += 1;
     return "rejected";
+  }
+
+  /** [the basis, the ledger's total] before a reading or a probe, when the basis bounds what the
+   * ledger does not hold: a count or sum meter anchored by a reading with a watermark. */
+  private capping(): [number, number] | null {
+    const anchor = this.anchor;
+    if ((this.aggregation !== "count" && this.aggregation !== "sum") || anchor === null || anchor.modifiedAtUs === null) return null;
+    return [this.consumedBasis(), this.total()];
+  }
+
+  /** The cap after a reading or a probe: the basis before it plus what it dropped, never below the
+   * anchor's consumed less the acknowledged events (the balance stays at or below Polar's), and
+   * fixed here, as the state hash holds it. */
+  private carryCap(before: [number, number] | null): void {
+    const anchor = this.anchor;
+    if (before === null || anchor === null) return;
+    let acked = 0;
+    for (const entry of this.entries.values()) if (entry.ackedAtUs !== null) acked += entry.value;
+    this.cap = Math.max(before[0] + (before[1] - this.total()), anchor.consumed - acked);
+  }
+
+  private total(): number {
+    let total = 0;
+    for (const entry of this.entries.values()) total += entry.value;
+    return total;
   }
 
   /** A reading's reset instant is one learnt (resetSeen). */
@@ -188,9 +222,8 @@ export class MeterLedger {
   observeProbe(consumed: number, sentAtUs: number, lagUs: number): Outcome {
     const anchor = this.anchor;
     const probe: Probe = { consumed, sentAtUs, lagUs };
-    const basis = this.consumedBasis();
-    let held = 0;
-    for (const entry of this.entries.values()) held += entry.value;
+    const basis = this.figureBasis();
+    const held = this.total();
     if (
       anchor === null ||
       (this.aggregation !== "count" && this.aggregation !== "sum") ||
@@ -201,16 +234,25 @@ export class MeterLedger {
     ) {
       return "probe_unused";
     }
+    const before = this.capping();
     this.probe = probe;
-    if (this.check(consumed, probeWatermark(probe))) return "probed";
+    const checked = this.check(consumed, probeWatermark(probe));
+    this.carryCap(before);
+    if (checked) return "probed";
     this.rejections += 1;
     return "probe_rejected";
   }
 
-  /** The consumed the balance starts from: the anchor's, or a newer probe's when higher. */
-  consumedBasis(): number {
+  /** Polar's consumed the balance starts from: the anchor's, or a newer probe's when higher. */
+  figureBasis(): number {
     const consumed = this.anchor === null ? 0 : this.anchor.consumed;
     return this.probe === null ? consumed : Math.max(consumed, this.probe.consumed);
+  }
+
+  /** The consumed the balance starts from: Polar's, lowered to the cap when one holds. */
+  consumedBasis(): number {
+    const basis = this.figureBasis();
+    return this.cap === null ? basis : Math.min(basis, this.cap);
   }
 
   balance(): LocalBalance {

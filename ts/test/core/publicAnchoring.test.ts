@@ -117,8 +117,9 @@ describe("the ledger's persistent part", () => {
     ledger.rejections = 2;
     ledger.probe = { consumed: 4.5, sentAtUs: T0 + 1, lagUs: 7 };
     ledger.carried.add("1:e1");
+    ledger.cap = 2.5;
     const text = encodePub(ledger);
-    assert.equal(text, `{"v":1,"a":[3,10,7,${T0}],"b":3,"h":${T0 - 5},"r":2,"q":[4.5,${T0 + 1},7],"k":["1:e1"]}`);
+    assert.equal(text, `{"v":1,"a":[3,10,7,${T0}],"b":3,"h":${T0 - 5},"r":2,"q":[4.5,${T0 + 1},7],"k":["1:e1"],"u":2.5}`);
     const problems: string[] = [];
     const again = ledgerOf("sum", MARGIN, { pub: text }, { "1:e1": "2 5" }, problems);
     assert.deepEqual(problems, []);
@@ -126,13 +127,16 @@ describe("the ledger's persistent part", () => {
     assert.deepEqual([again.baseline, again.resetHintUs, again.rejections], [3, T0 - 5, 2]);
     assert.deepEqual(again.probe, { consumed: 4.5, sentAtUs: T0 + 1, lagUs: 7 });
     assert.deepEqual([...again.carried], ["1:e1"]);
+    assert.equal(again.cap, 2.5);
     assert.equal(encodePub(again), text);
   });
 
   it("round-trips empty", () => {
     const again = new MeterLedger("count", MARGIN);
-    decodePub(encodePub(new MeterLedger("count", MARGIN)), again, []);
-    assert.deepEqual([again.anchor, again.probe], [null, null]);
+    const text = encodePub(new MeterLedger("count", MARGIN));
+    assert.ok(!text.includes('"u"')); // written only when a cap holds
+    decodePub(text, again, []);
+    assert.deepEqual([again.anchor, again.probe, again.cap], [null, null, null]);
     decodePub(undefined, again, []);
   });
 

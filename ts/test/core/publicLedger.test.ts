@@ -40,11 +40,70 @@ describe("the public-mode ledger", () => {
     assert.equal(book.balance().balance, 95);
     book.acknowledged(["e1", "e2", "unknown"], 1010 * S);
     assert.equal(book.observe(reading(5, 100, 1060)), "accepted");
-    assert.equal(book.balance().balance, 90);
+    assert.equal(book.entries.size, 2); // not provably included: they stay
+    // Polar's consumed rose by 5 and only the ledger's e1 can make it up: not counted twice.
+    assert.equal(book.balance().balance, 95);
     assert.equal(book.observe(reading(5, 100, 1071)), "accepted");
     assert.equal(book.balance().balance, 95);
     assert.equal(book.entries.size, 0);
     assert.equal(book.observe(reading(5, 100, 1071)), "stale");
+  });
+
+  it("does not count twice the fresh events a grant's recompute counts", () => {
+    const book = new MeterLedger("count", MARGIN);
+    book.observe(reading(0, 2, 1000));
+    book.record("e1");
+    book.record("e2");
+    book.acknowledged(["e1", "e2"], 1001 * S);
+    assert.equal(book.balance().balance, 0);
+    assert.equal(book.observe(reading(2, 3, 1002)), "accepted");
+    assert.equal(book.entries.size, 2);
+    assert.equal(book.cap, 0);
+    assert.equal(book.balance().balance, 1);
+    book.record("e3");
+    assert.equal(book.balance().balance, 0);
+    book.acknowledged(["e3"], 1003 * S);
+    assert.equal(book.observe(reading(3, 3, 1100)), "accepted");
+    assert.equal(book.entries.size, 0);
+    assert.equal(book.cap, 3);
+    assert.equal(book.balance().balance, 0);
+  });
+
+  it("never lifts the balance above Polar's with the cap", () => {
+    const book = new MeterLedger("count", MARGIN);
+    book.observe(reading(0, 100, 1000));
+    book.record("e1");
+    book.acknowledged(["e1"], 1001 * S);
+    book.record("e2");
+    assert.equal(book.observe(reading(10, 100, 1002)), "accepted"); // 9 units from elsewhere
+    assert.equal(book.cap, 9);
+    assert.equal(book.balance().balance, 100 - 10 - 1);
+    book.acknowledged(["e2"], 1003 * S);
+    assert.equal(book.balance().balance, 89);
+  });
+
+  it("has no cap after a reset, for a max meter, or after a reading without a watermark", () => {
+    const book = new MeterLedger("count", MARGIN);
+    book.observe(reading(5, 100, 1000));
+    book.record("e1");
+    book.acknowledged(["e1"], 1001 * S);
+    assert.equal(book.observe(reading(6, 100, 1002)), "accepted");
+    assert.equal(book.cap, 5);
+    assert.equal(book.observe(reading(0, 100, 1003)), "reset");
+    assert.equal(book.cap, null);
+    const highest = new MeterLedger("max", MARGIN);
+    highest.observe(reading(5, 100, 1000));
+    highest.record("e1", 7);
+    highest.acknowledged(["e1"], 1001 * S);
+    assert.equal(highest.observe(reading(7, 100, 1002)), "accepted");
+    assert.equal(highest.cap, null);
+    const first = new MeterLedger("count", MARGIN);
+    first.observe(reading(0, 100, null));
+    first.record("e1");
+    first.acknowledged(["e1"], 1001 * S);
+    assert.equal(first.observe(reading(1, 100, 1002)), "accepted");
+    assert.equal(first.cap, null);
+    assert.equal(first.balance().balance, 98);
   });
 
   it("rejects an activation that moves modifiedAt without the events", () => {
