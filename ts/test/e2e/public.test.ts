@@ -121,7 +121,8 @@ describe("the public-API mode", () => {
       await emulator.admin("credits", { meter_id: calls, units: 4, external_customer_id: customer });
       await eventually(async () => (await b.balance(calls, who)).credited === 5, "b hearing the grant a's webhook applied", 20);
       assert.equal((await a.balance(calls, who)).credited, 5);
-      assert.ok(seen.statuses.includes(204));
+      // (b hears the figure as soon as a's script applied it; a answers the delivery after that.)
+      await eventually(() => seen.statuses.includes(204), `a answering the delivery 204 (answered: ${seen.statuses.join(", ") || "nothing yet"})`, 20);
       // The same delivery again (Polar's retry, to the other instance): taken already.
       const deliveries = (await emulator.admin("webhooks")) as { deliveries?: unknown[] };
       assert.ok(deliveries !== null);
@@ -205,7 +206,9 @@ describe("the public-API mode", () => {
     assert.equal((await a.balance(calls, who)).consumed, 1);
     const seen = trackAfterRead(a, b, customer, false);
     assert.equal(await a.handleWebhook(...signedFigure(secret, customer, 7, 0)), 204);
-    assert.equal(seen.reads, 2); // the script found the revision moved: read and decided again
+    // The script found the revision moved: read and decided again (once more when an
+    // acknowledgement lands in between too).
+    assert.ok(seen.reads >= 2, `read ${seen.reads} times`);
     const read = await a.balance(calls, { ...who, fresh: true });
     assert.deepEqual([read.credited, read.consumed], [7, 2]);
   });
