@@ -47,6 +47,10 @@ export interface DeliverySettings {
   requestsPerMinute: number;
   /** Most bytes of one request body: Polar refuses bodies over 10 MiB (413). */
   batchBytes: number;
+  /** Settle the batch that ended while the next one is posted (PostAndSettle), rather than before
+   * reading on: a loop that settles, then posts, spends the settle scripts' round trips on top of
+   * Polar's. The driver turns it on; off, a loop acts as traces recorded before it existed show. */
+  settleAlongside: boolean;
 }
 
 export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}): DeliverySettings {
@@ -67,6 +71,7 @@ export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}):
     heartbeat: 10.0,
     requestsPerMinute: 0.0,
     batchBytes: 8 * 1024 * 1024,
+    settleAlongside: false,
     ...overrides,
   };
   if (s.batchSize < 1 || s.maxAttempts < 1) throw new UsageError("batch_size and max_attempts must be at least 1");
@@ -98,6 +103,12 @@ export interface SettleScript {
   args: string[];
 }
 
+export interface PostBatch {
+  kind: "PostBatch";
+  body: Uint8Array;
+  size: number;
+}
+
 export type DeliveryEffect =
   /** XREADGROUP GROUP outpost <consumer> COUNT count BLOCK block STREAMS <all> >... */
   | { kind: "ReadOutbox"; count: number; block: number }
@@ -106,8 +117,14 @@ export type DeliveryEffect =
   /** XCLAIM ... JUSTID the entries to this consumer, resetting their idle time. */
   | { kind: "RefreshClaim"; entries: [string, string][] }
   /** POST /v1/events/ingest with body; report BatchAnswered or BatchFailed. */
-  | { kind: "PostBatch"; body: Uint8Array; size: number }
+  | PostBatch
   | SettleScript
+  /** Run settles (in order) while post is in flight; report the post's answer once both are done.
+   * The scripts settle earlier batches, whose answers came: never this one's. */
+  | { kind: "PostAndSettle"; post: PostBatch; settles: SettleScript[] }
+  /** Run settles, in any order or at once (each settles entries of its own); report Settled once
+   * all are done. */
+  | { kind: "SettleScripts"; settles: SettleScript[] }
   /** Call onDropped(events, reason); report Reported. */
   | { kind: "ReportDropped"; events: unknown[]; reason: string }
   /** Nothing to do before until (monotonic seconds), unless flushing starts. */
@@ -140,7 +157,9 @@ const ANSWERS: Record<DeliveryEffect["kind"], DeliveryInput["kind"][]> = {
   ClaimStale: ["OutboxRead", "Done"],
   RefreshClaim: ["Done"],
   PostBatch: ["BatchAnswered", "BatchFailed"],
+  PostAndSettle: ["BatchAnswered", "BatchFailed"],
   SettleScript: ["Settled"],
+  SettleScripts: ["Settled"],
   ReportDropped: ["Reported"],
   Sleep: ["Done"],
   Beat: ["Done"],
@@ -178,13 +197,19 @@ export class Delivery {
   private bufferBytes = 0; // what the buffer adds to a body: each item and a comma
   private readonly budgeted: boolean;
   private grantedAt: number | null = null; // when the request taken from the budget may go
+  /** Whether the budget made this request wait: requests are scarce, so it carries all that was
+   * read meanwhile (up to batchBytes), not batchSize. */
+  private waited = false;
   private bufferSince: number | null = null;
   /** While lingering, no read before this: see LINGER_READS. */
   private nextRead = 0;
   /** Whether the buffer was read once more since a flush began. */
   private toppedUp = false;
+  /** Whether the outbox was read (without blocking) since the last batch's settle scripts were
+   * queued: once, to find the next batch to post alongside them. */
+  private readAhead = false;
   private readonly batches: Batch[] = []; // splits waiting their turn, first is current
-  private readonly work: DeliveryEffect[] = []; // settle scripts and reports of the batch that ended
+  private work: DeliveryEffect[] = []; // settle scripts and reports of the batch that ended
   private awaiting: DeliveryEffect["kind"] | null = null;
   private nextClaim: number;
   private readonly live: boolean;
@@ -233,8 +258,17 @@ export class Delivery {
 
   private choose(now: number): DeliveryEffect {
     const s = this.settings;
-    const work = this.work.shift();
-    if (work !== undefined) return work;
+    if (this.work.length) {
+      if (s.settleAlongside && this.work.every((w) => w.kind === "SettleScript")) {
+        const ahead = this.ahead(now);
+        if (ahead !== null) return ahead;
+        const settles = this.work as SettleScript[];
+        this.work = [];
+        this.readAhead = false;
+        return { kind: "SettleScripts", settles }; // the next batch cannot go yet: settle now
+      }
+      return this.work.shift() as DeliveryEffect;
+    }
     if (this.live) {
       const action = this.liveness(now);
       if (action !== null) return action;
@@ -263,6 +297,36 @@ export class Delivery {
       return { kind: "ReadOutbox", count: s.batchSize - this.buffer.length, block: 0 };
     }
     return { kind: "ReadOutbox", count: s.batchSize, block: this.flushing ? s.flushBlock : s.readBlock };
+  }
+
+  /** With settle scripts queued: the next batch's post, carrying them (they run while it is in
+   * flight), or what it needs first without waiting (a read, a request from the budget); null when
+   * it cannot go yet: the scripts then run alone, never held back. */
+  private ahead(now: number): DeliveryEffect | null {
+    const s = this.settings;
+    if (this.batches.length) return null; // a split or a retry: its claim is refreshed before it goes again
+    if (this.buffer.length) {
+      const full = this.buffer.length >= s.batchSize || this.bufferBytes >= s.batchBytes;
+      const due = now >= (this.bufferSince as number) + s.linger && !this.flushing;
+      if (full || this.toppedUp || due) return this.alongside(now);
+    }
+    if (this.readAhead) return null;
+    this.readAhead = true;
+    if (this.flushing) this.toppedUp = true; // a flush posts what this read finds, in one batch
+    return { kind: "ReadOutbox", count: s.batchSize - this.buffer.length, block: 0 };
+  }
+
+  /** The next batch with the settle scripts, once the budget lets it go; a request taken from the
+   * budget first; null when the budget makes it wait. */
+  private alongside(now: number): DeliveryEffect | null {
+    const gate = this.gate(now, false);
+    if (gate === null) {
+      const settles = this.work as SettleScript[];
+      this.work = [];
+      this.readAhead = false;
+      return { kind: "PostAndSettle", post: this.startBatch(), settles };
+    }
+    return gate.kind === "TakeRequest" ? gate : null;
   }
 
   /** Beat, then survey the group and take what dead instances hold: before any batch, so neither
@@ -303,17 +367,17 @@ export class Delivery {
     return { kind: "Sleep", until: this.grantedAt };
   }
 
-  private post(entries: OutboxEntry[]): DeliveryEffect {
+  private post(entries: OutboxEntry[]): PostBatch {
     this.grantedAt = null;
     return { kind: "PostBatch", body: body(entries), size: entries.length };
   }
 
   /** A batch of the oldest buffered entries, as many as batchBytes of body holds (and batchSize
-   * without a budget: requests are only scarce with one). */
-  private startBatch(): DeliveryEffect {
+   * unless the budget made it wait: requests are only scarce then). */
+  private startBatch(): PostBatch {
     this.toppedUp = false;
     let room = this.settings.batchBytes - BODY_OVERHEAD;
-    const most = this.budgeted ? this.buffer.length : this.settings.batchSize;
+    const most = this.waited ? this.buffer.length : this.settings.batchSize;
     let taken = 0;
     for (const entry of this.buffer.slice(0, most)) {
       room -= entry.size + 1;
@@ -374,6 +438,7 @@ export class Delivery {
     const wait = waitOf(outcome);
     if (wait === null) this.rejectedEntries += 1;
     this.grantedAt = now + (wait ?? 0);
+    this.waited = Boolean(wait);
   }
 
   private listed(outcome: ConsumersListed): void {
@@ -587,7 +652,11 @@ export function nothingDone(action: DeliveryEffect): DeliveryInput {
     case "TakeRequest":
       return { kind: "BudgetAnswered", reply: 0 };
     case "SettleScript":
+    case "SettleScripts":
       return { kind: "Settled", reply: null };
+    case "PostBatch":
+    case "PostAndSettle":
+      return { kind: "BatchFailed", reason: "the instance closed", maybeSent: true };
     default:
       return { kind: "Done" };
   }

@@ -11,7 +11,7 @@ import { connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import type { Cluster, Redis } from "ioredis";
 import { Balance } from "../core/balance.js";
-import { Delivery, type DeliverySettings, GROUP, type DeliveryEffect, type DeliveryInput, makeDeliverySettings, nothingDone, retryAfter, withKnownRevs } from "../core/delivery.js";
+import { Delivery, type DeliverySettings, GROUP, type DeliveryEffect, type DeliveryInput, makeDeliverySettings, nothingDone, retryAfter, type SettleScript, withKnownRevs } from "../core/delivery.js";
 import type { Effect, Fetch, RunScript } from "../core/effects.js";
 import { Echoes } from "../core/echoes.js";
 import { customerOf, eventIdOf, timestampUsOf } from "../core/event.js";
@@ -275,6 +275,7 @@ export class Outpost {
       heartbeat: options.heartbeat ?? 10.0,
       requestsPerMinute: options.requestsPerMinute ?? 300.0,
       batchBytes: options.batchBytes ?? 8 * 1024 * 1024,
+      settleAlongside: true,
     });
     this.maxInFlight = maxInFlight;
     this.onDropped = options.onDropped ?? null;
@@ -1062,13 +1063,15 @@ export class Outpost {
       }
       delivery.handle(outcome, monotonic(), this.nowUs());
       for (const report of delivery.reports()) this.logReport(report);
-      if (outcome.kind === "Settled") this.signal.fire();
+      if (outcome.kind === "Settled" || action.kind === "PostAndSettle") this.signal.fire();
     }
   }
 
   /** Do one delivery action. Redis failures are retried until they succeed (or the instance
    * closes): settling must not be skipped, and a read can simply wait. */
   private act(outage: Outage, action: DeliveryEffect, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
+    if (action.kind === "PostAndSettle") return this.postAndSettle(outage, action, connection, number);
+    if (action.kind === "SettleScripts") return this.settleAll(outage, action.settles, connection, number).then(() => SETTLED);
     const nothing: DeliveryInput =
       action.kind === "PostBatch"
         ? { kind: "BatchFailed", reason: "closing", maybeSent: false }
@@ -1076,6 +1079,19 @@ export class Outpost {
           ? { kind: "Reported" }
           : nothingDone(action);
     return this.retrying(outage, () => this.actOnce(action, connection, number), nothing, connection);
+  }
+
+  /** The next batch's post, and meanwhile the settle scripts of the batches before it, each retried
+   * until Redis answers (never the post: it changes nothing in Redis). */
+  private async postAndSettle(outage: Outage, action: Extract<DeliveryEffect, { kind: "PostAndSettle" }>, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
+    const [answer] = await Promise.all([this.post(action.post.body), this.settleAll(outage, action.settles, connection, number)]);
+    return answer;
+  }
+
+  /** Every script of `settles`, at once (their commands go out together), each retried until Redis
+   * answers. */
+  private async settleAll(outage: Outage, settles: SettleScript[], connection: Redis | Cluster, number: number): Promise<void> {
+    await Promise.all(settles.map((settle) => this.retrying(outage, () => this.actOnce(settle, connection, number), SETTLED, connection)));
   }
 
   /** call() until Redis answers, backing off; `closing` (nothing done, the work stays queued in
@@ -1148,6 +1164,10 @@ export class Outpost {
       }
       case "PostBatch":
         return this.post(action.body);
+      case "PostAndSettle": // (a loop runs these through act(), with its own outage)
+        return this.postAndSettle(new Outage("delivery"), action, connection, number);
+      case "SettleScripts":
+        return this.settleAll(new Outage("delivery"), action.settles, connection, number).then(() => SETTLED);
       case "SettleScript": {
         // Told which revisions this instance holds, the script replies with what changed, so
         // this instance's copies (and a flush() waiting on them) see it at once.
@@ -1353,7 +1373,8 @@ export class Outpost {
 }
 
 /** What a delivery loop may be doing that gives this consumer entries or settles some. */
-const BRINGS_ENTRIES = new Set<string>(["ReadOutbox", "ClaimStale", "Reclaim", "SettleScript"]);
+const BRINGS_ENTRIES = new Set<string>(["ReadOutbox", "ClaimStale", "Reclaim", "SettleScript", "SettleScripts", "PostAndSettle"]);
+const SETTLED: DeliveryInput = { kind: "Settled", reply: null };
 
 function pairs(flat: string[]): Map<string, string> {
   const out = new Map<string, string>();
