@@ -349,6 +349,11 @@ async def run_on_node(
     return [command.result for command in pipeline]
 
 
+async def release_node_connections(cluster: RedisCluster) -> None:
+    """Nothing to give back: each command on a node takes a connection and returns it (the
+    sync twin keeps some for scripts)."""
+
+
 def open_node_pubsub(cluster: RedisCluster, node: ClusterNode) -> Any:
     """A pub/sub connection of its own to one node of a cluster, with the cluster's settings."""
     pool = ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)

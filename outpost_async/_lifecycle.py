@@ -17,6 +17,7 @@ from outpost_async._backend import (
     Worker,
     close_at_exit,
     forget_at_exit,
+    release_node_connections,
     start_afresh_after_fork,
 )
 from outpost_async._cluster import ClusterSubscriber
@@ -165,6 +166,7 @@ class Lifecycle:
         await ctx.batches.aclose()
         if ctx.cluster is not None:
             await ctx.departed_nodes.close(ctx.cluster)
+            await release_node_connections(ctx.cluster)
         if owns_redis:
             await ctx.redis.aclose()
         ctx.traces.close()

@@ -335,6 +335,16 @@ _node_batches: weakref.WeakKeyDictionary[Any, CommandBatches] = weakref.WeakKeyD
 """Each cluster node's client's command batches (the connections kept for scripts)."""
 
 
+def release_node_connections(cluster: RedisCluster) -> None:
+    """Give the connections kept for scripts back to each node's pool: a cluster client the
+    application passed in outlives the instance (another instance on the same client takes
+    new ones as it needs them)."""
+    for node in cluster.get_nodes():
+        batches = _node_batches.pop(node.redis_connection, None)
+        if batches is not None:
+            batches.close()
+
+
 def open_node_pubsub(cluster: RedisCluster, node: ClusterNode) -> Any:
     """A pub/sub connection of its own to one node of a cluster, with the cluster's settings (not
     from the node's pool: the cluster client disconnects that pool when its slot map changes)."""

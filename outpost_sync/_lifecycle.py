@@ -20,6 +20,7 @@ from outpost_sync._backend import (
     Worker,
     close_at_exit,
     forget_at_exit,
+    release_node_connections,
     start_afresh_after_fork,
 )
 from outpost_sync._cluster import ClusterSubscriber
@@ -166,6 +167,7 @@ class Lifecycle:
         ctx.batches.close()
         if ctx.cluster is not None:
             ctx.departed_nodes.close(ctx.cluster)
+            release_node_connections(ctx.cluster)
         if owns_redis:
             ctx.redis.close()
         ctx.traces.close()

@@ -23,6 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from outpost_async import AsyncOutpost
+from outpost_sync import Outpost
 from outpost_async._backend import CommandBatches
 from outpost_core import Customer
 from outpost_core._replies import stream_entries
@@ -259,3 +260,27 @@ def test_the_sync_twin_runs_scripts_on_connections_of_its_own(
     batches.close()
     assert batches._idle == []
     client.close()
+
+
+def test_the_sync_twin_gives_each_cluster_nodes_kept_connections_back_at_close(
+    redis_cluster: RedisCluster,
+) -> None:
+    """On a cluster client the application passed in (it outlives the instance), the
+    connections kept for scripts on each node go back to that node's pool at close()."""
+    prepare(redis_cluster, *(Customer("external", f"c{n}") for n in range(32)))  # type: ignore[arg-type]
+    client = redis.RedisCluster.from_url(redis_cluster.url.replace("redis+cluster", "redis"))
+    with Outpost(redis=client, telemetry=False, shards=shards_of(redis_cluster)) as outpost:
+        for n in range(32):  # customers on every node
+            outpost.track("api_call", external_customer_id=f"c{n}")
+        in_use = _in_use_per_node(client)
+        assert sum(in_use.values()) > 0, in_use  # kept while the instance runs
+    assert sum(_in_use_per_node(client).values()) == 0, _in_use_per_node(client)
+    client.close()
+
+
+def _in_use_per_node(client: redis.RedisCluster) -> dict[str, int]:
+    return {
+        node.name: len(node.redis_connection.connection_pool._in_use_connections)
+        for node in client.get_nodes()
+        if node.redis_connection is not None
+    }
