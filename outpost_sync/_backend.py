@@ -339,7 +339,7 @@ def release_node_connections(cluster: RedisCluster) -> None:
     """Give the connections kept for scripts back to each node's pool: a cluster client the
     application passed in outlives the instance (another instance on the same client takes
     new ones as it needs them)."""
-    for node in cluster.get_nodes():
+    for node in cluster.get_nodes():  # type: ignore[no-untyped-call,unused-ignore]
         batches = _node_batches.pop(node.redis_connection, None)
         if batches is not None:
             batches.close()

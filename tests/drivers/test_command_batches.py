@@ -23,10 +23,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from outpost_async import AsyncOutpost
-from outpost_sync import Outpost
 from outpost_async._backend import CommandBatches
 from outpost_core import Customer
 from outpost_core._replies import stream_entries
+from outpost_sync import Outpost
 from outpost_sync._backend import CommandBatches as SyncCommandBatches
 from tests.drivers._async._helpers import COUNT, shards_of
 from tests.drivers._async.test_local_state import consumed, prepare
@@ -281,6 +281,6 @@ def test_the_sync_twin_gives_each_cluster_nodes_kept_connections_back_at_close(
 def _in_use_per_node(client: redis.RedisCluster) -> dict[str, int]:
     return {
         node.name: len(node.redis_connection.connection_pool._in_use_connections)
-        for node in client.get_nodes()
+        for node in client.get_nodes()  # type: ignore[no-untyped-call,unused-ignore]
         if node.redis_connection is not None
     }
