@@ -42,6 +42,7 @@ from outpost_core import (
 )
 
 _CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
+_IDLE_DOUBLINGS = 6  # an idle round's wait doubles at most this many times (50 ms -> 3.2 s)
 _NODE_POLL = 0.05  # seconds a node's worker waits for a message before it looks at its tasks
 _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
 _REDIRECTIONS = 5  # tries of a script on a cluster whose slot map is changing
@@ -92,7 +93,9 @@ async def on_owning_node(
 
 async def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> DeliveryInput:
     """A cluster refuses one read across slots: each shard's stream is read on its own, and
-    an empty round waits a little before the next (no blocking read spans the streams)."""
+    an empty round waits before the next (no blocking read spans the streams): 50 ms after
+    entries came, twice as long after each empty round, up to the read's block (an idle
+    instance read every stream 20 times a second; a flush's reads block 10 ms at most)."""
     entries: list[StreamEntry] = []
     outboxes = ctx.outboxes
     start = random.randrange(len(outboxes))  # no shard always read first
@@ -103,9 +106,13 @@ async def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> De
             break
         reply = await ctx.redis.xreadgroup(GROUP, ctx.consumer, {stream: ">"}, count=left)
         entries += stream_entries(reply)
-    if not entries and action.block > 0:
+    if entries:
+        ctx.empty_rounds = 0
+    elif action.block > 0:
         version = ctx.signal.version
-        await ctx.signal.wait(version, min(action.block, _CLUSTER_POLL * 5))
+        idle = _CLUSTER_POLL * 5 * 2 ** min(ctx.empty_rounds, _IDLE_DOUBLINGS)
+        ctx.empty_rounds += 1
+        await ctx.signal.wait(version, min(action.block, idle))
     return OutboxRead(entries)
 
 

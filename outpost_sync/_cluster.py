@@ -43,6 +43,7 @@ from outpost_sync._context import POLL, DriverContext, failed_in_redis
 from outpost_sync._subscriber import Subscriber
 
 _CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
+_IDLE_DOUBLINGS = 6  # an idle round's wait doubles at most this many times (50 ms -> 3.2 s)
 _NODE_POLL = 0.05  # seconds a node's worker waits for a message before it looks at its tasks
 _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
 _REDIRECTIONS = 5  # tries of a script on a cluster whose slot map is changing
@@ -93,7 +94,9 @@ def on_owning_node(
 
 def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> DeliveryInput:
     """A cluster refuses one read across slots: each shard's stream is read on its own, and
-    an empty round waits a little before the next (no blocking read spans the streams)."""
+    an empty round waits before the next (no blocking read spans the streams): 50 ms after
+    entries came, twice as long after each empty round, up to the read's block (an idle
+    instance read every stream 20 times a second; a flush's reads block 10 ms at most)."""
     entries: list[StreamEntry] = []
     outboxes = ctx.outboxes
     start = random.randrange(len(outboxes))  # no shard always read first
@@ -104,9 +107,13 @@ def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> Delivery
             break
         reply = ctx.redis.xreadgroup(GROUP, ctx.consumer, {stream: ">"}, count=left)
         entries += stream_entries(reply)
-    if not entries and action.block > 0:
+    if entries:
+        ctx.empty_rounds = 0
+    elif action.block > 0:
         version = ctx.signal.version
-        ctx.signal.wait(version, min(action.block, _CLUSTER_POLL * 5))
+        idle = _CLUSTER_POLL * 5 * 2 ** min(ctx.empty_rounds, _IDLE_DOUBLINGS)
+        ctx.empty_rounds += 1
+        ctx.signal.wait(version, min(action.block, idle))
     return OutboxRead(entries)
 
 

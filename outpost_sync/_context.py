@@ -112,6 +112,9 @@ class DriverContext:
     """flush() calls waiting: delivery sends what it holds at once."""
     settling: int = 0
     """Settle scripts running: a flush waits for their replies too."""
+    empty_rounds: int = 0
+    """On a cluster: rounds of outbox reads in a row that found nothing (each idle round waits
+    longer before the next, up to the read's block)."""
     departed_nodes: DepartedNodes = attrs.field(factory=DepartedNodes)
     """On a cluster: the nodes that left the slot map, whose connections the driver closes."""
 

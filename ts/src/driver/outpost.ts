@@ -44,7 +44,8 @@ export const DEFAULT_SERVER_URL = "https://api.polar.sh";
 const POLL = 0.25; // seconds between two looks at the core's deadlines
 const SETTLE = 0.1; // seconds a waiting read sleeps at most between two looks at its copy
 const USER_AGENT = "outpost-node/0.1.0";
-const CLUSTER_POLL = 0.05; // seconds an empty round of reads on a cluster waits before the next
+const CLUSTER_POLL = 0.05; // seconds an empty round of reads on a cluster waits before the next, at first
+const IDLE_DOUBLINGS = 6; // each empty round in a row waits twice as long, this many times at most
 const CLOSE_RESERVE = 1.0; // seconds of close()'s timeout kept for what comes after its flush
 const LAST_EXPORT = 0.75; // most seconds close() gives the last telemetry export
 
@@ -202,6 +203,8 @@ export class Outpost {
   private link: LinkSocket | null = null;
   private flushing = 0;
   private settling = 0;
+  /** On a cluster: rounds of outbox reads in a row that found nothing (see readOutboxesOneByOne). */
+  private emptyRounds = 0;
   private starting: Promise<void> | null = null;
   private closed = false;
   private readonly stateOutage = new Outage("loading state");
@@ -1294,7 +1297,9 @@ export class Outpost {
   }
 
   /** A cluster refuses one read across slots: each shard's stream is read on its own (starting
-   * with a random one, so no shard always goes first), and an empty round waits a little. */
+   * with a random one, so no shard always goes first), and an empty round waits before the next:
+   * 50 ms after entries came, twice as long after each empty round, up to the read's block (an
+   * idle instance read every stream 20 times a second). */
   private async readOutboxesOneByOne(count: number, block: number): Promise<{ kind: "OutboxRead"; entries: [string, string, Map<string, string>][] }> {
     const entries: [string, string, Map<string, string>][] = [];
     const outboxes = this.outboxes;
@@ -1307,7 +1312,13 @@ export class Outpost {
         for (const [id, flat] of listing ?? []) if (Array.isArray(flat)) entries.push([name, id, pairs(flat)]);
       }
     }
-    if (!entries.length && block > 0) await this.signal.wait(this.signal.version, Math.min(block, CLUSTER_POLL));
+    if (entries.length) {
+      this.emptyRounds = 0;
+    } else if (block > 0) {
+      const idle = CLUSTER_POLL * 2 ** Math.min(this.emptyRounds, IDLE_DOUBLINGS);
+      this.emptyRounds += 1;
+      await this.signal.wait(this.signal.version, Math.min(block, idle));
+    }
     return { kind: "OutboxRead", entries };
   }
 

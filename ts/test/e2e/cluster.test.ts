@@ -74,6 +74,26 @@ describe("on a Redis Cluster (4 primaries, 4 replicas, 64 shards)", () => {
     for (const other of others) assert.equal((await emulator.customerMeter(calls, other)).consumed_units, 1);
   });
 
+  it("reads the outboxes less often while idle: each empty round waits twice as long, up to the read's block", async () => {
+    const a = connect();
+    const customer = uniqueCustomer("idle");
+    await a.track("api_call", { externalCustomerId: customer }); // starts the loops
+    const signal = (a as unknown as { signal: { wait: (version: number, timeout: number) => Promise<void> } }).signal;
+    const waits: number[] = [];
+    const wait = signal.wait.bind(signal);
+    signal.wait = (version, timeout) => {
+      waits.push(Math.round(timeout * 1000) / 1000);
+      return wait(version, timeout);
+    };
+    await eventually(() => waits.includes(0.5), "idle rounds reaching the block", 15);
+    assert.deepEqual(waits.filter((w) => [0.05, 0.1, 0.2, 0.4].includes(w)).slice(0, 4), [0.05, 0.1, 0.2, 0.4]);
+    const seen = waits.length;
+    await a.track("api_call", { externalCustomerId: customer });
+    assert.equal(await a.flush(10), true);
+    await eventually(() => waits.slice(seen).includes(0.05), "an idle round of 50 ms again", 15);
+    assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
+  });
+
   it("admits exactly: a hold taken by one instance limits what the other admits", async () => {
     const [a, b] = [connect(), connect()];
     const customer = uniqueCustomer("admit");

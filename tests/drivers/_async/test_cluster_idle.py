@@ -1,0 +1,40 @@
+"""An idle instance on Redis Cluster reads its outboxes less and less often: a cluster refuses a
+blocking read across slots, so each round reads every shard's stream on its own, and an idle
+one read all of them 20 times a second for as long as it lived."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from outpost_emulator import Emulator
+from tests.drivers._async._helpers import connect, count_meter, eventually, holds
+from tests.support.redis_cluster import RedisCluster
+
+
+@pytest.mark.anyio
+async def test_idle_rounds_wait_longer_each_time_and_entries_start_again_from_50_ms(
+    redis_cluster: RedisCluster, emulator: Emulator
+) -> None:
+    meter = count_meter(emulator)
+    async with connect(redis_cluster, emulator) as instance:
+        await instance.track("api_call", external_customer_id="c1")  # starts the loops
+        signal = instance._context.signal
+        waits: list[float] = []
+        wait = signal.wait
+
+        async def recorded(version: int, timeout: float) -> Any:
+            waits.append(round(timeout, 3))
+            return await wait(version, timeout)
+
+        signal.wait = recorded  # type: ignore[method-assign]
+        # 50 ms, then twice as long each empty round, up to the read's block (0.5 s).
+        await eventually(holds(lambda: 0.5 in waits), 15, "idle rounds reaching the block")
+        assert [w for w in waits if w in (0.05, 0.1, 0.2, 0.4)][:4] == [0.05, 0.1, 0.2, 0.4]
+        seen = len(waits)
+        await instance.track("api_call", external_customer_id="c2")
+        assert await instance.flush(10)
+        # The round that found the event starts the idle rounds over.
+        await eventually(holds(lambda: 0.05 in waits[seen:]), 15, "an idle round of 50 ms again")
+        assert (await instance.balance(meter, external_customer_id="c2")).consumed == 1
