@@ -8,7 +8,8 @@ input means lives in the core. The parts share one ``DriverContext`` (``_context
 
 - ``_effects.py``: feeding the session and running its effects (and the effects worker);
 - ``_subscriber.py`` and ``_cluster.py``: the change subscription (one Redis; a cluster's nodes);
-- ``_delivery.py``: the delivery loops; ``_websocket.py``: the link to Polar;
+- ``_delivery.py``: the delivery loops (``_outbox.py``: the outbox streams' other commands;
+  ``_ingest.py``: posting to Polar's ingestion API); ``_websocket.py``: the link to Polar;
 - ``_telemetry.py``: the telemetry worker; ``_scripts.py``: running the Lua scripts;
 - ``_reads.py``: a read that waits or goes to Redis; ``_tracking.py``: writing one event;
 - ``_reservation.py``: reservations and ``track(require_balance=True)``;

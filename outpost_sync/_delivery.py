@@ -12,34 +12,28 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-import httpx
 from redis.exceptions import RedisError, ResponseError
 
 from outpost_core import (
     GROUP,
-    BatchAnswered,
-    BatchFailed,
     Beat,
     CheckHeartbeats,
     ClaimStale,
-    ConsumersListed,
     Delivery,
     DeliveryEffect,
     DeliveryInput,
     DeliverySettings,
     Done,
     ForgetHeartbeat,
-    HeartbeatsChecked,
     Outage,
     OutboxRead,
     PostAndSettle,
     PostBatch,
     ReadOutbox,
     Reclaim,
-    Reclaimed,
     RedisUnavailable,
     RefreshClaim,
     ReportDropped,
@@ -52,16 +46,12 @@ from outpost_core import (
     StreamEntry,
     SurveyConsumers,
     TakeRequest,
-    __version__,
-    claimed_entries,
     hand_back,
     lost_its_data,
     nothing_done,
-    retry_after,
     stream_entries,
     with_known_revs,
 )
-from outpost_io.tls import describe
 from outpost_sync._backend import Worker, all_of, alongside, call_back, sleep
 from outpost_sync._cluster import read_outboxes_one_by_one
 from outpost_sync._context import (
@@ -72,6 +62,20 @@ from outpost_sync._context import (
     redis_unavailable,
 )
 from outpost_sync._effects import SessionEffects
+from outpost_sync._ingest import open_ingestion, post_batch
+from outpost_sync._outbox import (
+    beat,
+    check_heartbeats,
+    claim_stale,
+    failed,
+    forget_heartbeat,
+    per_stream,
+    raising,
+    read_command,
+    reclaim,
+    refresh_claim,
+    survey,
+)
 from outpost_sync._scripts import run_script, take_request
 from outpost_sync._supervisor import Supervisor
 
@@ -79,10 +83,7 @@ _NOW = "now"  # a read that takes this consumer's pending entries again
 _WAITING = "waiting"  # such a read is due, but another loop reads or holds entries
 
 _T = TypeVar("_T")
-_USER_AGENT = f"outpost-python/{__version__}"
 _FLUSH_READS = 3  # attempts of a flush's outbox read before it raises RedisUnavailable
-MAX_ANSWER = 1 << 20
-"""The most of an ingestion answer read (its error detail): 1 MiB."""
 
 
 class Deliveries:
@@ -107,13 +108,7 @@ class Deliveries:
     def open_client(self) -> None:
         """Open the ingestion API's client (a proxy whose scheme needs a missing package fails
         here, before any loop starts)."""
-        ctx = self._context
-        ctx.http = httpx.Client(
-            base_url=ctx.server_url,
-            headers={"Authorization": f"Bearer {ctx.access_token}", "User-Agent": _USER_AGENT},
-            timeout=httpx.Timeout(30.0, connect=5.0),
-            verify=ctx.tls,
-        )
+        self._context.http = open_ingestion(self._context)
 
     def start(self, count: int, supervisor: Supervisor) -> list[Worker]:
         """Start ``count`` delivery loops, each under ``supervisor``."""
@@ -221,11 +216,13 @@ class Deliveries:
 
     def _outbox_marks(self) -> dict[str, bytes | str]:
         """The last entry of each outbox now: what a flush waits to see delivered."""
-        replies = self._per_stream(
-            self._context.outboxes, lambda client, stream: client.xrevrange(stream, count=1)
+        replies = per_stream(
+            self._context,
+            self._context.outboxes,
+            lambda client, stream: client.xrevrange(stream, count=1),
         )
         marks: dict[str, bytes | str] = {}
-        for stream, last in zip(self._context.outboxes, _raising(replies), strict=True):
+        for stream, last in zip(self._context.outboxes, raising(replies), strict=True):
             if last and last[0][0] is not None:
                 marks[stream] = last[0][0]
         return marks
@@ -234,30 +231,15 @@ class Deliveries:
         """Whether no outbox holds an entry up to its mark; the outboxes found settled are
         removed from ``marks`` (entries added later come after the mark)."""
         streams = list(marks)
-        replies = self._per_stream(
-            streams, lambda client, stream: client.xrange(stream, max=marks[stream], count=1)
+        replies = per_stream(
+            self._context,
+            streams,
+            lambda client, stream: client.xrange(stream, max=marks[stream], count=1),
         )
-        for stream, left in zip(streams, _raising(replies), strict=True):
+        for stream, left in zip(streams, raising(replies), strict=True):
             if not left:
                 del marks[stream]
         return not marks
-
-    def _per_stream(self, streams: Sequence[str], command: Callable[[Any, str], Any]) -> list[Any]:
-        """``command(client, stream)`` for each of ``streams``: on one Redis in one round trip (a
-        pipeline), on a cluster one at a time; each reply, or the error it was."""
-        ctx = self._context
-        if ctx.cluster is not None:
-            replies: list[Any] = []
-            for stream in streams:
-                try:
-                    replies.append(command(ctx.redis, stream))
-                except ResponseError as exc:
-                    replies.append(exc)
-            return replies
-        with ctx.redis.pipeline(transaction=False) as pipe:
-            for stream in streams:
-                command(pipe, stream)
-            return list(pipe.execute(raise_on_error=False))
 
     def _act(self, outage: Outage, action: DeliveryEffect) -> DeliveryInput:
         """Do one delivery action. Redis failures are retried until they succeed (or the instance
@@ -298,11 +280,12 @@ class Deliveries:
         return result
 
     def _create_groups(self) -> None:
-        replies = self._per_stream(
+        replies = per_stream(
+            self._context,
             self._context.outboxes,
             lambda client, stream: client.xgroup_create(stream, GROUP, id="0", mkstream=True),
         )
-        _raising([r for r in replies if not (_failed(r) and "BUSYGROUP" in str(r))])
+        raising([r for r in replies if not (failed(r) and "BUSYGROUP" in str(r))])
 
     # -- one method per effect ----------------------------------------------------------------
 
@@ -364,12 +347,12 @@ class Deliveries:
         block = int(action.block * 1000)
         if block <= 0:  # a lingering batch's read for more: with the scripts, read as it came
             reply = ctx.batches.execute(
-                *_read_outboxes(ctx.consumer, action.count, ctx.outboxes), parsed=False
+                *read_command(ctx.consumer, action.count, ctx.outboxes), parsed=False
             )
             return OutboxRead(stream_entries(reply))
         # On a connection of its own (it blocks), unparsed: the name in bytes finds no reply
         # callback in redis-py, whose parsing cost more than the read.
-        command = _read_outboxes(ctx.consumer, action.count, ctx.outboxes, block)
+        command = read_command(ctx.consumer, action.count, ctx.outboxes, block)
         reply = ctx.redis.execute_command(b"XREADGROUP", *command[1:])  # type: ignore[no-untyped-call]
         return OutboxRead(stream_entries(reply))
 
@@ -446,56 +429,6 @@ class Deliveries:
                 ctx.log.exception("outpost: on_dropped raised")
         return Reported()
 
-    def _refresh_claim(self, action: RefreshClaim) -> DeliveryInput:
-        ctx = self._context
-        for stream, ids in action.by_stream().items():
-            claimed: list[Any] = ids  # redis-py's stub wants a list of its own union
-            ctx.redis.xclaim(stream, GROUP, ctx.consumer, 0, claimed, justid=True)
-        return Done()
-
-    def _claim_stale(self, action: ClaimStale) -> DeliveryInput:
-        ctx = self._context
-        replies = self._per_stream(
-            self._context.outboxes,
-            lambda client, stream: client.xautoclaim(
-                stream,
-                GROUP,
-                ctx.consumer,
-                int(action.min_idle * 1000),
-                start_id="0-0",
-                count=action.count,
-            ),
-        )
-        entries: list[StreamEntry] = []
-        for stream, reply in zip(self._context.outboxes, _raising(replies), strict=True):
-            entries += claimed_entries(stream, reply)
-        return OutboxRead(entries)
-
-    def _beat(self, action: Beat) -> DeliveryInput:
-        self._context.redis.set(action.key, b"1", px=action.ttl_ms)
-        return Done()
-
-    def _survey(self, action: SurveyConsumers) -> DeliveryInput:
-        replies = self._per_stream(
-            self._context.outboxes, lambda client, stream: client.xinfo_consumers(stream, GROUP)
-        )
-        return ConsumersListed(list(zip(self._context.outboxes, _raising(replies), strict=True)))
-
-    def _check_heartbeats(self, action: CheckHeartbeats) -> DeliveryInput:
-        return HeartbeatsChecked(self._context.redis.mget(action.keys))
-
-    def _reclaim(self, action: Reclaim) -> DeliveryInput:
-        args = [GROUP, action.taker, str(action.count), *action.consumers]
-        reply = run_script(self._context, "reclaim", (action.stream,), args)
-        return Reclaimed(action.stream, reply)
-
-    def _take_request(self, action: TakeRequest) -> DeliveryInput:
-        return take_request(self._context, action)
-
-    def _forget_heartbeat(self, action: ForgetHeartbeat) -> DeliveryInput:
-        self._context.redis.delete(action.key)
-        return Done()
-
     def _sleep(self, action: Sleep) -> DeliveryInput:
         signal = self._context.signal
         version = signal.version
@@ -503,63 +436,14 @@ class Deliveries:
         return Done()
 
     def _post(self, action: PostBatch) -> DeliveryInput:
-        http = self._context.http
-        assert http is not None
-        try:
-            with http.stream(
-                "POST",
-                "/v1/events/ingest",
-                content=action.body,
-                headers={"Content-Type": "application/json"},
-            ) as response:
-                body = b""  # at most MAX_ANSWER: a peer's body of any size costs no more
-                for chunk in response.iter_bytes():
-                    body += chunk[: MAX_ANSWER - len(body)]
-                    if len(body) >= MAX_ANSWER:
-                        break
-        except httpx.ProxyError as exc:  # the proxy refused the tunnel: nothing reached Polar
-            reason = f"the proxy refused the tunnel to Polar: {exc}"
-            return BatchFailed(reason, maybe_sent=False, stalls=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            untrusted = describe(exc, http.base_url.host)
-            if untrusted is not None:  # no retry fixes it: delivery stalls and says why
-                return BatchFailed(untrusted, maybe_sent=False, stalls=True)
-            return BatchFailed(f"could not connect to Polar: {exc!r}", maybe_sent=False)
-        except httpx.HTTPError as exc:
-            return BatchFailed(f"ingestion request failed: {exc!r}", maybe_sent=True)
-        wait = retry_after(response.headers.get("Retry-After"), self._context.now_us())
-        return BatchAnswered(response.status_code, body, wait)
+        return post_batch(self._context, action)
 
 
-def _failed(reply: Any) -> bool:
-    return isinstance(reply, Exception)
-
-
-def _raising(replies: list[Any]) -> list[Any]:
-    """``replies``, or the first error among them raised."""
-    for reply in replies:
-        if _failed(reply):
-            raise reply
-    return replies
-
-
-def _read_outboxes(
-    consumer: str, count: int, outboxes: tuple[str, ...], block: int = 0
-) -> tuple[Any, ...]:
-    """XREADGROUP of what no consumer has read yet from every outbox; ``block`` ms, 0: without
-    blocking (a blocking read would hold up every command behind it on a shared connection)."""
-    return (
-        "XREADGROUP",
-        "GROUP",
-        GROUP,
-        consumer,
-        "COUNT",
-        count,
-        *(("BLOCK", block) if block else ()),
-        "STREAMS",
-        *outboxes,
-        *(">",) * len(outboxes),
-    )
+def _with_context(
+    run: Callable[[DriverContext, Any], DeliveryInput],
+) -> Callable[[Deliveries, Any], DeliveryInput]:
+    """An effect that needs only the driver's context, in the table of ``Deliveries``' own."""
+    return lambda deliveries, action: run(deliveries._context, action)
 
 
 # Each effect a delivery machine asks for, and the method that does it and returns what came of
@@ -571,13 +455,13 @@ _DELIVERY_EFFECTS: dict[type, Callable[[Deliveries, Any], DeliveryInput]] = {
     SettleScripts: Deliveries._settle_scripts_alone,
     SettleScript: Deliveries._settle,
     ReportDropped: Deliveries._report_dropped,
-    RefreshClaim: Deliveries._refresh_claim,
-    ClaimStale: Deliveries._claim_stale,
-    Beat: Deliveries._beat,
-    SurveyConsumers: Deliveries._survey,
-    CheckHeartbeats: Deliveries._check_heartbeats,
-    Reclaim: Deliveries._reclaim,
-    TakeRequest: Deliveries._take_request,
-    ForgetHeartbeat: Deliveries._forget_heartbeat,
+    RefreshClaim: _with_context(refresh_claim),
+    ClaimStale: _with_context(claim_stale),
+    Beat: _with_context(beat),
+    SurveyConsumers: _with_context(survey),
+    CheckHeartbeats: _with_context(check_heartbeats),
+    Reclaim: _with_context(reclaim),
+    TakeRequest: _with_context(take_request),
+    ForgetHeartbeat: _with_context(forget_heartbeat),
     Sleep: Deliveries._sleep,
 }

@@ -1,0 +1,136 @@
+# GENERATED from outpost_async/_outbox.py by scripts/unasync.py: do not edit.
+"""The outbox streams' Redis commands that are not the delivery loop's reads: claims, the
+instances' heartbeats and surveys, reclaiming what a dead instance held, and the commands a
+flush or a start runs on every stream (one pipeline on one Redis, one at a time on a cluster).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from outpost_core import (
+    GROUP,
+    Beat,
+    CheckHeartbeats,
+    ClaimStale,
+    ConsumersListed,
+    DeliveryInput,
+    Done,
+    ForgetHeartbeat,
+    HeartbeatsChecked,
+    OutboxRead,
+    Reclaim,
+    Reclaimed,
+    RefreshClaim,
+    StreamEntry,
+    SurveyConsumers,
+    claimed_entries,
+)
+from outpost_sync._context import DriverContext
+from outpost_sync._scripts import run_script
+
+
+def per_stream(
+    ctx: DriverContext, streams: Sequence[str], command: Callable[[Any, str], Any]
+) -> list[Any]:
+    """``command(client, stream)`` for each of ``streams``: on one Redis in one round trip (a
+    pipeline), on a cluster one at a time; each reply, or the error it was."""
+    if ctx.cluster is not None:
+        replies: list[Any] = []
+        for stream in streams:
+            try:
+                replies.append(command(ctx.redis, stream))
+            except ResponseError as exc:
+                replies.append(exc)
+        return replies
+    with ctx.redis.pipeline(transaction=False) as pipe:
+        for stream in streams:
+            command(pipe, stream)
+        return list(pipe.execute(raise_on_error=False))
+
+
+def refresh_claim(ctx: DriverContext, action: RefreshClaim) -> DeliveryInput:
+    for stream, ids in action.by_stream().items():
+        claimed: list[Any] = ids  # redis-py's stub wants a list of its own union
+        ctx.redis.xclaim(stream, GROUP, ctx.consumer, 0, claimed, justid=True)
+    return Done()
+
+
+def claim_stale(ctx: DriverContext, action: ClaimStale) -> DeliveryInput:
+    replies = per_stream(
+        ctx,
+        ctx.outboxes,
+        lambda client, stream: client.xautoclaim(
+            stream,
+            GROUP,
+            ctx.consumer,
+            int(action.min_idle * 1000),
+            start_id="0-0",
+            count=action.count,
+        ),
+    )
+    entries: list[StreamEntry] = []
+    for stream, reply in zip(ctx.outboxes, raising(replies), strict=True):
+        entries += claimed_entries(stream, reply)
+    return OutboxRead(entries)
+
+
+def beat(ctx: DriverContext, action: Beat) -> DeliveryInput:
+    ctx.redis.set(action.key, b"1", px=action.ttl_ms)
+    return Done()
+
+
+def survey(ctx: DriverContext, action: SurveyConsumers) -> DeliveryInput:
+    replies = per_stream(
+        ctx, ctx.outboxes, lambda client, stream: client.xinfo_consumers(stream, GROUP)
+    )
+    return ConsumersListed(list(zip(ctx.outboxes, raising(replies), strict=True)))
+
+
+def check_heartbeats(ctx: DriverContext, action: CheckHeartbeats) -> DeliveryInput:
+    return HeartbeatsChecked(ctx.redis.mget(action.keys))
+
+
+def reclaim(ctx: DriverContext, action: Reclaim) -> DeliveryInput:
+    args = [GROUP, action.taker, str(action.count), *action.consumers]
+    reply = run_script(ctx, "reclaim", (action.stream,), args)
+    return Reclaimed(action.stream, reply)
+
+
+def forget_heartbeat(ctx: DriverContext, action: ForgetHeartbeat) -> DeliveryInput:
+    ctx.redis.delete(action.key)
+    return Done()
+
+
+def failed(reply: Any) -> bool:
+    return isinstance(reply, Exception)
+
+
+def raising(replies: list[Any]) -> list[Any]:
+    """``replies``, or the first error among them raised."""
+    for reply in replies:
+        if failed(reply):
+            raise reply
+    return replies
+
+
+def read_command(
+    consumer: str, count: int, outboxes: tuple[str, ...], block: int = 0
+) -> tuple[Any, ...]:
+    """XREADGROUP of what no consumer has read yet from every outbox; ``block`` ms, 0: without
+    blocking (a blocking read would hold up every command behind it on a shared connection)."""
+    return (
+        "XREADGROUP",
+        "GROUP",
+        GROUP,
+        consumer,
+        "COUNT",
+        count,
+        *(("BLOCK", block) if block else ()),
+        "STREAMS",
+        *outboxes,
+        *(">",) * len(outboxes),
+    )
