@@ -9,9 +9,10 @@ extra; pytest loads it by itself, ``-p no:outpost`` turns it off).
   own), ``advance`` and ``sync`` (Polar's syncs and seals of every bucket so far).
 - ``outpost_config``: the keyword arguments of an instance wired to both (sharing the emulator's
   clock); ``outpost_env``: the same as the environment variables an application reads.
-- ``outpost``: a ready :class:`outpost_sync.Outpost`; ``async_outpost``: a ready
+- ``outpost``: an :class:`outpost_sync.Outpost`; ``async_outpost``: an
   :class:`outpost_async.AsyncOutpost` (an async fixture: for tests run by anyio's pytest plugin or
-  pytest-asyncio in auto mode). Both are closed after the test.
+  pytest-asyncio in auto mode). Each starts on its first call, with the meters the test created
+  before it; both are closed after the test.
 
 Importing this module costs nothing: the emulator, its web server and the drivers are imported by
 the fixtures that use them (a package of its own, so that pytest loading it imports no SDK
@@ -177,15 +178,25 @@ def outpost_env(
 
 @pytest.fixture
 def outpost(outpost_config: dict[str, Any]) -> Iterator[Outpost]:
+    """An instance that starts on its first call, so that it starts with the meters the test
+    created first (one started before a meter exists learns it from Polar a moment later: an
+    event tracked meanwhile does not count in it locally)."""
     from outpost_sync import Outpost
 
-    with Outpost(**outpost_config) as instance:
+    instance = Outpost(**outpost_config)
+    try:
         yield instance
+    finally:
+        instance.close()
 
 
 @pytest.fixture
 async def async_outpost(outpost_config: dict[str, Any]) -> AsyncIterator[AsyncOutpost]:
+    """The async twin of ``outpost``: it starts on its first call too."""
     from outpost_async import AsyncOutpost
 
-    async with AsyncOutpost(**outpost_config) as instance:
+    instance = AsyncOutpost(**outpost_config)
+    try:
         yield instance
+    finally:
+        await instance.close()
