@@ -42,7 +42,7 @@ from outpost_core import (
 )
 
 _CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
-_IDLE_DOUBLINGS = 6  # an idle round's wait doubles at most this many times (50 ms -> 3.2 s)
+_IDLE_DOUBLINGS = 6  # bounds the doubling (50 ms -> 3.2 s); the read's block (0.5 s) caps it first
 _NODE_POLL = 0.05  # seconds a node's worker waits for a message before it looks at its tasks
 _TOPOLOGY_CHECK = 1.0  # seconds between two looks at a cluster's slot map
 _REDIRECTIONS = 5  # tries of a script on a cluster whose slot map is changing

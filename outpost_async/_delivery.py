@@ -363,7 +363,7 @@ class Deliveries:
         ctx.settling += 1
         try:
             settle = functools.partial(self._settle_all, outage, action.settles)
-            return await alongside(lambda: self._post(action.post), settle)
+            return await alongside(lambda: post_batch(ctx, action.post), settle)
         finally:
             ctx.settling -= 1
 
@@ -434,9 +434,6 @@ class Deliveries:
         await signal.wait(version, min(action.until - time.monotonic(), POLL))
         return Done()
 
-    async def _post(self, action: PostBatch) -> DeliveryInput:
-        return await post_batch(self._context, action)
-
 
 def _with_context(
     run: Callable[[DriverContext, Any], Awaitable[DeliveryInput]],
@@ -449,7 +446,7 @@ def _with_context(
 # it. An effect missing here fails at once (KeyError), in any test.
 _DELIVERY_EFFECTS: dict[type, Callable[[Deliveries, Any], Awaitable[DeliveryInput]]] = {
     ReadOutbox: Deliveries._read_outbox,
-    PostBatch: Deliveries._post,
+    PostBatch: _with_context(post_batch),
     PostAndSettle: Deliveries._post_and_settle_alone,
     SettleScripts: Deliveries._settle_scripts_alone,
     SettleScript: Deliveries._settle,

@@ -364,7 +364,7 @@ class Deliveries:
         ctx.settling += 1
         try:
             settle = functools.partial(self._settle_all, outage, action.settles)
-            return alongside(lambda: self._post(action.post), settle)
+            return alongside(lambda: post_batch(ctx, action.post), settle)
         finally:
             ctx.settling -= 1
 
@@ -435,9 +435,6 @@ class Deliveries:
         signal.wait(version, min(action.until - time.monotonic(), POLL))
         return Done()
 
-    def _post(self, action: PostBatch) -> DeliveryInput:
-        return post_batch(self._context, action)
-
 
 def _with_context(
     run: Callable[[DriverContext, Any], DeliveryInput],
@@ -450,7 +447,7 @@ def _with_context(
 # it. An effect missing here fails at once (KeyError), in any test.
 _DELIVERY_EFFECTS: dict[type, Callable[[Deliveries, Any], DeliveryInput]] = {
     ReadOutbox: Deliveries._read_outbox,
-    PostBatch: Deliveries._post,
+    PostBatch: _with_context(post_batch),
     PostAndSettle: Deliveries._post_and_settle_alone,
     SettleScripts: Deliveries._settle_scripts_alone,
     SettleScript: Deliveries._settle,

@@ -45,7 +45,7 @@ const POLL = 0.25; // seconds between two looks at the core's deadlines
 const SETTLE = 0.1; // seconds a waiting read sleeps at most between two looks at its copy
 const USER_AGENT = "outpost-node/0.1.0";
 const CLUSTER_POLL = 0.05; // seconds an empty round of reads on a cluster waits before the next, at first
-const IDLE_DOUBLINGS = 6; // each empty round in a row waits twice as long, this many times at most
+const IDLE_DOUBLINGS = 6; // bounds the doubling (50 ms -> 3.2 s); the read's block (0.5 s) caps it first
 const CLOSE_RESERVE = 1.0; // seconds of close()'s timeout kept for what comes after its flush
 const LAST_EXPORT = 0.75; // most seconds close() gives the last telemetry export
 
