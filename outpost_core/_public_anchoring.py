@@ -230,10 +230,24 @@ def decode_pub(text: str | None, ledger: MeterLedger, problems: list[str]) -> No
         sent, lag = _instant(probe[1]), _instant(probe[2])
         if consumed is not None and sent is not None and lag is not None:
             ledger.probe = Probe(consumed, sent, lag)
-    ledger.cap = _number(data.get("u"))
+    ledger.cap = _cap_of(data.get("u"), ledger, problems)
     carried = data.get("k")
     if isinstance(carried, list):
         ledger.carried = {f for f in carried if isinstance(f, str) and f in ledger.entries}
+
+
+def _cap_of(value: object, ledger: MeterLedger, problems: list[str]) -> float | None:
+    """The cap a state hash holds, never below the anchor's consumed less the acknowledged
+    events (a cap written by Outpost never is: below it, the balance would read above Polar's)."""
+    cap = _number(value)
+    if cap is None or ledger.anchor is None:
+        return None
+    acked = sum(e.value for e in ledger.entries.values() if e.acked_at_us is not None)
+    floor = ledger.anchor.consumed - acked
+    if cap < floor:
+        problems.append("pub: a cap below Polar's consumed less the acknowledged events")
+        return floor
+    return cap
 
 
 def _event(text: str) -> tuple[float, int | None] | None:

@@ -189,6 +189,23 @@ def test_odd_fields_of_pub_read_as_nothing() -> None:
     assert ledger.probe is None and ledger.carried == set()  # carried only what is pending
 
 
+def test_a_cap_from_redis_never_lifts_the_balance_above_polars() -> None:
+    anchor = f'"a": [10, 100, 90, {T0}]'
+    events = {"1:e1": "2 5", "1:e2": "3"}  # e1 acknowledged, e2 in flight
+    problems: list[str] = []
+    hostile = {"pub": f'{{"v": 1, {anchor}, "u": -1e300}}'}
+    low = ledger_of("count", MARGIN, hostile, events, problems)
+    assert low.cap == 8  # Polar's 10 less the acknowledged e1
+    assert problems == ["pub: a cap below Polar's consumed less the acknowledged events"]
+    assert low.balance().balance == 100 - 8 - 5
+    fine = ledger_of("count", MARGIN, {"pub": f'{{"v": 1, {anchor}, "u": 9}}'}, events, problems)
+    assert fine.cap == 9 and len(problems) == 1
+    for odd in ('"x"', "true", "null", "1e999"):
+        text = f'{{"v": 1, {anchor}, "u": {odd}}}'
+        assert ledger_of("count", MARGIN, {"pub": text}, events, problems).cap is None
+    assert ledger_of("count", MARGIN, {"pub": '{"v": 1, "u": 3}'}, events, problems).cap is None
+
+
 def test_unreadable_events_stay_out_of_the_ledger() -> None:
     problems: list[str] = []
     ledger = ledger_of(

@@ -196,11 +196,26 @@ export function decodePub(text: string | undefined, ledger: MeterLedger, problem
     const lagUs = instantOf(probe[2]);
     if (consumed !== null && sentAtUs !== null && lagUs !== null) ledger.probe = { consumed, sentAtUs, lagUs };
   }
-  ledger.cap = numberOf(data.u);
+  ledger.cap = capOf(data.u, ledger, problems);
   ledger.carried.clear();
   if (Array.isArray(data.k)) {
     for (const field of data.k) if (typeof field === "string" && ledger.entries.has(field)) ledger.carried.add(field);
   }
+}
+
+/** The cap a state hash holds, never below the anchor's consumed less the acknowledged events (a
+ * cap written by Outpost never is: below it, the balance would read above Polar's). */
+function capOf(value: unknown, ledger: MeterLedger, problems: string[]): number | null {
+  const cap = numberOf(value);
+  if (cap === null || ledger.anchor === null) return null;
+  let acked = 0;
+  for (const entry of ledger.entries.values()) if (entry.ackedAtUs !== null) acked += entry.value;
+  const floor = ledger.anchor.consumed - acked;
+  if (cap < floor) {
+    problems.push("pub: a cap below Polar's consumed less the acknowledged events");
+    return floor;
+  }
+  return cap;
 }
 
 /** An events-hash value: "<value>" or "<value> <acknowledged at µs>"; null when unreadable. */

@@ -140,6 +140,22 @@ describe("the ledger's persistent part", () => {
     decodePub(undefined, again, []);
   });
 
+  it("never takes a cap from Redis that would lift the balance above Polar's", () => {
+    const anchor = `"a":[10,100,90,${T0}]`;
+    const events = { "1:e1": "2 5", "1:e2": "3" }; // e1 acknowledged, e2 in flight
+    const problems: string[] = [];
+    const low = ledgerOf("count", MARGIN, { pub: `{"v":1,${anchor},"u":-1e300}` }, events, problems);
+    assert.equal(low.cap, 8); // Polar's 10 less the acknowledged e1
+    assert.deepEqual(problems, ["pub: a cap below Polar's consumed less the acknowledged events"]);
+    assert.equal(low.balance().balance, 100 - 8 - 5);
+    assert.equal(ledgerOf("count", MARGIN, { pub: `{"v":1,${anchor},"u":9}` }, events, problems).cap, 9);
+    assert.equal(problems.length, 1);
+    for (const odd of ['"x"', "true", "null", "1e999"]) {
+      assert.equal(ledgerOf("count", MARGIN, { pub: `{"v":1,${anchor},"u":${odd}}` }, events, problems).cap, null);
+    }
+    assert.equal(ledgerOf("count", MARGIN, { pub: '{"v":1,"u":3}' }, events, problems).cap, null);
+  });
+
   const unreadable: [string, string][] = [
     ["{", "pub: "],
     ["[]", "pub: not a version 1 object"],
