@@ -365,6 +365,12 @@ async def close_node_pubsub(pubsub: Any) -> None:
     await pubsub.connection_pool.disconnect()
 
 
+def node_connections(node: ClusterNode) -> Any:
+    """What holds a cluster node's connections: the node itself (the sync twin's node hands its
+    client on to the next node object of the same address)."""
+    return node
+
+
 async def close_cluster_node(node: ClusterNode) -> None:
     """Close the connections a cluster client's node holds (it left the slot map)."""
     await node.disconnect()

@@ -358,6 +358,12 @@ def close_node_pubsub(pubsub: Any) -> None:
     pubsub.connection_pool.disconnect()
 
 
+def node_connections(node: ClusterNode) -> Any:
+    """What holds a cluster node's connections: its client, which redis-py hands on to the new
+    node object of the same address when it reads the slot map again."""
+    return node.redis_connection
+
+
 def close_cluster_node(node: ClusterNode) -> None:
     """Close the connections a cluster client's node holds (it left the slot map)."""
     if node.redis_connection is not None:

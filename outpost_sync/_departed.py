@@ -16,7 +16,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from outpost_sync._backend import close_cluster_node
+from outpost_sync._backend import close_cluster_node, node_connections
 
 KEPT = 60.0
 """Seconds a node is still swept after it left: a call that took it before is over by then."""
@@ -35,7 +35,7 @@ class DepartedNodes:
         last ``KEPT`` seconds (a late call may have opened one since)."""
         self._note_departures(cluster, now)
         for key, (node, since) in list(self._departed.items()):
-            _close(node)
+            self._close_unless_shared(node)
             if now - since > KEPT:
                 del self._departed[key]
 
@@ -43,8 +43,17 @@ class DepartedNodes:
         """At ``close()``: the connections of every node that left, however long ago."""
         self._note_departures(cluster, 0.0)
         for node, _ in self._departed.values():
-            _close(node)
+            self._close_unless_shared(node)
         self._departed.clear()
+
+    def _close_unless_shared(self, node: Any) -> None:
+        """Close what holds a departed node's connections, unless a node of the slot map holds
+        them too (a slot map read again gives each address a new node with the same client:
+        closing it would cut the calls in flight on every connection of that address)."""
+        held = node_connections(node)
+        if held is None or any(node_connections(n) is held for n in self._known.values()):
+            return
+        _close(node)
 
     def _note_departures(self, cluster: Any, now: float) -> None:
         current = {id(node): node for node in cluster.nodes_manager.nodes_cache.values()}
