@@ -1108,6 +1108,7 @@ def run_model(
     test()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # a hang guard, not a limit: 600 examples take minutes on a busy machine
 def test_outpost_against_a_model_of_polar(model: type[OutpostModel]) -> None:
     run_model(model, seed_=None if SEED is None else int(SEED))

@@ -189,6 +189,7 @@ def mutant_scripts() -> dict[str, str]:
 MUTANT_MACHINE = {"check_representation": False, "quiesce_at_teardown": False}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # a hang guard: the hunt takes about a minute, several when busy
 def test_hypothesis_finds_the_literal_rule_wrong(redis_server: RedisServer) -> None:
     start = time.monotonic()
@@ -245,6 +246,7 @@ pending_limit_inclusive once the model gained the admission rules, and seed 10 h
 catching mirror_applies_across_gap after the hostile-input hardening."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", all_mutants(), ids=lambda path: path.stem)
 def test_the_model_test_catches(mutant: Path, tmp_path: Path) -> None:
     verdict = hunt(mutant, tmp_path, MUTANT_SEED)

@@ -5,6 +5,7 @@ relay; tests/drivers/_async/test_telemetry.py exports through real instances).""
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import tracemalloc
 
@@ -22,18 +23,20 @@ INTERVAL = 30.0
 LIMIT = 10 * 1024 * 1024
 # Where Outpost's telemetry state is allocated: its own modules and OpenTelemetry's SDK (the
 # emulator runs in this process too; the payloads it keeps for the test are not Outpost's).
-OWN = [
-    tracemalloc.Filter(True, "*outpost_core*"),
-    tracemalloc.Filter(True, "*outpost_io*"),
-    tracemalloc.Filter(True, "*opentelemetry*"),
-]
+OWN = ("*outpost_core*", "*outpost_io*", "*opentelemetry*")
 
 
 def own_bytes() -> int:
-    snapshot = tracemalloc.take_snapshot().filter_traces(OWN)
-    return sum(stat.size for stat in snapshot.statistics("filename"))
+    # Grouped by file first, then matched: filtering each of the snapshot's traces took seconds.
+    stats = tracemalloc.take_snapshot().statistics("filename")
+    return sum(
+        stat.size
+        for stat in stats
+        if any(fnmatch.fnmatch(stat.traceback[0].filename, own) for own in OWN)
+    )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # a hang guard: 50 exports took over 120 s beside two busy processes
 def test_fifty_thousand_customers_hold_one_interval_and_each_export_names_its_own(
     emulator: Emulator, caplog: pytest.LogCaptureFixture

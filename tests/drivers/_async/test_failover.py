@@ -29,6 +29,7 @@ def consumers(server: RedisServer) -> set[str]:
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_killed_instance_s_events_are_delivered_within_30_s_with_default_settings(
     redis_server: RedisServer, emulator: Emulator
@@ -73,6 +74,7 @@ async def test_a_closing_instance_hands_back_what_it_could_not_deliver(
     assert consumers(redis_server) == set()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_short_lived_instances_leave_the_outbox_group(
     redis_server: RedisServer, emulator: Emulator

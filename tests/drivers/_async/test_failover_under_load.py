@@ -54,6 +54,7 @@ def _nodes_left_open(cluster: RedisCluster) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_fail_overs_under_64_tracks_answer_ids_or_redis_unavailable_and_flush_completes(
     own_redis_cluster: RedisCluster, emulator: Emulator

@@ -18,6 +18,7 @@ from tests.support.refusing_port import RefusingPort
 OUTAGE = 20.0  # seconds, as the issue measured it
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_redis_down_for_twenty_seconds_backs_off_says_so_once_then_resumes(
     durable_redis_server: RedisServer, emulator: Emulator, caplog: pytest.LogCaptureFixture
