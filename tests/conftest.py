@@ -24,12 +24,6 @@ def pytest_configure(config: pytest.Config) -> None:
     build_sync_tests()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # The slow tests first: with several workers, a long test picked up near the end would run
-    # on alone after the others finished, and the whole run would wait for it.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()
