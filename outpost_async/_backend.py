@@ -307,6 +307,11 @@ async def close_pubsub(pubsub: Any) -> None:
     await pubsub.aclose()
 
 
+def interrupt_pubsub(pubsub: Any) -> None:
+    """Nothing to do here: closing cancels the task that reads the subscription (the sync
+    twin wakes its thread, which would otherwise block until its poll ends)."""
+
+
 async def read_pubsub(
     pubsub: Any, timeout: float, drop: Callable[[Any], bool] | None = None
 ) -> list[Any]:

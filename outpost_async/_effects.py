@@ -101,6 +101,10 @@ class SessionEffects:
             self._handed_signal.fire()
         self._observe_and_wake()
 
+    def wake(self) -> None:
+        """The instance closes: the effects worker stops waiting for work now."""
+        self._handed_signal.fire()
+
     async def run_handed_over(self) -> None:
         """The effects worker: runs what the subscription handed over, and what that causes."""
         ctx = self._context

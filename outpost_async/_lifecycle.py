@@ -56,6 +56,7 @@ class Lifecycle:
         self.supervisor = Supervisor(context)
         self.workers: list[Worker] = []
         self.started = False
+        self._subscriber: Subscriber | None = None
         self._starting = CallLimit(1)
         self._exit_hook: Callable[[], None] | None = None
 
@@ -106,7 +107,7 @@ class Lifecycle:
         start_afresh_after_fork(self._owner)
         supervise = self.supervisor.worker
         subscribing = ClusterSubscriber if ctx.cluster else Subscriber
-        subscriber = subscribing(ctx, self._effects, self.supervisor)
+        subscriber = self._subscriber = subscribing(ctx, self._effects, self.supervisor)
         self.workers.append(supervise("outpost-subscriber", subscriber.run, self._lost_changes))
         self.workers.append(supervise("outpost-effects", self._effects.run_handed_over))
         if ctx.telemetry.enabled:
@@ -152,6 +153,9 @@ class Lifecycle:
                     blocked,
                 )
             elif self.started and self._delivery.machines:
+                # Flushing until the end: the loops' reads block only briefly, so they notice
+                # the close at once rather than at the end of a long read after the flush.
+                ctx.flushing += 1
                 # What comes after the flush (workers, the last telemetry export) keeps a reserve.
                 with contextlib.suppress(RedisUnavailable, RedisError, OSError):
                     await flush(timeout - min(_CLOSE_RESERVE, timeout / 2))
@@ -160,6 +164,9 @@ class Lifecycle:
             ctx.closed = True
             forget_warm()
             ctx.signal.fire()
+            self._effects.wake()
+            if self._subscriber is not None:
+                self._subscriber.interrupt()
             await self.stop(deadline)
         if ctx.http is not None:
             await ctx.http.aclose()

@@ -276,6 +276,17 @@ def close_pubsub(pubsub: Any) -> None:
         node_pubsub.close()
 
 
+def interrupt_pubsub(pubsub: Any) -> None:
+    """Wake the thread reading ``pubsub`` (the instance is closing): its socket is shut down,
+    so the read in progress ends at once with an error rather than at the end of its poll
+    (a quarter of a second that every close() waited for)."""
+    connection = getattr(pubsub, "connection", None)
+    sock = getattr(connection, "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
 def read_pubsub(
     pubsub: Any, timeout: float, drop: Callable[[Any], bool] | None = None
 ) -> list[Any]:

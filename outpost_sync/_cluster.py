@@ -36,6 +36,7 @@ from outpost_core import (
 from outpost_sync._backend import (
     Worker,
     close_node_pubsub,
+    interrupt_pubsub,
     open_node_pubsub,
     run_on_node,
 )
@@ -142,16 +143,20 @@ class ClusterSubscriber(Subscriber):
     slot map after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
     fail-over or a migration by itself: docs/redis-layout.md, "Redis Cluster")."""
 
+    def interrupt(self) -> None:
+        for node in list(self._nodes.values()):
+            interrupt_pubsub(node.pubsub)
+
     def run(self) -> None:
         ctx = self._context
         assert ctx.cluster is not None
-        nodes: dict[str, NodeSubscription] = {}
+        nodes = self._nodes = {}
         look_at = 0.0  # when to look at the slot map next
         try:
             while not ctx.closed:
                 version = ctx.signal.version
                 for name, node in list(nodes.items()):
-                    if node.failure is not None:
+                    if node.failure is not None and not ctx.closed:  # not what closing broke
                         self._lose_node(nodes, name)
                         ctx.redis_failed(ctx.subscriber_outage, node.failure)
                         look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)

@@ -25,7 +25,13 @@ from outpost_core import (
     Tick,
     published_data,
 )
-from outpost_sync._backend import close_pubsub, open_pubsub, read_pubsub, sleep
+from outpost_sync._backend import (
+    close_pubsub,
+    interrupt_pubsub,
+    open_pubsub,
+    read_pubsub,
+    sleep,
+)
 from outpost_sync._context import POLL, DriverContext, log_report
 
 if TYPE_CHECKING:
@@ -51,11 +57,19 @@ class Subscriber:
         self._effects = effects
         self._supervisor = supervisor
         """Told of a cluster node's reader that failed of a bug (the topology loop restarts it)."""
+        self._pubsub: Any = None
+        self._nodes: dict[str, Any] = {}
+        """A cluster's subscriptions, by node (``ClusterSubscriber``)."""
+
+    def interrupt(self) -> None:
+        """The instance closes: end the read in progress now."""
+        if self._pubsub is not None:
+            interrupt_pubsub(self._pubsub)
 
     def run(self) -> None:
         ctx = self._context
         while not ctx.closed:
-            pubsub = open_pubsub(ctx.redis)
+            pubsub = self._pubsub = open_pubsub(ctx.redis)
             try:
                 pubsub.ssubscribe(*ctx.channels)
                 while not ctx.closed:
@@ -64,9 +78,10 @@ class Subscriber:
                         continue  # only echoes
                     self._to_core(news, heard)
             except (RedisError, OSError) as exc:
+                if ctx.closed:
+                    return  # what closing interrupted
                 self._effects.tell(SubscriberLost())
-                if not ctx.closed:
-                    sleep(ctx.redis_failed(ctx.subscriber_outage, exc))
+                sleep(ctx.redis_failed(ctx.subscriber_outage, exc))
             finally:
                 with contextlib.suppress(RedisError, OSError):
                     close_pubsub(pubsub)
