@@ -24,7 +24,7 @@ import { CONFIGURATION_KEY, DEFAULT_SHARDS, SHARDS_KEY, allChannels, allOutboxes
 import { checkedShards, firstCount, shardsDisagreement } from "../core/shards.js";
 import { Link, Target } from "../core/link.js";
 import { SCRIPT_SHA1, SCRIPT_TEXT } from "../core/scripts.generated.js";
-import { type Logger, Session, makeSettings } from "../core/session.js";
+import { type Logger, Session, type TrackArgs, makeSettings } from "../core/session.js";
 import { toUs } from "../core/time.js";
 import type { RawFields } from "../core/inputs.js";
 import { ClusterSubscriptions } from "./cluster.js";
@@ -512,7 +512,7 @@ export class Outpost {
       oneSlot: this.cluster !== null,
       telemetry: this.telemetry,
       ensureStarted: () => this.ensureStarted(),
-      waitForConfiguration: () => this.waitForConfiguration(),
+      trackScript: (args) => this.trackScript(args),
       writeScript: (run, replied) => this.writeScript(run, replied),
       run: (effects) => this.run(effects),
       nowUs: () => this.nowUs(),
@@ -533,14 +533,7 @@ export class Outpost {
       nowUs,
       eventId,
     };
-    let run: RunScript;
-    try {
-      run = this.core.track(args);
-    } catch (exc) {
-      if (!(exc instanceof NotReady)) throw exc;
-      await this.waitForConfiguration();
-      run = this.core.track(args);
-    }
+    const run = await this.trackScript(args);
     const shortfall = await this.writeScript(run, (reply) => {
       this.echoes.expect(reply);
       this.core.handle({ kind: "ScriptReplied", reply, tag: null });
@@ -588,6 +581,18 @@ export class Outpost {
     } catch (exc) {
       if (!String(exc).includes("NOSCRIPT")) throw exc;
       return await client.eval(SCRIPT_TEXT[name] as string, keys.length, ...keys, ...args);
+    }
+  }
+
+  /** The core's track script for `args`; before Polar's configuration came, it waits for it
+   * first (up to snapshotTimeout). */
+  private async trackScript(args: TrackArgs): Promise<RunScript> {
+    try {
+      return this.core.track(args);
+    } catch (exc) {
+      if (!(exc instanceof NotReady)) throw exc;
+      await this.waitForConfiguration();
+      return this.core.track(args);
     }
   }
 
