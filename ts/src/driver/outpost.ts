@@ -14,7 +14,7 @@ import { Balance } from "../core/balance.js";
 import { Delivery, type DeliverySettings, GROUP, type DeliveryEffect, type DeliveryInput, makeDeliverySettings, nothingDone, retryAfter, type SettleScript, withKnownRevs } from "../core/delivery.js";
 import type { Effect, Fetch, RunScript } from "../core/effects.js";
 import { Echoes } from "../core/echoes.js";
-import { customerOf, eventIdOf, timestampUsOf } from "../core/event.js";
+import { customerOf } from "../core/event.js";
 import { type ForgetHeartbeat, handBack } from "../core/liveness.js";
 import { Outage, type Report } from "../core/outage.js";
 import { Durability, type DurabilityName } from "../core/durability.js";
@@ -33,6 +33,7 @@ import { cannotConnect, describe, isCluster, ownClient, reachable, unreachable, 
 import { DurableScripts, WaitFailed } from "./durable.js";
 import { Signal, monotonic, wallUs } from "./signal.js";
 import { Telemetry, customerAttribute } from "./telemetry.js";
+import { trackArgsOf } from "./trackArgs.js";
 import { Traces } from "./traces.js";
 import { readAtMost } from "./http.js";
 import { type Headers, PublicMode } from "./publicMode.js";
@@ -521,18 +522,8 @@ export class Outpost {
   }
 
   private async trackNow(name: string, options: TrackOptions): Promise<[string, RunScript]> {
-    const nowUs = this.nowUs();
-    const timestampUs = timestampUsOf(options.timestamp, nowUs);
-    const eventId = eventIdOf(options.eventId, randomUUID().replaceAll("-", ""));
-    const args = {
-      name,
-      externalCustomerId: options.externalCustomerId,
-      customerId: options.customerId,
-      metadata: options.metadata,
-      timestampUs,
-      nowUs,
-      eventId,
-    };
+    const args = trackArgsOf(name, options, this.nowUs());
+    const eventId = args.eventId;
     const run = await this.trackScript(args);
     const shortfall = await this.writeScript(run, (reply) => {
       this.echoes.expect(reply);

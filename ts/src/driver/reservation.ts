@@ -8,9 +8,10 @@ import type { Balance } from "../core/balance.js";
 import type { Effect, RunScript } from "../core/effects.js";
 import type { Echoes } from "../core/echoes.js";
 import { CannotAdmit, InsufficientBalance, InvalidEvent, NotDurable, NotReady, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "../core/errors.js";
-import { customerOf, eventIdOf, timestampUsOf } from "../core/event.js";
+import { customerOf } from "../core/event.js";
 import type { Session, TrackArgs } from "../core/session.js";
 import { type Telemetry, customerAttribute } from "./telemetry.js";
+import { trackArgsOf } from "./trackArgs.js";
 
 /** What admission needs of an Outpost instance (Outpost.admissionHooks). */
 export interface AdmissionHooks {
@@ -138,16 +139,8 @@ async function trackNow(
 ): Promise<string> {
   await hooks.ensureStarted();
   const nowUs = hooks.nowUs();
-  const eventId = eventIdOf(options.eventId, randomUUID().replaceAll("-", ""));
-  const args = {
-    name,
-    externalCustomerId: options.externalCustomerId,
-    customerId: options.customerId,
-    metadata: options.metadata,
-    timestampUs: timestampUsOf(options.timestamp, nowUs),
-    nowUs,
-    eventId,
-  };
+  const args = trackArgsOf(name, options, nowUs);
+  const eventId = args.eventId;
   const customer = customerOf(options.externalCustomerId ?? null, options.customerId ?? null);
   const track = await hooks.trackScript(args);
   meters.push(...new Set(track.meterIds));
