@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Coroutine
@@ -15,6 +16,19 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_for_json(module: str, *arguments: object) -> dict[str, Any]:
+    """Run ``python -m <module> <arguments>`` to its end; what it printed last, read as JSON."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *map(str, arguments)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 class ChildProcess:

@@ -91,9 +91,13 @@ class Harness:
         s.handle(SubscriberRestarted())
         s.handle(Tick(self.now, WALL))
         s.effects()
-        s.handle(ConnectionOpened(self.now))
+        self.connect()
+
+    def connect(self) -> None:
+        """The session's connection opens and Polar's side accepts the WebSocket."""
+        self.session.handle(ConnectionOpened(self.now))
         self.pump()
-        s.handle(BytesReceived(self.now, self.server.send(ws.AcceptConnection())))
+        self.session.handle(BytesReceived(self.now, self.server.send(ws.AcceptConnection())))
         self.pump()
 
     def pump(self) -> list[Any]:
@@ -197,10 +201,7 @@ def main(n: int, bound: int) -> dict[str, Any]:
     h.now = max(h.now, s.remote.link.retry_at)  # past the reconnect backoff
     s.handle(Tick(h.now, WALL))
     h.pump()
-    s.handle(ConnectionOpened(h.now))
-    h.pump()
-    s.handle(BytesReceived(h.now, h.server.send(ws.AcceptConnection())))
-    h.pump()
+    h.connect()
     reconnect_requests = h.sent_snapshots - asked
     return {
         "n": n,

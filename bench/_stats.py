@@ -135,3 +135,32 @@ def round_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> flo
     """One round's ratio: the median of one side over the median of the other."""
     top, bottom = median(numerator), median(denominator)
     return top / bottom if bottom else math.nan
+
+
+POLAR_LIMIT = 500
+"""Polar's production limit: requests a minute per organization."""
+
+
+def within_polars_limit(
+    *,
+    key: str,
+    title: str,
+    subject: str,
+    per_minute: float,
+    ratio_meaning: str,
+    setup: str,
+    extra: dict[str, Any],
+) -> Figure:
+    """Requests a minute (``subject``) against Polar's limit: the ratio must be at most 1."""
+    return Figure(
+        key=key,
+        title=title,
+        unit="req/min",
+        subject=Side(subject, [per_minute]),
+        baseline=Side("Polar's limit", [float(POLAR_LIMIT)]),
+        ratios=[per_minute / POLAR_LIMIT],
+        ratio_meaning=ratio_meaning,
+        setup=setup,
+        target=Target("ratio", "<=", 1.0),
+        extra=extra,
+    )

@@ -95,49 +95,64 @@ def _measure(env: Env, cluster: RedisCluster, replicated_url: str) -> list[Figur
             samples.setdefault("track.primary", []).append(_tracks(clustered, ops))
             samples.setdefault("track.durable", []).append(_tracks(durable, ops))
     return [
-        _figure("cluster.track", "track() sync", samples, "track", "µs", TRACK_TARGET),
-        _figure("cluster.balance", "warm balance() sync", samples, "read", "µs"),
-        _figure("cluster.lag", "track() → another instance's warm read", samples, "lag", "µs"),
-        Figure(
-            key="cluster.track.unreplicated",
-            title="track() sync: cluster vs one Redis without a replica",
-            unit="µs",
-            subject=Side("cluster", _flat(samples["track.clustered"])),
-            baseline=Side("one Redis, no replica", _flat(samples["track.unreplicated"])),
-            ratios=_ratios(samples["track.unreplicated"], samples["track.clustered"]),
-            ratio_meaning="cluster p50 / one Redis (no replica) p50 per round",
-            setup=SETUP,
+        _figure("cluster.track", "track() sync", samples, "track", TRACK_TARGET),
+        _figure("cluster.balance", "warm balance() sync", samples, "read"),
+        _figure("cluster.lag", "track() → another instance's warm read", samples, "lag"),
+        _versus(
+            "cluster.track.unreplicated",
+            "track() sync: cluster vs one Redis without a replica",
+            samples,
+            subject=("cluster", "track.clustered"),
+            baseline=("one Redis, no replica", "track.unreplicated"),
+            meaning="cluster p50 / one Redis (no replica) p50 per round",
         ),
-        Figure(
-            key="cluster.track.replica",
-            title='durability="replica" track() vs track() on the cluster',
-            unit="µs",
-            subject=Side("track() replica", _flat(samples["track.durable"])),
-            baseline=Side("track() primary", _flat(samples["track.primary"])),
-            ratios=_ratios(samples["track.primary"], samples["track.durable"]),
-            ratio_meaning="replica p50 / primary p50 per round (the cost of WAIT 1)",
-            setup=SETUP,
+        _versus(
+            "cluster.track.replica",
+            'durability="replica" track() vs track() on the cluster',
+            samples,
+            subject=("track() replica", "track.durable"),
+            baseline=("track() primary", "track.primary"),
+            meaning="replica p50 / primary p50 per round (the cost of WAIT 1)",
         ),
     ]
 
 
 def _figure(
+    key: str, title: str, samples: dict[str, Any], kind: str, target: Target | None = None
+) -> Figure:
+    """The cluster's ``kind`` samples against one Redis with a replica."""
+    return _versus(
+        key,
+        f"{title}: cluster vs one Redis",
+        samples,
+        subject=("cluster", f"{kind}.cluster"),
+        baseline=("one Redis with a replica", f"{kind}.single"),
+        meaning="cluster p50 / one Redis (with a replica) p50 per round",
+        target=target,
+    )
+
+
+def _versus(
     key: str,
     title: str,
     samples: dict[str, Any],
-    kind: str,
-    unit: str,
+    *,
+    subject: tuple[str, str],
+    baseline: tuple[str, str],
+    meaning: str,
     target: Target | None = None,
 ) -> Figure:
-    single, cluster = samples[f"{kind}.single"], samples[f"{kind}.cluster"]
+    """Two of the samples, each named (its label, its key in ``samples``), in µs: the ratio is
+    the subject's p50 over the baseline's, round by round."""
+    (subject_label, subject_key), (baseline_label, baseline_key) = subject, baseline
     return Figure(
         key=key,
-        title=f"{title}: cluster vs one Redis",
-        unit=unit,
-        subject=Side("cluster", _flat(cluster)),
-        baseline=Side("one Redis with a replica", _flat(single)),
-        ratios=_ratios(single, cluster),
-        ratio_meaning="cluster p50 / one Redis (with a replica) p50 per round",
+        title=title,
+        unit="µs",
+        subject=Side(subject_label, _flat(samples[subject_key])),
+        baseline=Side(baseline_label, _flat(samples[baseline_key])),
+        ratios=_ratios(samples[baseline_key], samples[subject_key]),
+        ratio_meaning=meaning,
         setup=SETUP,
         target=target,
     )

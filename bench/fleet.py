@@ -19,11 +19,10 @@ from typing import Any
 
 from bench._emulator import EmulatorProcess
 from bench._env import CALLS_FILTER, Env
-from bench._stats import Figure, Side, Target
+from bench._stats import POLAR_LIMIT, Figure, Side, within_polars_limit
 
 ROOT = Path(__file__).resolve().parent.parent
-LIMIT = 500  # Polar's production limit, requests a minute per organization
-BUDGET = 300  # the SDK's default share of it
+BUDGET = 300  # the SDK's default share of Polar's limit (POLAR_LIMIT)
 SETUP = (
     "{p} processes, each one sync instance with default settings, track as fast as they can "
     "for {s:g} s (100 events per loop over 50 customers), then flush; the emulator (its own "
@@ -47,7 +46,7 @@ def _start(env: Env, emu: EmulatorProcess, seconds: float) -> subprocess.Popen[s
 def run(env: Env) -> list[Figure]:
     env.reset()
     processes, seconds = env.scale.fleet_processes, env.scale.fleet_seconds
-    with EmulatorProcess(sync_delay=1.0, rate_limit=LIMIT) as emu:
+    with EmulatorProcess(sync_delay=1.0, rate_limit=POLAR_LIMIT) as emu:
         emu.create_meter("calls", CALLS_FILTER, {"func": "count"})
         children = [_start(env, emu, seconds) for _ in range(processes)]
         results: list[dict[str, Any]] = []
@@ -87,20 +86,17 @@ def run(env: Env) -> list[Figure]:
         "flushed": all(r["flushed"] for r in results),
         "run_s": elapsed,
     }
-    setup = SETUP.format(p=processes, s=seconds, limit=LIMIT)
+    setup = SETUP.format(p=processes, s=seconds, limit=POLAR_LIMIT)
     sample = [float(d) for d in delays["sample_ms"]]
     interval = 60_000 / BUDGET
     return [
-        Figure(
+        within_polars_limit(
             key="fleet",
             title=f"fleet of {processes}: requests a minute sent",
-            unit="req/min",
-            subject=Side("ingest requests a minute", [per_minute]),
-            baseline=Side("Polar's limit", [float(LIMIT)]),
-            ratios=[per_minute / LIMIT],
+            subject="ingest requests a minute",
+            per_minute=per_minute,
             ratio_meaning="requests a minute / Polar's limit (at most 1: no 429)",
             setup=setup,
-            target=Target("ratio", "<=", 1.0),
             extra=extra,
         ),
         Figure(

@@ -5,12 +5,9 @@ is the process's own."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from typing import Any
 
-from bench._child import ROOT
+from bench._child import run_for_json
 from bench._env import Env
 from bench._stats import Figure, Side
 
@@ -41,15 +38,7 @@ def run(env: Env) -> list[Figure]:
 
 
 def _child(n: int, bound: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench._following_child", str(n), str(bound)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return run_for_json("bench._following_child", n, bound)
 
 
 def _rows(

@@ -14,15 +14,12 @@ snapshot flow, forgetting it at Polar) is measured by ``bench.following`` up to 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from typing import Any
 
 import redis
 
-from bench._child import ROOT
+from bench._child import run_for_json
 from bench._env import Env
 from bench._million_child import WARM, customer
 from bench._offline import prepare
@@ -91,15 +88,7 @@ def _seed(client: redis.Redis, n: int) -> float:
 
 
 def _child(url: str, n: int, bound: int, chunk: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench._million_child", url, str(n), str(bound), str(chunk)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return run_for_json("bench._million_child", url, n, bound, chunk)
 
 
 def _rows(result: dict[str, Any]) -> list[Figure]:

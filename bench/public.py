@@ -23,10 +23,9 @@ from typing import Any
 
 from bench._emulator import EmulatorProcess
 from bench._env import CALLS_FILTER, Env
-from bench._stats import Figure, Side, Target
+from bench._stats import Figure, Side, within_polars_limit
 from outpost_async import AsyncOutpost
 
-LIMIT = 500
 SETUP = (
     "Emulator serving only the public API (recompute {recompute} s after a customer's last "
     "ingest); one AsyncOutpost (mode auto, requests_per_minute 300, poll_interval {poll} s, "
@@ -162,16 +161,13 @@ def _figures(scale: dict[str, Any], result: dict[str, Any]) -> list[Figure]:
     per_customer = scale["rate"] / scale["n"]
     margin_units = per_customer * MARGIN
     return [
-        Figure(
+        within_polars_limit(
             key="public.requests",
             title=f"public mode, {int(scale['n']):,} customers: requests a minute to Polar",
-            unit="req/min",
-            subject=Side("every request, busiest minute", [result["peak"]]),
-            baseline=Side("Polar's limit", [float(LIMIT)]),
-            ratios=[result["peak"] / LIMIT],
+            subject="every request, busiest minute",
+            per_minute=result["peak"],
             ratio_meaning="requests a minute / Polar's limit (at most 1)",
             setup=setup,
-            target=Target("ratio", "<=", 1.0),
             extra=result,
         ),
         Figure(

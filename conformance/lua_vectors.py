@@ -30,6 +30,20 @@ import redis
 from outpost_core import keys
 
 SCHEMA = "outpost-lua-vectors/1"
+SCRIPTS = (
+    "track",
+    "acknowledge",
+    "confirm",
+    "apply_snapshot",
+    "reclaim",
+    "budget",
+    "reserve",
+    "release",
+    "admit",
+    "apply_anchor",
+)
+"""The scripts that have vectors, one file each (``conformance/lua/<script>.jsonl``), in the
+order they are recorded."""
 SENTINEL = "outpost:conformance:sentinel"
 """A channel the runner publishes on after the script: every message before it is the script's."""
 

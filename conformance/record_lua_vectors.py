@@ -23,23 +23,11 @@ from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT, Customer
 from outpost_core import _keys as keys
 from tests.support.redis_server import running
 
-from .lua_vectors import SCHEMA, execute, subscribe
+from .lua_vectors import SCHEMA, SCRIPTS, execute, subscribe
 
 ROOT = Path(__file__).resolve().parent
 README = ROOT / "README.md"
 SHA1_ROW = re.compile(r"^\| `(\w+)` \| `[0-9a-f]{40}` \|$", re.MULTILINE)
-SCRIPTS = (
-    "track",
-    "acknowledge",
-    "confirm",
-    "apply_snapshot",
-    "reclaim",
-    "budget",
-    "reserve",
-    "release",
-    "admit",
-    "apply_anchor",
-)
 
 BUCKET = 300_000_000
 HOUR = 3_600_000_000

@@ -353,17 +353,30 @@ def anchor(
     if outcome is Outcome.STALE:
         return Anchoring(outcome, None, tuple(problems), ledger.rejections)
     # (avg and min: the ledger drops what the reading should include, with no check possible.)
-    removed = sorted(before - set(ledger.entries))
-    write = AnchorWrite(
+    write = anchor_write(aggregation, fields, ledger, before, reading.meter_id, reading)
+    return Anchoring(outcome, write, tuple(problems), ledger.rejections)
+
+
+def anchor_write(
+    aggregation: str,
+    fields: Mapping[str, str],
+    ledger: MeterLedger,
+    before: set[str],
+    meter_id: str,
+    reading: PolarReading,
+) -> AnchorWrite:
+    """What to write once ``ledger`` (read from the state hash ``fields``, its entries then
+    ``before``) took ``reading`` as its anchor: the new basis, the entries it dropped, all on
+    condition the hash's revision is still the one read."""
+    return AnchorWrite(
         expected_rev=fields.get("rev", ""),
-        meter_id=reading.meter_id,
+        meter_id=meter_id,
         credited=str(reading.credited),
         polar=polar_aggregate(aggregation, ledger.consumed_basis()),
         as_of=str(reading.modified_at_us or 0),
         pub=encode_pub(ledger),
-        removed=tuple(removed),
+        removed=tuple(sorted(before - set(ledger.entries))),
     )
-    return Anchoring(outcome, write, tuple(problems), ledger.rejections)
 
 
 def no_row(
@@ -425,6 +438,7 @@ __all__ = [
     "Anchoring",
     "MetersPage",
     "anchor",
+    "anchor_write",
     "asked_meters",
     "cached_mode",
     "check_mode",

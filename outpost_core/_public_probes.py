@@ -24,10 +24,8 @@ from ._peer import peer_json
 from ._public_anchoring import (
     PUBLIC_SID,
     Anchoring,
-    AnchorWrite,
-    encode_pub,
+    anchor_write,
     ledger_of,
-    polar_aggregate,
 )
 from ._public_ledger import Outcome
 from ._public_polls import ID_PARAMS, SECOND_US, Followed, QuantitiesProbe
@@ -133,15 +131,7 @@ def probe_anchor(
     anchor = ledger.anchor
     if outcome is Outcome.PROBE_UNUSED or anchor is None or fields.get("sid") != PUBLIC_SID:
         return Anchoring(Outcome.PROBE_UNUSED, None, tuple(problems), ledger.rejections)
-    write = AnchorWrite(
-        expected_rev=fields.get("rev", ""),
-        meter_id=meter_id,
-        credited=str(anchor.credited),
-        polar=polar_aggregate(aggregation, ledger.consumed_basis()),
-        as_of=str(anchor.modified_at_us or 0),
-        pub=encode_pub(ledger),
-        removed=tuple(sorted(before - set(ledger.entries))),
-    )
+    write = anchor_write(aggregation, fields, ledger, before, meter_id, anchor)
     return Anchoring(outcome, write, tuple(problems), ledger.rejections)
 
 

@@ -80,13 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m outpost_emulator.cli emulator ...`: the emulator alone (the `outpost` command
     of the SDK offers the same `emulator` command beside its others)."""
     args = _parser().parse_args(argv)
-    missing = _missing(EXTRA)
-    if missing:
-        print(
-            f"outpost {args.command}: {' and '.join(missing)} not installed; they come with the "
-            "emulator extra: pip install 'polar-outpost[emulator]'",
-            file=sys.stderr,
-        )
+    problem = missing_extra(args.command)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     try:
         return run_emulator(args)
@@ -95,14 +91,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def _missing(modules: tuple[str, ...]) -> list[str]:
+def missing_extra(command: str, modules: tuple[str, ...] = EXTRA) -> str | None:
+    """What `outpost <command>` says when a module of the `emulator` extra is not installed
+    (``None``: every one is); the `outpost` command line asks the same for `demo`."""
     missing: list[str] = []
     for name in modules:
         try:
             importlib.import_module(name)
         except ImportError:
             missing.append(name)
-    return missing
+    if not missing:
+        return None
+    return (
+        f"outpost {command}: {' and '.join(missing)} not installed; they come with the "
+        "emulator extra: pip install 'polar-outpost[emulator]'"
+    )
 
 
 def _loopback_address(host: str) -> bool:

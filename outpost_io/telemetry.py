@@ -50,26 +50,25 @@ down, which ends any wait for a retry."""
 _SLICE = 64  # records made between two hand-overs of the GIL (about 0.5 ms of them)
 
 
+def _duration(meter: metrics.Meter, name: str, what: str) -> metrics.Histogram:
+    """A histogram of durations in seconds, on semconv's duration buckets."""
+    return meter.create_histogram(
+        name,
+        unit="s",
+        description=f"Duration of {what}",
+        explicit_bucket_boundaries_advisory=semconv.DURATION_BOUNDARIES,
+    )
+
+
 class _Instruments:
     def __init__(self, meter: metrics.Meter, tracer: trace.Tracer) -> None:
         self.tracer = tracer
-        self.ingest = meter.create_histogram(
-            semconv.INGEST_DURATION,
-            unit="s",
-            description="Duration of one track() write",
-            explicit_bucket_boundaries_advisory=semconv.DURATION_BOUNDARIES,
-        )
-        self.read = meter.create_histogram(
-            semconv.READ_DURATION,
-            unit="s",
-            description="Duration of one balance() read",
-            explicit_bucket_boundaries_advisory=semconv.DURATION_BOUNDARIES,
-        )
-        self.admission = meter.create_histogram(
+        self.ingest = _duration(meter, semconv.INGEST_DURATION, "one track() write")
+        self.read = _duration(meter, semconv.READ_DURATION, "one balance() read")
+        self.admission = _duration(
+            meter,
             semconv.ADMISSION_DURATION,
-            unit="s",
-            description="Duration of one admission: reserve, commit, release, conditional track",
-            explicit_bucket_boundaries_advisory=semconv.DURATION_BOUNDARIES,
+            "one admission: reserve, commit, release, conditional track",
         )
         self.warm = meter.create_counter(
             semconv.READ_WARM, description="balance() reads answered from memory"

@@ -12,6 +12,7 @@ from outpost_emulator import Emulator
 from scripts.unasync import build_sync_tests
 from tests.support.redis_cluster import RedisCluster, RedisReplica
 from tests.support.redis_server import RedisServer
+from tests.support.webhook_receiver import Receiver
 
 # No per-example deadline: on a loaded machine it is a timing assertion, and fails at random.
 settings.register_profile("outpost", deadline=None)
@@ -120,6 +121,22 @@ def emulator() -> Iterator[Emulator]:
     """A local Polar on a free port, its clock running from now (tests advance it)."""
     with Emulator.start(port=0, sync_delay=1.0) as emu:
         yield emu
+
+
+@pytest.fixture
+def public_emulator() -> Iterator[Emulator]:
+    """A local Polar serving only its public API (no `/v1/outpost/`), recomputing a customer's
+    meters a second after the last ingest, or 20 s at the most."""
+    with Emulator.start(port=0, public_only=True, recompute_delays=(1.0, 20.0)) as emu:
+        yield emu
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook endpoint on loopback that records what Polar sends it."""
+    r = Receiver()
+    yield r
+    r.close()
 
 
 class CertificateAuthority:

@@ -14,10 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from outpost_core import __version__, url_secrets
-from outpost_emulator.cli import add_emulator_arguments, run_emulator
+from outpost_emulator.cli import add_emulator_arguments, missing_extra, run_emulator
 from outpost_sync.cli._scrub import scrubbed_output
-
-EMULATOR_EXTRA = ("starlette", "uvicorn")  # what the `emulator` extra installs
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -74,13 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--json: `outpost {args.command}` prints no JSON")
         args.json = True
     if args.command in ("emulator", "demo"):
-        missing = _missing(EMULATOR_EXTRA)
-        if missing:
-            print(
-                f"outpost {args.command}: {' and '.join(missing)} not installed; they come with "
-                "the emulator extra: pip install 'polar-outpost[emulator]'",
-                file=sys.stderr,
-            )
+        problem = missing_extra(args.command)
+        if problem:
+            print(problem, file=sys.stderr)
             return 2
     try:
         if args.command == "demo":
@@ -94,16 +88,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"outpost {args.command}: stopped", file=sys.stderr)
         return 0
-
-
-def _missing(modules: tuple[str, ...]) -> list[str]:
-    missing: list[str] = []
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            missing.append(name)
-    return missing
 
 
 if __name__ == "__main__":

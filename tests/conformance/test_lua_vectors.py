@@ -17,23 +17,11 @@ from typing import Any
 import pytest
 import redis
 
-from conformance.lua_vectors import SCHEMA, execute, subscribe
+from conformance.lua_vectors import SCHEMA, SCRIPTS, execute, subscribe
 from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT
 from tests.support.redis_server import RedisServer
 
 VECTORS = Path(__file__).resolve().parents[2] / "conformance" / "lua"
-SCRIPTS = (
-    "track",
-    "acknowledge",
-    "confirm",
-    "apply_snapshot",
-    "reclaim",
-    "budget",
-    "reserve",
-    "release",
-    "admit",
-    "apply_anchor",
-)
 
 
 def read(script: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:

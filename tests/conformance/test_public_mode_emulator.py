@@ -6,7 +6,6 @@ credit decrease not reported yet)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -18,16 +17,9 @@ from outpost_core._public_readings import parse_customer_meters, parse_state_cha
 from outpost_core._webhook_signature import secret_key, verify
 from outpost_emulator import Emulator, EmulatorClock
 from tests.emulator.helpers import COUNT_ALL, START, auth, iso, wait_for
-from tests.emulator.test_public_api import Receiver
+from tests.support.webhook_receiver import Receiver
 
 S = 1_000_000
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

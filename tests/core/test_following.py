@@ -165,12 +165,8 @@ def test_a_customer_never_followed_still_waits_for_polar() -> None:
     assert polar.read("a") is None  # Redis holds a snapshot, but this process knows no aliases
 
 
-def test_the_aliases_of_a_customer_let_go_are_kept_for_its_next_read() -> None:
-    polar = bounded(max_customers=3)
-    assert polar.read("a") is None
-    polar.answer(polar.effects())
-    [request] = polar.peer.take()
-    internal = "0b7e5a3c-6f6b-4a6e-9d47-0b1f9c4f0a11"
+def snapshot_of_a(request: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """Polar's answer to ``request``, a's snapshot: 3 calls counted, 10 credited."""
     payload = {
         "request_id": request["payload"]["request_id"],
         "snapshot_id": "snap-1",
@@ -179,9 +175,18 @@ def test_the_aliases_of_a_customer_let_go_are_kept_for_its_next_read() -> None:
         "cold_until": HOT,
         "reducers": {"r-count": {"count": 3, "sum": 3, "min": 1, "max": 1}},
         "credited": {COUNT: 10},
-        "aliases": {"customer_id": internal},
+        **extra,
     }
-    effects = polar.send({"type": "snapshot", "payload": payload})
+    return {"type": "snapshot", "payload": payload}
+
+
+def test_the_aliases_of_a_customer_let_go_are_kept_for_its_next_read() -> None:
+    polar = bounded(max_customers=3)
+    assert polar.read("a") is None
+    polar.answer(polar.effects())
+    [request] = polar.peer.take()
+    internal = "0b7e5a3c-6f6b-4a6e-9d47-0b1f9c4f0a11"
+    effects = polar.send(snapshot_of_a(request, aliases={"customer_id": internal}))
     polar.answer(effects)  # the alias's copy loads (the listing waits)
     assert polar.session.remote is not None
     alias = Customer("customer", internal)
@@ -264,16 +269,7 @@ def test_a_customer_let_go_while_its_snapshot_applies_ignores_the_late_reply() -
     assert polar.read("a") is None
     polar.answer(polar.effects())
     [request] = polar.peer.take()
-    payload = {
-        "request_id": request["payload"]["request_id"],
-        "snapshot_id": "snap-1",
-        "external_customer_id": "a",
-        "as_of": WALL - 1,
-        "cold_until": HOT,
-        "reducers": {"r-count": {"count": 3, "sum": 3, "min": 1, "max": 1}},
-        "credited": {COUNT: 10},
-    }
-    [listed] = polar.send({"type": "snapshot", "payload": payload})
+    [listed] = polar.send(snapshot_of_a(request))
     assert isinstance(listed, ListPending)
     polar.tick(polar.now)  # (a wait dates from the tick after the read)
     polar.tick(polar.now + Settings().snapshot_timeout + 2.0)  # a's read gave up

@@ -164,3 +164,14 @@ def test_a_non_loopback_host_needs_allow_remote(capsys: pytest.CaptureFixture[st
 
     assert main(["emulator", "--host", "0.0.0.0"]) == 2
     assert "--allow-remote" in capsys.readouterr().err
+
+
+def test_a_missing_module_of_the_extra_is_named_with_how_to_install_it() -> None:
+    from outpost_emulator.cli import missing_extra
+
+    assert missing_extra("emulator") is None  # starlette and uvicorn come with the test setup
+    problem = missing_extra("demo", ("uvicorn", "outpost_not_a_module"))
+    assert problem == (
+        "outpost demo: outpost_not_a_module not installed; they come with the emulator extra: "
+        "pip install 'polar-outpost[emulator]'"
+    )

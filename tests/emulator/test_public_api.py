@@ -5,13 +5,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,48 +23,9 @@ from outpost_core._public_readings import parse_state_changed
 from outpost_core._webhook_signature import secret_key, verify
 from outpost_emulator import Emulator, EmulatorClock
 from tests.emulator.helpers import COUNT_ALL, START, START_US, auth, event, ingest_ok, iso, wait_for
+from tests.support.webhook_receiver import Receiver
 
 S = 1_000_000
-
-
-class Receiver:
-    """A tiny webhook endpoint on loopback: records every request, answers `status`."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[dict[str, str], bytes]] = []
-        self.status = 204
-        receiver = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(receiver.status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
-
-    def bodies(self) -> list[dict[str, Any]]:
-        return [json.loads(body) for _, body in list(self.requests)]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 @pytest.fixture

@@ -24,24 +24,27 @@ def demo_redis(request: pytest.FixtureRequest) -> RedisServer | RedisCluster:
     return redis_or_cluster
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(90)
-def test_the_demo_ends_with_an_agreeing_verdict(demo_redis: RedisServer | RedisCluster) -> None:
-    redis_server = demo_redis
+def _run_demo(*args: str) -> subprocess.CompletedProcess[str]:
+    """`outpost demo` in a subprocess, REDIS_URL unset, which must exit 0."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("REDIS_URL", None)
     result = subprocess.run(
-        [
-            *(sys.executable, "-m", "outpost_sync.cli", "demo", "--fast", "--plain"),
-            *("--redis-url", redis_server.url),
-        ],
+        [sys.executable, "-m", "outpost_sync.cli", "demo", *args],
         capture_output=True,
         text=True,
         timeout=80,
         env=env,
     )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_the_demo_ends_with_an_agreeing_verdict(demo_redis: RedisServer | RedisCluster) -> None:
+    redis_server = demo_redis
+    result = _run_demo("--fast", "--plain", "--redis-url", redis_server.url)
     out = result.stdout
-    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
     verdict = [line for line in out.splitlines() if line.startswith("VERDICT:")]
     assert len(verdict) == 1 and verdict[0].startswith(
         "VERDICT: OK: instances A and B agree with each other and with Polar's balance"
@@ -130,20 +133,8 @@ def test_without_any_redis_it_says_how_to_get_one(
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_the_public_only_demo_ends_with_an_agreeing_verdict(redis_server: RedisServer) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("REDIS_URL", None)
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "outpost_sync.cli", "demo", "--public-only", "--fast"),
-            *("--plain", "--redis-url", redis_server.url),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=80,
-        env=env,
-    )
+    result = _run_demo("--public-only", "--fast", "--plain", "--redis-url", redis_server.url)
     out = result.stdout
-    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
     assert "A: mode public (Polar answers 404 on /v1/outpost/" in out
     verdict = [line for line in out.splitlines() if line.startswith("VERDICT:")]
     assert len(verdict) == 1 and verdict[0].startswith(

@@ -4,20 +4,12 @@ customers named only by Polar's customer id, polled by it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from outpost_emulator import Emulator
 from tests.drivers._async._helpers import CALLS_FILTER, eventually
 from tests.drivers._async.test_public_mode import public
 from tests.support.redis_server import RedisServer
-
-
-@pytest.fixture
-def public_emulator() -> Iterator[Emulator]:
-    with Emulator.start(port=0, public_only=True, recompute_delays=(1.0, 20.0)) as emu:
-        yield emu
 
 
 @pytest.mark.anyio

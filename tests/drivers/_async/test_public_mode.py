@@ -9,7 +9,6 @@ import base64
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -26,24 +25,11 @@ from outpost_core import CONFIGURATION_KEY, keys
 from outpost_core._webhook_signature import secret_key, sign
 from outpost_emulator import Emulator
 from tests.drivers._async._helpers import CALLS_FILTER, eventually
-from tests.emulator.test_public_api import Receiver
 from tests.support.redis_server import RedisServer
+from tests.support.webhook_receiver import Receiver
 
 MARGIN = 0.3  # seconds: Polar recomputes a second after the last ingest, well after it
 POLL = 0.5
-
-
-@pytest.fixture
-def public_emulator() -> Iterator[Emulator]:
-    with Emulator.start(port=0, public_only=True, recompute_delays=(1.0, 20.0)) as emu:
-        yield emu
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 def public(server: RedisServer, emulator: Emulator, **options: Any) -> AsyncOutpost:

@@ -4,28 +4,13 @@ figure's webhook says when the period began, though consumed did not fall."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from outpost_emulator import Emulator
 from tests.drivers._async._helpers import eventually
 from tests.drivers._async.test_public_mode import calls_meter, public, pump, truth
-from tests.emulator.test_public_api import Receiver
 from tests.support.redis_server import RedisServer
-
-
-@pytest.fixture
-def public_emulator() -> Iterator[Emulator]:
-    with Emulator.start(port=0, public_only=True, recompute_delays=(1.0, 20.0)) as emu:
-        yield emu
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
+from tests.support.webhook_receiver import Receiver
 
 
 @pytest.mark.anyio

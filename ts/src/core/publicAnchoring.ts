@@ -307,17 +307,30 @@ export function anchor(
   const outcome = ledger.observe(reading);
   if (outcome === "stale") return { outcome, write: null, problems, rejections: ledger.rejections };
   // (avg and min: the ledger drops what the reading should include, with no check possible.)
-  const removed = [...before].filter((field) => !ledger.entries.has(field)).sort(byCodePoint);
-  const write = new AnchorWrite(
+  const write = anchorWrite(aggregation, fields, ledger, before, reading.meterId, reading);
+  return { outcome, write, problems, rejections: ledger.rejections };
+}
+
+/** What to write once `ledger` (read from the state hash `fields`, its entries then `before`) took
+ * `reading` as its anchor: the new basis, the entries it dropped, all on condition the hash's
+ * revision is still the one read. */
+export function anchorWrite(
+  aggregation: string,
+  fields: Readonly<Record<string, string>>,
+  ledger: MeterLedger,
+  before: ReadonlySet<string>,
+  meterId: string,
+  reading: PolarReading,
+): AnchorWrite {
+  return new AnchorWrite(
     fields.rev ?? "",
-    reading.meterId,
+    meterId,
     String(reading.credited),
     polarAggregate(aggregation, ledger.consumedBasis()),
     String(reading.modifiedAtUs ?? 0),
     encodePub(ledger),
-    removed,
+    [...before].filter((field) => !ledger.entries.has(field)).sort(byCodePoint),
   );
-  return { outcome, write, problems, rejections: ledger.rejections };
 }
 
 /** What a customer meter Polar has no row for reads as: nothing credited, nothing consumed (the

@@ -6,7 +6,7 @@
 
 import { isObject } from "./aggregate.js";
 import type { IdentityState } from "./mirror.js";
-import { AnchorWrite, type Anchoring, PUBLIC_SID, encodePub, ledgerOf, polarAggregate } from "./publicAnchoring.js";
+import { type Anchoring, PUBLIC_SID, anchorWrite, ledgerOf } from "./publicAnchoring.js";
 import type { CustomerKind } from "./keys.js";
 import { type Followed, ID_PARAMS, type QuantitiesProbe } from "./publicPolls.js";
 import { MAX_BODY_BYTES } from "./publicReadings.js";
@@ -98,21 +98,12 @@ export function probeAnchor(
 ): Anchoring {
   const problems: string[] = [];
   const ledger = ledgerOf(aggregation, marginUs, fields, events, problems);
-  const before = [...ledger.entries.keys()];
+  const before = new Set(ledger.entries.keys());
   const outcome = ledger.observeProbe(consumed, sentAtUs, lagUs);
   const anchor = ledger.anchor;
   if (outcome === "probe_unused" || anchor === null || fields.sid !== PUBLIC_SID) {
     return { outcome: "probe_unused", write: null, problems, rejections: ledger.rejections };
   }
-  const removed = before.filter((field) => !ledger.entries.has(field)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-  const write = new AnchorWrite(
-    fields.rev ?? "",
-    meterId,
-    String(anchor.credited),
-    polarAggregate(aggregation, ledger.consumedBasis()),
-    String(anchor.modifiedAtUs ?? 0),
-    encodePub(ledger),
-    removed,
-  );
+  const write = anchorWrite(aggregation, fields, ledger, before, meterId, anchor);
   return { outcome, write, problems, rejections: ledger.rejections };
 }

@@ -14,7 +14,7 @@ import { Balance } from "../core/balance.js";
 import { Delivery, type DeliverySettings, GROUP, type DeliveryEffect, type DeliveryInput, makeDeliverySettings, nothingDone, retryAfter, type SettleScript, withKnownRevs } from "../core/delivery.js";
 import type { Effect, Fetch, RunScript } from "../core/effects.js";
 import { Echoes } from "../core/echoes.js";
-import { customerOf, eventIdOf, timestampUsOf } from "../core/event.js";
+import { customerOf } from "../core/event.js";
 import { type ForgetHeartbeat, handBack } from "../core/liveness.js";
 import { Outage, type Report } from "../core/outage.js";
 import { Durability, type DurabilityName } from "../core/durability.js";
@@ -24,7 +24,7 @@ import { CONFIGURATION_KEY, DEFAULT_SHARDS, SHARDS_KEY, allChannels, allOutboxes
 import { checkedShards, firstCount, shardsDisagreement } from "../core/shards.js";
 import { Link, Target } from "../core/link.js";
 import { SCRIPT_SHA1, SCRIPT_TEXT } from "../core/scripts.generated.js";
-import { type Logger, Session, makeSettings } from "../core/session.js";
+import { type Logger, Session, type TrackArgs, makeSettings } from "../core/session.js";
 import { toUs } from "../core/time.js";
 import type { RawFields } from "../core/inputs.js";
 import { ClusterSubscriptions } from "./cluster.js";
@@ -33,6 +33,7 @@ import { cannotConnect, describe, isCluster, ownClient, reachable, unreachable, 
 import { DurableScripts, WaitFailed } from "./durable.js";
 import { Signal, monotonic, wallUs } from "./signal.js";
 import { Telemetry, customerAttribute } from "./telemetry.js";
+import { trackArgsOf } from "./trackArgs.js";
 import { Traces } from "./traces.js";
 import { readAtMost } from "./http.js";
 import { type Headers, PublicMode } from "./publicMode.js";
@@ -512,7 +513,7 @@ export class Outpost {
       oneSlot: this.cluster !== null,
       telemetry: this.telemetry,
       ensureStarted: () => this.ensureStarted(),
-      waitForConfiguration: () => this.waitForConfiguration(),
+      trackScript: (args) => this.trackScript(args),
       writeScript: (run, replied) => this.writeScript(run, replied),
       run: (effects) => this.run(effects),
       nowUs: () => this.nowUs(),
@@ -521,26 +522,9 @@ export class Outpost {
   }
 
   private async trackNow(name: string, options: TrackOptions): Promise<[string, RunScript]> {
-    const nowUs = this.nowUs();
-    const timestampUs = timestampUsOf(options.timestamp, nowUs);
-    const eventId = eventIdOf(options.eventId, randomUUID().replaceAll("-", ""));
-    const args = {
-      name,
-      externalCustomerId: options.externalCustomerId,
-      customerId: options.customerId,
-      metadata: options.metadata,
-      timestampUs,
-      nowUs,
-      eventId,
-    };
-    let run: RunScript;
-    try {
-      run = this.core.track(args);
-    } catch (exc) {
-      if (!(exc instanceof NotReady)) throw exc;
-      await this.waitForConfiguration();
-      run = this.core.track(args);
-    }
+    const args = trackArgsOf(name, options, this.nowUs());
+    const eventId = args.eventId;
+    const run = await this.trackScript(args);
     const shortfall = await this.writeScript(run, (reply) => {
       this.echoes.expect(reply);
       this.core.handle({ kind: "ScriptReplied", reply, tag: null });
@@ -588,6 +572,18 @@ export class Outpost {
     } catch (exc) {
       if (!String(exc).includes("NOSCRIPT")) throw exc;
       return await client.eval(SCRIPT_TEXT[name] as string, keys.length, ...keys, ...args);
+    }
+  }
+
+  /** The core's track script for `args`; before Polar's configuration came, it waits for it
+   * first (up to snapshotTimeout). */
+  private async trackScript(args: TrackArgs): Promise<RunScript> {
+    try {
+      return this.core.track(args);
+    } catch (exc) {
+      if (!(exc instanceof NotReady)) throw exc;
+      await this.waitForConfiguration();
+      return this.core.track(args);
     }
   }
 

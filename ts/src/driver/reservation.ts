@@ -8,9 +8,10 @@ import type { Balance } from "../core/balance.js";
 import type { Effect, RunScript } from "../core/effects.js";
 import type { Echoes } from "../core/echoes.js";
 import { CannotAdmit, InsufficientBalance, InvalidEvent, NotDurable, NotReady, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "../core/errors.js";
-import { customerOf, eventIdOf, timestampUsOf } from "../core/event.js";
-import type { Session } from "../core/session.js";
+import { customerOf } from "../core/event.js";
+import type { Session, TrackArgs } from "../core/session.js";
 import { type Telemetry, customerAttribute } from "./telemetry.js";
+import { trackArgsOf } from "./trackArgs.js";
 
 /** What admission needs of an Outpost instance (Outpost.admissionHooks). */
 export interface AdmissionHooks {
@@ -19,7 +20,8 @@ export interface AdmissionHooks {
   readonly oneSlot: boolean;
   readonly telemetry: Telemetry;
   ensureStarted(): Promise<void>;
-  waitForConfiguration(): Promise<void>;
+  /** The core's track script (Outpost.trackScript: it waits for Polar's configuration first). */
+  trackScript(args: TrackArgs): Promise<RunScript>;
   /** Run a script as track() runs its own (Outpost.writeScript): `replied` gets its reply; resolves
    * to why it is less durable than asked (null: it is not). */
   writeScript(run: RunScript, replied: (reply: unknown) => void): Promise<string | null>;
@@ -137,25 +139,10 @@ async function trackNow(
 ): Promise<string> {
   await hooks.ensureStarted();
   const nowUs = hooks.nowUs();
-  const eventId = eventIdOf(options.eventId, randomUUID().replaceAll("-", ""));
-  const args = {
-    name,
-    externalCustomerId: options.externalCustomerId,
-    customerId: options.customerId,
-    metadata: options.metadata,
-    timestampUs: timestampUsOf(options.timestamp, nowUs),
-    nowUs,
-    eventId,
-  };
+  const args = trackArgsOf(name, options, nowUs);
+  const eventId = args.eventId;
   const customer = customerOf(options.externalCustomerId ?? null, options.customerId ?? null);
-  let track: RunScript;
-  try {
-    track = hooks.core.track(args);
-  } catch (exc) {
-    if (!(exc instanceof NotReady)) throw exc;
-    await hooks.waitForConfiguration();
-    track = hooks.core.track(args);
-  }
+  const track = await hooks.trackScript(args);
   meters.push(...new Set(track.meterIds));
   if (requireBalance) {
     for (const meterId of new Set(track.meterIds)) {

@@ -8,9 +8,10 @@ import { Redis } from "ioredis";
 import { after, afterEach, before, describe, it } from "node:test";
 import { Customer, SHARDS_KEY, allChannels, shardOf } from "../../src/core/index.js";
 import { slotOf } from "../../src/driver/cluster.js";
-import { ConfigurationError, InsufficientBalance, Outpost, type OutpostOptions, RedisUnavailable } from "../../src/index.js";
+import { ConfigurationError, InsufficientBalance, Outpost, type OutpostOptions } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
+import { untilTrackWorks } from "../support/failing.js";
 import { PythonPeer } from "../support/pythonPeer.js";
 import { RedisCluster } from "../support/redisCluster.js";
 import { QUIET } from "../support/testOptions.js";
@@ -55,6 +56,17 @@ describe("on a Redis Cluster (4 primaries, 4 replicas, 64 shards)", () => {
       what,
       20,
     );
+  }
+
+  /** Two instances reading a new customer, b counting from memory the event a tracked. */
+  async function bFollowingA(): Promise<[Outpost, Outpost, string]> {
+    const a = connect();
+    const b = connect();
+    const customer = uniqueCustomer();
+    await Promise.all([a.balance(calls, { externalCustomerId: customer }), b.balance(calls, { externalCustomerId: customer })]);
+    await a.track("api_call", { externalCustomerId: customer });
+    await warmRead(b, customer, 1, "b counting a's event");
+    return [a, b, customer];
   }
 
   it("two instances read each other's events from memory, and deliver them", async () => {
@@ -114,12 +126,7 @@ describe("on a Redis Cluster (4 primaries, 4 replicas, 64 shards)", () => {
     // claimIdle stays 300 s: a settlement the killed primary acknowledged but never replicated
     // leaves its entry pending on the promoted replica, and the instance re-reads its own pending
     // entries after the Redis failure, so the flush below does not wait for claimIdle.
-    const a = connect();
-    const b = connect();
-    const customer = uniqueCustomer();
-    await Promise.all([a.balance(calls, { externalCustomerId: customer }), b.balance(calls, { externalCustomerId: customer })]);
-    await a.track("api_call", { externalCustomerId: customer });
-    await warmRead(b, customer, 1, "b counting a's event");
+    const [a, b, customer] = await bFollowingA();
     const slot = slotOfCustomer(customer);
     const owner = await cluster.portForSlot(slot);
     // A customer whose shard another primary owns: its copies keep following through the kill.
@@ -135,19 +142,7 @@ describe("on a Redis Cluster (4 primaries, 4 replicas, 64 shards)", () => {
     }
     await cluster.waitHealthy();
     assert.notEqual((await cluster.slotOwners()).find(([start, end]) => start <= slot && slot <= end)?.[2], owner);
-    await eventually(
-      async () => {
-        try {
-          await a.track("api_call", { externalCustomerId: customer });
-          return true;
-        } catch (exc) {
-          if (!(exc instanceof RedisUnavailable)) throw exc;
-          return false;
-        }
-      },
-      "track() working on the replica that took over",
-      20,
-    );
+    await untilTrackWorks(a, customer, "track() working on the replica that took over");
     // Whatever the kill lost (replication is asynchronous), both read the same, warm, and follow.
     await eventually(
       async () => {
@@ -165,12 +160,7 @@ describe("on a Redis Cluster (4 primaries, 4 replicas, 64 shards)", () => {
   });
 
   it("tracks through each step of a slot migration (ASK, then MOVED), and reads follow the shard's channel to its new owner", async () => {
-    const a = connect();
-    const b = connect();
-    const customer = uniqueCustomer();
-    await Promise.all([a.balance(calls, { externalCustomerId: customer }), b.balance(calls, { externalCustomerId: customer })]);
-    await a.track("api_call", { externalCustomerId: customer });
-    await warmRead(b, customer, 1, "b counting a's event");
+    const [a, b, customer] = await bFollowingA();
     // The shard's keys and its channel share one hash tag, so one slot.
     const slot = slotOfCustomer(customer);
     const source = await cluster.portForSlot(slot);

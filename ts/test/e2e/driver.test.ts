@@ -6,6 +6,7 @@ import { Redis } from "ioredis";
 import { NotReady, Outpost, type OutpostOptions, RedisUnavailable } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
+import { untilTrackWorks } from "../support/failing.js";
 import { RedisServer } from "../support/redisServer.js";
 import { testOptions } from "../support/testOptions.js";
 
@@ -31,6 +32,16 @@ describe("the driver against the emulator", () => {
     const outpost = new Outpost(testOptions(emulator, redis, { retryBase: 0.05, ...options }));
     open.push(outpost);
     return outpost;
+  }
+
+  /** Two instances that have both read a new customer (each follows it). */
+  async function twoReading(): Promise<[Outpost, Outpost, string]> {
+    const a = connect();
+    const b = connect();
+    const customer = uniqueCustomer();
+    await a.balance(calls, { externalCustomerId: customer });
+    await b.balance(calls, { externalCustomerId: customer });
+    return [a, b, customer];
   }
 
   it("answers a first read once Polar's snapshot is applied, and counts what it tracked", async () => {
@@ -120,25 +131,13 @@ describe("the driver against the emulator", () => {
   });
 
   it("survives a Redis restart: tracking fails while it is down, then copies and subscriptions come back", async () => {
-    const a = connect();
-    const b = connect();
-    const customer = uniqueCustomer();
-    await a.balance(calls, { externalCustomerId: customer });
-    await b.balance(calls, { externalCustomerId: customer });
+    const [a, b, customer] = await twoReading();
     redis.kill();
     await assert.rejects(a.track("api_call", { externalCustomerId: customer }), RedisUnavailable);
     await eventually(() => !a.subscribed, "the subscription to drop");
     await redis.start(); // the same port, empty: the copies reload and ask Polar again
     await eventually(() => a.subscribed && b.subscribed, "both instances to subscribe again", 20);
-    await eventually(async () => {
-      try {
-        await b.track("api_call", { externalCustomerId: customer });
-        return true;
-      } catch (exc) {
-        if (exc instanceof RedisUnavailable) return false;
-        throw exc;
-      }
-    }, "Redis to take writes again", 20);
+    await untilTrackWorks(b, customer, "Redis to take writes again");
     await eventually(async () => {
       try {
         return (await a.balance(calls, { externalCustomerId: customer })).consumed >= 1;
@@ -171,11 +170,7 @@ describe("the driver against the emulator", () => {
   });
 
   it("reads Redis when asked fresh, and misses nothing while its subscription breaks", async () => {
-    const a = connect();
-    const b = connect();
-    const customer = uniqueCustomer();
-    await a.balance(calls, { externalCustomerId: customer });
-    await b.balance(calls, { externalCustomerId: customer });
+    const [a, b, customer] = await twoReading();
     await b.track("api_call", { externalCustomerId: customer });
     const fresh = await a.balance(calls, { externalCustomerId: customer, fresh: true });
     assert.equal(fresh.source, "redis");

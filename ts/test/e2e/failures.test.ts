@@ -11,33 +11,13 @@ import { allOutboxes } from "../../src/core/index.js";
 import { NotReady, Outpost, type OutpostOptions, RedisUnavailable } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
+import { rejection, untilTrackWorks } from "../support/failing.js";
+import { Lines } from "../support/lines.js";
 import { RedisServer, freePort } from "../support/redisServer.js";
 import { testOptions } from "../support/testOptions.js";
 
 const MARGIN = 1.0; // seconds over close()'s timeout allowed for this shared, loaded machine
 const CLIENT_WORDS = /maxRetriesPerRequest|enableOfflineQueue|ioredis|MaxRetriesPerRequestError/;
-
-/** A logger that keeps every line, with its level. */
-class Lines {
-  readonly lines: { level: string; message: string }[] = [];
-  readonly logger = {
-    debug: (message: string) => this.lines.push({ level: "debug", message }),
-    info: (message: string) => this.lines.push({ level: "info", message }),
-    warn: (message: string) => this.lines.push({ level: "warn", message }),
-  };
-  at(level: string): string[] {
-    return this.lines.filter((l) => l.level === level).map((l) => l.message);
-  }
-}
-
-async function rejection(call: Promise<unknown>): Promise<Error> {
-  try {
-    await call;
-  } catch (exc) {
-    return exc as Error;
-  }
-  assert.fail("resolved, expected a rejection");
-}
 
 async function closeTaking(outpost: Outpost, timeout: number): Promise<number> {
   const started = performance.now();
@@ -117,19 +97,7 @@ describe("failures", () => {
       assert.ok(down.length <= 5, JSON.stringify(down));
       assert.equal(new Set(down).size, down.length, JSON.stringify(down));
       await redis.start();
-      await eventually(
-        async () => {
-          try {
-            await outpost.track("api_call", { externalCustomerId: customer });
-            return true;
-          } catch (exc) {
-            if (!(exc instanceof RedisUnavailable)) throw exc;
-            return false;
-          }
-        },
-        "track() working again",
-        20,
-      );
+      await untilTrackWorks(outpost, customer, "track() working again");
       await eventually(
         async () => {
           const found = await outpost.balance(calls, { externalCustomerId: customer });

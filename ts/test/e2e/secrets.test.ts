@@ -12,6 +12,8 @@ import { CONFIGURATION_KEY } from "../../src/core/index.js";
 import { ConfigurationError, NotReady, Outpost, OutpostError } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually } from "../support/eventually.js";
+import { rejection } from "../support/failing.js";
+import { Lines } from "../support/lines.js";
 import { RedisServer, freePort } from "../support/redisServer.js";
 import { testOptions } from "../support/testOptions.js";
 
@@ -19,31 +21,6 @@ const REDIS_PASSWORD = "redis-pw-7f3a";
 const CONFIGURATION = {
   reducers: [{ id: "r-count", filter: { conjunction: "and", clauses: [] }, aggregation: { func: "count" }, meter_ids: ["m-count"] }],
 };
-
-/** A logger that keeps every line, with its level. */
-class Lines {
-  readonly lines: { level: string; message: string }[] = [];
-  readonly logger = {
-    debug: (message: string) => this.lines.push({ level: "debug", message }),
-    info: (message: string) => this.lines.push({ level: "info", message }),
-    warn: (message: string) => this.lines.push({ level: "warn", message }),
-  };
-  at(level: string): string[] {
-    return this.lines.filter((l) => l.level === level).map((l) => l.message);
-  }
-  get text(): string {
-    return this.lines.map((l) => `${l.level} ${l.message}`).join("\n");
-  }
-}
-
-async function rejection(call: Promise<unknown>): Promise<Error> {
-  try {
-    await call;
-  } catch (exc) {
-    return exc as Error;
-  }
-  assert.fail("resolved, expected a rejection");
-}
 
 function assertNoSecret(text: string, secrets: string[]): void {
   for (const secret of secrets) {

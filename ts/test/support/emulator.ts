@@ -5,6 +5,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { signalAndWait } from "./childProcess.js";
 import { REPO } from "./paths.js";
 import { freePort, waitFor } from "./redisServer.js";
 
@@ -76,13 +77,10 @@ export class Emulator {
   async stop(): Promise<void> {
     const child = this.process;
     this.process = null;
-    if (child === null || child.exitCode !== null) return;
-    const exited = new Promise((resolve) => child.once("exit", resolve));
-    child.kill("SIGTERM");
     // It lets the requests in flight finish first: one a test made hang would hold it for
     // the hang's full length (a minute).
-    const kill = setTimeout(() => child.kill("SIGKILL"), 2000);
-    await exited;
+    const kill = setTimeout(() => child?.kill("SIGKILL"), 2000);
+    await signalAndWait(child, "SIGTERM");
     clearTimeout(kill);
   }
 

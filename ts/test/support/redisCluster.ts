@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
+import { signalAndWait } from "./childProcess.js";
 import { freePort, waitFor } from "./redisServer.js";
 
 const run = promisify(execFile);
@@ -41,11 +42,7 @@ class ClusterNode {
   async stop(): Promise<void> {
     const child = this.process;
     this.process = null;
-    if (child !== null && child.exitCode === null) {
-      const exited = new Promise((resolve) => child.once("exit", resolve));
-      child.kill("SIGKILL");
-      await exited;
-    }
+    await signalAndWait(child, "SIGKILL");
     rmSync(this.directory, { recursive: true, force: true });
   }
 }

@@ -6,6 +6,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
+import { signalAndWait } from "./childProcess.js";
 
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -109,21 +110,12 @@ export class RedisServer {
   async halt(): Promise<void> {
     const process = this.process;
     this.process = null;
-    if (process === null || process.exitCode !== null) return;
-    const exited = new Promise((resolve) => process.once("exit", resolve));
-    process.kill("SIGTERM");
-    await exited;
+    await signalAndWait(process, "SIGTERM");
   }
 
   async stop(): Promise<void> {
     for (const client of this.clients.splice(0)) client.disconnect();
-    const process = this.process;
-    this.process = null;
-    if (process !== null && process.exitCode === null) {
-      const exited = new Promise((resolve) => process.once("exit", resolve));
-      process.kill("SIGTERM");
-      await exited;
-    }
+    await this.halt();
     rmSync(this.directory, { recursive: true, force: true });
   }
 }
