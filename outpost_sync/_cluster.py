@@ -14,7 +14,7 @@ import functools
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from redis.cluster import RedisCluster
@@ -34,6 +34,7 @@ from outpost_core import (
     text_of,
 )
 from outpost_sync._backend import (
+    Signal,
     Worker,
     close_node_pubsub,
     interrupt_pubsub,
@@ -42,6 +43,10 @@ from outpost_sync._backend import (
 )
 from outpost_sync._context import POLL, DriverContext, failed_in_redis
 from outpost_sync._subscriber import Subscriber
+
+if TYPE_CHECKING:  # both import this module
+    from outpost_sync._effects import SessionEffects
+    from outpost_sync._supervisor import Supervisor
 
 _CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
 _IDLE_DOUBLINGS = 6  # bounds the doubling (50 ms -> 3.2 s); the read's block (0.5 s) caps it first
@@ -143,9 +148,23 @@ class ClusterSubscriber(Subscriber):
     slot map after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
     fail-over or a migration by itself: docs/redis-layout.md, "Redis Cluster")."""
 
+    def __init__(
+        self,
+        context: DriverContext,
+        effects: SessionEffects,
+        supervisor: Supervisor | None = None,
+    ) -> None:
+        super().__init__(context, effects, supervisor)
+        self._look = Signal()
+        """Wakes the topology loop: a node's subscription broke or gave a channel away, or the
+        instance closes. Not the context's signal, which fires at every change applied: the
+        loop woke at each (a thread woken per track() in the sync driver, both the tracking
+        instance's and every instance's that follows the customer)."""
+
     def interrupt(self) -> None:
         for node in list(self._nodes.values()):
             interrupt_pubsub(node.pubsub)
+        self._look.fire()
 
     def run(self) -> None:
         ctx = self._context
@@ -154,7 +173,7 @@ class ClusterSubscriber(Subscriber):
         look_at = 0.0  # when to look at the slot map next
         try:
             while not ctx.closed:
-                version = ctx.signal.version
+                version = self._look.version
                 for name, node in list(nodes.items()):
                     if node.failure is not None and not ctx.closed:  # not what closing broke
                         self._lose_node(nodes, name)
@@ -175,7 +194,9 @@ class ClusterSubscriber(Subscriber):
                     effects = ctx.session.effects()
                 if effects:
                     self._effects.hand_over(effects)
-                ctx.signal.wait(version, max(0.0, min(look_at - time.monotonic(), POLL)))
+                # Until the session's next deadline too: it is ticked here, not at each change.
+                wait = min(look_at - time.monotonic(), ctx.until_deadline())
+                self._look.wait(version, max(0.0, wait))
         finally:
             for node in nodes.values():
                 node.stopped = True
@@ -234,7 +255,7 @@ class ClusterSubscriber(Subscriber):
                 if not failed_in_redis(exc) and self._supervisor is not None:
                     self._supervisor.failed(name, exc)  # a bug: logged, shown in status
                 node.failure = exc
-                ctx.signal.fire()
+                self._look.fire()
 
         return loop
 
@@ -262,7 +283,8 @@ class ClusterSubscriber(Subscriber):
                 node.channels.discard(channel)
                 ctx.session.handle(ChannelsLost((channel,)))
                 ctx.redis_failures += 1  # a fail-over no call saw fail (redis_failures)
-                ctx.signal.fire()  # the topology loop looks for its new owner
+                ctx.signal.fire()  # a delivery loop reads its pending entries again
+                self._look.fire()  # the topology loop looks for the channel's new owner
         else:
             self.message_to_core(message)
 
