@@ -115,10 +115,10 @@ async def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> De
     if entries:
         ctx.empty_rounds = 0
     elif action.block > 0:
-        version = ctx.signal.version
+        version = ctx.deliveries.version
         idle = _CLUSTER_POLL * 5 * 2 ** min(ctx.empty_rounds, _IDLE_DOUBLINGS)
         ctx.empty_rounds += 1
-        await ctx.signal.wait(version, min(action.block, idle))
+        await ctx.deliveries.wait(version, min(action.block, idle))
     return OutboxRead(entries)
 
 
@@ -267,10 +267,11 @@ class ClusterSubscriber(Subscriber):
         if not news:
             return
         with ctx.lock:
-            self.news_to_core(news, functools.partial(self._node_message_to_core, node))
+            reached = self.news_to_core(news, functools.partial(self._node_message_to_core, node))
             effects = ctx.session.effects()
         self.subscriber_back()
-        self._effects.hand_over(effects)
+        if reached or effects:  # an echo held for a script in flight changed nothing yet
+            self._effects.hand_over(effects)
 
     def _node_message_to_core(self, node: NodeSubscription, message: dict[str, Any]) -> None:
         ctx = self._context
@@ -284,7 +285,7 @@ class ClusterSubscriber(Subscriber):
                 node.channels.discard(channel)
                 ctx.session.handle(ChannelsLost((channel,)))
                 ctx.redis_failures += 1  # a fail-over no call saw fail (redis_failures)
-                ctx.signal.fire()  # a delivery loop reads its pending entries again
+                ctx.deliveries.fire()  # a delivery loop reads its pending entries again
                 self._look.fire()  # the topology loop looks for the channel's new owner
         else:
             self.message_to_core(message)

@@ -67,6 +67,10 @@ class DriverContext:
     lock: Any
     signal: Signal
     """Fired whenever the session's state changed: waiting readers and loops look again."""
+    deliveries: Signal
+    """Wakes the delivery loops from their waits (a sleep, an idle round, a re-read held off):
+    a flush begins, the instance closes, a loop settled, a channel moved. Not at every change:
+    a loop woken per track() cost the sync driver a thread switch each."""
     echoes: Echoes
     redis: Redis
     cluster: RedisCluster | None
@@ -204,6 +208,7 @@ def open_context(
         session=session,
         lock=CoreLock(),
         signal=Signal(),
+        deliveries=Signal(),
         echoes=Echoes(),
         redis=redis,  # type: ignore[arg-type]
         cluster=cluster,

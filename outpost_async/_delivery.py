@@ -143,7 +143,7 @@ class Deliveries:
         marks = await self._read_outboxes(self._outbox_marks)
         deadline = time.monotonic() + timeout
         ctx.flushing += 1
-        ctx.signal.fire()
+        ctx.deliveries.fire()
         try:
             while True:
                 version = ctx.signal.version
@@ -196,7 +196,8 @@ class Deliveries:
                 for report in delivery.reports():
                     log_report(ctx.log, report)
                 if isinstance(outcome, Settled) or isinstance(action, PostAndSettle):
-                    ctx.signal.fire()
+                    ctx.signal.fire()  # a flush waiting
+                    ctx.deliveries.fire()  # a loop holding off its re-read until none holds
 
         return loop
 
@@ -305,7 +306,7 @@ class Deliveries:
             with ctx.lock:
                 self._reading -= 1
         if waiting and isinstance(read, OutboxRead) and not read.entries:
-            await ctx.signal.wait(ctx.signal.version, min(action.block, POLL))
+            await ctx.deliveries.wait(ctx.deliveries.version, min(action.block, POLL))
         return read
 
     def _take_reread(self) -> str | None:
@@ -429,7 +430,7 @@ class Deliveries:
         return Reported()
 
     async def _sleep(self, action: Sleep) -> DeliveryInput:
-        signal = self._context.signal
+        signal = self._context.deliveries
         version = signal.version
         await signal.wait(version, min(action.until - time.monotonic(), POLL))
         return Done()

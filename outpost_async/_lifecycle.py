@@ -164,6 +164,7 @@ class Lifecycle:
             ctx.closed = True
             forget_warm()
             ctx.signal.fire()
+            ctx.deliveries.fire()
             self._effects.wake()
             if self._subscriber is not None:
                 self._subscriber.interrupt()

@@ -21,7 +21,7 @@ async def test_idle_rounds_wait_longer_each_time_and_entries_start_again_from_50
     meter = count_meter(emulator)
     async with connect(redis_cluster, emulator) as instance:
         await instance.track("api_call", external_customer_id="c1")  # starts the loops
-        signal = instance._context.signal
+        signal = instance._context.deliveries
         waits: list[float] = []
         wait = signal.wait
 

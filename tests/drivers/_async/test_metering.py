@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from outpost_async import AsyncOutpost
 from outpost_core import _keys
 from outpost_emulator import Emulator
 from tests.drivers._async._helpers import (
@@ -212,3 +213,40 @@ async def test_a_stalled_delivery_is_logged_as_an_error(
             await eventually(stalled, what="a stalled delivery")
             await a.close(0.1)
     assert "outpost delivery is stalled: Polar answered 401" in caplog.text
+
+
+@pytest.mark.anyio
+async def test_a_waiting_delivery_loop_is_not_woken_by_each_change(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    """A loop that waits (a lingering batch, a backoff, the budget) wakes for a flush, a close,
+    another loop's settlement or its own deadline; not at each change its instance applies (in
+    the sync driver, a thread woken per track() of any instance, of any customer it follows)."""
+    meter = count_meter(emulator)
+    async with (
+        connect(redis_server, emulator, linger=5.0) as a,
+        connect(redis_server, emulator, linger=5.0) as b,
+    ):
+        await a.track("api_call", external_customer_id="c1")  # a's loops start; it lingers
+        await a.balance(meter, external_customer_id="c1")  # a follows c1: it hears b's changes
+        machine = a._delivery.machines[0]
+        next_effect = machine.next_effect
+        asked = 0
+
+        def counted(now: float) -> Any:
+            nonlocal asked
+            asked += 1
+            return next_effect(now)
+
+        machine.next_effect = counted  # type: ignore[method-assign]
+        tracks = 200
+        for _ in range(tracks):
+            await b.track("api_call", external_customer_id="c1")
+        await eventually(lambda: _consumed(a, meter, tracks + 1), 10, "a following b's tracks")
+        assert asked < tracks / 4, f"a's delivery loop went round {asked} times for {tracks} tracks"
+        assert await a.flush(10) and await b.flush(10)
+    assert counters(emulator)["events"] == tracks + 1
+
+
+async def _consumed(instance: AsyncOutpost, meter: str, expected: float) -> bool:
+    return (await instance.balance(meter, external_customer_id="c1")).consumed == expected
