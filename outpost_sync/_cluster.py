@@ -118,7 +118,8 @@ def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> Delivery
     elif action.block > 0:
         version = ctx.deliveries.version
         idle = _CLUSTER_POLL * 5 * 2 ** min(ctx.empty_rounds, _IDLE_DOUBLINGS)
-        ctx.empty_rounds += 1
+        # A round whose read asked to block less (a flush's) is not idleness.
+        ctx.empty_rounds += action.block >= idle
         ctx.deliveries.wait(version, min(action.block, idle))
     return OutboxRead(entries)
 

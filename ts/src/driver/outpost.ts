@@ -195,6 +195,10 @@ export class Outpost {
   private readonly clock: Clock | null;
   private readonly traces: Traces;
   private readonly signal = new Signal();
+  /** Wakes the delivery loops from their waits (a sleep, an idle round, a re-read held off): a
+   * flush begins, the instance closes, a loop settled. Not `signal`, which fires at each change
+   * applied: every waiting loop went round once per track() of any instance it follows. */
+  private readonly deliveryWake = new Signal();
   private readonly echoes = new Echoes();
   private readonly consumer = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   private readonly workers: Promise<void>[] = [];
@@ -369,7 +373,7 @@ export class Outpost {
     const marks = await this.outboxMarks();
     const deadline = monotonic() + timeout;
     this.flushing += 1;
-    this.signal.fire();
+    this.deliveryWake.fire();
     try {
       for (;;) {
         const version = this.signal.version;
@@ -404,6 +408,7 @@ export class Outpost {
     this.closed = true;
     this.closing.abort();
     this.signal.fire();
+    this.deliveryWake.fire();
     const link = this.link;
     this.link = null;
     if (link !== null) {
@@ -1062,7 +1067,10 @@ export class Outpost {
       }
       delivery.handle(outcome, monotonic(), this.nowUs());
       for (const report of delivery.reports()) this.logReport(report);
-      if (outcome.kind === "Settled" || action.kind === "PostAndSettle") this.signal.fire();
+      if (outcome.kind === "Settled" || action.kind === "PostAndSettle") {
+        this.signal.fire(); // a flush waiting
+        this.deliveryWake.fire(); // a loop holding off its re-read until none holds
+      }
     }
   }
 
@@ -1155,7 +1163,7 @@ export class Outpost {
           const read = await this.readNew(action.count, 0, connection);
           if (!read.entries.length) {
             this.inFlight[number] = null; // at rest while it waits
-            await this.signal.wait(this.signal.version, Math.min(action.block, POLL));
+            await this.deliveryWake.wait(this.deliveryWake.version, Math.min(action.block, POLL));
           }
           return read;
         }
@@ -1208,8 +1216,8 @@ export class Outpost {
         return { kind: "OutboxRead", entries };
       }
       case "Sleep": {
-        const version = this.signal.version;
-        await this.signal.wait(version, Math.min(action.until - monotonic(), POLL));
+        const version = this.deliveryWake.version;
+        await this.deliveryWake.wait(version, Math.min(action.until - monotonic(), POLL));
         return { kind: "Done" };
       }
       case "Beat":
@@ -1312,8 +1320,8 @@ export class Outpost {
       this.emptyRounds = 0;
     } else if (block > 0) {
       const idle = CLUSTER_POLL * 2 ** Math.min(this.emptyRounds, IDLE_DOUBLINGS);
-      this.emptyRounds += 1;
-      await this.signal.wait(this.signal.version, Math.min(block, idle));
+      if (block >= idle) this.emptyRounds += 1; // a round asked to block less (a flush's) is not idleness
+      await this.deliveryWake.wait(this.deliveryWake.version, Math.min(block, idle));
     }
     return { kind: "OutboxRead", entries };
   }

@@ -185,4 +185,28 @@ describe("the driver against the emulator", () => {
     await b.track("api_call", { externalCustomerId: customer });
     await eventually(async () => a.subscribed && (await a.balance(calls, { externalCustomerId: customer })).consumed === 2, "a to count the event tracked while it was not subscribed");
   });
+
+  it("does not wake a waiting delivery loop at each change another instance makes", async () => {
+    // A lingering loop wakes for a flush, a close, a settlement or its own deadline; not at every
+    // change its instance applies.
+    const a = connect({ linger: 5 });
+    const b = connect({ linger: 5 });
+    const customer = uniqueCustomer("lingering");
+    await a.track("api_call", { externalCustomerId: customer }); // a's loops start; it lingers
+    await a.balance(calls, { externalCustomerId: customer }); // a follows the customer
+    const machine = (a as unknown as { deliveries: { nextEffect: (now: number) => unknown }[] }).deliveries[0]!;
+    const nextEffect = machine.nextEffect.bind(machine);
+    let asked = 0;
+    machine.nextEffect = (now) => {
+      asked += 1;
+      return nextEffect(now);
+    };
+    const tracks = 200;
+    for (let n = 0; n < tracks; n += 1) await b.track("api_call", { externalCustomerId: customer });
+    await eventually(async () => (await a.balance(calls, { externalCustomerId: customer })).consumed === tracks + 1, "a following b's tracks");
+    assert.ok(asked < tracks / 4, `a's delivery loop went round ${asked} times for ${tracks} tracks`);
+    assert.equal(await a.flush(10), true);
+    assert.equal(await b.flush(10), true);
+    assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, tracks + 1);
+  });
 });
