@@ -13,7 +13,7 @@ import functools
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 from redis.asyncio.cluster import RedisCluster
@@ -21,7 +21,6 @@ from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from outpost_async._backend import (
-    Signal,
     Worker,
     close_node_pubsub,
     interrupt_pubsub,
@@ -42,10 +41,6 @@ from outpost_core import (
     stream_entries,
     text_of,
 )
-
-if TYPE_CHECKING:  # both import this module
-    from outpost_async._effects import SessionEffects
-    from outpost_async._supervisor import Supervisor
 
 _CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
 _IDLE_DOUBLINGS = 6  # bounds the doubling (50 ms -> 3.2 s); the read's block (0.5 s) caps it first
@@ -147,19 +142,6 @@ class ClusterSubscriber(Subscriber):
     owner; the other shards' copies keep following. The topology loop (:meth:`run`) looks at the
     slot map after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
     fail-over or a migration by itself: docs/redis-layout.md, "Redis Cluster")."""
-
-    def __init__(
-        self,
-        context: DriverContext,
-        effects: SessionEffects,
-        supervisor: Supervisor | None = None,
-    ) -> None:
-        super().__init__(context, effects, supervisor)
-        self._look = Signal()
-        """Wakes the topology loop: a node's subscription broke or gave a channel away, or the
-        instance closes. Not the context's signal, which fires at every change applied: the
-        loop woke at each (a thread woken per track() in the sync driver, both the tracking
-        instance's and every instance's that follows the customer)."""
 
     def interrupt(self) -> None:
         for node in list(self._nodes.values()):

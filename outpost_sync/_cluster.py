@@ -14,7 +14,7 @@ import functools
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 from redis.cluster import RedisCluster
@@ -34,7 +34,6 @@ from outpost_core import (
     text_of,
 )
 from outpost_sync._backend import (
-    Signal,
     Worker,
     close_node_pubsub,
     interrupt_pubsub,
@@ -43,10 +42,6 @@ from outpost_sync._backend import (
 )
 from outpost_sync._context import POLL, DriverContext, failed_in_redis
 from outpost_sync._subscriber import Subscriber
-
-if TYPE_CHECKING:  # both import this module
-    from outpost_sync._effects import SessionEffects
-    from outpost_sync._supervisor import Supervisor
 
 _CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
 _IDLE_DOUBLINGS = 6  # bounds the doubling (50 ms -> 3.2 s); the read's block (0.5 s) caps it first
@@ -148,19 +143,6 @@ class ClusterSubscriber(Subscriber):
     owner; the other shards' copies keep following. The topology loop (:meth:`run`) looks at the
     slot map after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
     fail-over or a migration by itself: docs/redis-layout.md, "Redis Cluster")."""
-
-    def __init__(
-        self,
-        context: DriverContext,
-        effects: SessionEffects,
-        supervisor: Supervisor | None = None,
-    ) -> None:
-        super().__init__(context, effects, supervisor)
-        self._look = Signal()
-        """Wakes the topology loop: a node's subscription broke or gave a channel away, or the
-        instance closes. Not the context's signal, which fires at every change applied: the
-        loop woke at each (a thread woken per track() in the sync driver, both the tracking
-        instance's and every instance's that follows the customer)."""
 
     def interrupt(self) -> None:
         for node in list(self._nodes.values()):

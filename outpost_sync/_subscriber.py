@@ -26,6 +26,7 @@ from outpost_core import (
     published_data,
 )
 from outpost_sync._backend import (
+    Signal,
     close_pubsub,
     interrupt_pubsub,
     open_pubsub,
@@ -60,6 +61,11 @@ class Subscriber:
         self._pubsub: Any = None
         self._nodes: dict[str, Any] = {}
         """A cluster's subscriptions, by node (``ClusterSubscriber``)."""
+        self._look = Signal()
+        """Wakes the cluster's topology loop (``ClusterSubscriber``): a node's subscription
+        broke or gave a channel away, or the instance closes. Not the context's signal, which
+        fires at every change applied: the loop woke at each (a thread woken per track() in the
+        sync driver, the tracking instance's and every instance's following the customer)."""
 
     def interrupt(self) -> None:
         """The instance closes: end the read in progress now."""
