@@ -23,7 +23,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from outpost_async._backend import (
     Worker,
     close_node_pubsub,
-    interrupt_pubsub,
     open_node_pubsub,
     run_on_node,
 )
@@ -142,11 +141,6 @@ class ClusterSubscriber(Subscriber):
     owner; the other shards' copies keep following. The topology loop (:meth:`run`) looks at the
     slot map after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
     fail-over or a migration by itself: docs/redis-layout.md, "Redis Cluster")."""
-
-    def interrupt(self) -> None:
-        for node in list(self._nodes.values()):
-            interrupt_pubsub(node.pubsub)
-        self._look.fire()
 
     async def run(self) -> None:
         ctx = self._context

@@ -68,9 +68,13 @@ class Subscriber:
         sync driver, the tracking instance's and every instance's following the customer)."""
 
     def interrupt(self) -> None:
-        """The instance closes: end the read in progress now."""
-        if self._pubsub is not None:
-            interrupt_pubsub(self._pubsub)
+        """The instance closes: end the reads in progress now (on a cluster, each node's), and
+        wake the topology loop."""
+        nodes = list(self._nodes.values())  # the topology loop may change it meanwhile
+        for pubsub in (self._pubsub, *(node.pubsub for node in nodes)):
+            if pubsub is not None:
+                interrupt_pubsub(pubsub)
+        self._look.fire()
 
     def run(self) -> None:
         ctx = self._context
