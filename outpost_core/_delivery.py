@@ -127,6 +127,11 @@ class DeliverySettings:
     than before reading on: a loop that settles, then posts, spends the settle scripts' round
     trips on top of Polar's. The drivers turn it on; off, a loop acts as traces recorded before
     it existed show."""
+    read_alongside: bool = False
+    """Read the entries of the next batch while a batch is posted (``PostAndSettle.read``), and
+    size each read to about one batch across the streams that hold entries, so that the first
+    post does not wait for a read of everything queued. The drivers turn it on; off, a loop acts
+    as traces recorded before it existed show."""
 
     def __attrs_post_init__(self) -> None:
         if self.batch_size < 1 or self.max_attempts < 1:
@@ -204,10 +209,13 @@ class SettleScript:
 @attrs.frozen(slots=True)
 class PostAndSettle:
     """Run ``settles`` (in order) while ``post`` is in flight; report the post's answer once
-    both are done. The scripts settle earlier batches, whose answers came: never this one's."""
+    both are done. The scripts settle earlier batches, whose answers came: never this one's.
+    With a ``read``, run it meanwhile too (without blocking), and report
+    :class:`PostedAlongside`: the post's answer with what the read found."""
 
     post: PostBatch
     settles: tuple[SettleScript, ...]
+    read: ReadOutbox | None = None
 
 
 @attrs.frozen(slots=True)
@@ -282,6 +290,15 @@ class BatchFailed:
 
 
 @attrs.frozen(slots=True)
+class PostedAlongside:
+    """What came of a :class:`PostAndSettle` with a read: the post's answer, and the entries the
+    read found (none when Redis failed it: they stay queued for a later read)."""
+
+    answer: BatchAnswered | BatchFailed
+    read: OutboxRead
+
+
+@attrs.frozen(slots=True)
 class Settled:
     reply: object = None
 
@@ -300,6 +317,7 @@ DeliveryInput = (
     OutboxRead
     | BatchAnswered
     | BatchFailed
+    | PostedAlongside
     | Settled
     | Reported
     | Done
@@ -314,7 +332,7 @@ _ANSWERS: dict[type, type | tuple[type, ...]] = {
     ClaimStale: (OutboxRead, Done),
     RefreshClaim: Done,
     PostBatch: (BatchAnswered, BatchFailed),
-    PostAndSettle: (BatchAnswered, BatchFailed),
+    PostAndSettle: (BatchAnswered, BatchFailed, PostedAlongside),
     SettleScript: Settled,
     SettleScripts: Settled,
     ReportDropped: Reported,
@@ -375,6 +393,11 @@ class Delivery:
         self._read_ahead = False
         """Whether the outbox was read (without blocking) since the last batch's settle scripts
         were queued: once, to find the next batch to post alongside them."""
+        self._spread = settings.shards
+        """How many streams held more entries than the last read took from each: a read asks
+        each stream for its share of a batch (``read_alongside``)."""
+        self._asked: int | None = None  # what the read in flight asked of each stream
+        self._read_outstanding = False  # the post in flight carries a read
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
         # (stream, id) of every entry in the buffer or a batch, kept as they come and go: a read
         # checks against it, and building it from them for every read cost a lingering loop
@@ -444,17 +467,39 @@ class Delivery:
         if self._buffer:
             assert self._buffer_since is not None
             due = self._buffer_since + s.linger
-            full = len(self._buffer) >= s.batch_size or self._buffer_bytes >= s.batch_bytes
-            if full or self._topped_up or (now >= due and not self.flushing):
-                return self._gate(now, reading=True) or self._start_batch()
+            if self._full or self._topped_up or (now >= due and not self.flushing):
+                return self._gate(now, reading=True) or self._with_read(self._start_batch(), ())
             if self.flushing:  # one read first: a flush sends what is queued in one batch
                 self._topped_up = True
             elif now < self._next_read:
                 return Sleep(min(self._next_read, due))
-            return ReadOutbox(count=s.batch_size - len(self._buffer), block=0.0)
-        return ReadOutbox(
-            count=s.batch_size, block=s.flush_block if self.flushing else s.read_block
-        )
+            return self._read_of(s.batch_size - len(self._buffer), 0.0)
+        return self._read_of(s.batch_size, s.flush_block if self.flushing else s.read_block)
+
+    def _read_of(self, wanted: int, block: float) -> ReadOutbox:
+        """A read for ``wanted`` more entries. Its count bounds each stream: with reads sized
+        (``read_alongside``), each stream still holding entries is asked for its share."""
+        if not self.settings.read_alongside:
+            return ReadOutbox(count=wanted, block=block)
+        self._asked = -(-wanted // self._spread)
+        return ReadOutbox(count=self._asked, block=block)
+
+    def _with_read(self, post: PostBatch, settles: tuple[SettleScript, ...]) -> DeliveryEffect:
+        """``post`` (with ``settles``), and the read of the next batch's entries meanwhile unless
+        the buffer holds them already (or reads alongside are off)."""
+        s = self.settings
+        if not s.read_alongside or self._full:
+            return PostAndSettle(post, settles) if settles else post
+        self._read_ahead = True  # the next batch's read is this one
+        if self.flushing:
+            self._topped_up = True  # a flush posts what this read finds, in one batch
+        self._read_outstanding = True
+        return PostAndSettle(post, settles, self._read_of(s.batch_size - len(self._buffer), 0.0))
+
+    @property
+    def _full(self) -> bool:
+        s = self.settings
+        return len(self._buffer) >= s.batch_size or self._buffer_bytes >= s.batch_bytes
 
     def _ahead(self, now: float) -> DeliveryEffect | None:
         """With settle scripts queued: the next batch's post, carrying them (they run while it is
@@ -465,16 +510,15 @@ class Delivery:
             return None
         if self._buffer:
             assert self._buffer_since is not None
-            full = len(self._buffer) >= s.batch_size or self._buffer_bytes >= s.batch_bytes
             due = now >= self._buffer_since + s.linger and not self.flushing
-            if full or self._topped_up or due:
+            if self._full or self._topped_up or due:
                 return self._alongside(now)
         if self._read_ahead:
             return None
         self._read_ahead = True
         if self.flushing:
             self._topped_up = True  # a flush posts what this read finds, in one batch
-        return ReadOutbox(count=s.batch_size - len(self._buffer), block=0.0)
+        return self._read_of(s.batch_size - len(self._buffer), 0.0)
 
     def _alongside(self, now: float) -> DeliveryEffect | None:
         """The next batch with the settle scripts, once the budget lets it go; a request taken
@@ -483,7 +527,7 @@ class Delivery:
         if gate is None:
             settles = tuple(w for w in self._work if isinstance(w, SettleScript))
             self._work, self._read_ahead = [], False
-            return PostAndSettle(post=self._start_batch(), settles=settles)
+            return self._with_read(self._start_batch(), settles)
         return gate if isinstance(gate, TakeRequest) else None
 
     def _liveness(self, now: float) -> DeliveryEffect | None:
@@ -519,7 +563,7 @@ class Delivery:
             return None
         if reading and self._buffer_bytes < self.settings.batch_bytes:
             block = min(self._granted_at - now, self.settings.read_block)
-            return ReadOutbox(count=self.settings.batch_size, block=block)
+            return self._read_of(self.settings.batch_size, block)
         return Sleep(self._granted_at)
 
     def _post(self, entries: list[OutboxEntry]) -> PostBatch:
@@ -560,8 +604,17 @@ class Delivery:
                 f"{type(outcome).__name__} is not a delivery outcome that answers "
                 f"{expected.__name__}"
             )
+        if expected is PostAndSettle and self._read_outstanding != isinstance(
+            outcome, PostedAlongside
+        ):
+            self._awaiting = expected
+            what = "a PostedAlongside" if self._read_outstanding else "the post's answer alone"
+            raise UsageError(f"this PostAndSettle is answered by {what}")
+        self._read_outstanding = False
         rejected = self.rejected_entries
         self._take(outcome, now)
+        if isinstance(outcome, PostedAlongside):
+            outcome = outcome.answer
         if self.rejected_entries > rejected:
             count = self.rejected_entries - rejected
             message = f"outpost removed {count} unreadable outbox entries (or rejected replies)"
@@ -583,6 +636,9 @@ class Delivery:
             self._answered(outcome, now)
         elif isinstance(outcome, BatchFailed):
             self._failed(outcome, now)
+        elif isinstance(outcome, PostedAlongside):
+            self._take(outcome.answer, now)  # the batch posted, then what was read meanwhile
+            self._read(outcome.read, now)
         elif isinstance(outcome, ConsumersListed):
             self._listed(outcome)
         elif isinstance(outcome, HeartbeatsChecked):
@@ -631,10 +687,12 @@ class Delivery:
         too_large: list[OutboxEntry] = []
         held = self._held_keys
         names: dict[object, str | None] = {}  # each stream's name decoded once a read
+        taken: dict[str | None, int] = {}  # entries each stream answered
         for stream, entry_id, fields in outcome.entries:
             stream_s = names.get(stream, _UNSEEN) if type(stream) is bytes else text_of(stream)
             if stream_s is _UNSEEN:
                 stream_s = names[stream] = text_of(stream)
+            taken[stream_s] = taken.get(stream_s, 0) + 1
             id_s = text_of(entry_id)
             if (stream_s, id_s) in held:  # held as text, answered as bytes
                 continue  # claimed back while this loop still holds it: it is here already
@@ -653,6 +711,11 @@ class Delivery:
             self._buffer_bytes += len(entry.item) + 1
             held.add((entry.stream, entry.id))
         self._next_read = now + min(self.settings.linger / _LINGER_READS, self.settings.read_block)
+        if self._asked is not None:
+            # Streams that gave all that was asked may hold more; when none did, what comes
+            # next is new, and the last spread is as good a guess as any.
+            self._spread = sum(n >= self._asked for n in taken.values()) or self._spread
+            self._asked = None
         if too_large:
             limit = self.settings.batch_bytes
             self._drop(too_large, f"larger than an ingestion request may be ({limit} bytes)",
@@ -803,6 +866,8 @@ def nothing_done(action: DeliveryEffect) -> DeliveryInput:
         return BudgetAnswered(0)
     if isinstance(action, SettleScript | SettleScripts):
         return Settled(None)
+    if isinstance(action, PostAndSettle) and action.read is not None:
+        return PostedAlongside(BatchFailed("the instance closed", maybe_sent=True), OutboxRead([]))
     if isinstance(action, PostBatch | PostAndSettle):
         return BatchFailed("the instance closed", maybe_sent=True)
     return Done()
