@@ -132,6 +132,13 @@ class CommandBatches:
         self._waiting.append((command, future))
         return await future
 
+    async def scripts(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Each script's reply, or the error it met (never raised): sent at once, so they go
+        together in the line's next write."""
+        return list(
+            await asyncio.gather(*(self.execute(*c) for c in commands), return_exceptions=True)
+        )
+
     async def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Each command's reply, in order, sent together (one pipeline, or in the next one);
         the first error raises."""

@@ -198,6 +198,7 @@ class AsyncOutpost:
             requests_per_minute=requests_per_minute,
             batch_bytes=batch_bytes,
             settle_alongside=True,
+            read_alongside=True,
         )
         self._warm = context.session.warm
         self._effects = SessionEffects(context)

@@ -32,7 +32,6 @@ from outpost_core import (
     GROUP,
     ChannelsLost,
     ChannelSubscribed,
-    DeliveryInput,
     OutboxRead,
     ReadOutbox,
     StreamEntry,
@@ -91,7 +90,7 @@ async def on_owning_node(
     raise RedisConnectionError(f"the slot of {key} kept moving")
 
 
-async def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> DeliveryInput:
+async def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> OutboxRead:
     """A cluster refuses one read across slots: each shard's stream is read on its own, and
     an empty round waits before the next (no blocking read spans the streams): 50 ms after
     entries came, twice as long after each empty round, up to the read's block (an idle

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError, ResponseError
 
-from outpost_async._backend import Worker, all_of, alongside, call_back, sleep
+from outpost_async._backend import Worker, alongside, call_back, sleep
 from outpost_async._cluster import read_outboxes_one_by_one
 from outpost_async._context import (
     POLL,
@@ -40,7 +40,7 @@ from outpost_async._outbox import (
     refresh_claim,
     survey,
 )
-from outpost_async._scripts import run_script, take_request
+from outpost_async._scripts import run_script, run_scripts, take_request
 from outpost_async._supervisor import Supervisor
 from outpost_core import (
     GROUP,
@@ -57,6 +57,7 @@ from outpost_core import (
     OutboxRead,
     PostAndSettle,
     PostBatch,
+    PostedAlongside,
     ReadOutbox,
     Reclaim,
     RedisUnavailable,
@@ -146,7 +147,9 @@ class Deliveries:
         ctx.deliveries.fire()
         try:
             while True:
-                version = ctx.signal.version
+                # Woken by a settle (not by every change applied: each would read every outbox
+                # again), and every 50 ms for what other instances settle.
+                version = ctx.deliveries.version
                 settled = not ctx.settling and await self._read_outboxes(
                     functools.partial(self._outbox_settled, marks)
                 )
@@ -155,7 +158,7 @@ class Deliveries:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                await ctx.signal.wait(version, min(remaining, 0.05))
+                await ctx.deliveries.wait(version, min(remaining, 0.05))
         finally:
             ctx.flushing -= 1
 
@@ -289,7 +292,7 @@ class Deliveries:
 
     # -- one method per effect ----------------------------------------------------------------
 
-    async def _read_outbox(self, action: ReadOutbox) -> DeliveryInput:
+    async def _read_outbox(self, action: ReadOutbox) -> OutboxRead:
         ctx = self._context
         reread = self._take_reread()
         if reread == _NOW:
@@ -325,7 +328,7 @@ class Deliveries:
             self._reread_pending, self._failures_seen = False, failures
             return _NOW
 
-    async def _read_own_pending(self, action: ReadOutbox) -> DeliveryInput:
+    async def _read_own_pending(self, action: ReadOutbox) -> OutboxRead:
         """``XREADGROUP ... 0``: the entries delivered to this consumer and not acknowledged, one
         stream at a time (a cluster refuses a read across slots)."""
         ctx = self._context
@@ -340,7 +343,7 @@ class Deliveries:
                 break
         return OutboxRead(entries)
 
-    async def _read_new(self, action: ReadOutbox) -> DeliveryInput:
+    async def _read_new(self, action: ReadOutbox) -> OutboxRead:
         ctx = self._context
         if ctx.cluster is not None:
             return await read_outboxes_one_by_one(ctx, action)
@@ -357,16 +360,36 @@ class Deliveries:
         return OutboxRead(stream_entries(reply))
 
     async def _post_and_settle(self, outage: Outage, action: PostAndSettle) -> DeliveryInput:
-        """The next batch's post, and meanwhile the settle scripts of the batches before it,
-        each retried until Redis answers (never the post: it changes nothing in Redis)."""
+        """The next batch's post, and meanwhile the read of the batch after it (if asked) and the
+        settle scripts of the batches before it, each retried until Redis answers (never the
+        post: it changes nothing in Redis)."""
 
         ctx = self._context
+        found: list[OutboxRead] = []
+
+        async def meanwhile() -> None:
+            if action.read is not None:  # first: the loop needs it as soon as the post returns
+                found.append(await self._read_alongside(outage, action.read))
+            await self._settle_all(outage, action.settles)
+
         ctx.settling += 1
         try:
-            settle = functools.partial(self._settle_all, outage, action.settles)
-            return await alongside(lambda: post_batch(ctx, action.post), settle)
+            answer = await alongside(lambda: post_batch(ctx, action.post), meanwhile)
         finally:
             ctx.settling -= 1
+        return PostedAlongside(answer, found[0]) if found else answer
+
+    async def _read_alongside(self, outage: Outage, action: ReadOutbox) -> OutboxRead:
+        """A read beside a post, tried once: on a Redis failure it found nothing, and what it
+        may have taken is read again from this consumer's pending entries later."""
+        try:
+            return await self._read_outbox(action)
+        except Exception as exc:
+            if not failed_in_redis(exc):
+                raise
+            self._context.redis_failed(outage, exc)
+            self._reread_pending = True
+            return OutboxRead([])
 
     async def _settle_scripts(self, outage: Outage, action: SettleScripts) -> DeliveryInput:
         ctx = self._context
@@ -378,16 +401,19 @@ class Deliveries:
         return Settled()
 
     async def _settle_all(self, outage: Outage, settles: tuple[SettleScript, ...]) -> None:
-        """Every script of ``settles``, at once where the driver can (one round trip), each
-        retried until Redis answers."""
-        await all_of(
-            [
-                functools.partial(
-                    self._retrying, outage, functools.partial(self._run_settle, s), Settled()
-                )
-                for s in settles
-            ]
-        )
+        """Every script of ``settles`` in one round trip (on one Redis); one that failed is
+        tried again alone until Redis answers."""
+        ctx = self._context
+        with ctx.lock:
+            calls = [with_known_revs(s, ctx.session.known_rev) for s in settles]
+        replies = await run_scripts(ctx, calls)
+        for settle, reply in zip(settles, replies, strict=True):
+            if isinstance(reply, BaseException):
+                if not failed_in_redis(reply):
+                    raise reply
+                await self._retrying(outage, functools.partial(self._run_settle, settle), None)
+            else:
+                await self._settled(reply)
 
     async def _post_and_settle_alone(self, action: PostAndSettle) -> DeliveryInput:
         """The same outside a loop, with an outage of its own."""
@@ -411,12 +437,17 @@ class Deliveries:
         with ctx.lock:
             action = with_known_revs(action, ctx.session.known_rev)
         reply = await run_script(ctx, action.script, action.keys, action.args)
+        await self._settled(reply)
+        return Settled(reply)
+
+    async def _settled(self, reply: Any) -> None:
+        """A settle script's reply applied to this instance's copies."""
+        ctx = self._context
         with ctx.lock:
             ctx.session.handle(ScriptReplied(reply))
             effects = ctx.session.effects()
         ctx.echoes.expect(reply)  # applied: its echo, if it has not come yet, is dropped
         await self._effects.run(effects)
-        return Settled(reply)
 
     async def _report_dropped(self, action: ReportDropped) -> DeliveryInput:
         ctx = self._context

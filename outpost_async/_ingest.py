@@ -8,7 +8,6 @@ from outpost_async._context import DriverContext
 from outpost_core import (
     BatchAnswered,
     BatchFailed,
-    DeliveryInput,
     PostBatch,
     __version__,
     retry_after,
@@ -30,7 +29,7 @@ def open_ingestion(ctx: DriverContext) -> httpx.AsyncClient:
     )
 
 
-async def post_batch(ctx: DriverContext, action: PostBatch) -> DeliveryInput:
+async def post_batch(ctx: DriverContext, action: PostBatch) -> BatchAnswered | BatchFailed:
     """POST one batch; Polar's answer (its body read up to ``MAX_ANSWER``), or why none came
     and whether Polar may have received it."""
     http = ctx.http

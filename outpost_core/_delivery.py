@@ -397,6 +397,10 @@ class Delivery:
         """How many streams held more entries than the last read took from each: a read asks
         each stream for its share of a batch (``read_alongside``)."""
         self._asked: int | None = None  # what the read in flight asked of each stream
+        self._more = False
+        """Whether the last sized read left entries behind (a stream gave all it was asked): a
+        batch that is not full reads again before it goes, rather than spend a request on a
+        part (a flush of a backlog would otherwise take more requests than it needs)."""
         self._read_outstanding = False  # the post in flight carries a read
         self._batches: list[_Batch] = []  # splits waiting their turn, first is current
         # (stream, id) of every entry in the buffer or a batch, kept as they come and go: a read
@@ -467,11 +471,12 @@ class Delivery:
         if self._buffer:
             assert self._buffer_since is not None
             due = self._buffer_since + s.linger
-            if self._full or self._topped_up or (now >= due and not self.flushing):
+            ready = self._topped_up or (now >= due and not self.flushing)
+            if self._full or (ready and not self._more):
                 return self._gate(now, reading=True) or self._with_read(self._start_batch(), ())
             if self.flushing:  # one read first: a flush sends what is queued in one batch
                 self._topped_up = True
-            elif now < self._next_read:
+            elif now < self._next_read and not self._more:
                 return Sleep(min(self._next_read, due))
             return self._read_of(s.batch_size - len(self._buffer), 0.0)
         return self._read_of(s.batch_size, s.flush_block if self.flushing else s.read_block)
@@ -481,7 +486,9 @@ class Delivery:
         (``read_alongside``), each stream still holding entries is asked for its share."""
         if not self.settings.read_alongside:
             return ReadOutbox(count=wanted, block=block)
-        self._asked = -(-wanted // self._spread)
+        # An eighth more than wanted: streams give unevenly, and a batch a few entries short
+        # would take one more read before it goes.
+        self._asked = -(-(wanted + wanted // 8) // self._spread)
         return ReadOutbox(count=self._asked, block=block)
 
     def _with_read(self, post: PostBatch, settles: tuple[SettleScript, ...]) -> DeliveryEffect:
@@ -511,9 +518,9 @@ class Delivery:
         if self._buffer:
             assert self._buffer_since is not None
             due = now >= self._buffer_since + s.linger and not self.flushing
-            if self._full or self._topped_up or due:
+            if self._full or ((self._topped_up or due) and not self._more):
                 return self._alongside(now)
-        if self._read_ahead:
+        if self._read_ahead and not self._more:
             return None
         self._read_ahead = True
         if self.flushing:
@@ -714,8 +721,8 @@ class Delivery:
         if self._asked is not None:
             # Streams that gave all that was asked may hold more; when none did, what comes
             # next is new, and the last spread is as good a guess as any.
-            self._spread = sum(n >= self._asked for n in taken.values()) or self._spread
-            self._asked = None
+            filled = sum(n >= self._asked for n in taken.values())
+            self._spread, self._more, self._asked = filled or self._spread, filled > 0, None
         if too_large:
             limit = self.settings.batch_bytes
             self._drop(too_large, f"larger than an ingestion request may be ({limit} bytes)",

@@ -67,16 +67,22 @@ class CommandBatches:
             command = (str(command[0]).encode(), *command[1:])
         return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
 
-    def _script(self, command: tuple[Any, ...]) -> Any:
+    def _borrow(self) -> Any:
+        """A connection kept for scripts, or ``None`` when the pool cannot give one now."""
         if self._pid != os.getpid():  # forked: the parent's connections are not this process's
             self._idle, self._pid = [], os.getpid()
         try:
-            connection = self._idle.pop()
+            return self._idle.pop()
         except IndexError:
             try:
-                connection = self._pool.get_connection()
+                return self._pool.get_connection()
             except (RedisConnectionError, RedisTimeoutError, OSError):
-                return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
+                return None
+
+    def _script(self, command: tuple[Any, ...]) -> Any:
+        connection = self._borrow()
+        if connection is None:
+            return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
         try:
             connection.send_packed_command([hiredis.pack_command(command)])
             reply = connection.read_response()
@@ -103,6 +109,38 @@ class CommandBatches:
             self._idle.append(connection)
         else:
             self._pool.release(connection)
+
+    def scripts(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Each script's reply, or the error it met (never raised), all sent in one round trip:
+        on a connection kept for scripts, else in one of redis-py's pipelines."""
+        connection = self._borrow() if self._pool is not None else None
+        if connection is None:
+            return self._pipelined(commands)
+        replies: list[Any] = []
+        try:
+            connection.send_packed_command([hiredis.pack_command(c) for c in commands])
+            for _ in commands:
+                try:
+                    replies.append(connection.read_response())
+                except ResponseError as exc:  # this script's: the line is fine
+                    replies.append(exc)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            self._drop(connection)
+            return replies + [exc] * (len(commands) - len(replies))
+        except BaseException:
+            self._drop(connection)
+            raise
+        self._keep(connection)
+        return replies
+
+    def _pipelined(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+                return list(pipe.execute(raise_on_error=False))
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            return [exc] * len(commands)
 
     def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Each command's reply, in order, in one pipeline; the first error raises."""

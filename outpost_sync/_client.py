@@ -199,6 +199,7 @@ class Outpost:
             requests_per_minute=requests_per_minute,
             batch_bytes=batch_bytes,
             settle_alongside=True,
+            read_alongside=True,
         )
         self._warm = context.session.warm
         self._effects = SessionEffects(context)

@@ -32,6 +32,7 @@ from outpost_core import (
     OutboxRead,
     PostAndSettle,
     PostBatch,
+    PostedAlongside,
     ReadOutbox,
     Reclaim,
     RedisUnavailable,
@@ -52,7 +53,7 @@ from outpost_core import (
     stream_entries,
     with_known_revs,
 )
-from outpost_sync._backend import Worker, all_of, alongside, call_back, sleep
+from outpost_sync._backend import Worker, alongside, call_back, sleep
 from outpost_sync._cluster import read_outboxes_one_by_one
 from outpost_sync._context import (
     POLL,
@@ -76,7 +77,7 @@ from outpost_sync._outbox import (
     refresh_claim,
     survey,
 )
-from outpost_sync._scripts import run_script, take_request
+from outpost_sync._scripts import run_script, run_scripts, take_request
 from outpost_sync._supervisor import Supervisor
 
 _NOW = "now"  # a read that takes this consumer's pending entries again
@@ -147,7 +148,9 @@ class Deliveries:
         ctx.deliveries.fire()
         try:
             while True:
-                version = ctx.signal.version
+                # Woken by a settle (not by every change applied: each would read every outbox
+                # again), and every 50 ms for what other instances settle.
+                version = ctx.deliveries.version
                 settled = not ctx.settling and self._read_outboxes(
                     functools.partial(self._outbox_settled, marks)
                 )
@@ -156,7 +159,7 @@ class Deliveries:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                ctx.signal.wait(version, min(remaining, 0.05))
+                ctx.deliveries.wait(version, min(remaining, 0.05))
         finally:
             ctx.flushing -= 1
 
@@ -290,7 +293,7 @@ class Deliveries:
 
     # -- one method per effect ----------------------------------------------------------------
 
-    def _read_outbox(self, action: ReadOutbox) -> DeliveryInput:
+    def _read_outbox(self, action: ReadOutbox) -> OutboxRead:
         ctx = self._context
         reread = self._take_reread()
         if reread == _NOW:
@@ -326,7 +329,7 @@ class Deliveries:
             self._reread_pending, self._failures_seen = False, failures
             return _NOW
 
-    def _read_own_pending(self, action: ReadOutbox) -> DeliveryInput:
+    def _read_own_pending(self, action: ReadOutbox) -> OutboxRead:
         """``XREADGROUP ... 0``: the entries delivered to this consumer and not acknowledged, one
         stream at a time (a cluster refuses a read across slots)."""
         ctx = self._context
@@ -341,7 +344,7 @@ class Deliveries:
                 break
         return OutboxRead(entries)
 
-    def _read_new(self, action: ReadOutbox) -> DeliveryInput:
+    def _read_new(self, action: ReadOutbox) -> OutboxRead:
         ctx = self._context
         if ctx.cluster is not None:
             return read_outboxes_one_by_one(ctx, action)
@@ -358,16 +361,36 @@ class Deliveries:
         return OutboxRead(stream_entries(reply))
 
     def _post_and_settle(self, outage: Outage, action: PostAndSettle) -> DeliveryInput:
-        """The next batch's post, and meanwhile the settle scripts of the batches before it,
-        each retried until Redis answers (never the post: it changes nothing in Redis)."""
+        """The next batch's post, and meanwhile the read of the batch after it (if asked) and the
+        settle scripts of the batches before it, each retried until Redis answers (never the
+        post: it changes nothing in Redis)."""
 
         ctx = self._context
+        found: list[OutboxRead] = []
+
+        def meanwhile() -> None:
+            if action.read is not None:  # first: the loop needs it as soon as the post returns
+                found.append(self._read_alongside(outage, action.read))
+            self._settle_all(outage, action.settles)
+
         ctx.settling += 1
         try:
-            settle = functools.partial(self._settle_all, outage, action.settles)
-            return alongside(lambda: post_batch(ctx, action.post), settle)
+            answer = alongside(lambda: post_batch(ctx, action.post), meanwhile)
         finally:
             ctx.settling -= 1
+        return PostedAlongside(answer, found[0]) if found else answer
+
+    def _read_alongside(self, outage: Outage, action: ReadOutbox) -> OutboxRead:
+        """A read beside a post, tried once: on a Redis failure it found nothing, and what it
+        may have taken is read again from this consumer's pending entries later."""
+        try:
+            return self._read_outbox(action)
+        except Exception as exc:
+            if not failed_in_redis(exc):
+                raise
+            self._context.redis_failed(outage, exc)
+            self._reread_pending = True
+            return OutboxRead([])
 
     def _settle_scripts(self, outage: Outage, action: SettleScripts) -> DeliveryInput:
         ctx = self._context
@@ -379,16 +402,19 @@ class Deliveries:
         return Settled()
 
     def _settle_all(self, outage: Outage, settles: tuple[SettleScript, ...]) -> None:
-        """Every script of ``settles``, at once where the driver can (one round trip), each
-        retried until Redis answers."""
-        all_of(
-            [
-                functools.partial(
-                    self._retrying, outage, functools.partial(self._run_settle, s), Settled()
-                )
-                for s in settles
-            ]
-        )
+        """Every script of ``settles`` in one round trip (on one Redis); one that failed is
+        tried again alone until Redis answers."""
+        ctx = self._context
+        with ctx.lock:
+            calls = [with_known_revs(s, ctx.session.known_rev) for s in settles]
+        replies = run_scripts(ctx, calls)
+        for settle, reply in zip(settles, replies, strict=True):
+            if isinstance(reply, BaseException):
+                if not failed_in_redis(reply):
+                    raise reply
+                self._retrying(outage, functools.partial(self._run_settle, settle), None)
+            else:
+                self._settled(reply)
 
     def _post_and_settle_alone(self, action: PostAndSettle) -> DeliveryInput:
         """The same outside a loop, with an outage of its own."""
@@ -412,12 +438,17 @@ class Deliveries:
         with ctx.lock:
             action = with_known_revs(action, ctx.session.known_rev)
         reply = run_script(ctx, action.script, action.keys, action.args)
+        self._settled(reply)
+        return Settled(reply)
+
+    def _settled(self, reply: Any) -> None:
+        """A settle script's reply applied to this instance's copies."""
+        ctx = self._context
         with ctx.lock:
             ctx.session.handle(ScriptReplied(reply))
             effects = ctx.session.effects()
         ctx.echoes.expect(reply)  # applied: its echo, if it has not come yet, is dropped
         self._effects.run(effects)
-        return Settled(reply)
 
     def _report_dropped(self, action: ReportDropped) -> DeliveryInput:
         ctx = self._context

@@ -8,7 +8,6 @@ import httpx
 from outpost_core import (
     BatchAnswered,
     BatchFailed,
-    DeliveryInput,
     PostBatch,
     __version__,
     retry_after,
@@ -31,7 +30,7 @@ def open_ingestion(ctx: DriverContext) -> httpx.Client:
     )
 
 
-def post_batch(ctx: DriverContext, action: PostBatch) -> DeliveryInput:
+def post_batch(ctx: DriverContext, action: PostBatch) -> BatchAnswered | BatchFailed:
     """POST one batch; Polar's answer (its body read up to ``MAX_ANSWER``), or why none came
     and whether Polar may have received it."""
     http = ctx.http

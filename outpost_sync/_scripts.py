@@ -8,6 +8,7 @@ shared request budget).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError
@@ -19,6 +20,7 @@ from outpost_core import (
     ChangePublished,
     Durability,
     RunScript,
+    SettleScript,
     TakeRequest,
 )
 from outpost_sync._cluster import on_owning_node
@@ -78,6 +80,22 @@ def run_echoed(
                 ctx.session.handle(ChangePublished(data))  # their effects: the next tick's
         raise
     return reply, durability.shortfall(acknowledged)
+
+
+def run_scripts(ctx: DriverContext, calls: Sequence[SettleScript]) -> list[Any]:
+    """Each call's reply, or the error it met (never raised): in one round trip on one Redis;
+    on a cluster, one at a time on the nodes owning their keys."""
+    if ctx.cluster is None:
+        return ctx.batches.scripts(
+            [("EVALSHA", SCRIPT_SHA1[c.script], len(c.keys), *c.keys, *c.args) for c in calls]
+        )
+    replies: list[Any] = []
+    for call in calls:
+        try:
+            replies.append(run_script(ctx, call.script, call.keys, call.args))
+        except Exception as exc:
+            replies.append(exc)
+    return replies
 
 
 def script_calls(
