@@ -17,24 +17,55 @@
 
 local now = ARGV[3]
 local m = tonumber(ARGV[4])
+local CHUNK = 1000 -- fields per command: unpack's stack has a limit
 local reply, publish = settle_identities(5 + m, function(st, acked, fields)
-  local done, written = 0, {}
+  -- One read, one write and one ZADD per bucket and chunk, not per event: the calls into Redis
+  -- cost more than the work they do.
+  local buckets, order, seen = {}, {}, {}
   for _, field in ipairs(fields) do
-    local b = field_bucket(field)
-    local ev = b and bucket_key(st, b)
-    local text = ev and redis.call("HGET", ev, field)
-    if text and not string.find(text, " ", 1, true) then
-      redis.call("HSET", ev, field, text .. " " .. now)
-      redis.call("ZADD", acked, now, field)
-      written[ev] = true
-      done = done + 1
+    local b = not seen[field] and field_bucket(field)
+    if b then
+      seen[field] = true
+      local ev = bucket_key(st, b)
+      local list = buckets[ev]
+      if not list then
+        list = {}
+        buckets[ev] = list
+        order[#order + 1] = ev
+      end
+      list[#list + 1] = field
+    end
+  end
+  local done = 0
+  for _, ev in ipairs(order) do
+    local list = buckets[ev]
+    local written = false
+    for from = 1, #list, CHUNK do
+      local part = { unpack(list, from, math.min(from + CHUNK - 1, #list)) }
+      local texts = redis.call("HMGET", ev, unpack(part))
+      local pairs_, scores = {}, {}
+      for i, field in ipairs(part) do
+        local text = texts[i]
+        if text and not string.find(text, " ", 1, true) then
+          pairs_[#pairs_ + 1] = field
+          pairs_[#pairs_ + 1] = text .. " " .. now
+          scores[#scores + 1] = now
+          scores[#scores + 1] = field
+        end
+      end
+      if #pairs_ > 0 then
+        redis.call("HSET", ev, unpack(pairs_))
+        redis.call("ZADD", acked, unpack(scores))
+        done = done + #pairs_ / 2
+        written = true
+      end
+    end
+    if written then
+      redis.call("EXPIRE", ev, TTL)
     end
   end
   if done == 0 then
     return nil
-  end
-  for ev in pairs(written) do
-    redis.call("EXPIRE", ev, TTL)
   end
   return { "u", tostring(redis.call("HINCRBY", st, "u", -done)) }, {}
 end)

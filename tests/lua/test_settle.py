@@ -111,6 +111,25 @@ def test_acknowledge_ignores_fields_that_are_not_pending(
     scripts.check("r1")
 
 
+def test_acknowledge_counts_an_event_named_twice_in_one_call_once(scripts: Scripts) -> None:
+    track_three(scripts)
+    before = int(scripts.state("r1")["u"])
+    scripts.settle("acknowledge", {"r1": [F1, F1, F2]}, now=ACKED_AT)
+    assert int(scripts.state("r1")["u"]) == before - 2
+    assert scripts.events("r1")[F1] == f"5 {ACKED_AT}"
+    scripts.check("r1")
+
+
+def test_acknowledge_of_more_events_than_one_command_takes(scripts: Scripts) -> None:
+    many = [f"m{n}" for n in range(2500)]  # the script writes them in slices of 1,000
+    for event_id in many:
+        scripts.track(event_id, {"r1": 1})
+    scripts.settle("acknowledge", {"r1": [field(BUCKET, e) for e in many]}, now=ACKED_AT)
+    assert scripts.state("r1")["u"] == "0"
+    assert all(value == f"1 {ACKED_AT}" for value in scripts.events("r1").values())
+    scripts.check("r1")
+
+
 def test_acknowledge_reply_modes(scripts: Scripts, channel: Channel) -> None:
     track_three(scripts)
     channel.published()
