@@ -56,6 +56,11 @@ from outpost_core import (
 from outpost_core import shards as deployment
 from outpost_io.tls import Verify, ca_bundle, tls_context
 
+_SETTLE_BATCHES = 4
+"""Batches whose acknowledged entries settle in one script when they follow each other: fewer,
+larger scripts (each identity's state is written once a script), at the cost of entries staying
+counted as undelivered a few batches longer."""
+
 
 class AsyncOutpost:
     """A local, exact copy of Polar usage in a Redis you own.
@@ -198,6 +203,7 @@ class AsyncOutpost:
             requests_per_minute=requests_per_minute,
             batch_bytes=batch_bytes,
             settle_alongside=True,
+            settle_every=_SETTLE_BATCHES * batch_size,
             read_alongside=True,
         )
         self._warm = context.session.warm

@@ -127,6 +127,11 @@ class DeliverySettings:
     than before reading on: a loop that settles, then posts, spends the settle scripts' round
     trips on top of Polar's. The drivers turn it on; off, a loop acts as traces recorded before
     it existed show."""
+    settle_every: int = 0
+    """Acknowledged entries settle together once this many are held, or as soon as no batch is
+    about to go: fewer, larger settle scripts (each identity's state is written once a script,
+    so once for several batches rather than once for each). 0: each batch settles on its own, as
+    traces recorded before it existed show."""
     read_alongside: bool = False
     """Read the entries of the next batch while a batch is posted (``PostAndSettle.read``), and
     size each read to about one batch across the streams that hold entries, so that the first
@@ -142,6 +147,8 @@ class DeliverySettings:
             raise UsageError("requests_per_minute must not be negative (0: no budget)")
         if self.batch_bytes < 1024:
             raise UsageError("batch_bytes must be at least 1024")
+        if self.settle_every < 0:
+            raise UsageError("settle_every must not be negative (0: each batch settles alone)")
         if min(self.linger, self.backoff_base, self.claim_idle, self.read_block) < 0:
             raise UsageError("delivery delays must not be negative")
         checked_shards(self.shards)
@@ -408,6 +415,7 @@ class Delivery:
         # more than the read (thousands held, a read every linger / 8).
         self._held_keys: set[tuple[str, str]] = set()
         self._work: list[DeliveryEffect] = []  # settle scripts and reports of the batch that ended
+        self._acked: list[OutboxEntry] = []  # acknowledged, to settle together (settle_every)
         self._awaiting: type | None = None
         self._next_claim = now
         self._live = bool(settings.consumer)
@@ -442,6 +450,9 @@ class Delivery:
 
     def _choose(self, now: float) -> DeliveryEffect:
         s = self.settings
+        if self._acked and (len(self._acked) >= s.settle_every or not self._posting_next(now)):
+            acked, self._acked = self._acked, []
+            self._settle(acked, "acknowledge")
         if self._work:
             if s.settle_alongside and all(isinstance(w, SettleScript) for w in self._work):
                 ahead = self._ahead(now)
@@ -551,10 +562,24 @@ class Delivery:
             return SurveyConsumers()
         return None
 
+    def _posting_next(self, now: float) -> bool:
+        """Whether a batch goes next, or once a read fills it: acknowledged entries wait for it
+        (to settle with the next ones) only then, never behind a wait."""
+        s = self.settings
+        if self._granted_at is not None and self._granted_at > now:
+            return False  # the budget makes the next request wait
+        if self._batches:
+            return self._batches[0].not_before <= now
+        if not self._buffer:
+            return False
+        assert self._buffer_since is not None
+        due = now >= self._buffer_since + s.linger
+        return self._full or self._more or self._topped_up or self.flushing or due
+
     @property
     def idle(self) -> bool:
         """Nothing read and not yet settled."""
-        return not (self._buffer or self._batches or self._work)
+        return not (self._buffer or self._batches or self._work or self._acked)
 
     def _held(self) -> list[OutboxEntry]:
         return [e for b in self._batches for e in b.entries] + self._buffer
@@ -738,7 +763,10 @@ class Delivery:
             self._batches.pop(0)
             self.stalled, self.blocked = None, False
             self.delivered += len(batch.entries)
-            self._settle(batch.entries, "acknowledge")
+            if self.settings.settle_every:
+                self._acked += batch.entries  # held (and so not read again) until settled
+            else:
+                self._settle(batch.entries, "acknowledge")
         elif status == 422 and _only_early(outcome.body):
             # Polar's clock is behind this machine's: the events become valid in a moment.
             self.stalled = "Polar refused timestamps in its future: this machine's clock is ahead"

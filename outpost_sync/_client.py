@@ -57,6 +57,11 @@ from outpost_sync._reads import Reads
 from outpost_sync._reservation import Admissions, Reservation
 from outpost_sync._tracking import Tracking
 
+_SETTLE_BATCHES = 4
+"""Batches whose acknowledged entries settle in one script when they follow each other: fewer,
+larger scripts (each identity's state is written once a script), at the cost of entries staying
+counted as undelivered a few batches longer."""
+
 
 class Outpost:
     """A local, exact copy of Polar usage in a Redis you own.
@@ -199,6 +204,7 @@ class Outpost:
             requests_per_minute=requests_per_minute,
             batch_bytes=batch_bytes,
             settle_alongside=True,
+            settle_every=_SETTLE_BATCHES * batch_size,
             read_alongside=True,
         )
         self._warm = context.session.warm

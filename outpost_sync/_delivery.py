@@ -85,6 +85,7 @@ _WAITING = "waiting"  # such a read is due, but another loop reads or holds entr
 
 _T = TypeVar("_T")
 _FLUSH_READS = 3  # attempts of a flush's outbox read before it raises RedisUnavailable
+_LOOK = 0.05  # a flush looks at the outboxes at least this often
 
 
 class Deliveries:
@@ -147,21 +148,28 @@ class Deliveries:
         ctx.flushing += 1
         ctx.deliveries.fire()
         try:
+            looked = 0.0
             while True:
-                # Woken by a settle (not by every change applied: each would read every outbox
-                # again), and every 50 ms for what other instances settle.
+                # A look reads every outbox: taken when a settle left this instance's loops
+                # holding nothing (the marks may be reached), and every 50 ms for what other
+                # instances settle, not at every batch of a backlog (nor at every change).
                 version = ctx.deliveries.version
-                settled = not ctx.settling and self._read_outboxes(
-                    functools.partial(self._outbox_settled, marks)
-                )
-                if settled:
-                    return True
+                now = time.monotonic()
+                if not ctx.settling and (self._holding_nothing or now - looked >= _LOOK):
+                    looked = now
+                    settled = self._read_outboxes(functools.partial(self._outbox_settled, marks))
+                    if settled:
+                        return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                ctx.deliveries.wait(version, min(remaining, 0.05))
+                ctx.deliveries.wait(version, min(remaining, _LOOK))
         finally:
             ctx.flushing -= 1
+
+    @property
+    def _holding_nothing(self) -> bool:
+        return all(m.idle for m in self.machines)
 
     def _read_outboxes(self, read: Callable[[], _T]) -> _T:
         """``read()`` for a flush, tried again a few times on a Redis failure: after Redis came

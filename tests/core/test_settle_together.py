@@ -1,0 +1,73 @@
+"""Settling the entries of several batches in one script (``DeliverySettings.settle_every``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from outpost_core import UsageError
+from outpost_core import _keys as keys
+from outpost_core._budget import BudgetAnswered, TakeRequest
+from outpost_core._delivery import (
+    BatchAnswered,
+    DeliverySettings,
+    OutboxRead,
+    PostAndSettle,
+    PostBatch,
+    ReadOutbox,
+    Settled,
+    SettleScripts,
+)
+from tests.core.test_delivery import Loop, body, settle
+
+
+def together(**settings: Any) -> Loop:
+    settings.setdefault("linger", 0.0)
+    return Loop(DeliverySettings(settle_alongside=True, settle_every=4, **settings))
+
+
+def test_off_by_default_and_never_negative() -> None:
+    assert DeliverySettings().settle_every == 0
+    with pytest.raises(UsageError, match="settle_every"):
+        DeliverySettings(settle_every=-1)
+
+
+def test_batches_that_follow_each_other_settle_in_one_script() -> None:
+    loop = together(batch_size=2)
+    loop.read("a", "b", "c", "d", "e", "f")
+    assert loop.step(BatchAnswered(200)) == PostBatch(body("a", "b"), 2)
+    # c and d go at once: a and b wait for them rather than settle alone.
+    assert loop.step(BatchAnswered(200)) == PostBatch(body("c", "d"), 2)
+    assert not loop.delivery.idle
+    # Four are held: one script settles them, while e and f are posted.
+    both = settle("acknowledge", ["a", "b", "c", "d"], ["a", "b", "c", "d"])
+    assert loop.step(BatchAnswered(200)) == PostAndSettle(PostBatch(body("e", "f"), 2), (both,))
+    assert loop.delivery.delivered == 6
+
+
+def test_acknowledged_entries_settle_at_once_when_no_batch_goes_next() -> None:
+    loop = together(batch_size=2)
+    loop.read("a", "b")
+    loop.step(BatchAnswered(200))
+    assert loop.step(OutboxRead([])) == ReadOutbox(count=2, block=0.0)  # for a batch to carry it
+    assert loop.step(Settled()) == SettleScripts((settle("acknowledge", ["a", "b"], ["a", "b"]),))
+    assert loop.delivery.idle
+
+
+def test_a_batch_waiting_to_be_retried_holds_no_settle_back() -> None:
+    loop = together(batch_size=2)
+    loop.read("a", "b", "c", "d")
+    loop.step(BatchAnswered(200))  # a, b
+    assert loop.step(BatchAnswered(503)) == PostBatch(body("c", "d"), 2)  # waits its backoff
+    assert loop.next_effect() == SettleScripts((settle("acknowledge", ["a", "b"], ["a", "b"]),))
+
+
+def test_a_request_the_budget_makes_wait_holds_no_settle_back() -> None:
+    loop = together(batch_size=2, requests_per_minute=300.0)
+    loop.read("a", "b", "c", "d")
+    loop.step(BudgetAnswered(0))
+    loop.step(BatchAnswered(200))  # a, b
+    assert loop.step(BudgetAnswered(10_000)) == TakeRequest(keys.BUDGET_KEY, 300.0, 20)
+    assert loop.step(Settled()) == SettleScripts((settle("acknowledge", ["a", "b"], ["a", "b"]),))
+    assert not isinstance(loop.next_effect(), PostBatch)  # c and d wait for their request
