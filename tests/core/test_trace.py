@@ -23,6 +23,7 @@ from outpost_core._trace import (
     decode,
     encode,
     header,
+    recorded_as,
     replay_delivery,
     replay_session,
 )
@@ -408,3 +409,14 @@ def test_replays_skip_records_they_do_not_know() -> None:
     assert replay_session(session, Random) == []
     delivery = [header("delivery", oc.DeliverySettings(), 0, {}), {"t": "note"}]
     assert replay_delivery(delivery, Random) == []
+
+
+def test_a_field_added_after_a_recording_matches_it_while_null() -> None:
+    post = {"$kind": "PostBatch", "body": {"$bytes": "7b7d"}, "size": 1}
+    recorded = {"$kind": "PostAndSettle", "post": post, "settles": []}
+    assert recorded_as(recorded, {**recorded, "read": None})
+    assert not recorded_as(recorded, {**recorded, "read": {"$kind": "ReadOutbox"}})
+    assert not recorded_as({**recorded, "read": None}, recorded)  # recorded, then gone
+    assert not recorded_as(recorded, {**recorded, "settles": [1]})  # lists: each item
+    assert not recorded_as([recorded], [recorded, recorded])
+    assert recorded_as([1, "a"], [1, "a"]) and not recorded_as(1, 2)

@@ -1,0 +1,101 @@
+"""A delivery loop reads the next batch while one is posted, and settles what Polar stored in
+as few scripts as it can: a backlog goes in full batches, and a Redis failure of the read beside
+a post loses nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from outpost_core.traces import replay_delivery
+from outpost_emulator import Emulator
+from tests.drivers._async._helpers import connect, count_meter, eventually, holds
+from tests.support.redis_server import RedisServer
+from tests.support.refusing_port import RefusingPort
+
+EVENTS = 61
+
+
+def posts_of(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The posts a recorded delivery loop made, with what each carried."""
+    actions = [r["action"] for r in trace if r.get("t") == "poll"]
+    return [a for a in actions if a["$kind"] in ("PostBatch", "PostAndSettle")]
+
+
+def size_of(post: dict[str, Any]) -> int:
+    return int((post["post"] if post["$kind"] == "PostAndSettle" else post)["size"])
+
+
+def ingest_requests(emulator: Emulator) -> int:
+    return int(emulator.state()["counters"].get("http_ingest", 0))
+
+
+def recorded(directory: Path) -> list[dict[str, Any]]:
+    text = (directory / "delivery-0.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.mark.anyio
+async def test_a_backlog_goes_in_full_batches_each_read_while_the_last_is_posted(
+    redis_server: RedisServer, emulator: Emulator, tmp_path: Path
+) -> None:
+    count_meter(emulator)
+    emulator.fault_ingest_hang(0.5)  # the first post waits: what is tracked meanwhile queues up
+    async with connect(redis_server, emulator, batch_size=10, record_to=tmp_path) as a:
+        for n in range(EVENTS):
+            await a.track("api_call", external_customer_id=f"c{n % 12}")
+        assert await a.flush(20)
+    trace = recorded(tmp_path)
+    assert replay_delivery(trace, random.Random) == []
+    sizes = [size_of(post) for post in posts_of(trace)]
+    assert sum(sizes) == EVENTS
+    assert all(size == 10 for size in sizes[1:-1]), sizes  # no request spent on a part
+    assert any(post.get("read") for post in posts_of(trace))
+    # Batches that followed each other settled together: fewer scripts than batches.
+    settles = [r["action"] for r in trace if r.get("t") == "poll" and r["action"].get("settles")]
+    scripts = sum(len(action["settles"]) for action in settles)
+    streams = {key for post in settles for s in post["settles"] for key in s["keys"][:1]}
+    assert scripts < len(sizes) * len(streams)
+
+
+@pytest.mark.anyio
+async def test_redis_failing_the_read_beside_a_post_loses_nothing_and_restarts_no_loop(
+    durable_redis_server: RedisServer,
+    emulator: Emulator,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = durable_redis_server
+    meter = count_meter(emulator)
+    emulator.fault_ingest_hang(1.0)
+    options: dict[str, Any] = dict(batch_size=10, requests_per_minute=0, record_to=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="outpost"):
+        async with connect(server, emulator, **options) as a:
+            for n in range(40):
+                await a.track("api_call", external_customer_id=f"c{n % 8}")
+            await eventually(holds(lambda: ingest_requests(emulator) == 1), what="a post held")
+            server.stop()
+            with RefusingPort(server.port):
+                # The held post is answered; the next goes at once, the read beside it refused.
+                await eventually(
+                    holds(lambda: ingest_requests(emulator) >= 2), what="the next post"
+                )
+            server.start()
+            assert await a.flush(30)
+    trace = recorded(tmp_path)
+    assert replay_delivery(trace, random.Random) == []
+    answers = [r["outcome"] for r in trace if r.get("t") == "outcome"]
+    refused = [o for o in answers if o["$kind"] == "PostedAlongside" and not o["read"]["entries"]]
+    assert refused, "no read beside a post failed"
+    total = sum(
+        emulator.customer_meter(meter, external_customer_id=f"c{n}")["consumed_units"]
+        for n in range(8)
+    )
+    assert total == 40
+    crashed = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert crashed == []
