@@ -51,6 +51,11 @@ export interface DeliverySettings {
    * reading on: a loop that settles, then posts, spends the settle scripts' round trips on top of
    * Polar's. The driver turns it on; off, a loop acts as traces recorded before it existed show. */
   settleAlongside: boolean;
+  /** Read the entries of the next batch while a batch is posted (PostAndSettle.read), and size each
+   * read to about one batch across the streams that hold entries, so that the first post does not
+   * wait for a read of everything queued. The driver turns it on; off, a loop acts as traces
+   * recorded before it existed show. */
+  readAlongside: boolean;
 }
 
 export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}): DeliverySettings {
@@ -72,6 +77,7 @@ export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}):
     requestsPerMinute: 0.0,
     batchBytes: 8 * 1024 * 1024,
     settleAlongside: false,
+    readAlongside: false,
     ...overrides,
   };
   if (s.batchSize < 1 || s.maxAttempts < 1) throw new UsageError("batch_size and max_attempts must be at least 1");
@@ -109,9 +115,57 @@ export interface PostBatch {
   size: number;
 }
 
+/** XREADGROUP GROUP outpost <consumer> COUNT count BLOCK block STREAMS <all> >... */
+export interface ReadOutbox {
+  kind: "ReadOutbox";
+  count: number;
+  block: number;
+}
+
+/** Run settles (in order) while post is in flight; report the post's answer once both are done.
+ * The scripts settle earlier batches, whose answers came: never this one's. With a read, run it
+ * meanwhile too (without blocking), and report PostedAlongside: the post's answer with what the
+ * read found. (The loop always sets read, null for none, as a trace records it.) */
+export interface PostAndSettle {
+  kind: "PostAndSettle";
+  post: PostBatch;
+  settles: SettleScript[];
+  read?: ReadOutbox | null;
+}
+
+/** [stream, entry id, fields] as Redis answered. */
+export interface OutboxRead {
+  kind: "OutboxRead";
+  entries: [unknown, unknown, Map<unknown, unknown> | Record<string, unknown>][];
+}
+
+export interface BatchAnswered {
+  kind: "BatchAnswered";
+  status: number;
+  body: Uint8Array;
+  retryAfter: number | null;
+}
+
+/** maybeSent: whether Polar may have received the request (a timeout or reset after sending).
+ * stalls: nothing was sent, and no retry changes that until someone fixes the set-up (Polar's
+ * TLS certificate does not verify): the loop stalls, as on a 401, and says why. */
+export interface BatchFailed {
+  kind: "BatchFailed";
+  reason: string;
+  maybeSent: boolean;
+  stalls?: boolean;
+}
+
+/** What came of a PostAndSettle with a read: the post's answer, and the entries the read found
+ * (none when Redis failed it: they stay queued for a later read). */
+export interface PostedAlongside {
+  kind: "PostedAlongside";
+  answer: BatchAnswered | BatchFailed;
+  read: OutboxRead;
+}
+
 export type DeliveryEffect =
-  /** XREADGROUP GROUP outpost <consumer> COUNT count BLOCK block STREAMS <all> >... */
-  | { kind: "ReadOutbox"; count: number; block: number }
+  | ReadOutbox
   /** XAUTOCLAIM on every outbox stream for entries idle at least minIdle seconds. */
   | { kind: "ClaimStale"; minIdle: number; count: number }
   /** XCLAIM ... JUSTID the entries to this consumer, resetting their idle time. */
@@ -119,9 +173,7 @@ export type DeliveryEffect =
   /** POST /v1/events/ingest with body; report BatchAnswered or BatchFailed. */
   | PostBatch
   | SettleScript
-  /** Run settles (in order) while post is in flight; report the post's answer once both are done.
-   * The scripts settle earlier batches, whose answers came: never this one's. */
-  | { kind: "PostAndSettle"; post: PostBatch; settles: SettleScript[] }
+  | PostAndSettle
   /** Run settles, in any order or at once (each settles entries of its own); report Settled once
    * all are done. */
   | { kind: "SettleScripts"; settles: SettleScript[] }
@@ -136,13 +188,10 @@ export type DeliveryEffect =
   | TakeRequest;
 
 export type DeliveryInput =
-  /** [stream, entry id, fields] as Redis answered. */
-  | { kind: "OutboxRead"; entries: [unknown, unknown, Map<unknown, unknown> | Record<string, unknown>][] }
-  | { kind: "BatchAnswered"; status: number; body: Uint8Array; retryAfter: number | null }
-  /** maybeSent: whether Polar may have received the request (a timeout or reset after sending).
-   * stalls: nothing was sent, and no retry changes that until someone fixes the set-up (Polar's
-   * TLS certificate does not verify): the loop stalls, as on a 401, and says why. */
-  | { kind: "BatchFailed"; reason: string; maybeSent: boolean; stalls?: boolean }
+  | OutboxRead
+  | BatchAnswered
+  | BatchFailed
+  | PostedAlongside
   | { kind: "Settled"; reply: unknown }
   | { kind: "Reported" }
   /** The previous action (claim refresh, claim, sleep) finished; nothing to report. */
@@ -157,7 +206,7 @@ const ANSWERS: Record<DeliveryEffect["kind"], DeliveryInput["kind"][]> = {
   ClaimStale: ["OutboxRead", "Done"],
   RefreshClaim: ["Done"],
   PostBatch: ["BatchAnswered", "BatchFailed"],
-  PostAndSettle: ["BatchAnswered", "BatchFailed"],
+  PostAndSettle: ["BatchAnswered", "BatchFailed", "PostedAlongside"],
   SettleScript: ["Settled"],
   SettleScripts: ["Settled"],
   ReportDropped: ["Reported"],
@@ -208,6 +257,15 @@ export class Delivery {
   /** Whether the outbox was read (without blocking) since the last batch's settle scripts were
    * queued: once, to find the next batch to post alongside them. */
   private readAhead = false;
+  /** How many streams held more entries than the last read took from each: a read asks each
+   * stream for its share of a batch (readAlongside). */
+  private spread: number;
+  private asked: number | null = null; // what the read in flight asked of each stream
+  /** Whether the last sized read left entries behind (a stream gave all it was asked): a batch
+   * that is not full reads again before it goes, rather than spend a request on a part (a flush
+   * of a backlog would otherwise take more requests than it needs). */
+  private more = false;
+  private readOutstanding = false; // the post in flight carries a read
   private readonly batches: Batch[] = []; // splits waiting their turn, first is current
   private work: DeliveryEffect[] = []; // settle scripts and reports of the batch that ended
   private awaiting: DeliveryEffect["kind"] | null = null;
@@ -245,6 +303,7 @@ export class Delivery {
     this.streams = new Map(allOutboxes(settings.shards).map((stream, shard) => [stream, shard]));
     this.budgeted = settings.requestsPerMinute > 0;
     this.live = Boolean(settings.consumer);
+    this.spread = settings.shards;
   }
 
   // -- the loop's questions -------------------------------------------------------------------
@@ -290,13 +349,39 @@ export class Delivery {
     }
     if (this.buffer.length) {
       const due = (this.bufferSince as number) + s.linger;
-      const full = this.buffer.length >= s.batchSize || this.bufferBytes >= s.batchBytes;
-      if (full || this.toppedUp || (now >= due && !this.flushing)) return this.gate(now, true) ?? this.startBatch();
+      const ready = this.toppedUp || (now >= due && !this.flushing);
+      if (this.full || (ready && !this.more)) return this.gate(now, true) ?? this.withRead(this.startBatch(), []);
       if (this.flushing) this.toppedUp = true; // one read first: a flush sends what is queued in one batch
-      else if (now < this.nextRead) return { kind: "Sleep", until: Math.min(this.nextRead, due) };
-      return { kind: "ReadOutbox", count: s.batchSize - this.buffer.length, block: 0 };
+      else if (now < this.nextRead && !this.more) return { kind: "Sleep", until: Math.min(this.nextRead, due) };
+      return this.readOf(s.batchSize - this.buffer.length, 0);
     }
-    return { kind: "ReadOutbox", count: s.batchSize, block: this.flushing ? s.flushBlock : s.readBlock };
+    return this.readOf(s.batchSize, this.flushing ? s.flushBlock : s.readBlock);
+  }
+
+  /** A read for `wanted` more entries. Its count bounds each stream: with reads sized
+   * (readAlongside), each stream still holding entries is asked for its share. */
+  private readOf(wanted: number, block: number): ReadOutbox {
+    if (!this.settings.readAlongside) return { kind: "ReadOutbox", count: wanted, block };
+    // An eighth more than wanted: streams give unevenly, and a batch a few entries short would
+    // take one more read before it goes.
+    this.asked = Math.ceil((wanted + Math.floor(wanted / 8)) / this.spread);
+    return { kind: "ReadOutbox", count: this.asked, block };
+  }
+
+  /** post (with settles), and the read of the next batch's entries meanwhile unless the buffer
+   * holds them already (or reads alongside are off). */
+  private withRead(post: PostBatch, settles: SettleScript[]): DeliveryEffect {
+    const s = this.settings;
+    if (!s.readAlongside || this.full) return settles.length ? { kind: "PostAndSettle", post, settles, read: null } : post;
+    this.readAhead = true; // the next batch's read is this one
+    if (this.flushing) this.toppedUp = true; // a flush posts what this read finds, in one batch
+    this.readOutstanding = true;
+    return { kind: "PostAndSettle", post, settles, read: this.readOf(s.batchSize - this.buffer.length, 0) };
+  }
+
+  private get full(): boolean {
+    const s = this.settings;
+    return this.buffer.length >= s.batchSize || this.bufferBytes >= s.batchBytes;
   }
 
   /** With settle scripts queued: the next batch's post, carrying them (they run while it is in
@@ -306,14 +391,13 @@ export class Delivery {
     const s = this.settings;
     if (this.batches.length) return null; // a split or a retry: its claim is refreshed before it goes again
     if (this.buffer.length) {
-      const full = this.buffer.length >= s.batchSize || this.bufferBytes >= s.batchBytes;
       const due = now >= (this.bufferSince as number) + s.linger && !this.flushing;
-      if (full || this.toppedUp || due) return this.alongside(now);
+      if (this.full || ((this.toppedUp || due) && !this.more)) return this.alongside(now);
     }
-    if (this.readAhead) return null;
+    if (this.readAhead && !this.more) return null;
     this.readAhead = true;
     if (this.flushing) this.toppedUp = true; // a flush posts what this read finds, in one batch
-    return { kind: "ReadOutbox", count: s.batchSize - this.buffer.length, block: 0 };
+    return this.readOf(s.batchSize - this.buffer.length, 0);
   }
 
   /** The next batch with the settle scripts, once the budget lets it go; a request taken from the
@@ -324,7 +408,7 @@ export class Delivery {
       const settles = this.work as SettleScript[];
       this.work = [];
       this.readAhead = false;
-      return { kind: "PostAndSettle", post: this.startBatch(), settles };
+      return this.withRead(this.startBatch(), settles);
     }
     return gate.kind === "TakeRequest" ? gate : null;
   }
@@ -362,7 +446,7 @@ export class Delivery {
     if (this.grantedAt === null) return take(this.settings.requestsPerMinute);
     if (now >= this.grantedAt) return null;
     if (reading && this.bufferBytes < this.settings.batchBytes) {
-      return { kind: "ReadOutbox", count: this.settings.batchSize, block: Math.min(this.grantedAt - now, this.settings.readBlock) };
+      return this.readOf(this.settings.batchSize, Math.min(this.grantedAt - now, this.settings.readBlock));
     }
     return { kind: "Sleep", until: this.grantedAt };
   }
@@ -405,14 +489,20 @@ export class Delivery {
       this.awaiting = expected;
       throw new UsageError(`${outcome.kind} is not a delivery outcome that answers ${expected}`);
     }
+    if (expected === "PostAndSettle" && this.readOutstanding !== (outcome.kind === "PostedAlongside")) {
+      this.awaiting = expected;
+      throw new UsageError(`this PostAndSettle is answered by ${this.readOutstanding ? "a PostedAlongside" : "the post's answer alone"}`);
+    }
+    this.readOutstanding = false;
     const rejected = this.rejectedEntries;
     this.take(outcome, now);
+    const answer = outcome.kind === "PostedAlongside" ? outcome.answer : outcome;
     if (this.rejectedEntries > rejected) {
       const message = `outpost removed ${this.rejectedEntries - rejected} unreadable outbox entries (or rejected replies)`;
       this.pendingReports.push({ level: "warning", message });
     }
-    const stalls = outcome.kind === "BatchFailed" && outcome.stalls === true;
-    if (this.stalled && (outcome.kind === "BatchAnswered" || stalls)) {
+    const stalls = answer.kind === "BatchFailed" && answer.stalls === true;
+    if (this.stalled && (answer.kind === "BatchAnswered" || stalls)) {
       this.pendingReports.push({ level: "warning", message: `outpost delivery is stalled: ${this.stalled}` });
     }
   }
@@ -428,6 +518,10 @@ export class Delivery {
     if (outcome.kind === "OutboxRead") this.read(outcome.entries, now);
     else if (outcome.kind === "BatchAnswered") this.answered(outcome, now);
     else if (outcome.kind === "BatchFailed") this.failedBatch(outcome, now);
+    else if (outcome.kind === "PostedAlongside") {
+      this.take(outcome.answer, now); // the batch posted, then what was read meanwhile
+      this.read(outcome.read.entries, now);
+    }
     else if (outcome.kind === "ConsumersListed") this.listed(outcome);
     else if (outcome.kind === "HeartbeatsChecked") this.checked(outcome);
     else if (outcome.kind === "Reclaimed") this.reclaimed(outcome, now);
@@ -473,8 +567,10 @@ export class Delivery {
     const malformed: [string, string][] = [];
     const tooLarge: OutboxEntry[] = [];
     const held = this.heldKeys;
+    const taken = new Map<string | null, number>(); // entries each stream answered
     for (const [stream, entryId, fields] of entries) {
       const streamS = textOf(stream);
+      taken.set(streamS, (taken.get(streamS) ?? 0) + 1);
       const idS = textOf(entryId);
       if (held.has(`${streamS}\n${idS}`)) continue; // claimed back while this loop holds it
       const entry = parseEntry(streamS, idS, fields, this.streams);
@@ -493,6 +589,15 @@ export class Delivery {
       held.add(`${entry.stream}\n${entry.id}`);
     }
     this.nextRead = now + Math.min(this.settings.linger / LINGER_READS, this.settings.readBlock);
+    if (this.asked !== null) {
+      // Streams that gave all that was asked may hold more; when none did, what comes next is
+      // new, and the last spread is as good a guess as any.
+      const asked = this.asked;
+      const filled = [...taken.values()].filter((n) => n >= asked).length;
+      this.spread = filled || this.spread;
+      this.more = filled > 0;
+      this.asked = null;
+    }
     if (tooLarge.length) {
       this.drop(tooLarge, `larger than an ingestion request may be (${this.settings.batchBytes} bytes)`, true);
     }
@@ -654,8 +759,13 @@ export function nothingDone(action: DeliveryEffect): DeliveryInput {
     case "SettleScript":
     case "SettleScripts":
       return { kind: "Settled", reply: null };
-    case "PostBatch":
     case "PostAndSettle":
+      if (action.read) {
+        const failed: BatchFailed = { kind: "BatchFailed", reason: "the instance closed", maybeSent: true };
+        return { kind: "PostedAlongside", answer: failed, read: { kind: "OutboxRead", entries: [] } };
+      }
+      return { kind: "BatchFailed", reason: "the instance closed", maybeSent: true };
+    case "PostBatch":
       return { kind: "BatchFailed", reason: "the instance closed", maybeSent: true };
     default:
       return { kind: "Done" };

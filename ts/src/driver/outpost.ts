@@ -11,7 +11,23 @@ import { connect as netConnect, type Socket } from "node:net";
 import { connect as tlsConnect } from "node:tls";
 import type { Cluster, Redis } from "ioredis";
 import { Balance } from "../core/balance.js";
-import { Delivery, type DeliverySettings, GROUP, type DeliveryEffect, type DeliveryInput, makeDeliverySettings, nothingDone, retryAfter, type SettleScript, withKnownRevs } from "../core/delivery.js";
+import {
+  type BatchAnswered,
+  type BatchFailed,
+  Delivery,
+  type DeliverySettings,
+  GROUP,
+  type DeliveryEffect,
+  type DeliveryInput,
+  makeDeliverySettings,
+  nothingDone,
+  type OutboxRead,
+  type PostAndSettle,
+  type ReadOutbox,
+  retryAfter,
+  type SettleScript,
+  withKnownRevs,
+} from "../core/delivery.js";
 import type { Effect, Fetch, RunScript } from "../core/effects.js";
 import { Echoes } from "../core/echoes.js";
 import { customerOf } from "../core/event.js";
@@ -284,6 +300,7 @@ export class Outpost {
       requestsPerMinute: options.requestsPerMinute ?? 300.0,
       batchBytes: options.batchBytes ?? 8 * 1024 * 1024,
       settleAlongside: true,
+      readAlongside: true,
     });
     this.maxInFlight = maxInFlight;
     this.onDropped = options.onDropped ?? null;
@@ -1088,11 +1105,31 @@ export class Outpost {
     return this.retrying(outage, () => this.actOnce(action, connection, number), nothing, connection);
   }
 
-  /** The next batch's post, and meanwhile the settle scripts of the batches before it, each retried
-   * until Redis answers (never the post: it changes nothing in Redis). */
-  private async postAndSettle(outage: Outage, action: Extract<DeliveryEffect, { kind: "PostAndSettle" }>, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
-    const [answer] = await Promise.all([this.post(action.post.body), this.settleAll(outage, action.settles, connection, number)]);
-    return answer;
+  /** The next batch's post, and meanwhile the read of the batch after it (if asked) and the settle
+   * scripts of the batches before it, each retried until Redis answers (never the post: it changes
+   * nothing in Redis). */
+  private async postAndSettle(outage: Outage, action: PostAndSettle, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
+    const ask = action.read ?? null;
+    const meanwhile = async (): Promise<OutboxRead | null> => {
+      // The read first: the loop needs it as soon as the post returns.
+      const found = ask === null ? null : await this.readAlongside(outage, ask, connection, number);
+      await this.settleAll(outage, action.settles, connection, number);
+      return found;
+    };
+    const [answer, found] = await Promise.all([this.post(action.post.body), meanwhile()]);
+    return found === null ? answer : { kind: "PostedAlongside", answer, read: found };
+  }
+
+  /** A read beside a post, tried once: on a Redis failure it found nothing, and what it may have
+   * taken is read again from this consumer's pending entries later. */
+  private async readAlongside(outage: Outage, action: ReadOutbox, connection: Redis | Cluster, number: number): Promise<OutboxRead> {
+    try {
+      return await this.readOutbox(action, connection, number);
+    } catch (exc) {
+      if (!this.closed) this.redisFailed(outage, exc, connection);
+      this.rereadPending = true;
+      return { kind: "OutboxRead", entries: [] };
+    }
   }
 
   /** Every script of `settles`, at once (their commands go out together), each retried until Redis
@@ -1154,21 +1191,8 @@ export class Outpost {
 
   private async actOnce(action: DeliveryEffect | ForgetHeartbeat, connection: Redis | Cluster, number = -1): Promise<DeliveryInput> {
     switch (action.kind) {
-      case "ReadOutbox": {
-        const reread = this.rereadDue(number);
-        if (reread === "now") return this.readOwnPending(action.count, connection);
-        if (reread === "waiting" && action.block > 0) {
-          // Another loop reads or holds entries: read what is there without blocking, then let
-          // the others come to rest (one that finds none reading does the re-read).
-          const read = await this.readNew(action.count, 0, connection);
-          if (!read.entries.length) {
-            this.inFlight[number] = null; // at rest while it waits
-            await this.deliveryWake.wait(this.deliveryWake.version, Math.min(action.block, POLL));
-          }
-          return read;
-        }
-        return this.readNew(action.count, action.block, connection);
-      }
+      case "ReadOutbox":
+        return this.readOutbox(action, connection, number);
       case "PostBatch":
         return this.post(action.body);
       case "PostAndSettle": // (a loop runs these through act(), with its own outage)
@@ -1248,6 +1272,24 @@ export class Outpost {
     }
   }
 
+  /** A ReadOutbox: a loop's read, or the one beside its post (the re-read of this consumer's
+   * pending entries first, when one is due and no loop holds entries). */
+  private async readOutbox(action: ReadOutbox, connection: Redis | Cluster, number: number): Promise<OutboxRead> {
+    const reread = this.rereadDue(number);
+    if (reread === "now") return this.readOwnPending(action.count, connection);
+    if (reread === "waiting" && action.block > 0) {
+      // Another loop reads or holds entries: read what is there without blocking, then let the
+      // others come to rest (one that finds none reading does the re-read).
+      const read = await this.readNew(action.count, 0, connection);
+      if (!read.entries.length) {
+        this.inFlight[number] = null; // at rest while it waits
+        await this.deliveryWake.wait(this.deliveryWake.version, Math.min(action.block, POLL));
+      }
+      return read;
+    }
+    return this.readNew(action.count, action.block, connection);
+  }
+
   /** Whether this read takes this consumer's pending entries again ("now"): after a Redis
    * failure any loop met (after a fail-over, a settlement the old primary acknowledged but never
    * replicated left its entries pending, and without this read they would wait for claimIdle),
@@ -1266,7 +1308,7 @@ export class Outpost {
 
   /** XREADGROUP ... 0: the entries delivered to this consumer and not acknowledged, one stream
    * at a time (a cluster refuses a read across slots). */
-  private async readOwnPending(count: number, connection: Redis | Cluster): Promise<DeliveryInput> {
+  private async readOwnPending(count: number, connection: Redis | Cluster): Promise<OutboxRead> {
     const client = this.cluster ?? connection;
     const xreadgroup = client.xreadgroup.bind(client) as unknown as (...a: (string | number)[]) => Promise<unknown>;
     const entries: [string, string, Map<string, string>][] = [];
@@ -1326,7 +1368,7 @@ export class Outpost {
     return { kind: "OutboxRead", entries };
   }
 
-  private async post(body: Uint8Array): Promise<DeliveryInput> {
+  private async post(body: Uint8Array): Promise<BatchAnswered | BatchFailed> {
     let response: Response;
     try {
       response = await fetch(new URL("/v1/events/ingest", this.serverUrl), {
