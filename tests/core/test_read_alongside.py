@@ -23,11 +23,11 @@ from outpost_core._delivery import (
     nothing_done,
 )
 from tests.core.test_delivery import OTHER, Loop, body, entries, settle
+from tests.core.test_settle_alongside import alongside
 
 
 def pipelined(**settings: Any) -> Loop:
-    settings.setdefault("linger", 0.0)
-    return Loop(DeliverySettings(settle_alongside=True, read_alongside=True, **settings))
+    return alongside(read_alongside=True, **settings)
 
 
 def answered(status: int, *ids: str, stream: str | None = None) -> PostedAlongside:

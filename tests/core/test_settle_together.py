@@ -20,11 +20,11 @@ from outpost_core._delivery import (
     SettleScripts,
 )
 from tests.core.test_delivery import Loop, body, settle
+from tests.core.test_settle_alongside import alongside
 
 
 def together(**settings: Any) -> Loop:
-    settings.setdefault("linger", 0.0)
-    return Loop(DeliverySettings(settle_alongside=True, settle_every=4, **settings))
+    return alongside(settle_every=4, **settings)
 
 
 def test_off_by_default_and_never_negative() -> None:
