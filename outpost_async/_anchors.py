@@ -22,7 +22,6 @@ from outpost_core import (
     Customer,
     InvalidWebhook,
     RunScript,
-    ScriptReplied,
     UsageError,
     keys,
 )
@@ -138,11 +137,7 @@ class Anchors:
                 with ctx.lock:
                     self.retries += 1
                 continue  # the revision moved: read and decide again
-            self._effects.tell(ScriptReplied(reply, None))
-            ctx.echoes.expect(reply)
-            with ctx.lock:
-                effects = ctx.session.effects()
-            await self._effects.run(effects)
+            await self._effects.replied(reply)
             self._count(decided.outcome.value)
             return decided.outcome
         self._count("conflicts")

@@ -22,6 +22,7 @@ from outpost_async._context import POLL, DriverContext, failed_in_redis
 from outpost_async._scripts import run_or_fail
 from outpost_core import (
     CONFIGURATION_KEY,
+    ChangePublished,
     CloseConnection,
     ConfigurationReceived,
     ConnectionFailed,
@@ -61,6 +62,26 @@ class SessionEffects:
             ctx.session.handle(event)
             effects = ctx.session.effects()
         if effects or not isinstance(event, Tick):  # a quiet tick changes nothing to wake for
+            await self.run(effects)
+
+    async def replied(self, reply: object, ticket: int | None = None) -> None:
+        """A script of this instance that writes customers' state replied (``None``: it wrote
+        nothing): the echoes held for it (``ticket``, from ``echoes.sent()``) go to the session
+        first, as they came before the reply, then the reply; its own echo is dropped when it
+        comes. Then what the session asks for runs. A caller's own script (with a ticket) wakes
+        the waiters only when the session asks for something; a loop's (a settle, an anchor)
+        always does, as what it changed may be what a read waits for."""
+        ctx = self._context
+        with ctx.lock:
+            if ticket is None:
+                ctx.echoes.expect(reply)
+            else:
+                for data in ctx.echoes.replied(ticket, reply):
+                    ctx.session.handle(ChangePublished(data))
+            if reply is not None:
+                ctx.session.handle(ScriptReplied(reply))
+            effects = ctx.session.effects()
+        if effects or ticket is None:
             await self.run(effects)
 
     def tell(self, event: Input) -> None:

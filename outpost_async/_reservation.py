@@ -17,13 +17,11 @@ from outpost_async._effects import SessionEffects
 from outpost_async._reads import Reads
 from outpost_async._scripts import run_echoed
 from outpost_core import (
-    ChangePublished,
     Customer,
     Durability,
     NotDurable,
     NotReady,
     RunScript,
-    ScriptReplied,
     UsageError,
     admission,
     admission_outcome,
@@ -257,14 +255,7 @@ class Admissions:
         ctx = self._context
         reply, shortfall = await run_echoed(ctx, run, ticket, self._durability)
         refusal = admission.refusal_of(reply)
-        with ctx.lock:
-            for data in ctx.echoes.replied(ticket, None if refusal else reply):
-                ctx.session.handle(ChangePublished(data))
-            if refusal is None:
-                ctx.session.handle(ScriptReplied(reply))
-            effects = ctx.session.effects()
-        if effects:
-            await self._effects.run(effects)
+        await self._effects.replied(None if refusal else reply, ticket)
         if refusal is None and shortfall:
             what = run.script if event_id is None else f"event {event_id} ({run.script})"
             raise NotDurable(f"{what} is on the primary only: {shortfall}", event_id)

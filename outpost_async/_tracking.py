@@ -17,11 +17,9 @@ from outpost_async._effects import SessionEffects
 from outpost_async._reads import Reads
 from outpost_async._scripts import run_echoed
 from outpost_core import (
-    ChangePublished,
     Durability,
     NotDurable,
     NotReady,
-    ScriptReplied,
     event_id_of,
     semconv,
     timestamp_us_of,
@@ -72,13 +70,7 @@ class Tracking:
                 run = ctx.session.track(**arguments)
                 ticket = ctx.echoes.sent()
         reply, shortfall = await run_echoed(ctx, run, ticket, self._durability)
-        with ctx.lock:
-            for data in ctx.echoes.replied(ticket, reply):
-                ctx.session.handle(ChangePublished(data))  # came before the reply: first
-            ctx.session.handle(ScriptReplied(reply))
-            effects = ctx.session.effects()
-        if effects:
-            await self._effects.run(effects)
+        await self._effects.replied(reply, ticket)
         if shortfall:
             raise NotDurable(f"event {event_id} is on the primary only: {shortfall}", event_id)
         if ctx.telemetry.enabled:

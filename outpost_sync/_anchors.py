@@ -20,7 +20,6 @@ from outpost_core import (
     Customer,
     InvalidWebhook,
     RunScript,
-    ScriptReplied,
     UsageError,
     keys,
 )
@@ -139,11 +138,7 @@ class Anchors:
                 with ctx.lock:
                     self.retries += 1
                 continue  # the revision moved: read and decide again
-            self._effects.tell(ScriptReplied(reply, None))
-            ctx.echoes.expect(reply)
-            with ctx.lock:
-                effects = ctx.session.effects()
-            self._effects.run(effects)
+            self._effects.replied(reply)
             self._count(decided.outcome.value)
             return decided.outcome
         self._count("conflicts")

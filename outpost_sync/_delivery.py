@@ -39,7 +39,6 @@ from outpost_core import (
     RefreshClaim,
     ReportDropped,
     Reported,
-    ScriptReplied,
     Settled,
     SettleScript,
     SettleScripts,
@@ -422,7 +421,7 @@ class Deliveries:
                     raise reply
                 self._retrying(outage, functools.partial(self._run_settle, settle), None)
             else:
-                self._settled(reply)
+                self._effects.replied(reply)
 
     def _post_and_settle_alone(self, action: PostAndSettle) -> DeliveryInput:
         """The same outside a loop, with an outage of its own."""
@@ -446,17 +445,8 @@ class Deliveries:
         with ctx.lock:
             action = with_known_revs(action, ctx.session.known_rev)
         reply = run_script(ctx, action.script, action.keys, action.args)
-        self._settled(reply)
+        self._effects.replied(reply)
         return Settled(reply)
-
-    def _settled(self, reply: Any) -> None:
-        """A settle script's reply applied to this instance's copies."""
-        ctx = self._context
-        with ctx.lock:
-            ctx.session.handle(ScriptReplied(reply))
-            effects = ctx.session.effects()
-        ctx.echoes.expect(reply)  # applied: its echo, if it has not come yet, is dropped
-        self._effects.run(effects)
 
     def _report_dropped(self, action: ReportDropped) -> DeliveryInput:
         ctx = self._context

@@ -14,13 +14,11 @@ from datetime import datetime
 from typing import Any
 
 from outpost_core import (
-    ChangePublished,
     Customer,
     Durability,
     NotDurable,
     NotReady,
     RunScript,
-    ScriptReplied,
     UsageError,
     admission,
     admission_outcome,
@@ -258,14 +256,7 @@ class Admissions:
         ctx = self._context
         reply, shortfall = run_echoed(ctx, run, ticket, self._durability)
         refusal = admission.refusal_of(reply)
-        with ctx.lock:
-            for data in ctx.echoes.replied(ticket, None if refusal else reply):
-                ctx.session.handle(ChangePublished(data))
-            if refusal is None:
-                ctx.session.handle(ScriptReplied(reply))
-            effects = ctx.session.effects()
-        if effects:
-            self._effects.run(effects)
+        self._effects.replied(None if refusal else reply, ticket)
         if refusal is None and shortfall:
             what = run.script if event_id is None else f"event {event_id} ({run.script})"
             raise NotDurable(f"{what} is on the primary only: {shortfall}", event_id)

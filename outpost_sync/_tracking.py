@@ -14,11 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from outpost_core import (
-    ChangePublished,
     Durability,
     NotDurable,
     NotReady,
-    ScriptReplied,
     event_id_of,
     semconv,
     timestamp_us_of,
@@ -73,13 +71,7 @@ class Tracking:
                 run = ctx.session.track(**arguments)
                 ticket = ctx.echoes.sent()
         reply, shortfall = run_echoed(ctx, run, ticket, self._durability)
-        with ctx.lock:
-            for data in ctx.echoes.replied(ticket, reply):
-                ctx.session.handle(ChangePublished(data))  # came before the reply: first
-            ctx.session.handle(ScriptReplied(reply))
-            effects = ctx.session.effects()
-        if effects:
-            self._effects.run(effects)
+        self._effects.replied(reply, ticket)
         if shortfall:
             raise NotDurable(f"event {event_id} is on the primary only: {shortfall}", event_id)
         if ctx.telemetry.enabled:
