@@ -7,6 +7,7 @@ Its clock runs at wall speed from the wall time, so the instances keep the syste
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,10 @@ class EmulatorProcess:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the emulator's process has used so far (``None`` where /proc is missing)."""
+        return process_cpu_seconds(self._process.pid)
 
     def __enter__(self) -> EmulatorProcess:
         return self
@@ -137,3 +142,13 @@ class EmulatorProcess:
             content=body,
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) process ``pid`` has used, from /proc; ``None`` without it."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

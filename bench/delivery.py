@@ -82,25 +82,27 @@ def _check(response: httpx.Response) -> None:
         raise RuntimeError(f"raw ingest answered {response.status_code}: {response.text}")
 
 
-def _raw(env: Env, http: httpx.Client, runs: list[RunScript]) -> float:
+def _raw(env: Env, http: httpx.Client, runs: list[RunScript], cpu: CpuMeter) -> float:
     """Events per second of bare ingest requests, with the sync driver's client."""
     bodies = _bodies(runs)
+    cpu.start()
     start = time.perf_counter()
     for body in bodies:
         _check(http.post("/v1/events/ingest", content=body))
-    return len(runs) / (time.perf_counter() - start)
+    return len(runs) / cpu.stop(len(runs), time.perf_counter() - start)
 
 
-async def _raw_async(env: Env, runs: list[RunScript]) -> float:
+async def _raw_async(env: Env, runs: list[RunScript], cpu: CpuMeter) -> float:
     """The same with the async driver's client (httpx's AsyncClient costs more per request)."""
     bodies = _bodies(runs)
     async with httpx.AsyncClient(
         base_url=env.emulator.url, headers=_headers(env), timeout=_TIMEOUT
     ) as http:
+        cpu.start()
         start = time.perf_counter()
         for body in bodies:
             _check(await http.post("/v1/events/ingest", content=body))
-        return len(runs) / (time.perf_counter() - start)
+        return len(runs) / cpu.stop(len(runs), time.perf_counter() - start)
 
 
 _TIMEOUT = httpx.Timeout(30.0, connect=5.0)
@@ -119,24 +121,60 @@ def _options(env: Env) -> dict[str, Any]:
     return dict(access_token=emu.token, server_url=emu.url, redis_url=env.url, telemetry=False)
 
 
-def _sync(env: Env, count: int) -> float:
+class CpuMeter:
+    """CPU milliseconds per 1,000 events that the emulator, redis-server and this process used
+    meanwhile: where a side's time goes on a machine whose cores all three share."""
+
+    def __init__(self, env: Env, client: redis.Redis) -> None:
+        self._emulator, self._client = env.emulator, client
+        self.totals: dict[str, float] = {"emulator": 0.0, "redis": 0.0, "sdk": 0.0}
+        self.events = 0
+        self._before: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        cpu = self._client.info("cpu")
+        emulator = self._emulator.cpu_seconds()
+        return {
+            "emulator": emulator if emulator is not None else float("nan"),
+            "redis": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+            "sdk": time.process_time(),
+        }
+
+    def start(self) -> None:
+        self._before = self._now()
+
+    def stop(self, events: int, elapsed: float) -> float:
+        """Count what was used since :meth:`start` for ``events``; returns ``elapsed``."""
+        after = self._now()
+        for side in self.totals:
+            self.totals[side] += after[side] - self._before[side]
+        self.events += events
+        return elapsed
+
+    def per_thousand(self) -> dict[str, float]:
+        return {k: round(v * 1e6 / self.events, 1) for k, v in self.totals.items()}
+
+
+def _sync(env: Env, count: int, cpu: CpuMeter) -> float:
     sdk = Outpost(**_options(env))
     try:
+        cpu.start()
         start = time.perf_counter()
         if not sdk.flush(300):
             raise RuntimeError("the outbox was not delivered within 300 s")
-        return count / (time.perf_counter() - start)
+        return count / cpu.stop(count, time.perf_counter() - start)
     finally:
         sdk.close()
 
 
-async def _async(env: Env, count: int) -> float:
+async def _async(env: Env, count: int, cpu: CpuMeter) -> float:
     sdk = AsyncOutpost(**_options(env))
     try:
+        cpu.start()
         start = time.perf_counter()
         if not await sdk.flush(300):
             raise RuntimeError("the outbox was not delivered within 300 s")
-        return count / (time.perf_counter() - start)
+        return count / cpu.stop(count, time.perf_counter() - start)
     finally:
         await sdk.close()
 
@@ -153,18 +191,25 @@ def run(env: Env) -> list[Figure]:
     raw_async: list[float] = []
     sync: list[float] = []
     asynchronous: list[float] = []
+    cpu = {side: CpuMeter(env, client) for side in ("raw", "sync", "raw_async", "async")}
     with httpx.Client(base_url=emu.url, headers=_headers(env), timeout=_TIMEOUT) as http:
         for r in range(scale.delivery_rounds):
-            raw.append(_raw(env, http, _runs(configuration, f"raw{r}", events)))
+            raw.append(_raw(env, http, _runs(configuration, f"raw{r}", events), cpu["raw"]))
             _queue(client, _runs(configuration, f"sync{r}", events))
             client.delete(keys.BUDGET_KEY)
-            sync.append(_sync(env, events))
-            raw_async.append(asyncio.run(_raw_async(env, _runs(configuration, f"ra{r}", events))))
+            sync.append(_sync(env, events, cpu["sync"]))
+            bare = _runs(configuration, f"ra{r}", events)
+            raw_async.append(asyncio.run(_raw_async(env, bare, cpu["raw_async"])))
             _queue(client, _runs(configuration, f"async{r}", events))
             client.delete(keys.BUDGET_KEY)
-            asynchronous.append(asyncio.run(_async(env, events)))
+            asynchronous.append(asyncio.run(_async(env, events, cpu["async"])))
     setup = SETUP.format(e=events, c=CUSTOMERS, b=BATCH)
-    extra = {"events_per_round": events, "customers": CUSTOMERS, "batch_size": BATCH}
+    extra = {
+        "events_per_round": events,
+        "customers": CUSTOMERS,
+        "batch_size": BATCH,
+        "cpu_ms_per_1000_events": {side: meter.per_thousand() for side, meter in cpu.items()},
+    }
     return [
         Figure(
             key=f"delivery.{driver}",
