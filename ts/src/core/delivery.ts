@@ -51,6 +51,11 @@ export interface DeliverySettings {
    * reading on: a loop that settles, then posts, spends the settle scripts' round trips on top of
    * Polar's. The driver turns it on; off, a loop acts as traces recorded before it existed show. */
   settleAlongside: boolean;
+  /** Acknowledged entries settle together once this many are held, or as soon as no batch is
+   * about to go: fewer, larger settle scripts (each identity's state is written once a script, so
+   * once for several batches rather than once for each). 0: each batch settles on its own, as
+   * traces recorded before it existed show. */
+  settleEvery: number;
   /** Read the entries of the next batch while a batch is posted (PostAndSettle.read), and size each
    * read to about one batch across the streams that hold entries, so that the first post does not
    * wait for a read of everything queued. The driver turns it on; off, a loop acts as traces
@@ -77,6 +82,7 @@ export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}):
     requestsPerMinute: 0.0,
     batchBytes: 8 * 1024 * 1024,
     settleAlongside: false,
+    settleEvery: 0,
     readAlongside: false,
     ...overrides,
   };
@@ -84,6 +90,7 @@ export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}):
   if (!(s.heartbeat > 0)) throw new UsageError("heartbeat must be positive");
   if (!(s.requestsPerMinute >= 0)) throw new UsageError("requests_per_minute must not be negative (0: no budget)");
   if (!(s.batchBytes >= 1024)) throw new UsageError("batch_bytes must be at least 1024");
+  if (s.settleEvery < 0) throw new UsageError("settle_every must not be negative (0: each batch settles alone)");
   if (Math.min(s.linger, s.backoffBase, s.claimIdle, s.readBlock) < 0) throw new UsageError("delivery delays must not be negative");
   checkedShards(s.shards);
   return s;
@@ -268,6 +275,7 @@ export class Delivery {
   private readOutstanding = false; // the post in flight carries a read
   private readonly batches: Batch[] = []; // splits waiting their turn, first is current
   private work: DeliveryEffect[] = []; // settle scripts and reports of the batch that ended
+  private acked: OutboxEntry[] = []; // acknowledged, to settle together (settleEvery)
   private awaiting: DeliveryEffect["kind"] | null = null;
   private nextClaim: number;
   private readonly live: boolean;
@@ -317,6 +325,11 @@ export class Delivery {
 
   private choose(now: number): DeliveryEffect {
     const s = this.settings;
+    if (this.acked.length && (this.acked.length >= s.settleEvery || !this.postingNext(now))) {
+      const acked = this.acked;
+      this.acked = [];
+      this.settle(acked, "acknowledge");
+    }
     if (this.work.length) {
       if (s.settleAlongside && this.work.every((w) => w.kind === "SettleScript")) {
         const ahead = this.ahead(now);
@@ -430,9 +443,21 @@ export class Delivery {
     return null;
   }
 
+  /** Whether a batch goes next, or once a read fills it: acknowledged entries wait for it (to
+   * settle with the next ones) only then, never behind a wait. */
+  private postingNext(now: number): boolean {
+    const s = this.settings;
+    if (this.grantedAt !== null && this.grantedAt > now) return false; // the budget makes the next request wait
+    const batch = this.batches[0];
+    if (batch !== undefined) return batch.notBefore <= now;
+    if (!this.buffer.length) return false;
+    const due = now >= (this.bufferSince as number) + s.linger;
+    return this.full || this.more || this.toppedUp || this.flushing || due;
+  }
+
   /** Nothing read and not yet settled. */
   get idle(): boolean {
-    return !(this.buffer.length || this.batches.length || this.work.length);
+    return !(this.buffer.length || this.batches.length || this.work.length || this.acked.length);
   }
 
   private held(): OutboxEntry[] {
@@ -613,7 +638,9 @@ export class Delivery {
       this.stalled = null;
       this.blocked = false;
       this.delivered += batch.entries.length;
-      this.settle(batch.entries, "acknowledge");
+      if (this.settings.settleEvery) {
+        for (const entry of batch.entries) this.acked.push(entry); // held (and so not read again) until settled
+      } else this.settle(batch.entries, "acknowledge");
     } else if (status === 422 && onlyEarly(outcome.body)) {
       // Polar's clock is behind this machine's: the events become valid in a moment.
       this.stalled = "Polar refused timestamps in its future: this machine's clock is ahead";

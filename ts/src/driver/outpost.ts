@@ -65,6 +65,11 @@ const CLUSTER_POLL = 0.05; // seconds an empty round of reads on a cluster waits
 const IDLE_DOUBLINGS = 6; // bounds the doubling (50 ms -> 3.2 s); the read's block (0.5 s) caps it first
 const CLOSE_RESERVE = 1.0; // seconds of close()'s timeout kept for what comes after its flush
 const LAST_EXPORT = 0.75; // most seconds close() gives the last telemetry export
+const LOOK = 0.05; // a flush looks at the outboxes at least this often
+/** Batches whose acknowledged entries settle in one script when they follow each other: fewer,
+ * larger scripts (each identity's state is written once a script), at the cost of entries staying
+ * counted as undelivered a few batches longer. */
+const SETTLE_BATCHES = 4;
 
 export type DroppedCallback = (events: unknown[], reason: string) => unknown;
 
@@ -286,8 +291,9 @@ export class Outpost {
     });
     this.core = this.traces.session(new Session(settings, this.log, link), settings, link === null ? null : this.serverUrl);
     const claimIdle = options.claimIdle ?? 300;
+    const batchSize = options.batchSize ?? 500;
     this.deliverySettings = makeDeliverySettings({
-      batchSize: options.batchSize ?? 500,
+      batchSize,
       linger: options.linger ?? 0.2,
       maxAttempts: options.maxAttempts ?? 10,
       claimIdle,
@@ -300,6 +306,7 @@ export class Outpost {
       requestsPerMinute: options.requestsPerMinute ?? 300.0,
       batchBytes: options.batchBytes ?? 8 * 1024 * 1024,
       settleAlongside: true,
+      settleEvery: SETTLE_BATCHES * batchSize,
       readAlongside: true,
     });
     this.maxInFlight = maxInFlight;
@@ -392,16 +399,29 @@ export class Outpost {
     this.flushing += 1;
     this.deliveryWake.fire();
     try {
+      let looked = -Infinity;
       for (;;) {
-        const version = this.signal.version;
-        if (!this.settling && (await this.outboxSettled(marks))) return true;
+        // A look reads every outbox: taken when a settle left this instance's loops holding
+        // nothing (the marks may be reached), and every LOOK seconds for what other instances
+        // settle, not at every batch of a backlog (nor at every change applied).
+        const version = this.deliveryWake.version;
+        const now = monotonic();
+        if (!this.settling && (this.holdingNothing || now - looked >= LOOK)) {
+          looked = now;
+          if (await this.outboxSettled(marks)) return true;
+        }
         const remaining = deadline - monotonic();
         if (remaining <= 0) return false;
-        await this.signal.wait(version, Math.min(remaining, 0.05));
+        await this.deliveryWake.wait(version, Math.min(remaining, LOOK));
       }
     } finally {
       this.flushing -= 1;
     }
+  }
+
+  /** Whether every delivery loop of this instance holds nothing read and not yet settled. */
+  private get holdingNothing(): boolean {
+    return this.deliveries.every((d) => d.idle);
   }
 
   /** Flush, stop the background work and release connections, within `timeout` seconds
@@ -1085,8 +1105,8 @@ export class Outpost {
       delivery.handle(outcome, monotonic(), this.nowUs());
       for (const report of delivery.reports()) this.logReport(report);
       if (outcome.kind === "Settled" || action.kind === "PostAndSettle") {
-        this.signal.fire(); // a flush waiting
-        this.deliveryWake.fire(); // a loop holding off its re-read until none holds
+        this.signal.fire(); // the ticks, and reads waiting on this instance's copies
+        this.deliveryWake.fire(); // a flush waiting; a loop holding off its re-read until none holds
       }
     }
   }

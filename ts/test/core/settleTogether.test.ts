@@ -1,0 +1,138 @@
+/** Settling the entries of several batches in one script (settleEvery;
+ * tests/core/test_settle_together.py has the same cases). */
+
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { type DeliveryEffect, Delivery, type DeliveryInput, makeDeliverySettings } from "../../src/core/delivery.js";
+import { UsageError } from "../../src/core/errors.js";
+import { BUDGET_KEY } from "../../src/core/keys.js";
+
+const STREAM = "outpost:v2:{3}:outbox";
+const OTHER = "outpost:v2:{5}:outbox";
+const te = new TextEncoder();
+const entry = (name: string, stream = STREAM): [string, string, Map<string, string>] => [
+  stream,
+  `${name.charCodeAt(0)}-0`,
+  new Map([
+    ["e", JSON.stringify({ name: "a", external_id: name })],
+    ["f", `0:${name}`],
+    ["k", JSON.stringify(["outpost:v2:{3}:external:x:r"])],
+  ]),
+];
+const read = (...names: string[]): DeliveryInput => ({ kind: "OutboxRead", entries: names.map((n) => entry(n)) });
+const answer = (status: number): DeliveryInput => ({ kind: "BatchAnswered", status, body: te.encode(""), retryAfter: null });
+const ok = answer(200);
+const SETTLED: DeliveryInput = { kind: "Settled", reply: null };
+
+/** The external ids a post (or the post a PostAndSettle carries) sends. */
+function posted(action: DeliveryEffect): string[] {
+  const post = action.kind === "PostAndSettle" ? action.post : action;
+  assert.equal(post.kind, "PostBatch");
+  return (JSON.parse(new TextDecoder().decode(post.kind === "PostBatch" ? post.body : new Uint8Array())).events as { external_id: string }[]).map((e) => e.external_id);
+}
+
+/** Each settle script an action runs: its script, stream, entry ids and event fields. */
+function settled(action: DeliveryEffect): [string, string, string[], string[]][] {
+  const settles = action.kind === "PostAndSettle" || action.kind === "SettleScripts" ? action.settles : action.kind === "SettleScript" ? [action] : [];
+  return settles.map((s) => [
+    s.script,
+    s.keys[0] as string,
+    s.args.slice(4, 4 + Number(s.args[3])),
+    s.args.filter((a) => a.startsWith("0:")).map((a) => a.slice(2)),
+  ]);
+}
+
+const ids = (...names: string[]): string[] => names.map((n) => `${n.charCodeAt(0)}-0`);
+
+/** A loop past its first claim, settling alongside and four acknowledged entries together. */
+class Loop {
+  now = 0;
+  readonly delivery: Delivery;
+  constructor(overrides = {}) {
+    const settings = makeDeliverySettings({ linger: 0, settleAlongside: true, settleEvery: 4, ...overrides });
+    this.delivery = new Delivery(settings, { random: () => 0.5 }, 0);
+    assert.equal(this.next().kind, "ClaimStale");
+    this.delivery.handle({ kind: "OutboxRead", entries: [] }, 0, 0);
+  }
+  next(): DeliveryEffect {
+    return this.delivery.nextEffect(this.now);
+  }
+  /** Report `input` for the action outstanding, and say what comes next. */
+  step(input: DeliveryInput): DeliveryEffect {
+    this.delivery.handle(input, this.now, 1);
+    return this.next();
+  }
+}
+
+describe("settling acknowledged entries together", () => {
+  it("is off by default and never negative", () => {
+    assert.equal(makeDeliverySettings().settleEvery, 0);
+    assert.throws(() => makeDeliverySettings({ settleEvery: -1 }), (e: unknown) => e instanceof UsageError && /settle_every/.test(e.message));
+  });
+
+  it("settles batches that follow each other in one script", () => {
+    const loop = new Loop({ batchSize: 2 });
+    assert.equal(loop.next().kind, "ReadOutbox");
+    assert.deepEqual(posted(loop.step(read("a", "b", "c", "d", "e", "f"))), ["a", "b"]);
+    // c and d go at once: a and b wait for them rather than settle alone.
+    const second = loop.step(ok);
+    assert.equal(second.kind, "PostBatch");
+    assert.deepEqual(posted(second), ["c", "d"]);
+    assert.equal(loop.delivery.idle, false);
+    // Four are held: one script settles them, while e and f are posted.
+    const both = loop.step(ok);
+    assert.equal(both.kind, "PostAndSettle");
+    assert.deepEqual(posted(both), ["e", "f"]);
+    assert.deepEqual(settled(both), [["acknowledge", STREAM, ids("a", "b", "c", "d"), ["a", "b", "c", "d"]]]);
+    loop.delivery.handle(ok, loop.now, 1);
+    assert.equal(loop.delivery.delivered, 6);
+  });
+
+  it("settles one script per stream", () => {
+    const loop = new Loop({ batchSize: 2 });
+    loop.next();
+    const entries = [entry("a"), entry("b", OTHER), entry("c", OTHER), entry("d"), entry("e")];
+    assert.deepEqual(posted(loop.step({ kind: "OutboxRead", entries })), ["a", "b"]);
+    assert.deepEqual(posted(loop.step(ok)), ["c", "d"]);
+    const both = loop.step(ok);
+    assert.deepEqual(posted(both), ["e"]);
+    assert.deepEqual(settled(both), [
+      ["acknowledge", STREAM, ids("a", "d"), ["a", "d"]],
+      ["acknowledge", OTHER, ids("b", "c"), ["b", "c"]],
+    ]);
+  });
+
+  it("settles acknowledged entries at once when no batch goes next", () => {
+    const loop = new Loop({ batchSize: 2 });
+    loop.next();
+    assert.deepEqual(posted(loop.step(read("a", "b"))), ["a", "b"]);
+    assert.deepEqual(loop.step(ok), { kind: "ReadOutbox", count: 2, block: 0 }); // for a batch to carry it
+    const alone = loop.step({ kind: "OutboxRead", entries: [] });
+    assert.equal(alone.kind, "SettleScripts");
+    assert.deepEqual(settled(alone), [["acknowledge", STREAM, ids("a", "b"), ["a", "b"]]]);
+    loop.delivery.handle(SETTLED, loop.now, 1);
+    assert.equal(loop.delivery.idle, true);
+  });
+
+  it("holds no settle back behind a batch waiting to be retried", () => {
+    const loop = new Loop({ batchSize: 2 });
+    loop.next();
+    assert.deepEqual(posted(loop.step(read("a", "b", "c", "d"))), ["a", "b"]);
+    assert.deepEqual(posted(loop.step(ok)), ["c", "d"]);
+    const alone = loop.step(answer(503)); // c and d wait their backoff
+    assert.equal(alone.kind, "SettleScripts");
+    assert.deepEqual(settled(alone), [["acknowledge", STREAM, ids("a", "b"), ["a", "b"]]]);
+  });
+
+  it("holds no settle back behind a request the budget makes wait", () => {
+    const loop = new Loop({ batchSize: 2, requestsPerMinute: 300 });
+    loop.next();
+    assert.equal(loop.step(read("a", "b", "c", "d")).kind, "TakeRequest");
+    assert.deepEqual(posted(loop.step({ kind: "BudgetAnswered", reply: 0 })), ["a", "b"]);
+    assert.deepEqual(loop.step(ok), { kind: "TakeRequest", key: BUDGET_KEY, perMinute: 300, capacity: 20 });
+    const alone = loop.step({ kind: "BudgetAnswered", reply: 10_000 });
+    assert.equal(alone.kind, "SettleScripts");
+    assert.deepEqual(settled(alone), [["acknowledge", STREAM, ids("a", "b"), ["a", "b"]]]);
+    assert.notEqual(loop.step(SETTLED).kind, "PostBatch"); // c and d wait for their request
+  });
+});

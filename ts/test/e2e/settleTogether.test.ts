@@ -1,0 +1,124 @@
+/** A delivery loop settles the acknowledged entries of batches that follow each other in one
+ * script per stream, and a flush of a backlog looks at the outboxes when the loops hold nothing
+ * and every 50 ms, not at every batch. A real redis-server and the emulator; the backlog is
+ * queued whole before the loop acts (its actions wait for the test). */
+
+import assert from "node:assert/strict";
+import { after, afterEach, before, describe, it } from "node:test";
+import type { DeliveryEffect, DeliveryInput } from "../../src/core/index.js";
+import { Customer, shardOf } from "../../src/core/keys.js";
+import { Outpost, type OutpostOptions } from "../../src/index.js";
+import { CALLS_FILTER, Emulator } from "../support/emulator.js";
+import { uniqueCustomer } from "../support/eventually.js";
+import { RedisServer } from "../support/redisServer.js";
+import { testOptions } from "../support/testOptions.js";
+
+type Act = (...args: unknown[]) => Promise<DeliveryInput>;
+/** What these tests look at inside an instance. */
+interface Inside {
+  ensureStarted(): Promise<void>;
+  deliveries: { idle: boolean; nextEffect: (now: number) => DeliveryEffect }[];
+  act: Act;
+  outboxSettled: (marks: unknown) => Promise<boolean>;
+}
+const inside = (outpost: Outpost): Inside => outpost as unknown as Inside;
+const LOOK = 0.05; // the driver's: a flush looks at least this often while the loops hold entries
+
+describe("settling batches that follow each other together", () => {
+  let redis: RedisServer;
+  let emulator: Emulator;
+  let calls: string;
+  const open: Outpost[] = [];
+
+  before(async () => {
+    [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
+    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
+  });
+  afterEach(async () => {
+    await Promise.allSettled(open.splice(0).map((o) => o.close(2)));
+  });
+  after(async () => {
+    await Promise.all([redis.stop(), emulator.stop()]);
+  });
+
+  /** A started instance (no request budget: every batch goes at once) whose delivery loop waits,
+   * before its next action, until `release()`; and every action the loop asks for from then on. */
+  async function held(options: OutpostOptions): Promise<[Outpost, DeliveryEffect[], () => void]> {
+    const outpost = new Outpost(testOptions(emulator, redis, { retryBase: 0.05, requestsPerMinute: 0, ...options }));
+    open.push(outpost);
+    const o = inside(outpost);
+    const act = o.act.bind(outpost) as Act;
+    let release = (): void => {};
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    o.act = async (...args) => {
+      await gate;
+      return act(...args);
+    };
+    await o.ensureStarted();
+    const machine = o.deliveries[0]!;
+    const nextEffect = machine.nextEffect.bind(machine);
+    const actions: DeliveryEffect[] = [];
+    machine.nextEffect = (now) => {
+      const action = nextEffect(now);
+      actions.push(action);
+      return action;
+    };
+    return [outpost, actions, release];
+  }
+
+  /** `perCustomer` events for each of `customers` new customers, all queued. */
+  async function backlog(outpost: Outpost, customers: number, perCustomer: number): Promise<string[]> {
+    const names = Array.from({ length: customers }, () => uniqueCustomer("together"));
+    await outpost.balance(calls, { externalCustomerId: names[0] as string }).catch(() => null); // the configuration first
+    await Promise.all(names.flatMap((customer) => Array.from({ length: perCustomer }, () => outpost.track("api_call", { externalCustomerId: customer }))));
+    return names;
+  }
+
+  async function consumed(names: string[]): Promise<number[]> {
+    return Promise.all(names.map(async (customer) => (await emulator.customerMeter(calls, customer)).consumed_units as number));
+  }
+
+  /** The customers of each batch the loop posted. */
+  function batches(actions: DeliveryEffect[]): string[][] {
+    const posts = actions.flatMap((a) => (a.kind === "PostAndSettle" ? [a.post] : a.kind === "PostBatch" ? [a] : []));
+    return posts.map((p) => (JSON.parse(new TextDecoder().decode(p.body)).events as { external_customer_id: string }[]).map((e) => e.external_customer_id));
+  }
+
+  it("delivers a backlog exactly, in fewer settle scripts than its batches settled each alone", async () => {
+    const [outpost, actions, release] = await held({ batchSize: 10 });
+    const names = await backlog(outpost, 30, 20);
+    release();
+    assert.equal(await outpost.flush(30), true);
+    assert.deepEqual(await consumed(names), names.map(() => 20));
+    const posted = batches(actions);
+    assert.equal(posted.flat().length, 600);
+    const settles = actions.flatMap((a) => (a.kind === "PostAndSettle" || a.kind === "SettleScripts" ? a.settles : a.kind === "SettleScript" ? [a] : []));
+    assert.ok(settles.every((s) => s.script === "acknowledge"));
+    // A batch settled alone takes one script for each stream it touched.
+    const alone = posted.reduce((n, batch) => n + new Set(batch.map((c) => shardOf(new Customer("external", c)))).size, 0);
+    const streams = new Set(settles.map((s) => s.keys[0])).size;
+    assert.ok(settles.length < alone, `${settles.length} settle scripts for ${posted.length} batches (${alone} if each settled alone)`);
+    assert.ok(settles.length < posted.length * streams);
+  });
+
+  it("looks at the outboxes during a flush of a backlog only when the loops hold nothing, or LOOK after the last look", async () => {
+    const [outpost, actions, release] = await held({ batchSize: 10 });
+    const o = inside(outpost);
+    const settled = o.outboxSettled.bind(outpost);
+    const looks: { at: number; busy: boolean }[] = [];
+    o.outboxSettled = (marks) => {
+      looks.push({ at: performance.now() / 1000, busy: !o.deliveries.every((d) => d.idle) });
+      return settled(marks);
+    };
+    const names = await backlog(outpost, 30, 20);
+    release();
+    assert.equal(await outpost.flush(30), true);
+    assert.deepEqual(await consumed(names), names.map(() => 20));
+    const posts = batches(actions).length;
+    assert.ok(posts >= 60, `${posts} batches`);
+    // Not at each batch, nor at each change applied: a look while the loops hold entries comes
+    // LOOK after the one before (half of it allowed for the spy's own timing).
+    const early = looks.filter((look, i) => i > 0 && look.busy && look.at - looks[i - 1]!.at < LOOK / 2);
+    assert.deepEqual(early, [], `${looks.length} looks over ${posts} batches`);
+  });
+});
