@@ -1,7 +1,6 @@
 /** A delivery loop settles the acknowledged entries of batches that follow each other in one
- * script per stream, and a flush of a backlog looks at the outboxes when the loops hold nothing
- * and every 50 ms, not at every batch. A real redis-server and the emulator; the backlog is
- * queued whole before the loop acts (its actions wait for the test). */
+ * script per stream. A real redis-server and the emulator; the backlog is queued whole before the
+ * loop acts (its actions wait for the test). */
 
 import assert from "node:assert/strict";
 import { after, afterEach, before, describe, it } from "node:test";
@@ -17,12 +16,10 @@ type Act = (...args: unknown[]) => Promise<DeliveryInput>;
 /** What these tests look at inside an instance. */
 interface Inside {
   ensureStarted(): Promise<void>;
-  deliveries: { idle: boolean; nextEffect: (now: number) => DeliveryEffect }[];
+  deliveries: { nextEffect: (now: number) => DeliveryEffect }[];
   act: Act;
-  outboxSettled: (marks: unknown) => Promise<boolean>;
 }
 const inside = (outpost: Outpost): Inside => outpost as unknown as Inside;
-const LOOK = 0.05; // the driver's: a flush looks at least this often while the loops hold entries
 
 describe("settling batches that follow each other together", () => {
   let redis: RedisServer;
@@ -99,26 +96,5 @@ describe("settling batches that follow each other together", () => {
     const streams = new Set(settles.map((s) => s.keys[0])).size;
     assert.ok(settles.length < alone, `${settles.length} settle scripts for ${posted.length} batches (${alone} if each settled alone)`);
     assert.ok(settles.length < posted.length * streams);
-  });
-
-  it("looks at the outboxes during a flush of a backlog only when the loops hold nothing, or LOOK after the last look", async () => {
-    const [outpost, actions, release] = await held({ batchSize: 10 });
-    const o = inside(outpost);
-    const settled = o.outboxSettled.bind(outpost);
-    const looks: { at: number; busy: boolean }[] = [];
-    o.outboxSettled = (marks) => {
-      looks.push({ at: performance.now() / 1000, busy: !o.deliveries.every((d) => d.idle) });
-      return settled(marks);
-    };
-    const names = await backlog(outpost, 30, 20);
-    release();
-    assert.equal(await outpost.flush(30), true);
-    assert.deepEqual(await consumed(names), names.map(() => 20));
-    const posts = batches(actions).length;
-    assert.ok(posts >= 60, `${posts} batches`);
-    // Not at each batch, nor at each change applied: a look while the loops hold entries comes
-    // LOOK after the one before (half of it allowed for the spy's own timing).
-    const early = looks.filter((look, i) => i > 0 && look.busy && look.at - looks[i - 1]!.at < LOOK / 2);
-    assert.deepEqual(early, [], `${looks.length} looks over ${posts} batches`);
   });
 });
