@@ -1,60 +1,39 @@
 /** The driver end to end: a real redis-server and the Python emulator of Polar, both started here. */
 
 import assert from "node:assert/strict";
-import { after, afterEach, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { Redis } from "ioredis";
-import { NotReady, Outpost, type OutpostOptions, RedisUnavailable } from "../../src/index.js";
-import { CALLS_FILTER, Emulator } from "../support/emulator.js";
+import { NotReady, Outpost, RedisUnavailable } from "../../src/index.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { untilTrackWorks } from "../support/failing.js";
-import { RedisServer } from "../support/redisServer.js";
-import { testOptions } from "../support/testOptions.js";
+import { world } from "../support/world.js";
 
 describe("the driver against the emulator", () => {
-  let redis: RedisServer;
-  let emulator: Emulator;
-  let calls: string;
-  const open: Outpost[] = [];
+  const w = world();
 
-  before(async () => {
-    [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
-    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
-  });
-  // Every instance on this Redis delivers any instance's events: close each test's own.
-  afterEach(async () => {
-    await Promise.allSettled(open.splice(0).map((o) => o.close(2)));
-  });
-  after(async () => {
-    await Promise.all([redis.stop(), emulator.stop()]);
-  });
-
-  function connect(options: OutpostOptions = {}): Outpost {
-    const outpost = new Outpost(testOptions(emulator, redis, { retryBase: 0.05, ...options }));
-    open.push(outpost);
-    return outpost;
-  }
+  const { connect } = w;
 
   /** Two instances that have both read a new customer (each follows it). */
   async function twoReading(): Promise<[Outpost, Outpost, string]> {
     const a = connect();
     const b = connect();
     const customer = uniqueCustomer();
-    await a.balance(calls, { externalCustomerId: customer });
-    await b.balance(calls, { externalCustomerId: customer });
+    await a.balance(w.calls, { externalCustomerId: customer });
+    await b.balance(w.calls, { externalCustomerId: customer });
     return [a, b, customer];
   }
 
   it("answers a first read once Polar's snapshot is applied, and counts what it tracked", async () => {
     const outpost = connect();
     const customer = uniqueCustomer();
-    const first = await outpost.balance(calls, { externalCustomerId: customer });
+    const first = await outpost.balance(w.calls, { externalCustomerId: customer });
     assert.equal(first.consumed, 0);
     assert.ok(first.coldUntil instanceof Date);
     // mode "auto" (the default): Polar serves /v1/outpost/, so the snapshot protocol runs
     assert.deepEqual([outpost.mode, outpost.modeReason], ["snapshots", "Polar serves /v1/outpost/ (HTTP 101)"]);
     await outpost.track("api_call", { externalCustomerId: customer });
     await outpost.track("other", { externalCustomerId: customer });
-    const after = await outpost.balance(calls, { externalCustomerId: customer });
+    const after = await outpost.balance(w.calls, { externalCustomerId: customer });
     assert.equal(after.consumed, 1);
     assert.equal(after.pending, 1);
     assert.equal(after.balance, -1);
@@ -63,12 +42,12 @@ describe("the driver against the emulator", () => {
   it("delivers on flush(): Polar counts the events, and a later snapshot settles them", async () => {
     const outpost = connect();
     const customer = uniqueCustomer();
-    await outpost.balance(calls, { externalCustomerId: customer });
+    await outpost.balance(w.calls, { externalCustomerId: customer });
     for (let i = 0; i < 3; i++) await outpost.track("api_call", { externalCustomerId: customer, metadata: { i } });
     assert.equal(await outpost.flush(10), true);
-    const meter = await emulator.customerMeter(calls, customer);
+    const meter = await w.emulator.customerMeter(w.calls, customer);
     assert.equal(meter.consumed_units, 3);
-    const balance = await outpost.balance(calls, { externalCustomerId: customer });
+    const balance = await outpost.balance(w.calls, { externalCustomerId: customer });
     assert.equal(balance.consumed, 3);
     assert.equal(balance.undelivered, 0);
   });
@@ -78,12 +57,12 @@ describe("the driver against the emulator", () => {
     const customer = uniqueCustomer();
     await outpost.start();
     await eventually(() => outpost.connected, "the WebSocket to open");
-    await emulator.admin("faults", { snapshot_delay: 1.0 });
+    await w.emulator.admin("faults", { snapshot_delay: 1.0 });
     try {
-      await assert.rejects(outpost.balance(calls, { externalCustomerId: customer }), NotReady);
+      await assert.rejects(outpost.balance(w.calls, { externalCustomerId: customer }), NotReady);
       await eventually(async () => {
         try {
-          await outpost.balance(calls, { externalCustomerId: customer });
+          await outpost.balance(w.calls, { externalCustomerId: customer });
           return true;
         } catch (exc) {
           if (exc instanceof NotReady) return false;
@@ -91,34 +70,34 @@ describe("the driver against the emulator", () => {
         }
       }, "the delayed snapshot to be applied");
     } finally {
-      await emulator.admin("faults", { clear: true });
+      await w.emulator.admin("faults", { clear: true });
     }
   });
 
   it("applies the snapshots Polar pushes (a credit grant)", async () => {
     const outpost = connect();
     const customer = uniqueCustomer();
-    assert.equal((await outpost.balance(calls, { externalCustomerId: customer })).credited, 0);
-    await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 100 });
-    await eventually(async () => (await outpost.balance(calls, { externalCustomerId: customer })).credited === 100, "the pushed credit");
+    assert.equal((await outpost.balance(w.calls, { externalCustomerId: customer })).credited, 0);
+    await w.emulator.admin("credits", { meter_id: w.calls, external_customer_id: customer, units: 100 });
+    await eventually(async () => (await outpost.balance(w.calls, { externalCustomerId: customer })).credited === 100, "the pushed credit");
   });
 
   it("reconnects after Polar drops the WebSocket, and asks for its customers again", async () => {
     const outpost = connect();
     const customer = uniqueCustomer();
-    await outpost.balance(calls, { externalCustomerId: customer });
-    await emulator.admin("faults", { drop_websockets: "close" });
+    await outpost.balance(w.calls, { externalCustomerId: customer });
+    await w.emulator.admin("faults", { drop_websockets: "close" });
     await eventually(() => !outpost.connected, "the drop to be noticed");
     await eventually(() => outpost.connected, "the WebSocket to reopen");
-    await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 7 });
-    await eventually(async () => (await outpost.balance(calls, { externalCustomerId: customer })).credited === 7, "a credit after the reconnection");
+    await w.emulator.admin("credits", { meter_id: w.calls, external_customer_id: customer, units: 7 });
+    await eventually(async () => (await outpost.balance(w.calls, { externalCustomerId: customer })).credited === 7, "a credit after the reconnection");
   });
 
   it("drops alone the one event Polar refuses (422) and delivers the rest", async () => {
     const dropped: [unknown[], string][] = [];
     const outpost = connect({ onDropped: (events, reason) => void dropped.push([events, reason]) });
     const customer = uniqueCustomer();
-    await outpost.balance(calls, { externalCustomerId: customer });
+    await outpost.balance(w.calls, { externalCustomerId: customer });
     await outpost.track("api_call", { externalCustomerId: customer });
     const bad = await outpost.track("api_call", { customerId: "5da96107-6e1c-4db9-9f06-ff2ab930d318" });
     await outpost.track("api_call", { externalCustomerId: customer });
@@ -127,20 +106,20 @@ describe("the driver against the emulator", () => {
     const [events, reason] = dropped[0] as [Record<string, unknown>[], string];
     assert.deepEqual(events.map((e) => e.external_id), [bad]);
     assert.match(reason, /422/);
-    assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
+    assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 2);
   });
 
   it("survives a Redis restart: tracking fails while it is down, then copies and subscriptions come back", async () => {
     const [a, b, customer] = await twoReading();
-    redis.kill();
+    w.redis.kill();
     await assert.rejects(a.track("api_call", { externalCustomerId: customer }), RedisUnavailable);
     await eventually(() => !a.subscribed, "the subscription to drop");
-    await redis.start(); // the same port, empty: the copies reload and ask Polar again
+    await w.redis.start(); // the same port, empty: the copies reload and ask Polar again
     await eventually(() => a.subscribed && b.subscribed, "both instances to subscribe again", 20);
     await untilTrackWorks(b, customer, "Redis to take writes again");
     await eventually(async () => {
       try {
-        return (await a.balance(calls, { externalCustomerId: customer })).consumed >= 1;
+        return (await a.balance(w.calls, { externalCustomerId: customer })).consumed >= 1;
       } catch (exc) {
         if (exc instanceof NotReady) return false;
         throw exc;
@@ -151,10 +130,10 @@ describe("the driver against the emulator", () => {
   it("close() does not wait for an ingestion request Polar hangs: it is aborted, the events stay queued", async () => {
     const outpost = connect();
     const customer = uniqueCustomer();
-    await outpost.balance(calls, { externalCustomerId: customer });
-    const ingests = async (): Promise<number> => (await emulator.admin("state")).counters.http_ingest ?? 0;
+    await outpost.balance(w.calls, { externalCustomerId: customer });
+    const ingests = async (): Promise<number> => (await w.emulator.admin("state")).counters.http_ingest ?? 0;
     const before = await ingests();
-    await emulator.admin("faults", { ingest_hang: { seconds: 60, count: 1 } });
+    await w.emulator.admin("faults", { ingest_hang: { seconds: 60, count: 1 } });
     try {
       await outpost.track("api_call", { externalCustomerId: customer });
       await eventually(async () => (await ingests()) > before, "the ingest to reach Polar");
@@ -165,25 +144,25 @@ describe("the driver against the emulator", () => {
       await Promise.race([outpost.close(0.2), deadline]);
       clearTimeout(timer);
     } finally {
-      await emulator.admin("faults", { clear: true });
+      await w.emulator.admin("faults", { clear: true });
     }
   });
 
   it("reads Redis when asked fresh, and misses nothing while its subscription breaks", async () => {
     const [a, b, customer] = await twoReading();
     await b.track("api_call", { externalCustomerId: customer });
-    const fresh = await a.balance(calls, { externalCustomerId: customer, fresh: true });
+    const fresh = await a.balance(w.calls, { externalCustomerId: customer, fresh: true });
     assert.equal(fresh.source, "redis");
     assert.equal(fresh.consumed, 1); // never behind what any instance tracked before the call
-    await eventually(async () => (await a.balance(calls, { externalCustomerId: customer })).source === "memory", "a warm read");
-    const probe = new Redis(redis.url);
+    await eventually(async () => (await a.balance(w.calls, { externalCustomerId: customer })).source === "memory", "a warm read");
+    const probe = new Redis(w.redis.url);
     try {
       await probe.call("CLIENT", "KILL", "TYPE", "pubsub"); // both subscribers break; what is published meanwhile is lost
     } finally {
       probe.disconnect();
     }
     await b.track("api_call", { externalCustomerId: customer });
-    await eventually(async () => a.subscribed && (await a.balance(calls, { externalCustomerId: customer })).consumed === 2, "a to count the event tracked while it was not subscribed");
+    await eventually(async () => a.subscribed && (await a.balance(w.calls, { externalCustomerId: customer })).consumed === 2, "a to count the event tracked while it was not subscribed");
   });
 
   it("does not wake a waiting delivery loop at each change another instance makes", async () => {
@@ -193,7 +172,7 @@ describe("the driver against the emulator", () => {
     const b = connect({ linger: 5 });
     const customer = uniqueCustomer("lingering");
     await a.track("api_call", { externalCustomerId: customer }); // a's loops start; it lingers
-    await a.balance(calls, { externalCustomerId: customer }); // a follows the customer
+    await a.balance(w.calls, { externalCustomerId: customer }); // a follows the customer
     const machine = (a as unknown as { deliveries: { nextEffect: (now: number) => unknown }[] }).deliveries[0]!;
     const nextEffect = machine.nextEffect.bind(machine);
     let asked = 0;
@@ -203,10 +182,10 @@ describe("the driver against the emulator", () => {
     };
     const tracks = 200;
     for (let n = 0; n < tracks; n += 1) await b.track("api_call", { externalCustomerId: customer });
-    await eventually(async () => (await a.balance(calls, { externalCustomerId: customer })).consumed === tracks + 1, "a following b's tracks");
+    await eventually(async () => (await a.balance(w.calls, { externalCustomerId: customer })).consumed === tracks + 1, "a following b's tracks");
     assert.ok(asked < tracks / 4, `a's delivery loop went round ${asked} times for ${tracks} tracks`);
     assert.equal(await a.flush(10), true);
     assert.equal(await b.flush(10), true);
-    assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, tracks + 1);
+    assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, tracks + 1);
   });
 });

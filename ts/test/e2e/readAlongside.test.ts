@@ -3,15 +3,13 @@
  * entries, pending for this consumer, are read again). A real redis-server and the emulator. */
 
 import assert from "node:assert/strict";
-import { after, afterEach, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import type { Redis } from "ioredis";
 import type { DeliveryEffect } from "../../src/core/index.js";
 import { Outpost, type OutpostOptions } from "../../src/index.js";
-import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { Lines } from "../support/lines.js";
-import { RedisServer } from "../support/redisServer.js";
-import { testOptions } from "../support/testOptions.js";
+import { world } from "../support/world.js";
 
 /** What these tests look at inside an instance. */
 interface Inside {
@@ -24,32 +22,14 @@ const inside = (outpost: Outpost): Inside => outpost as unknown as Inside;
 const EMPTY_READ = "*-1\r\n";
 
 describe("reading the next batch while one is posted", () => {
-  let redis: RedisServer;
-  let emulator: Emulator;
-  let calls: string;
-  const open: Outpost[] = [];
+  const w = world();
 
-  before(async () => {
-    [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
-    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
-  });
-  afterEach(async () => {
-    await Promise.allSettled(open.splice(0).map((o) => o.close(2)));
-  });
-  after(async () => {
-    await Promise.all([redis.stop(), emulator.stop()]);
-  });
-
-  function connect(options: OutpostOptions = {}): Outpost {
-    const outpost = new Outpost(testOptions(emulator, redis, { retryBase: 0.05, ...options }));
-    open.push(outpost);
-    return outpost;
-  }
+  const { connect } = w;
 
   /** `perCustomer` events for each of `customers` new customers, tracked by `outpost` at once. */
   async function backlog(outpost: Outpost, customers: number, perCustomer: number): Promise<string[]> {
     const names = Array.from({ length: customers }, () => uniqueCustomer("backlog"));
-    await outpost.balance(calls, { externalCustomerId: names[0] as string }).catch(() => null); // the configuration first
+    await outpost.balance(w.calls, { externalCustomerId: names[0] as string }).catch(() => null); // the configuration first
     await Promise.all(names.flatMap((customer) => Array.from({ length: perCustomer }, () => outpost.track("api_call", { externalCustomerId: customer }))));
     return names;
   }
@@ -72,7 +52,7 @@ describe("reading the next batch while one is posted", () => {
   }
 
   async function consumed(names: string[]): Promise<number[]> {
-    return Promise.all(names.map(async (customer) => (await emulator.customerMeter(calls, customer)).consumed_units as number));
+    return Promise.all(names.map(async (customer) => (await w.emulator.customerMeter(w.calls, customer)).consumed_units as number));
   }
 
   it("delivers a backlog over many customers on flush(), reading each next batch beside a post", async () => {

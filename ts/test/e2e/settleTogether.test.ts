@@ -3,14 +3,12 @@
  * loop acts (its actions wait for the test). */
 
 import assert from "node:assert/strict";
-import { after, afterEach, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import type { DeliveryEffect, DeliveryInput } from "../../src/core/index.js";
 import { Customer, shardOf } from "../../src/core/keys.js";
 import { Outpost, type OutpostOptions } from "../../src/index.js";
-import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { uniqueCustomer } from "../support/eventually.js";
-import { RedisServer } from "../support/redisServer.js";
-import { testOptions } from "../support/testOptions.js";
+import { world } from "../support/world.js";
 
 type Act = (...args: unknown[]) => Promise<DeliveryInput>;
 /** What these tests look at inside an instance. */
@@ -22,27 +20,12 @@ interface Inside {
 const inside = (outpost: Outpost): Inside => outpost as unknown as Inside;
 
 describe("settling batches that follow each other together", () => {
-  let redis: RedisServer;
-  let emulator: Emulator;
-  let calls: string;
-  const open: Outpost[] = [];
-
-  before(async () => {
-    [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
-    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
-  });
-  afterEach(async () => {
-    await Promise.allSettled(open.splice(0).map((o) => o.close(2)));
-  });
-  after(async () => {
-    await Promise.all([redis.stop(), emulator.stop()]);
-  });
+  const w = world();
 
   /** A started instance (no request budget: every batch goes at once) whose delivery loop waits,
    * before its next action, until `release()`; and every action the loop asks for from then on. */
   async function held(options: OutpostOptions): Promise<[Outpost, DeliveryEffect[], () => void]> {
-    const outpost = new Outpost(testOptions(emulator, redis, { retryBase: 0.05, requestsPerMinute: 0, ...options }));
-    open.push(outpost);
+    const outpost = w.connect({ requestsPerMinute: 0, ...options });
     const o = inside(outpost);
     const act = o.act.bind(outpost) as Act;
     let release = (): void => {};
@@ -66,13 +49,13 @@ describe("settling batches that follow each other together", () => {
   /** `perCustomer` events for each of `customers` new customers, all queued. */
   async function backlog(outpost: Outpost, customers: number, perCustomer: number): Promise<string[]> {
     const names = Array.from({ length: customers }, () => uniqueCustomer("together"));
-    await outpost.balance(calls, { externalCustomerId: names[0] as string }).catch(() => null); // the configuration first
+    await outpost.balance(w.calls, { externalCustomerId: names[0] as string }).catch(() => null); // the configuration first
     await Promise.all(names.flatMap((customer) => Array.from({ length: perCustomer }, () => outpost.track("api_call", { externalCustomerId: customer }))));
     return names;
   }
 
   async function consumed(names: string[]): Promise<number[]> {
-    return Promise.all(names.map(async (customer) => (await emulator.customerMeter(calls, customer)).consumed_units as number));
+    return Promise.all(names.map(async (customer) => (await w.emulator.customerMeter(w.calls, customer)).consumed_units as number));
   }
 
   /** The customers of each batch the loop posted. */
