@@ -2,57 +2,44 @@
  * holds; each refuses what the other's holds leave uncovered, and sees them come and go. */
 
 import assert from "node:assert/strict";
-import { after, afterEach, before, describe, it } from "node:test";
-import { InsufficientBalance, Outpost } from "../../src/index.js";
-import { CALLS_FILTER, Emulator } from "../support/emulator.js";
+import { describe, it } from "node:test";
+import { InsufficientBalance } from "../../src/index.js";
+import { CALLS_FILTER } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { PythonPeer } from "../support/pythonPeer.js";
-import { RedisServer } from "../support/redisServer.js";
-import { testOptions } from "../support/testOptions.js";
+import { world } from "../support/world.js";
 
 describe("admission shared by a TypeScript and a Python instance", () => {
-  let redis: RedisServer;
-  let emulator: Emulator;
-  let calls: string;
-  const open: { close(timeout?: number): Promise<void> }[] = [];
+  const w = world();
 
-  before(async () => {
-    [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
-    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
-  });
-  afterEach(async () => {
-    await Promise.allSettled(open.splice(0).map((o) => o.close(5)));
-  });
-  after(async () => Promise.all([redis.stop(), emulator.stop()]));
 
   it("each sees the other's holds and refuses what they leave uncovered", async () => {
-    const ts = new Outpost(testOptions(emulator, redis));
-    open.push(ts);
-    const py = await PythonPeer.start({ access_token: emulator.token, server_url: emulator.url, redis_url: redis.url, linger: 0.02 });
-    open.push(py);
+    const ts = w.connect();
+    const py = await PythonPeer.start({ access_token: w.emulator.token, server_url: w.emulator.url, redis_url: w.redis.url, linger: 0.02 });
+    w.closing(py);
     const customer = uniqueCustomer();
-    await emulator.admin("credits", { meter_id: calls, units: 10, external_customer_id: customer });
-    const read = { meter_id: calls, external_customer_id: customer };
+    await w.emulator.admin("credits", { meter_id: w.calls, units: 10, external_customer_id: customer });
+    const read = { meter_id: w.calls, external_customer_id: customer };
     const who = { externalCustomerId: customer };
-    await eventually(async () => (await ts.balance(calls, who)).credited === 10, "the credits");
+    await eventually(async () => (await ts.balance(w.calls, who)).credited === 10, "the credits");
     await eventually(async () => (await py.call("balance", read)).credited === 10, "the credits in Python");
 
-    const mine = await ts.reserve(calls, 6, who);
+    const mine = await ts.reserve(w.calls, 6, who);
     await eventually(async () => (await py.call("balance", read)).held === 6, "Python to see the TypeScript hold");
     await assert.rejects(py.call("reserve", { ...read, units: 5 }), /InsufficientBalance/);
     const theirs = await py.call("reserve", { ...read, units: 4 });
-    await eventually(async () => (await ts.balance(calls, who)).held === 10, "TypeScript to see the Python hold");
-    await assert.rejects(ts.reserve(calls, 1, who), (exc: unknown) => exc instanceof InsufficientBalance && exc.available === 0);
+    await eventually(async () => (await ts.balance(w.calls, who)).held === 10, "TypeScript to see the Python hold");
+    await assert.rejects(ts.reserve(w.calls, 1, who), (exc: unknown) => exc instanceof InsufficientBalance && exc.available === 0);
     await assert.rejects(ts.track("api_call", { ...who, requireBalance: true }), InsufficientBalance);
 
     await py.call("commit", { reservation: theirs, name: "api_call" });
     await eventually(async () => {
-      const b = await ts.balance(calls, who);
+      const b = await ts.balance(w.calls, who);
       return b.held === 6 && b.consumed === 1 && b.available === 3;
     }, "TypeScript to see the commit");
     await mine.release();
     await eventually(async () => (await py.call("balance", read)).available === 9, "Python to see the release");
     await ts.track("api_call", { ...who, requireBalance: true });
-    assert.equal((await ts.balance(calls, who)).available, 8);
+    assert.equal((await ts.balance(w.calls, who)).available, 8);
   });
 });

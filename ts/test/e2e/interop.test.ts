@@ -2,47 +2,35 @@
  * tracked; delivery, settling and snapshots interoperate. */
 
 import assert from "node:assert/strict";
-import { after, afterEach, before, describe, it } from "node:test";
+import { before, describe, it } from "node:test";
 import { Redis } from "ioredis";
 import { Outpost, type OutpostOptions } from "../../src/index.js";
-import { CALLS_FILTER, Emulator } from "../support/emulator.js";
+import { CALLS_FILTER } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { PythonPeer } from "../support/pythonPeer.js";
-import { RedisServer } from "../support/redisServer.js";
-import { testOptions } from "../support/testOptions.js";
+import { world } from "../support/world.js";
 
 describe("a TypeScript and a Python instance sharing one Redis", () => {
-  let redis: RedisServer;
-  let emulator: Emulator;
-  let calls: string;
+  const w = world();
   let tokens: string;
-  const open: { close(timeout?: number): Promise<void> }[] = [];
 
   before(async () => {
-    [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
-    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
-    tokens = await emulator.createMeter("tokens", CALLS_FILTER, { func: "sum", property: "tokens" });
+    tokens = await w.emulator.createMeter("tokens", CALLS_FILTER, { func: "sum", property: "tokens" });
   });
-  afterEach(async () => {
-    await Promise.allSettled(open.splice(0).map((o) => o.close(5)));
-  });
-  after(async () => Promise.all([redis.stop(), emulator.stop()]));
 
   function typescript(options: OutpostOptions = {}): Outpost {
-    const outpost = new Outpost(testOptions(emulator, redis, options));
-    open.push(outpost);
-    return outpost;
+    return w.connect(options);
   }
 
   async function python(options: Record<string, unknown> = {}): Promise<PythonPeer> {
     const peer = await PythonPeer.start({
-      access_token: emulator.token,
-      server_url: emulator.url,
-      redis_url: redis.url,
+      access_token: w.emulator.token,
+      server_url: w.emulator.url,
+      redis_url: w.redis.url,
       linger: 0.02,
       ...options,
     });
-    open.push(peer);
+    w.closing(peer);
     return peer;
   }
 
@@ -73,14 +61,14 @@ describe("a TypeScript and a Python instance sharing one Redis", () => {
 
   it("delivers each other's events, and both see them settled by Polar's snapshot", async () => {
     // The TypeScript instance has no token: only the Python one delivers, the TypeScript events too.
-    const ts = typescript({ accessToken: "", serverUrl: emulator.url });
+    const ts = typescript({ accessToken: "", serverUrl: w.emulator.url });
     const py = await python();
     const customer = uniqueCustomer();
-    const read = { meter_id: calls, external_customer_id: customer };
+    const read = { meter_id: w.calls, external_customer_id: customer };
     await py.call("balance", read); // Python asks Polar for the customer's snapshot
     await eventually(async () => {
       try {
-        await ts.balance(calls, { externalCustomerId: customer });
+        await ts.balance(w.calls, { externalCustomerId: customer });
         return true;
       } catch {
         return false;
@@ -89,9 +77,9 @@ describe("a TypeScript and a Python instance sharing one Redis", () => {
     for (let i = 0; i < 3; i++) await ts.track("api_call", { externalCustomerId: customer, metadata: { i } });
     await py.call("track", { name: "api_call", external_customer_id: customer });
     assert.equal(await py.call("flush", { timeout: 10 }), true);
-    assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 4);
-    await eventually(async () => (await ts.balance(calls, { externalCustomerId: customer })).undelivered === 0, "the acknowledgements to reach TypeScript");
-    assert.equal((await ts.balance(calls, { externalCustomerId: customer })).consumed, 4);
+    assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 4);
+    await eventually(async () => (await ts.balance(w.calls, { externalCustomerId: customer })).undelivered === 0, "the acknowledgements to reach TypeScript");
+    assert.equal((await ts.balance(w.calls, { externalCustomerId: customer })).consumed, 4);
     assert.equal((await py.call("balance", read)).consumed, 4);
   });
 
@@ -99,17 +87,17 @@ describe("a TypeScript and a Python instance sharing one Redis", () => {
     const ts = typescript();
     const py = await python({ access_token: "" });
     const customer = uniqueCustomer();
-    const read = { meter_id: calls, external_customer_id: customer };
-    await ts.balance(calls, { externalCustomerId: customer });
+    const read = { meter_id: w.calls, external_customer_id: customer };
+    await ts.balance(w.calls, { externalCustomerId: customer });
     await py.call("balance", read);
     await py.call("track", { name: "api_call", external_customer_id: customer });
     await ts.track("api_call", { externalCustomerId: customer });
     assert.equal(await ts.flush(10), true);
-    assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
-    await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 50 });
+    assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 2);
+    await w.emulator.admin("credits", { meter_id: w.calls, external_customer_id: customer, units: 50 });
     await eventually(async () => (await py.call("balance", read)).credited === 50, "Python to see the snapshot TypeScript applied");
     const fromPy = await py.call("balance", read);
-    const fromTs = await ts.balance(calls, { externalCustomerId: customer });
+    const fromTs = await ts.balance(w.calls, { externalCustomerId: customer });
     assert.equal(fromPy.consumed, 2);
     assert.equal(fromPy.undelivered, 0);
     assert.equal(fromPy.snapshot_id, fromTs.snapshotId);
@@ -121,7 +109,7 @@ describe("a TypeScript and a Python instance sharing one Redis", () => {
     const py = await python({ linger: 3600, heartbeat: 1 }); // it holds what it reads, unposted
     const customer = uniqueCustomer();
     for (let i = 0; i < 3; i++) await py.call("track", { name: "api_call", external_customer_id: customer });
-    const probe = new Redis(redis.url);
+    const probe = new Redis(w.redis.url);
     try {
       await eventually(async () => {
         let held = 0;
@@ -136,7 +124,7 @@ describe("a TypeScript and a Python instance sharing one Redis", () => {
     await py.kill();
     const ts = typescript({ heartbeat: 1 }); // claimIdle stays 300 s: only the heartbeat can tell
     await ts.start();
-    await eventually(async () => (await emulator.customerMeter(calls, customer)).consumed_units === 3, "the Python events to reach Polar", 20);
+    await eventually(async () => (await w.emulator.customerMeter(w.calls, customer)).consumed_units === 3, "the Python events to reach Polar", 20);
     assert.equal(await ts.flush(10), true);
   });
 });

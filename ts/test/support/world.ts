@@ -15,6 +15,12 @@ export interface World {
   readonly calls: string;
   /** A new instance on this world, closed after the test; `options` override the test defaults. */
   connect(options?: OutpostOptions): Outpost;
+  /** `closable` (a Python peer, say) closed after the test; returns it. */
+  closing<T extends Closable>(closable: T): T;
+}
+
+interface Closable {
+  close(timeout?: number): Promise<void>;
 }
 
 /** Call inside `describe`: registers the hooks that start and stop the world. */
@@ -22,13 +28,13 @@ export function world(): World {
   let redis: RedisServer | undefined;
   let emulator: Emulator | undefined;
   let calls: string | undefined;
-  const open: Outpost[] = [];
+  const open: Closable[] = [];
   before(async () => {
     [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
     calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
   });
   afterEach(async () => {
-    await Promise.allSettled(open.splice(0).map((o) => o.close(2)));
+    await Promise.allSettled(open.splice(0).map((o) => o.close(5)));
   });
   after(async () => {
     await Promise.all([redis?.stop(), emulator?.stop()]);
@@ -48,9 +54,11 @@ export function world(): World {
       return started(calls);
     },
     connect(options: OutpostOptions = {}): Outpost {
-      const outpost = new Outpost(testOptions(started(emulator), started(redis), { retryBase: 0.05, ...options }));
-      open.push(outpost);
-      return outpost;
+      return this.closing(new Outpost(testOptions(started(emulator), started(redis), { retryBase: 0.05, ...options })));
+    },
+    closing<T extends Closable>(closable: T): T {
+      open.push(closable);
+      return closable;
     },
   };
 }
