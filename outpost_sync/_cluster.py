@@ -92,19 +92,17 @@ def on_owning_node(
 
 
 def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> OutboxRead:
-    """A cluster refuses one read across slots: each shard's stream is read on its own, and
-    an empty round waits before the next (no blocking read spans the streams): 50 ms after
-    entries came, twice as long after each empty round, up to the read's block (an idle
-    instance read every stream 20 times a second; a flush's reads block 10 ms at most)."""
+    """A cluster refuses one read across slots: each shard's stream is read on its own (up to
+    ``count`` entries each, as one read of every stream gives on one Redis), and an empty round
+    waits before the next (no blocking read spans the streams): 50 ms after entries came, twice
+    as long after each empty round, up to the read's block (an idle instance read every stream
+    20 times a second; a flush's reads block 10 ms at most)."""
     entries: list[StreamEntry] = []
     outboxes = ctx.outboxes
     start = random.randrange(len(outboxes))  # no shard always read first
     for offset in range(len(outboxes)):
         stream = outboxes[(start + offset) % len(outboxes)]
-        left = action.count - len(entries)
-        if left <= 0:
-            break
-        reply = ctx.redis.xreadgroup(GROUP, ctx.consumer, {stream: ">"}, count=left)
+        reply = ctx.redis.xreadgroup(GROUP, ctx.consumer, {stream: ">"}, count=action.count)
         entries += stream_entries(reply)
     if entries:
         ctx.empty_rounds = 0

@@ -1362,18 +1362,19 @@ export class Outpost {
     return { kind: "OutboxRead", entries };
   }
 
-  /** A cluster refuses one read across slots: each shard's stream is read on its own (starting
-   * with a random one, so no shard always goes first), and an empty round waits before the next:
+  /** A cluster refuses one read across slots: each shard's stream is read on its own (up to
+   * `count` entries each, as one read of every stream gives on one Redis; starting with a random
+   * one, so no shard always goes first), and an empty round waits before the next:
    * 50 ms after entries came, twice as long after each empty round, up to the read's block (an
    * idle instance read every stream 20 times a second). */
   private async readOutboxesOneByOne(count: number, block: number): Promise<{ kind: "OutboxRead"; entries: [string, string, Map<string, string>][] }> {
     const entries: [string, string, Map<string, string>][] = [];
     const outboxes = this.outboxes;
     const start = Math.floor(Math.random() * outboxes.length);
-    for (let offset = 0; offset < outboxes.length && entries.length < count; offset++) {
+    for (let offset = 0; offset < outboxes.length; offset++) {
       const stream = outboxes[(start + offset) % outboxes.length] as string;
       const xreadgroup = this.redis.xreadgroup.bind(this.redis) as unknown as (...a: (string | number)[]) => Promise<unknown>;
-      const reply = (await xreadgroup("GROUP", GROUP, this.consumer, "COUNT", count - entries.length, "STREAMS", stream, ">")) as [string, [string, string[] | null][]][] | null;
+      const reply = (await xreadgroup("GROUP", GROUP, this.consumer, "COUNT", count, "STREAMS", stream, ">")) as [string, [string, string[] | null][]][] | null;
       for (const [name, listing] of reply ?? []) {
         for (const [id, flat] of listing ?? []) if (Array.isArray(flat)) entries.push([name, id, pairs(flat)]);
       }
