@@ -3,7 +3,8 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type DeliveryEffect, Delivery, type DeliveryInput, makeDeliverySettings, nothingDone } from "../../src/core/delivery.js";
+import { AlongsideLoop } from "../support/alongsideLoop.js";
+import { type DeliveryEffect, type DeliveryInput, makeDeliverySettings, nothingDone } from "../../src/core/delivery.js";
 
 const STREAM = "outpost:v2:{3}:outbox";
 const te = new TextEncoder();
@@ -33,24 +34,7 @@ function settled(action: DeliveryEffect): string[][] {
   return settles.map((s) => s.args.filter((a) => a.startsWith("0:")).map((a) => a.slice(2)));
 }
 
-/** A loop past its first claim, at time `now` (advanced by the test). */
-class Loop {
-  now = 0;
-  readonly delivery: Delivery;
-  constructor(overrides = {}) {
-    this.delivery = new Delivery(makeDeliverySettings({ linger: 0, settleAlongside: true, ...overrides }), { random: () => 0.5 }, 0);
-    assert.equal(this.next().kind, "ClaimStale");
-    this.delivery.handle({ kind: "OutboxRead", entries: [] }, 0, 0);
-  }
-  next(): DeliveryEffect {
-    return this.delivery.nextEffect(this.now);
-  }
-  /** Report `input` for the action outstanding, and say what comes next. */
-  step(input: DeliveryInput): DeliveryEffect {
-    this.delivery.handle(input, this.now, 1);
-    return this.next();
-  }
-}
+const Loop = AlongsideLoop;
 
 describe("settling alongside the next post", () => {
   it("is off by default: a batch settles before the loop reads on", () => {

@@ -3,7 +3,8 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type DeliveryEffect, Delivery, type DeliveryInput, makeDeliverySettings } from "../../src/core/delivery.js";
+import { AlongsideLoop } from "../support/alongsideLoop.js";
+import { type DeliveryEffect, type DeliveryInput, makeDeliverySettings } from "../../src/core/delivery.js";
 import { UsageError } from "../../src/core/errors.js";
 import { BUDGET_KEY } from "../../src/core/keys.js";
 
@@ -45,22 +46,9 @@ function settled(action: DeliveryEffect): [string, string, string[], string[]][]
 const ids = (...names: string[]): string[] => names.map((n) => `${n.charCodeAt(0)}-0`);
 
 /** A loop past its first claim, settling alongside and four acknowledged entries together. */
-class Loop {
-  now = 0;
-  readonly delivery: Delivery;
+class Loop extends AlongsideLoop {
   constructor(overrides = {}) {
-    const settings = makeDeliverySettings({ linger: 0, settleAlongside: true, settleEvery: 4, ...overrides });
-    this.delivery = new Delivery(settings, { random: () => 0.5 }, 0);
-    assert.equal(this.next().kind, "ClaimStale");
-    this.delivery.handle({ kind: "OutboxRead", entries: [] }, 0, 0);
-  }
-  next(): DeliveryEffect {
-    return this.delivery.nextEffect(this.now);
-  }
-  /** Report `input` for the action outstanding, and say what comes next. */
-  step(input: DeliveryInput): DeliveryEffect {
-    this.delivery.handle(input, this.now, 1);
-    return this.next();
+    super({ settleEvery: 4, ...overrides });
   }
 }
 
