@@ -54,11 +54,12 @@ export function world(): World {
       return started(calls);
     },
     connect(options: OutpostOptions = {}): Outpost {
-      return this.closing(new Outpost(testOptions(started(emulator), started(redis), { retryBase: 0.05, ...options })));
+      return closing(new Outpost(testOptions(started(emulator), started(redis), { retryBase: 0.05, ...options })));
     },
-    closing<T extends Closable>(closable: T): T {
-      open.push(closable);
-      return closable;
-    },
+    closing,
   };
+  function closing<T extends Closable>(closable: T): T {
+    open.push(closable);
+    return closable;
+  }
 }
