@@ -134,3 +134,20 @@ def test_garbage_is_malformed(raw: object, message: str) -> None:
 
 def test_malformed_is_a_value_error() -> None:
     assert issubclass(Malformed, ValueError)
+
+
+def test_a_change_of_keys_not_followed_is_left_unparsed() -> None:
+    followed = {"mine", "a/b"}.__contains__
+    # Broken after its keys: parsing it would raise, but none of its keys is followed.
+    truncated = '{"c":[{"k":"theirs","r":1},{"k": "other","r":2'
+    assert parse_changes(truncated, followed) == []
+    with pytest.raises(Malformed):
+        parse_changes(truncated)
+    # A followed key among them: the message is parsed, and only its change is read.
+    both = '{"c":[{"k":"theirs","r":1,"s":[]},{"k":"mine","r":2,"s":["u","1"]}]}'
+    assert parse_changes(both, followed) == [Change("mine", 2, (("u", "1"),))]
+    # A key written with an escape (cjson writes "/" as "\/") is left to the parse.
+    escaped = '{"c":[{"k":"a\\/b","r":3}]}'
+    assert parse_changes(escaped, followed) == [Change("a/b", 3, None)]
+    # No key found: the parse says what it is.
+    assert parse_changes('{"dup":1}', followed) is None

@@ -58,6 +58,7 @@ export function parseChanges(reply: unknown, wanted?: (key: string) => boolean):
   } else {
     throw new Malformed(`expected JSON text, got ${raw === null ? "NoneType" : typeof raw}`);
   }
+  if (wanted !== undefined && noneWanted(text, wanted)) return [];
   let obj: unknown;
   try {
     obj = JSON.parse(text);
@@ -70,6 +71,16 @@ export function parseChanges(reply: unknown, wanted?: (key: string) => boolean):
   if (wanted === undefined) return items.map(change);
   return items.filter((item) => wanted(keyOf(item))).map(change);
 }
+
+/** Whether every change of `text` is of a key `wanted` refuses, told without parsing it (an
+ * instance hears every change of its shards and follows few of their identities). Only when every
+ * key is plain text, without escapes: else the parse decides. */
+function noneWanted(text: string, wanted: (key: string) => boolean): boolean {
+  const keys = Array.from(text.matchAll(KEY), (m) => m[1] as string);
+  return keys.length > 0 && keys.length === (text.match(KEY_NAME)?.length ?? 0) && !keys.some(wanted);
+}
+const KEY = /"k"\s*:\s*"([^"\\]*)"/g;
+const KEY_NAME = /"k"\s*:/g;
 
 function keyOf(item: unknown): string {
   const key = isObject(item) ? item.k : undefined;

@@ -25,6 +25,19 @@ describe("peer input", () => {
     assert.equal(state.pending, 0);
   });
 
+  it("leaves a change of keys not followed unparsed, and parses one with a followed key", () => {
+    const followed = (key: string): boolean => key === "mine" || key === "a/b";
+    // Broken after its keys: parsing it would throw, but none of its keys is followed.
+    const truncated = '{"c":[{"k":"theirs","r":1},{"k": "other","r":2';
+    assert.deepEqual(parseChanges(truncated, followed), []);
+    assert.throws(() => parseChanges(truncated), Malformed);
+    const both = '{"c":[{"k":"theirs","r":1,"s":[]},{"k":"mine","r":2,"s":["u","1"]}]}';
+    assert.deepEqual(parseChanges(both, followed)?.map((c) => [c.key, c.rev]), [["mine", 2]]);
+    // A key written with an escape (cjson writes "/" as "\/") is left to the parse.
+    assert.deepEqual(parseChanges('{"c":[{"k":"a\\/b","r":3}]}', followed)?.map((c) => c.key), ["a/b"]);
+    assert.equal(parseChanges('{"dup":1}', followed), null);
+  });
+
   it("refuses nested brackets as a malformed change", () => {
     assert.throws(() => parseChanges("[".repeat(100_000)), Malformed);
   });
