@@ -19,7 +19,16 @@ FIELDS = {b"e": b"{}", b"f": b"0:a", b"k": b"[]"}
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [("a", "a"), (b"a", "a"), ("é".encode(), "é"), (b"\xff", None), (1, None), (None, None)],
+    [
+        ("a", "a"),
+        (b"a", "a"),
+        ("é".encode(), "é"),
+        (b"\xff", None),
+        (1, None),
+        (None, None),
+        (type("Raw", (bytes,), {})(b"a"), "a"),  # a subclass of bytes reads as its bytes
+        (type("Raw", (bytes,), {})(b"\xff"), None),
+    ],
 )
 def test_text_of_takes_text_and_utf8_bytes_only(value: object, text: str | None) -> None:
     assert text_of(value) == text
