@@ -208,8 +208,8 @@ class Deliveries:
                 for report in delivery.reports():
                     log_report(ctx.log, report)
                 if isinstance(outcome, Settled) or isinstance(action, PostAndSettle):
-                    ctx.signal.fire()  # a flush waiting
-                    ctx.deliveries.fire()  # a loop holding off its re-read until none holds
+                    ctx.signal.fire()  # the ticks, and reads waiting on this instance's copies
+                    ctx.deliveries.fire()  # a flush waiting; a loop holding off its re-read
 
         return loop
 

@@ -7,11 +7,13 @@ shared request budget).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from outpost_async._backend import all_of
 from outpost_async._cluster import on_owning_node
 from outpost_async._context import DriverContext, redis_unavailable
 from outpost_core import (
@@ -83,17 +85,20 @@ async def run_echoed(
 
 async def run_scripts(ctx: DriverContext, calls: Sequence[SettleScript]) -> list[Any]:
     """Each call's reply, or the error it met (never raised): in one round trip on one Redis;
-    on a cluster, one at a time on the nodes owning their keys."""
+    on a cluster, each on the node owning its keys, all at once where the driver can."""
     if ctx.cluster is None:
         return await ctx.batches.scripts(
             [("EVALSHA", SCRIPT_SHA1[c.script], len(c.keys), *c.keys, *c.args) for c in calls]
         )
-    replies: list[Any] = []
-    for call in calls:
+    replies: list[Any] = [None] * len(calls)
+
+    async def one(index: int, call: SettleScript) -> None:
         try:
-            replies.append(await run_script(ctx, call.script, call.keys, call.args))
+            replies[index] = await run_script(ctx, call.script, call.keys, call.args)
         except Exception as exc:
-            replies.append(exc)
+            replies[index] = exc
+
+    await all_of([functools.partial(one, n, call) for n, call in enumerate(calls)])
     return replies
 
 

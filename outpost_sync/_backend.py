@@ -115,7 +115,10 @@ class CommandBatches:
         on a connection kept for scripts, else in one of redis-py's pipelines."""
         connection = self._borrow() if self._pool is not None else None
         if connection is None:
-            return self._pipelined(commands)
+            try:
+                return self._pipelined(commands, raise_on_error=False)
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                return [exc] * len(commands)
         replies: list[Any] = []
         try:
             connection.send_packed_command([hiredis.pack_command(c) for c in commands])
@@ -133,21 +136,15 @@ class CommandBatches:
         self._keep(connection)
         return replies
 
-    def _pipelined(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        try:
-            with self._client.pipeline(transaction=False) as pipe:
-                for command in commands:
-                    pipe.execute_command(*command)  # type: ignore[no-untyped-call]
-                return list(pipe.execute(raise_on_error=False))
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            return [exc] * len(commands)
-
     def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Each command's reply, in order, in one pipeline; the first error raises."""
+        return self._pipelined(commands, raise_on_error=True)
+
+    def _pipelined(self, commands: Sequence[tuple[Any, ...]], *, raise_on_error: bool) -> list[Any]:
         with self._client.pipeline(transaction=False) as pipe:
             for command in commands:
                 pipe.execute_command(*command)  # type: ignore[no-untyped-call]
-            return list(pipe.execute())
+            return list(pipe.execute(raise_on_error=raise_on_error))
 
     def close(self) -> None:
         """Give the connections kept back to the pool."""

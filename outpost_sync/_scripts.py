@@ -8,6 +8,7 @@ shared request budget).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from outpost_core import (
     SettleScript,
     TakeRequest,
 )
+from outpost_sync._backend import all_of
 from outpost_sync._cluster import on_owning_node
 from outpost_sync._context import DriverContext, redis_unavailable
 
@@ -84,17 +86,20 @@ def run_echoed(
 
 def run_scripts(ctx: DriverContext, calls: Sequence[SettleScript]) -> list[Any]:
     """Each call's reply, or the error it met (never raised): in one round trip on one Redis;
-    on a cluster, one at a time on the nodes owning their keys."""
+    on a cluster, each on the node owning its keys, all at once where the driver can."""
     if ctx.cluster is None:
         return ctx.batches.scripts(
             [("EVALSHA", SCRIPT_SHA1[c.script], len(c.keys), *c.keys, *c.args) for c in calls]
         )
-    replies: list[Any] = []
-    for call in calls:
+    replies: list[Any] = [None] * len(calls)
+
+    def one(index: int, call: SettleScript) -> None:
         try:
-            replies.append(run_script(ctx, call.script, call.keys, call.args))
+            replies[index] = run_script(ctx, call.script, call.keys, call.args)
         except Exception as exc:
-            replies.append(exc)
+            replies[index] = exc
+
+    all_of([functools.partial(one, n, call) for n, call in enumerate(calls)])
     return replies
 
 
