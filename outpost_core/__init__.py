@@ -96,6 +96,18 @@ from ._liveness import (
 from ._options import DEFAULT_REDIS_URL, DEFAULT_SERVER_URL, ConnectionOptions, cluster_node_url
 from ._outage import Outage, Report
 from ._peer import printable
+from ._placement import (
+    ChannelPlacement,
+    NodeBroke,
+    NodeConfirmed,
+    NodeGaveUp,
+    PlacementEffect,
+    PlacementInput,
+    RetireNode,
+    SlotMapRead,
+    SubscribeOnNode,
+    UnsubscribeOnNode,
+)
 from ._redact import redact_url, scrub, url_secrets
 from ._replies import (
     StreamEntry,
@@ -149,6 +161,7 @@ __all__ = [
     "BytesReceived",
     "CannotAdmit",
     "ChangePublished",
+    "ChannelPlacement",
     "ChannelSubscribed",
     "ChannelsLost",
     "CheckHeartbeats",
@@ -186,6 +199,9 @@ __all__ = [
     "ListPending",
     "LoadFailed",
     "LoadIdentity",
+    "NodeBroke",
+    "NodeConfirmed",
+    "NodeGaveUp",
     "NotDurable",
     "NotReady",
     "OpenConnection",
@@ -194,6 +210,8 @@ __all__ = [
     "OutpostClosed",
     "OutpostError",
     "PendingListed",
+    "PlacementEffect",
+    "PlacementInput",
     "PostAndSettle",
     "PostBatch",
     "PostedAlongside",
@@ -207,6 +225,7 @@ __all__ = [
     "Report",
     "ReportDropped",
     "Reported",
+    "RetireNode",
     "RunScript",
     "ScriptFailed",
     "ScriptReplied",
@@ -217,9 +236,11 @@ __all__ = [
     "SettleScripts",
     "Settled",
     "Sleep",
+    "SlotMapRead",
     "Status",
     "StoreConfiguration",
     "StreamEntry",
+    "SubscribeOnNode",
     "SubscriberLost",
     "SubscriberRestarted",
     "SubscriptionConfirmed",
@@ -228,6 +249,7 @@ __all__ = [
     "Target",
     "Tick",
     "UnknownMeter",
+    "UnsubscribeOnNode",
     "UnsupportedMeter",
     "UsageError",
     "admission",
