@@ -13,7 +13,7 @@ import functools
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from redis.asyncio.cluster import RedisCluster
@@ -30,15 +30,28 @@ from outpost_async._context import POLL, DriverContext, failed_in_redis
 from outpost_async._subscriber import Subscriber
 from outpost_core import (
     GROUP,
+    ChannelPlacement,
     ChannelsLost,
     ChannelSubscribed,
+    NodeBroke,
+    NodeConfirmed,
+    NodeGaveUp,
     OutboxRead,
+    PlacementInput,
     ReadOutbox,
+    RetireNode,
+    SlotMapRead,
     StreamEntry,
+    SubscribeOnNode,
     Tick,
+    UnsubscribeOnNode,
     stream_entries,
     text_of,
 )
+
+if TYPE_CHECKING:
+    from outpost_async._effects import SessionEffects
+    from outpost_async._supervisor import Supervisor
 
 _CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
 _IDLE_DOUBLINGS = 6  # bounds the doubling (50 ms -> 3.2 s); the read's block (0.5 s) caps it first
@@ -116,51 +129,67 @@ async def read_outboxes_one_by_one(ctx: DriverContext, action: ReadOutbox) -> Ou
 
 @attrs.define
 class NodeSubscription:
-    """A cluster node's pub/sub connection, read by a worker of its own; the shard channels it
-    holds (subscribed, or asked for), and what its worker has yet to (un)subscribe."""
+    """A cluster node's pub/sub connection, read by a worker of its own, and what its worker has
+    yet to (un)subscribe. Which channels it holds is the core's :class:`ChannelPlacement`."""
 
     pubsub: Any
-    channels: set[str] = attrs.field(factory=set)
     to_subscribe: set[str] = attrs.field(factory=set)
-    """Channels given to this node that its worker has not subscribed yet."""
     to_unsubscribe: set[str] = attrs.field(factory=set)
     worker: Any = None
     stopped: bool = False
     failure: BaseException | None = None
-    """Why its connection broke (the worker stopped); the topology loop then loses it."""
+    """Why its connection broke (the worker stopped); the topology loop then drops it."""
 
 
 class ClusterSubscriber(Subscriber):
     """One sharded subscription per node, for the channels of the shards it owns now, each read
     by a worker of its own (so a message is taken as soon as it comes, whichever node sends it).
-    A break (its node failed, a slot moved away) loses that node's channels only: the session
-    stops their copies following, and reloads them once each channel is subscribed again on its
-    owner; the other shards' copies keep following. The topology loop (:meth:`run`) looks at the
-    slot map after a break and every ``_TOPOLOGY_CHECK`` seconds (a subscriber does not follow a
-    fail-over or a migration by itself: docs/redis-layout.md, "Redis Cluster")."""
+    The core's :class:`ChannelPlacement` decides which node holds which channel, and what the
+    session hears of it: a break (its node failed, a slot moved away) loses that node's channels
+    only; the session stops their copies following, and reloads them once each channel is
+    subscribed again on its owner; the other shards' copies keep following. The topology loop
+    (:meth:`run`) reads the slot map after a break and every ``_TOPOLOGY_CHECK`` seconds (a
+    subscriber does not follow a fail-over or a migration by itself: docs/redis-layout.md,
+    "Redis Cluster"), and runs what the placement asks of the nodes."""
+
+    def __init__(
+        self,
+        context: DriverContext,
+        effects: SessionEffects,
+        supervisor: Supervisor | None = None,
+    ) -> None:
+        super().__init__(context, effects, supervisor)
+        self._placement = ChannelPlacement(context.channels)
+        self._owners: dict[str, Any] = {}  # the nodes of the last slot map read, by name
+        self._retired: list[NodeSubscription] = []  # for the topology loop to stop
 
     async def run(self) -> None:
         ctx = self._context
         assert ctx.cluster is not None
         nodes = self._nodes = {}
+        placement = self._placement
         look_at = 0.0  # when to look at the slot map next
         try:
             while not ctx.closed:
                 version = self._look.version
                 for name, node in list(nodes.items()):
                     if node.failure is not None and not ctx.closed:  # not what closing broke
-                        await self._lose_node(nodes, name)
+                        self._place(NodeBroke(name))
+                        await self._stop_node(nodes.pop(name))
                         ctx.redis_failed(ctx.subscriber_outage, node.failure)
                         look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
                 if time.monotonic() >= look_at:
                     look_at = time.monotonic() + _TOPOLOGY_CHECK
                     try:
-                        await self._follow_slot_map(ctx.cluster, nodes)
+                        await self._read_slot_map(ctx.cluster)
                     except (RedisError, OSError) as exc:
                         look_at = time.monotonic() + ctx.redis_failed(ctx.subscriber_outage, exc)
+                for node in self._retired:
+                    await self._stop_node(node)
+                self._retired.clear()
                 with ctx.lock:
-                    held = sum(len(node.channels) for node in nodes.values())
-                if held < len(ctx.channels):  # a channel given away: find its new owner
+                    unplaced = placement.unplaced()
+                if unplaced:  # a channel given away, or its node broke: find its owner
                     look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
                 with ctx.lock:
                     ctx.session.handle(Tick(time.monotonic(), ctx.now_us()))
@@ -171,47 +200,55 @@ class ClusterSubscriber(Subscriber):
                 wait = min(look_at - time.monotonic(), ctx.until_deadline())
                 await self._look.wait(version, max(0.0, wait))
         finally:
-            for node in nodes.values():
+            stopping = [*nodes.values(), *self._retired]
+            for node in stopping:
                 node.stopped = True
-            for node in nodes.values():
-                await node.worker.stop(POLL)
-                with contextlib.suppress(RedisError, OSError):
-                    await close_node_pubsub(node.pubsub)
+            for node in stopping:
+                await self._stop_node(node)
 
-    async def _follow_slot_map(
-        self, cluster: RedisCluster, nodes: dict[str, NodeSubscription]
-    ) -> None:
-        """Hand each channel to the worker of the node that owns its slot now: a node whose
-        channels moved away gives them up (their copies stop following), a node that gained
-        some subscribes them; a node without a worker gets one."""
+    async def _read_slot_map(self, cluster: RedisCluster) -> None:
+        """The slot map as the cluster sees it now, to the placement."""
         ctx = self._context
-        await cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
+        await cluster.nodes_manager.initialize()
         await ctx.departed_nodes.sweep(cluster, time.monotonic())
         owners = {channel: owner(cluster, channel) for channel in ctx.channels}
-        held: set[str] = set()
-        for name, node in nodes.items():
-            with ctx.lock:
-                moved = {c for c in node.channels if owners[c].name != name}
-                node.channels -= moved
-                node.to_unsubscribe |= moved
-                if moved:
-                    ctx.session.handle(ChannelsLost(tuple(sorted(moved))))
-                    ctx.redis_failures += 1  # a fail-over no call saw fail (redis_failures)
-                held |= node.channels
-        for channel in sorted(set(ctx.channels) - held):
-            node_owner = owners[channel]
-            subscription = nodes.get(node_owner.name)
-            if subscription is None:
-                subscription = NodeSubscription(open_node_pubsub(cluster, node_owner))
-                name = f"outpost-subscriber-{node_owner.name}"
-                subscription.worker = Worker(name, self._node_loop(subscription, name))
-                nodes[node_owner.name] = subscription
-            with ctx.lock:
-                subscription.channels.add(channel)
-                subscription.to_subscribe.add(channel)
+        self._owners = {node.name: node for node in owners.values()}
+        self._place(SlotMapRead({channel: node.name for channel, node in owners.items()}))
 
-    def _node_loop(self, node: NodeSubscription, name: str) -> Callable[[], Any]:
-        """One node's subscription: (un)subscribe what the slot map says, then wait for its
+    def _place(self, event: PlacementInput) -> None:
+        """One input to the placement, under the lock, and what it asks done at once: each
+        node's worker is given its (un)subscriptions, the session hears what changed in order
+        with the messages around it, and a retired node is stopped by the topology loop."""
+        ctx = self._context
+        with ctx.lock:
+            self._placement.handle(event)
+            for effect in self._placement.effects():
+                _PLACEMENT_EFFECTS[type(effect)](self, effect)
+
+    def _subscribe(self, effect: SubscribeOnNode) -> None:
+        node = self._nodes.get(effect.node)
+        if node is None:
+            node = NodeSubscription(open_node_pubsub(self._cluster, self._owners[effect.node]))
+            name = f"outpost-subscriber-{effect.node}"
+            node.worker = Worker(name, self._node_loop(node, effect.node, name))
+            self._nodes[effect.node] = node
+        node.to_subscribe.add(effect.channel)
+        node.to_unsubscribe.discard(effect.channel)
+
+    def _unsubscribe(self, effect: UnsubscribeOnNode) -> None:
+        self._nodes[effect.node].to_unsubscribe |= set(effect.channels)
+        self._context.redis_failures += 1  # a fail-over no call saw fail (redis_failures)
+
+    def _retire(self, effect: RetireNode) -> None:
+        node = self._nodes.pop(effect.node)
+        node.stopped = True
+        self._retired.append(node)
+
+    def _tell_session(self, effect: ChannelsLost | ChannelSubscribed) -> None:
+        self._context.session.handle(effect)
+
+    def _node_loop(self, node: NodeSubscription, address: str, name: str) -> Callable[[], Any]:
+        """One node's subscription: (un)subscribe what the placement gave it, then wait for its
         messages. Only this worker touches the node's connection."""
         ctx = self._context
 
@@ -225,7 +262,7 @@ class ClusterSubscriber(Subscriber):
                         await node.pubsub.sunsubscribe(*sorted(remove))
                     for channel in sorted(add):
                         await node.pubsub.ssubscribe(channel)  # one slot per command
-                    await self._take_node_messages(node)
+                    await self._take_node_messages(node, address)
             except Exception as exc:  # a Redis error, or redis-py failing under a fail-over
                 if not failed_in_redis(exc) and self._supervisor is not None:
                     self._supervisor.failed(name, exc)  # a bug: logged, shown in status
@@ -234,43 +271,51 @@ class ClusterSubscriber(Subscriber):
 
         return loop
 
-    async def _take_node_messages(self, node: NodeSubscription) -> None:
+    async def _take_node_messages(self, node: NodeSubscription, address: str) -> None:
         """What one node's subscription brought, to the session, as on a single Redis."""
         ctx = self._context
         news, _ = await self.hear(node.pubsub, _NODE_POLL)
         if not news:
             return
         with ctx.lock:
-            reached = self.news_to_core(news, functools.partial(self._node_message_to_core, node))
+            to_core = functools.partial(self._node_message_to_core, address)
+            reached = self.news_to_core(news, to_core)
             effects = ctx.session.effects()
         self.subscriber_back()
         if reached or effects:  # an echo held for a script in flight changed nothing yet
             self._effects.hand_over(effects)
 
-    def _node_message_to_core(self, node: NodeSubscription, message: dict[str, Any]) -> None:
-        ctx = self._context
+    def _node_message_to_core(self, address: str, message: dict[str, Any]) -> None:
         kind = text_of(message.get("type"))
-        channel = text_of(message.get("channel"))
+        channel = text_of(message.get("channel")) or ""  # no channel: none held
         if kind == "ssubscribe":
-            if channel in node.channels:
-                ctx.session.handle(ChannelSubscribed(channel))
+            self._place(NodeConfirmed(address, channel))
         elif kind == "sunsubscribe":
-            if channel in node.channels:  # not ours: the node gave the slot away
-                node.channels.discard(channel)
-                ctx.session.handle(ChannelsLost((channel,)))
-                ctx.redis_failures += 1  # a fail-over no call saw fail (redis_failures)
-                ctx.deliveries.fire()  # a delivery loop reads its pending entries again
+            if self._placement.held_by(address, channel):  # not ours: the node gave it away
+                self._context.redis_failures += 1  # a fail-over no call saw fail
+                self._context.deliveries.fire()  # a delivery loop reads its pending again
                 self._look.fire()  # the topology loop looks for the channel's new owner
+            self._place(NodeGaveUp(address, (channel,)))
         else:
             self.message_to_core(message)
 
-    async def _lose_node(self, nodes: dict[str, NodeSubscription], name: str) -> None:
-        ctx = self._context
-        node = nodes.pop(name)
+    async def _stop_node(self, node: NodeSubscription) -> None:
         node.stopped = True
-        with ctx.lock:
-            lost, node.channels = node.channels, set()
-            ctx.session.handle(ChannelsLost(tuple(sorted(lost))))
         await node.worker.stop(POLL)
         with contextlib.suppress(RedisError, OSError):
             await close_node_pubsub(node.pubsub)
+
+    @property
+    def _cluster(self) -> RedisCluster:
+        assert self._context.cluster is not None
+        return self._context.cluster
+
+
+# What each placement effect asks of the cluster subscriber.
+_PLACEMENT_EFFECTS: dict[type, Callable[[ClusterSubscriber, Any], None]] = {
+    SubscribeOnNode: ClusterSubscriber._subscribe,
+    UnsubscribeOnNode: ClusterSubscriber._unsubscribe,
+    RetireNode: ClusterSubscriber._retire,
+    ChannelsLost: ClusterSubscriber._tell_session,
+    ChannelSubscribed: ClusterSubscriber._tell_session,
+}

@@ -157,6 +157,44 @@ async def test_a_migrated_slot_is_followed_and_loses_nothing(
     await _polar_counted(emulator, meter, moved, 4)
 
 
+def _subscribers_on(cluster: RedisCluster, port: int) -> list[str]:
+    """The connections of the node on ``port`` whose last command (un)subscribed a shard."""
+    clients = cluster.node_client(port).client_list()
+    return [c["addr"] for c in clients if c["cmd"] in ("ssubscribe", "sunsubscribe")]
+
+
+@pytest.mark.anyio
+async def test_a_primary_that_gave_every_shard_away_is_let_go_and_copies_follow(
+    own_redis_cluster: RedisCluster, emulator: Emulator
+) -> None:
+    cluster = own_redis_cluster
+    meter = count_meter(emulator)
+    moved = Customer("external", "moved")
+    source = cluster.port_for_slot(_slot(cluster, moved))
+    target = next(p for p in cluster.primary_ports() if p != source)
+    slots = {key_slot(c.encode()) for c in keys.all_channels("", cluster.shards)}
+    leaving = sorted(slot for slot in slots if cluster.port_for_slot(slot) == source)
+    async with connect(cluster, emulator) as a, connect(cluster, emulator) as b:
+        await a.track("api_call", external_customer_id=moved.id)
+
+        async def b_sees(count: int) -> bool:
+            return await _reads(b, meter, moved) == (count, "memory")
+
+        await eventually(lambda: b_sees(1), 10, "b following the customer")
+        assert _subscribers_on(cluster, source)  # a's and b's
+        for slot in leaving:
+            cluster.migrate_slot(slot, target)
+
+        async def let_go() -> bool:
+            return not _subscribers_on(cluster, source)
+
+        await eventually(let_go, 10, "both instances closing their subscriptions to the source")
+        await a.track("api_call", external_customer_id=moved.id)
+        await eventually(lambda: b_sees(2), 10, "b following the customer on its new node")
+        assert await a.flush(10)
+    await _polar_counted(emulator, meter, moved, 2)
+
+
 @pytest.mark.anyio
 async def test_after_a_fail_over_no_call_saw_fail_a_lost_settlement_is_redone_within_seconds(
     own_redis_cluster: RedisCluster, emulator: Emulator
