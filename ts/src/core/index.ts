@@ -30,6 +30,18 @@ export {
 } from "./liveness.js";
 export { Outage, type Report } from "./outage.js";
 export type { Observation } from "./observations.js";
+export {
+  ChannelPlacement,
+  type NodeBroke,
+  type NodeConfirmed,
+  type NodeGaveUp,
+  type PlacementEffect,
+  type PlacementInput,
+  type RetireNode,
+  type SlotMapRead,
+  type SubscribeOnNode,
+  type UnsubscribeOnNode,
+} from "./placement.js";
 export { PythonRandom, type Random, type RandomBytes } from "./random.js";
 export { SCRIPT_SHA1, SCRIPT_TEXT } from "./scripts.generated.js";
 export { Session, makeSettings, type Logger, type Settings, type TrackArgs } from "./session.js";

@@ -5,9 +5,12 @@
  * fail-over or a slot migration by itself: this looks at the client's slot map after a break and
  * every second, and moves each channel to its owner. A channel stops counting as followed as soon
  * as its node breaks or gives the slot away (the core's copies of that shard then read Redis),
- * and counts again once its new owner confirmed it (the copies reload, then follow). */
+ * and counts again once its new owner confirmed it (the copies reload, then follow). Which node
+ * holds which channel is the core's ChannelPlacement's to decide: this feeds it what the slot map
+ * and the node connections say, and runs what it asks. */
 
 import { type Cluster, Redis } from "ioredis";
+import { ChannelPlacement } from "../core/placement.js";
 
 /** For `redis+cluster://host:port` (`rediss+cluster://` with TLS), which names a cluster by any of
  * its nodes, that node's plain URL; null for the URL of one Redis. */
@@ -52,8 +55,6 @@ export interface SubscriptionEvents {
 
 interface NodeSubscription {
   client: Redis;
-  /** The channels given to this node (asked for, or confirmed). */
-  channels: Set<string>;
   /** Closed on purpose: it holds no channel any more. */
   retired: boolean;
 }
@@ -63,6 +64,7 @@ const AFTER_BREAK = 0.05; // seconds before the first look after a break
 
 export class ClusterSubscriptions {
   private readonly nodes = new Map<string, NodeSubscription>();
+  private readonly placement: ChannelPlacement;
   private timer: NodeJS.Timeout | null = null;
   private following = false;
   private again = false;
@@ -72,7 +74,9 @@ export class ClusterSubscriptions {
     private readonly cluster: Cluster,
     private readonly channels: readonly string[],
     private readonly events: SubscriptionEvents,
-  ) {}
+  ) {
+    this.placement = new ChannelPlacement(channels);
+  }
 
   start(): void {
     this.lookIn(0);
@@ -120,41 +124,59 @@ export class ClusterSubscriptions {
 
   private place(): void {
     const owners = new Map(this.channels.map((channel) => [channel, this.cluster.slots[slotOf(channel)]?.[0] ?? null]));
-    const held = new Set<string>();
-    for (const [name, node] of this.nodes) {
-      const moved = [...node.channels].filter((channel) => owners.get(channel) !== name);
-      for (const channel of moved) node.channels.delete(channel);
-      if (moved.length) {
-        this.events.lost(moved);
-        node.client.sunsubscribe(...moved).catch(() => {}); // a break of this node is handled below
-      }
-      for (const channel of node.channels) held.add(channel);
-      if (!node.channels.size) {
-        // Every slot it served went elsewhere: its connection is no longer needed.
-        node.retired = true;
-        this.nodes.delete(name);
-        node.client.disconnect();
+    this.placement.handle({ kind: "SlotMapRead", owners });
+    this.run();
+  }
+
+  /** Do what the placement asks, in order. */
+  private run(): void {
+    for (const effect of this.placement.effects()) {
+      switch (effect.kind) {
+        case "SubscribeOnNode":
+          this.subscribe(effect.node, effect.channel);
+          break;
+        case "UnsubscribeOnNode":
+          // A break of this node is its close handler's.
+          this.nodes.get(effect.node)?.client.sunsubscribe(...effect.channels).catch(() => {});
+          break;
+        case "RetireNode": {
+          // Every slot it served went elsewhere: its connection is no longer needed.
+          const node = this.nodes.get(effect.node);
+          if (node === undefined) break;
+          node.retired = true;
+          this.nodes.delete(effect.node);
+          node.client.disconnect();
+          break;
+        }
+        case "ChannelsLost":
+          this.events.lost(effect.channels);
+          break;
+        case "ChannelSubscribed":
+          this.events.confirmed(effect.channel);
+          break;
       }
     }
-    for (const channel of this.channels) {
-      if (held.has(channel)) continue;
-      const owner = owners.get(channel);
-      if (owner === null || owner === undefined) continue; // a slot no node serves: looked at again
-      const node = this.nodes.get(owner) ?? this.open(owner);
-      node.channels.add(channel);
-      node.client.ssubscribe(channel).then(
-        () => {
-          if (this.nodes.get(owner) === node && node.channels.has(channel)) this.events.confirmed(channel);
-        },
-        (exc: unknown) => {
-          // Refused (a MOVED from a stale slot map) or the connection broke (its close handler
-          // says so): the channel is placed again at the next look at the slot map.
-          if (this.nodes.get(owner) !== node || !node.channels.delete(channel)) return;
-          this.events.lost([channel]);
-          this.lookIn(Math.min(this.events.failed(exc, owner), TOPOLOGY_CHECK));
-        },
-      );
-    }
+  }
+
+  private subscribe(owner: string, channel: string): void {
+    const node = this.nodes.get(owner) ?? this.open(owner);
+    // An answer from a connection dropped since (its node is another connection now, or none)
+    // says nothing of the channel's placement.
+    node.client.ssubscribe(channel).then(
+      () => {
+        if (this.nodes.get(owner) !== node) return;
+        this.placement.handle({ kind: "NodeConfirmed", node: owner, channel });
+        this.run();
+      },
+      (exc: unknown) => {
+        // Refused (a MOVED from a stale slot map) or the connection broke (its close handler
+        // says so): the channel is placed again at the next look at the slot map.
+        if (this.nodes.get(owner) !== node || !this.placement.heldBy(owner, channel)) return;
+        this.placement.handle({ kind: "NodeGaveUp", node: owner, channels: [channel] });
+        this.run();
+        this.lookIn(Math.min(this.events.failed(exc, owner), TOPOLOGY_CHECK));
+      },
+    );
   }
 
   /** A subscriber connection to one node; it is dropped, not reconnected, when it breaks (the
@@ -171,18 +193,20 @@ export class ClusterSubscriptions {
       retryStrategy: () => null,
       lazyConnect: false,
     });
-    const node: NodeSubscription = { client, channels: new Set(), retired: false };
+    const node: NodeSubscription = { client, retired: false };
     this.nodes.set(name, node);
     let broken = false;
     const drop = (exc: unknown) => {
       if (broken || node.retired) return;
       broken = true;
-      if (this.nodes.get(name) === node) this.nodes.delete(name);
+      const current = this.nodes.get(name) === node;
+      if (current) this.nodes.delete(name);
       client.disconnect();
       if (this.stopped) return;
-      const lost = [...node.channels];
-      node.channels.clear();
-      if (lost.length) this.events.lost(lost);
+      if (current) {
+        this.placement.handle({ kind: "NodeBroke", node: name });
+        this.run();
+      }
       const wait = exc === null ? AFTER_BREAK : this.events.failed(exc, name);
       if (this.following) this.again = true;
       else this.lookIn(Math.min(wait, TOPOLOGY_CHECK));
@@ -194,10 +218,9 @@ export class ClusterSubscriptions {
     // says "moved", without the channel): this node's channels count as lost until each is
     // confirmed again, on this node or on the slot's new owner.
     client.on("moved", () => {
-      if (broken || this.stopped) return;
-      const lost = [...node.channels];
-      node.channels.clear();
-      if (lost.length) this.events.lost(lost);
+      if (broken || this.stopped || this.nodes.get(name) !== node) return;
+      this.placement.handle({ kind: "NodeGaveUp", node: name });
+      this.run();
       if (this.following) this.again = true;
       else this.lookIn(0);
     });
