@@ -543,10 +543,25 @@ class Delivery:
         from the budget first; ``None`` when the budget makes it wait."""
         gate = self._gate(now, reading=False)
         if gate is None:
-            settles = tuple(w for w in self._work if isinstance(w, SettleScript))
-            self._work, self._read_ahead = [], False
+            settles = self._settles_for_one_post()
+            self._read_ahead = False
             return self._with_read(self._start_batch(), settles)
         return gate if isinstance(gate, TakeRequest) else None
+
+    def _settles_for_one_post(self) -> tuple[SettleScript, ...]:
+        """The queued settle scripts to run beside the next post: all of them, or with
+        ``settle_every``, about one batch's entries (at least one script), the rest beside the
+        posts after it. Several batches settled beside one post held the next post back: Redis
+        takes longer to settle four batches than Polar to store one."""
+        settles = [w for w in self._work if isinstance(w, SettleScript)]  # all the work, here
+        taken, entries = len(settles), 0
+        if self.settings.settle_every:
+            taken = 0
+            while taken < len(settles) and (taken == 0 or entries < self.settings.batch_size):
+                entries += int(settles[taken].args[3])  # the count of entry ids it settles
+                taken += 1
+        self._work = list(settles[taken:])
+        return tuple(settles[:taken])
 
     def _liveness(self, now: float) -> DeliveryEffect | None:
         """Beat, then survey the group and take what dead instances hold: before any batch, so

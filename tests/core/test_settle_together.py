@@ -19,7 +19,7 @@ from outpost_core._delivery import (
     Settled,
     SettleScripts,
 )
-from tests.core.test_delivery import Loop, body, settle
+from tests.core.test_delivery import OTHER, Loop, body, entries, settle
 from tests.core.test_settle_alongside import alongside
 
 
@@ -71,3 +71,19 @@ def test_a_request_the_budget_makes_wait_holds_no_settle_back() -> None:
     assert loop.step(BudgetAnswered(10_000)) == TakeRequest(keys.BUDGET_KEY, 300.0, 20)
     assert loop.step(Settled()) == SettleScripts((settle("acknowledge", ["a", "b"], ["a", "b"]),))
     assert not isinstance(loop.next_effect(), PostBatch)  # c and d wait for their request
+
+
+def test_each_post_carries_about_one_batch_of_settles_and_the_rest_go_beside_the_next() -> None:
+    # Four batches' settles beside one post held the next post back (Redis settles four batches
+    # slower than Polar stores one): they go a batch's worth at a time, a stream's script whole.
+    loop = together(batch_size=2)
+    assert isinstance(loop.next_effect(), ReadOutbox)
+    found = entries("a") + entries("b", stream=OTHER) + entries("c") + entries("d", stream=OTHER)
+    loop.report(OutboxRead(found + entries("e", "f", "g", "h")))
+    assert loop.step(BatchAnswered(200)) == PostBatch(body("a", "b"), 2)
+    assert loop.step(BatchAnswered(200)) == PostBatch(body("c", "d"), 2)
+    first = settle("acknowledge", ["a", "c"], ["a", "c"])
+    assert loop.step(BatchAnswered(200)) == PostAndSettle(PostBatch(body("e", "f"), 2), (first,))
+    other = settle("acknowledge", ["b", "d"], ["b", "d"], stream=OTHER)
+    assert loop.step(BatchAnswered(200)) == PostAndSettle(PostBatch(body("g", "h"), 2), (other,))
+    assert loop.delivery.delivered == 8
