@@ -418,12 +418,30 @@ export class Delivery {
   private alongside(now: number): DeliveryEffect | null {
     const gate = this.gate(now, false);
     if (gate === null) {
-      const settles = this.work as SettleScript[];
-      this.work = [];
+      const settles = this.settlesForOnePost();
       this.readAhead = false;
       return this.withRead(this.startBatch(), settles);
     }
     return gate.kind === "TakeRequest" ? gate : null;
+  }
+
+  /** The queued settle scripts that go beside the next post: every one, or with settleEvery,
+   * scripts in order until they settle a batch's worth of entries (one script at least); the
+   * others wait for the posts after it. Settling several batches beside one post kept the next
+   * post waiting: Redis settles four batches more slowly than Polar stores one. */
+  private settlesForOnePost(): SettleScript[] {
+    const settles = this.work as SettleScript[]; // only settle scripts are queued here
+    let taken = settles.length;
+    if (this.settings.settleEvery) {
+      let entries = 0;
+      taken = 0;
+      while (taken < settles.length && (taken === 0 || entries < this.settings.batchSize)) {
+        entries += Number((settles[taken] as SettleScript).args[3]); // how many entry ids the script settles
+        taken += 1;
+      }
+    }
+    this.work = settles.slice(taken);
+    return settles.slice(0, taken);
   }
 
   /** Beat, then survey the group and take what dead instances hold: before any batch, so neither
