@@ -16,7 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from outpost_async._backend import sleep
 from outpost_async._context import DriverContext, redis_unavailable
 from outpost_async._effects import SessionEffects
-from outpost_core import Balance, Fetch, NotReady, RedisUnavailable
+from outpost_core import Balance, Fetch, NotReady, RedisUnavailable, Session
 
 _RECHECK = 0.1  # seconds a waiting read (or track) sleeps at most between two looks
 
@@ -60,12 +60,10 @@ class Reads:
         while True:
             version = ctx.signal.version
             remaining = deadline - time.monotonic()
-            with ctx.lock:
-                # At the deadline, a copy still waiting for the subscription reads Redis.
-                found = ctx.session.read(
-                    meter_id, external_customer_id, customer_id, fresh=fresh or remaining <= 0
-                )
-                effects = ctx.session.effects()
+            # At the deadline, a copy still waiting for the subscription reads Redis.
+            found, effects = self._effects.ask(
+                _read, meter_id, external_customer_id, customer_id, fresh or remaining <= 0
+            )
             if effects:
                 # Run them whatever the read found: some may have been queued by another
                 # thread or task, and dropping them would leave their flow waiting for good.
@@ -123,15 +121,14 @@ class Reads:
     ) -> Balance | None:
         """A read that must not come from memory: one ``HGETALL`` per key of the customer and
         its aliases, in one round trip, computed by the core."""
-        ctx = self._context
         with redis_unavailable(f"reading {fetch.keys}"):
             try:
                 fields = await self._hgetall_each(fetch.keys)
             except RedisConnectionError:  # once more: a pooled connection may predate a restart
                 fields = await self._hgetall_each(fetch.keys)
-        with ctx.lock:
-            found = ctx.session.read_fetched(meter_id, external_customer_id, customer_id, fields)
-            effects = ctx.session.effects()
+        found, effects = self._effects.ask(
+            _read_fetched, meter_id, external_customer_id, customer_id, fields
+        )
         if effects:
             await self._effects.run(effects)
         return found
@@ -141,3 +138,20 @@ class Reads:
             return {keys[0]: await self._context.batches.execute("HGETALL", keys[0])}
         replies = await self._context.batches.execute_all(*(("HGETALL", key) for key in keys))
         return dict(zip(keys, replies, strict=True))
+
+
+# A read's questions, asked of the session object itself (a recording session records them).
+def _read(
+    session: Session, meter_id: str, external: str | None, customer: str | None, fresh: bool
+) -> Balance | Fetch | None:
+    return session.read(meter_id, external, customer, fresh=fresh)
+
+
+def _read_fetched(
+    session: Session,
+    meter_id: str,
+    external: str | None,
+    customer: str | None,
+    fields: dict[str, dict[Any, Any]],
+) -> Balance | None:
+    return session.read_fetched(meter_id, external, customer, fields)

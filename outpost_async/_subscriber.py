@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -28,6 +27,7 @@ from outpost_async._backend import (
 from outpost_async._context import POLL, DriverContext, log_report
 from outpost_core import (
     ChangePublished,
+    Input,
     SubscriberLost,
     SubscriptionConfirmed,
     Tick,
@@ -35,12 +35,8 @@ from outpost_core import (
 )
 
 if TYPE_CHECKING:
-    from outpost_async._effects import SessionEffects
+    from outpost_async._effects import News, SessionEffects
     from outpost_async._supervisor import Supervisor
-
-News = tuple[object, dict[str, Any] | None]
-"""What a subscription heard: a change published (its data, as it came), or redis-py's message
-of another reply (``None`` when redis-py makes none of it)."""
 
 
 class Subscriber:
@@ -117,42 +113,24 @@ class Subscriber:
         change = published_data(response)
         return change is not None and self._context.echoes.seen(change)
 
-    def news_to_core(
-        self, news: list[News], message_to_core: Callable[[dict[str, Any]], None]
-    ) -> bool:
-        """Hand the session what :meth:`hear` heard, in order, under the lock; whether anything
-        reached it (a change held as maybe the echo of a script in flight does not)."""
-        session, echoes = self._context.session, self._context.echoes
-        reached = False
-        for change, message in news:
-            if change is None:
-                reached = True
-                if message is not None:
-                    message_to_core(message)
-            elif not echoes.hold(change):
-                session.handle(ChangePublished(change))  # as it came: no redis-py message
-                reached = True
-        return reached
-
-    def message_to_core(self, message: dict[str, Any]) -> None:
-        """One message of the subscription, to the session (which decides what it means)."""
+    def inputs_of(self, message: dict[str, Any]) -> list[Input]:
+        """What one message of the subscription means to the session (which decides the rest)."""
         kind = message.get("type")
         if kind in ("smessage", b"smessage"):
-            self._context.session.handle(ChangePublished(message.get("data")))
-        elif kind in ("ssubscribe", b"ssubscribe") and isinstance(message.get("data"), int):
-            self._context.session.handle(SubscriptionConfirmed(message["data"]))
-            self.subscriber_back()
+            return [ChangePublished(message.get("data"))]
+        if kind in ("ssubscribe", b"ssubscribe") and isinstance(message.get("data"), int):
+            return [SubscriptionConfirmed(message["data"])]
+        return []
 
     def _to_core(self, news: list[News], heard: bool) -> None:
         """What the subscription heard to the session, then tick it; what the session asks for
         goes to the effects worker."""
         ctx = self._context
-        with ctx.lock:
-            # A quiet poll still ticks the session; changes that were all held do not.
-            if not self.news_to_core(news, self.message_to_core) and heard:
-                return
-            ctx.session.handle(Tick(time.monotonic(), ctx.now_us()))
-            effects = ctx.session.effects()
+        # A quiet poll still ticks the session; changes that were all held do not.
+        if not self._effects.heard(news, self.inputs_of) and heard:
+            return
+        self.subscriber_back()
+        effects = self._effects.give(Tick(time.monotonic(), ctx.now_us()))
         if effects or heard:
             self._effects.hand_over(effects)
 

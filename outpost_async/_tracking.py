@@ -69,7 +69,7 @@ class Tracking:
             with ctx.lock:
                 run = ctx.session.track(**arguments)
                 ticket = ctx.echoes.sent()
-        reply, shortfall = await run_echoed(ctx, run, ticket, self._durability)
+        reply, shortfall = await run_echoed(ctx, self._effects, run, ticket, self._durability)
         await self._effects.replied(reply, ticket)
         if shortfall:
             raise NotDurable(f"event {event_id} is on the primary only: {shortfall}", event_id)

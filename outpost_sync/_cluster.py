@@ -26,6 +26,7 @@ from outpost_core import (
     ChannelPlacement,
     ChannelsLost,
     ChannelSubscribed,
+    Input,
     NodeBroke,
     NodeConfirmed,
     NodeGaveUp,
@@ -175,7 +176,7 @@ class ClusterSubscriber(Subscriber):
                 version = self._look.version
                 for name, node in list(nodes.items()):
                     if node.failure is not None and not ctx.closed:  # not what closing broke
-                        self._place(NodeBroke(name))
+                        self._effects.tell(*self._place(NodeBroke(name)))
                         self._stop_node(nodes.pop(name))
                         ctx.redis_failed(ctx.subscriber_outage, node.failure)
                         look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
@@ -192,9 +193,7 @@ class ClusterSubscriber(Subscriber):
                     unplaced = placement.unplaced()
                 if unplaced:  # a channel given away, or its node broke: find its owner
                     look_at = min(look_at, time.monotonic() + _CLUSTER_POLL * 5)
-                with ctx.lock:
-                    ctx.session.handle(Tick(time.monotonic(), ctx.now_us()))
-                    effects = ctx.session.effects()
+                effects = self._effects.give(Tick(time.monotonic(), ctx.now_us()))
                 if effects:
                     self._effects.hand_over(effects)
                 # Until the session's next deadline too: it is ticked here, not at each change.
@@ -214,17 +213,24 @@ class ClusterSubscriber(Subscriber):
         ctx.departed_nodes.sweep(cluster, time.monotonic())
         owners = {channel: owner(cluster, channel) for channel in ctx.channels}
         self._owners = {node.name: node for node in owners.values()}
-        self._place(SlotMapRead({channel: node.name for channel, node in owners.items()}))
+        moves = SlotMapRead({channel: node.name for channel, node in owners.items()})
+        self._effects.tell(*self._place(moves))
 
-    def _place(self, event: PlacementInput) -> None:
+    def _place(self, event: PlacementInput) -> list[Input]:
         """One input to the placement, under the lock, and what it asks done at once: each
-        node's worker is given its (un)subscriptions, the session hears what changed in order
-        with the messages around it, and a retired node is stopped by the topology loop."""
+        node's worker is given its (un)subscriptions, a retired node is left for the topology
+        loop to stop. Returns what the session is to hear, for the caller to hand it in order
+        with the messages around it."""
         ctx = self._context
+        for_session: list[Input] = []
         with ctx.lock:
             self._placement.handle(event)
             for effect in self._placement.effects():
-                _PLACEMENT_EFFECTS[type(effect)](self, effect)
+                if isinstance(effect, ChannelsLost | ChannelSubscribed):
+                    for_session.append(effect)
+                else:
+                    _PLACEMENT_EFFECTS[type(effect)](self, effect)
+        return for_session
 
     def _subscribe(self, effect: SubscribeOnNode) -> None:
         node = self._nodes.get(effect.node)
@@ -244,9 +250,6 @@ class ClusterSubscriber(Subscriber):
         node = self._nodes.pop(effect.node)
         node.stopped = True
         self._retired.append(node)
-
-    def _tell_session(self, effect: ChannelsLost | ChannelSubscribed) -> None:
-        self._context.session.handle(effect)
 
     def _node_loop(self, node: NodeSubscription, address: str, name: str) -> Callable[[], Any]:
         """One node's subscription: (un)subscribe what the placement gave it, then wait for its
@@ -274,31 +277,29 @@ class ClusterSubscriber(Subscriber):
 
     def _take_node_messages(self, node: NodeSubscription, address: str) -> None:
         """What one node's subscription brought, to the session, as on a single Redis."""
-        ctx = self._context
         news, _ = self.hear(node.pubsub, _NODE_POLL)
         if not news:
             return
-        with ctx.lock:
-            to_core = functools.partial(self._node_message_to_core, address)
-            reached = self.news_to_core(news, to_core)
-            effects = ctx.session.effects()
+        reached = self._effects.heard(news, functools.partial(self._node_inputs_of, address))
+        effects = self._effects.give()
         self.subscriber_back()
         if reached or effects:  # an echo held for a script in flight changed nothing yet
             self._effects.hand_over(effects)
 
-    def _node_message_to_core(self, address: str, message: dict[str, Any]) -> None:
+    def _node_inputs_of(self, address: str, message: dict[str, Any]) -> list[Input]:
+        """What one node's message means: to the placement first (a confirmation, a channel the
+        node gave away), then to the session."""
         kind = text_of(message.get("type"))
         channel = text_of(message.get("channel")) or ""  # no channel: none held
         if kind == "ssubscribe":
-            self._place(NodeConfirmed(address, channel))
-        elif kind == "sunsubscribe":
+            return self._place(NodeConfirmed(address, channel))
+        if kind == "sunsubscribe":
             if self._placement.held_by(address, channel):  # not ours: the node gave it away
                 self._context.redis_failures += 1  # a fail-over no call saw fail
                 self._context.deliveries.fire()  # a delivery loop reads its pending again
                 self._look.fire()  # the topology loop looks for the channel's new owner
-            self._place(NodeGaveUp(address, (channel,)))
-        else:
-            self.message_to_core(message)
+            return self._place(NodeGaveUp(address, (channel,)))
+        return self.inputs_of(message)
 
     def _stop_node(self, node: NodeSubscription) -> None:
         node.stopped = True
@@ -313,10 +314,9 @@ class ClusterSubscriber(Subscriber):
 
 
 # What each placement effect asks of the cluster subscriber.
+# The session's inputs among them (channels lost or subscribed) go back to the caller.
 _PLACEMENT_EFFECTS: dict[type, Callable[[ClusterSubscriber, Any], None]] = {
     SubscribeOnNode: ClusterSubscriber._subscribe,
     UnsubscribeOnNode: ClusterSubscriber._unsubscribe,
     RetireNode: ClusterSubscriber._retire,
-    ChannelsLost: ClusterSubscriber._tell_session,
-    ChannelSubscribed: ClusterSubscriber._tell_session,
 }

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from outpost_core import (
     CONFIGURATION_KEY,
@@ -38,12 +38,20 @@ from outpost_core import (
     ScriptFailed,
     ScriptReplied,
     SendBytes,
+    Session,
     StoreConfiguration,
     Tick,
 )
 from outpost_sync._backend import Signal
 from outpost_sync._context import POLL, DriverContext, failed_in_redis
 from outpost_sync._scripts import run_or_fail
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+News = tuple[object, Any]
+"""What a subscription heard: a change published (its data, as it came), or the client's message
+of another reply (``None`` when it makes none of it)."""
 
 
 class SessionEffects:
@@ -85,11 +93,62 @@ class SessionEffects:
         if effects or ticket is None:
             self.run(effects)
 
-    def tell(self, event: Input) -> None:
-        """Hand the session one input under the lock, for an effect's outcome: the :meth:`run`
-        that runs the effect drains what the session asks for next."""
-        with self._context.lock:
-            self._context.session.handle(event)
+    def tell(self, *events: Input) -> None:
+        """Hand the session ``events``, in order, under the lock, for an effect's outcome or a
+        loop's news: whoever drains the session next (the :meth:`run` that runs the effect, the
+        loop's next tick) gets what it asks for."""
+        ctx = self._context
+        with ctx.lock:
+            for event in events:
+                ctx.session.handle(event)
+
+    def give(self, *events: Input) -> list[Effect]:
+        """Hand the session ``events``, in order, under the lock; what it asks for now, for a
+        loop that must not run it itself (it hands it over)."""
+        ctx = self._context
+        with ctx.lock:
+            for event in events:
+                ctx.session.handle(event)
+            return ctx.session.effects()
+
+    def ask(
+        self, question: Callable[Concatenate[Session, _P], _T], *args: _P.args, **kw: _P.kwargs
+    ) -> tuple[_T, list[Effect]]:
+        """A call's question to the session (``Session.read``: ``question(session, *args,
+        **kw)``), under the lock: its answer, and what the session asks for meanwhile (the
+        caller runs it)."""
+        ctx = self._context
+        with ctx.lock:
+            return question(ctx.session, *args, **kw), ctx.session.effects()
+
+    def heard(self, news: list[News], inputs_of: Callable[[Any], list[Input]]) -> bool:
+        """Hand the session what a subscription heard, in order, under the lock: each change
+        published (held instead, when it may be the echo of a script of this instance still in
+        flight), and what each other message means (``inputs_of``, called under the lock: it may
+        move the channel placement). Whether anything reached the session."""
+        ctx = self._context
+        session, echoes = ctx.session, ctx.echoes
+        reached = False
+        with ctx.lock:
+            for change, message in news:
+                if change is None:
+                    reached = True
+                    if message is not None:
+                        for event in inputs_of(message):
+                            session.handle(event)
+                elif not echoes.hold(change):
+                    session.handle(ChangePublished(change))  # as it came: no redis-py message
+                    reached = True
+        return reached
+
+    def failed(self, ticket: int) -> None:
+        """A script of this instance (``ticket``, from ``echoes.sent()``) failed: the changes
+        held for it go to the session now, in the order they came (their effects: the next
+        tick's)."""
+        ctx = self._context
+        with ctx.lock:
+            for data in ctx.echoes.replied(ticket, None):
+                ctx.session.handle(ChangePublished(data))
 
     def tick(self) -> None:
         self.feed(Tick(time.monotonic(), self._context.now_us()))

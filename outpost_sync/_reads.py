@@ -14,7 +14,7 @@ from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from outpost_core import Balance, Fetch, NotReady, RedisUnavailable
+from outpost_core import Balance, Fetch, NotReady, RedisUnavailable, Session
 from outpost_sync._backend import sleep
 from outpost_sync._context import DriverContext, redis_unavailable
 from outpost_sync._effects import SessionEffects
@@ -61,12 +61,10 @@ class Reads:
         while True:
             version = ctx.signal.version
             remaining = deadline - time.monotonic()
-            with ctx.lock:
-                # At the deadline, a copy still waiting for the subscription reads Redis.
-                found = ctx.session.read(
-                    meter_id, external_customer_id, customer_id, fresh=fresh or remaining <= 0
-                )
-                effects = ctx.session.effects()
+            # At the deadline, a copy still waiting for the subscription reads Redis.
+            found, effects = self._effects.ask(
+                _read, meter_id, external_customer_id, customer_id, fresh or remaining <= 0
+            )
             if effects:
                 # Run them whatever the read found: some may have been queued by another
                 # thread or task, and dropping them would leave their flow waiting for good.
@@ -124,15 +122,14 @@ class Reads:
     ) -> Balance | None:
         """A read that must not come from memory: one ``HGETALL`` per key of the customer and
         its aliases, in one round trip, computed by the core."""
-        ctx = self._context
         with redis_unavailable(f"reading {fetch.keys}"):
             try:
                 fields = self._hgetall_each(fetch.keys)
             except RedisConnectionError:  # once more: a pooled connection may predate a restart
                 fields = self._hgetall_each(fetch.keys)
-        with ctx.lock:
-            found = ctx.session.read_fetched(meter_id, external_customer_id, customer_id, fields)
-            effects = ctx.session.effects()
+        found, effects = self._effects.ask(
+            _read_fetched, meter_id, external_customer_id, customer_id, fields
+        )
         if effects:
             self._effects.run(effects)
         return found
@@ -142,3 +139,20 @@ class Reads:
             return {keys[0]: self._context.batches.execute("HGETALL", keys[0])}
         replies = self._context.batches.execute_all(*(("HGETALL", key) for key in keys))
         return dict(zip(keys, replies, strict=True))
+
+
+# A read's questions, asked of the session object itself (a recording session records them).
+def _read(
+    session: Session, meter_id: str, external: str | None, customer: str | None, fresh: bool
+) -> Balance | Fetch | None:
+    return session.read(meter_id, external, customer, fresh=fresh)
+
+
+def _read_fetched(
+    session: Session,
+    meter_id: str,
+    external: str | None,
+    customer: str | None,
+    fields: dict[str, dict[Any, Any]],
+) -> Balance | None:
+    return session.read_fetched(meter_id, external, customer, fields)

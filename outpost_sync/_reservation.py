@@ -254,7 +254,7 @@ class Admissions:
         refusal the script answered, if it did (nothing written then). ``event_id``: the event
         it records, if it records one."""
         ctx = self._context
-        reply, shortfall = run_echoed(ctx, run, ticket, self._durability)
+        reply, shortfall = run_echoed(ctx, self._effects, run, ticket, self._durability)
         refusal = admission.refusal_of(reply)
         self._effects.replied(None if refusal else reply, ticket)
         if refusal is None and shortfall:

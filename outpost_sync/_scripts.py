@@ -10,23 +10,26 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError
+
+from outpost_sync._backend import all_of
+from outpost_sync._cluster import on_owning_node
+from outpost_sync._context import DriverContext, redis_unavailable
+
+if TYPE_CHECKING:
+    from outpost_sync._effects import SessionEffects
 
 from outpost_core import (
     SCRIPT_SHA1,
     SCRIPT_TEXT,
     BudgetAnswered,
-    ChangePublished,
     Durability,
     RunScript,
     SettleScript,
     TakeRequest,
 )
-from outpost_sync._backend import all_of
-from outpost_sync._cluster import on_owning_node
-from outpost_sync._context import DriverContext, redis_unavailable
 
 
 def run_script(ctx: DriverContext, name: str, keys: Any, args: Any) -> Any:
@@ -66,7 +69,11 @@ def run_then(ctx: DriverContext, run: RunScript, command: tuple[Any, ...]) -> tu
 
 
 def run_echoed(
-    ctx: DriverContext, run: RunScript, ticket: int, durability: Durability
+    ctx: DriverContext,
+    effects: SessionEffects,
+    run: RunScript,
+    ticket: int,
+    durability: Durability,
 ) -> tuple[Any, str | None]:
     """Run a script that writes a customer's state, waiting for a replica when ``durability``
     asks. Returns its reply and why it is less durable than asked (``None``: it is not). If it
@@ -77,9 +84,7 @@ def run_echoed(
             return run_or_fail(ctx, run), None
         reply, acknowledged = run_then(ctx, run, wait)
     except BaseException:
-        with ctx.lock:
-            for data in ctx.echoes.replied(ticket, None):
-                ctx.session.handle(ChangePublished(data))  # their effects: the next tick's
+        effects.failed(ticket)
         raise
     return reply, durability.shortfall(acknowledged)
 
