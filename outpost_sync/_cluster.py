@@ -14,7 +14,7 @@ import functools
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 from redis.cluster import RedisCluster
@@ -50,10 +50,6 @@ from outpost_sync._backend import (
 )
 from outpost_sync._context import POLL, DriverContext, failed_in_redis
 from outpost_sync._subscriber import Subscriber
-
-if TYPE_CHECKING:
-    from outpost_sync._effects import SessionEffects
-    from outpost_sync._supervisor import Supervisor
 
 _CLUSTER_POLL = 0.01  # seconds: a cluster subscriber looks again this soon after a break
 _IDLE_DOUBLINGS = 6  # bounds the doubling (50 ms -> 3.2 s); the read's block (0.5 s) caps it first
@@ -154,22 +150,16 @@ class ClusterSubscriber(Subscriber):
     subscriber does not follow a fail-over or a migration by itself: docs/redis-layout.md,
     "Redis Cluster"), and runs what the placement asks of the nodes."""
 
-    def __init__(
-        self,
-        context: DriverContext,
-        effects: SessionEffects,
-        supervisor: Supervisor | None = None,
-    ) -> None:
-        super().__init__(context, effects, supervisor)
-        self._placement = ChannelPlacement(context.channels)
-        self._owners: dict[str, Any] = {}  # the nodes of the last slot map read, by name
-        self._retired: list[NodeSubscription] = []  # for the topology loop to stop
+    _placement: ChannelPlacement
+    _owners: dict[str, Any]  # the nodes of the last slot map read, by name
+    _retired: list[NodeSubscription]  # for the topology loop to stop
 
     def run(self) -> None:
         ctx = self._context
         assert ctx.cluster is not None
         nodes = self._nodes = {}
-        placement = self._placement
+        placement = self._placement = ChannelPlacement(ctx.channels)
+        self._owners, self._retired = {}, []
         look_at = 0.0  # when to look at the slot map next
         try:
             while not ctx.closed:

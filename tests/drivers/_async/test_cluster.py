@@ -42,6 +42,15 @@ async def _reads(instance: AsyncOutpost, meter: str, customer: Customer) -> tupl
     return balance.consumed, balance.source
 
 
+async def _follows(instance: AsyncOutpost, meter: str, customer: Customer, count: int) -> None:
+    """Wait until ``instance`` answers ``count`` for ``customer`` from memory (its copy follows)."""
+
+    async def sees() -> bool:
+        return await _reads(instance, meter, customer) == (count, "memory")
+
+    await eventually(sees, 10, f"{customer} followed with {count} events")
+
+
 async def _track_durably(instance: AsyncOutpost, customer: Customer) -> None:
     """``track()`` until a replica holds the event. A replica on a busy machine misses a short
     ``durability_timeout`` now and then (``NotDurable``): the retry, with the error's event id,
@@ -141,18 +150,14 @@ async def test_a_migrated_slot_is_followed_and_loses_nothing(
     target = next(p for p in cluster.primary_ports() if p != cluster.port_for_slot(slot))
     async with connect(cluster, emulator) as a, connect(cluster, emulator) as b:
         await a.track("api_call", external_customer_id=moved.id)
-
-        async def b_sees(count: int) -> bool:
-            return await _reads(b, meter, moved) == (count, "memory")
-
-        await eventually(lambda: b_sees(1), 10, "b following the customer")
+        await _follows(b, meter, moved, 1)
         cluster.begin_migration(slot, target)
         await a.track("api_call", external_customer_id=moved.id)  # keys still on the source
         cluster.move_keys(slot, target)
         await a.track("api_call", external_customer_id=moved.id)  # the source answers ASK
         cluster.end_migration(slot, target)
         await a.track("api_call", external_customer_id=moved.id)  # MOVED, then the target
-        await eventually(lambda: b_sees(4), 10, "b following the customer on its new node")
+        await _follows(b, meter, moved, 4)
         assert await a.flush(10)
     await _polar_counted(emulator, meter, moved, 4)
 
@@ -176,11 +181,7 @@ async def test_a_primary_that_gave_every_shard_away_is_let_go_and_copies_follow(
     leaving = sorted(slot for slot in slots if cluster.port_for_slot(slot) == source)
     async with connect(cluster, emulator) as a, connect(cluster, emulator) as b:
         await a.track("api_call", external_customer_id=moved.id)
-
-        async def b_sees(count: int) -> bool:
-            return await _reads(b, meter, moved) == (count, "memory")
-
-        await eventually(lambda: b_sees(1), 10, "b following the customer")
+        await _follows(b, meter, moved, 1)
         assert _subscribers_on(cluster, source)  # a's and b's
         for slot in leaving:
             cluster.migrate_slot(slot, target)
@@ -190,7 +191,7 @@ async def test_a_primary_that_gave_every_shard_away_is_let_go_and_copies_follow(
 
         await eventually(let_go, 10, "both instances closing their subscriptions to the source")
         await a.track("api_call", external_customer_id=moved.id)
-        await eventually(lambda: b_sees(2), 10, "b following the customer on its new node")
+        await _follows(b, meter, moved, 2)
         assert await a.flush(10)
     await _polar_counted(emulator, meter, moved, 2)
 
