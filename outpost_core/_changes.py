@@ -30,7 +30,7 @@ class Change:
     full: bool = False
 
 
-class Malformed(ValueError):
+class MalformedChange(ValueError):
     """A reply or message that is not what our scripts write."""
 
 
@@ -45,17 +45,17 @@ def parse_changes(raw: object, wanted: Callable[[str], bool] | None = None) -> l
         try:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise Malformed("not UTF-8") from exc
+            raise MalformedChange("not UTF-8") from exc
     if not isinstance(raw, str):
-        raise Malformed(f"expected JSON text, got {type(raw).__name__}")
+        raise MalformedChange(f"expected JSON text, got {type(raw).__name__}")
     if wanted is not None and _none_wanted(raw, wanted):
         return []
     try:
         obj = peer_json(raw)
     except Unreadable as exc:
-        raise Malformed(str(exc)) from None
+        raise MalformedChange(str(exc)) from None
     if not isinstance(obj, dict):
-        raise Malformed("not a JSON object")
+        raise MalformedChange("not a JSON object")
     if obj.get("dup") == 1:
         return None
     items = _list(obj.get("c"), "c")
@@ -96,7 +96,7 @@ def _list(value: object, where: str) -> list[object]:
     if isinstance(value, dict) and not value:
         return []
     if not isinstance(value, list):
-        raise Malformed(f"{where!r} is not a list")
+        raise MalformedChange(f"{where!r} is not a list")
     return value
 
 
@@ -105,30 +105,30 @@ def _strings(value: object, where: str) -> list[str]:
     try:
         "".join(items)  # type: ignore[arg-type]  # a check in C: every reply is read here
     except TypeError:
-        raise Malformed(f"{where!r} holds a non-string") from None
+        raise MalformedChange(f"{where!r} holds a non-string") from None
     return items  # type: ignore[return-value]
 
 
 def _key_of(item: object) -> str:
     key = item.get("k") if isinstance(item, dict) else None
     if not isinstance(key, str):
-        raise Malformed("a change needs a key")
+        raise MalformedChange("a change needs a key")
     return key
 
 
 def _change(item: object) -> Change:
     if not isinstance(item, dict):
-        raise Malformed("a change is not an object")
+        raise MalformedChange("a change is not an object")
     key, rev = item.get("k"), item.get("r")
     # type() is: JSON gives exact types, and a bool is not a revision
     if type(key) is not str or type(rev) is not int or rev < 0:
-        raise Malformed("a change needs a key and a revision")
+        raise MalformedChange("a change needs a key and a revision")
     raw_set = item.get("s", _ABSENT)
     if raw_set is _ABSENT:
         return Change(key, rev, None)
     flat = _strings(raw_set, "s")
     if len(flat) % 2:
-        raise Malformed("'s' holds an odd number of items")
+        raise MalformedChange("'s' holds an odd number of items")
     pairs = tuple(zip(flat[::2], flat[1::2], strict=True))
     deleted = tuple(_strings(item.get("d", _NO_ITEMS), "d"))
     return Change(key, rev, pairs, deleted, item.get("full") == 1)

@@ -21,7 +21,7 @@ from ._random import Random
 from ._snapshots import (
     MAX_IDS_PER_QUESTION,
     CustomerFlow,
-    Malformed,
+    MalformedSnapshot,
     Snapshot,
     Step,
     customer_in,
@@ -290,7 +290,7 @@ class Remote:
     def _snapshot(self, payload: object) -> None:
         try:
             snapshot = parse_snapshot(payload)
-        except Malformed as exc:
+        except MalformedSnapshot as exc:
             self._session.reject("snapshot", str(exc))
             return
         self.snapshots_received += 1

@@ -35,7 +35,7 @@ from . import _keys
 from ._aggregate import format_number
 from ._backoff import backoff
 from ._balance import Balance, compute_balance, hold_expiry, merged_state
-from ._changes import Change, Malformed, parse_changes
+from ._changes import Change, MalformedChange, parse_changes
 from ._configuration import Configuration, Reducer, parse_configuration
 from ._deadlines import Deadlines
 from ._effects import Effect, Fetch, LoadIdentity, RunScript, StoreConfiguration
@@ -74,6 +74,7 @@ from ._remote import Remote
 from ._replies import text_of
 from ._shards import checked as checked_shards
 from ._status import Status
+from ._telemetry import ReadKey
 from ._time import HOUR_US, floor_bucket, iso
 from ._track_plans import TrackPlan, TrackPlans, item, key_of
 from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError
@@ -142,9 +143,6 @@ class Settings:
             if not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{name} must be a positive, finite number")
         checked_shards(self.shards)
-
-
-ReadKey = tuple[str, str | None, str | None]
 
 
 class CachedBalance:
@@ -1005,7 +1003,7 @@ class Session:
     def _changes(self, raw: object) -> None:
         try:
             changes = parse_changes(raw, self._mirrors.__contains__)
-        except Malformed as exc:
+        except MalformedChange as exc:
             self._reject("change", f"unreadable change from Redis: {exc}")
             return
         for change in changes or ():  # only those of followed keys

@@ -22,7 +22,7 @@ from ._time import BUCKET_US
 MAX_IDS_PER_QUESTION = 10_000
 
 
-class Malformed(ValueError):
+class MalformedSnapshot(ValueError):
     """A snapshot payload that does not follow docs/protocol.md."""
 
 
@@ -45,33 +45,33 @@ class Snapshot:
 
 def parse_snapshot(payload: object) -> Snapshot:
     if not isinstance(payload, Mapping):
-        raise Malformed("payload is not an object")
+        raise MalformedSnapshot("payload is not an object")
     snapshot_id, request_id = payload.get("snapshot_id"), payload.get("request_id")
     if not isinstance(snapshot_id, str) or not snapshot_id:
-        raise Malformed("snapshot_id missing")
+        raise MalformedSnapshot("snapshot_id missing")
     if request_id is not None and not isinstance(request_id, str):
-        raise Malformed("request_id is not a string")
+        raise MalformedSnapshot("request_id is not a string")
     customer = customer_in(payload)
     as_of, cold_until = payload.get("as_of"), payload.get("cold_until")
     for name, value in (("as_of", as_of), ("cold_until", cold_until)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise Malformed(f"{name} is not a non-negative integer")
+            raise MalformedSnapshot(f"{name} is not a non-negative integer")
     assert isinstance(as_of, int) and isinstance(cold_until, int)
     if cold_until % BUCKET_US:
-        raise Malformed("cold_until is not a bucket boundary")
+        raise MalformedSnapshot("cold_until is not a bucket boundary")
     raw_reducers, raw_credited = payload.get("reducers"), payload.get("credited")
     if not isinstance(raw_reducers, Mapping) or not isinstance(raw_credited, Mapping):
-        raise Malformed("reducers and credited must be objects")
+        raise MalformedSnapshot("reducers and credited must be objects")
     reducers: dict[str, Aggregate] = {}
     for reducer_id, obj in raw_reducers.items():
         aggregate = Aggregate.from_wire(obj)
         if aggregate is None:
-            raise Malformed(f"reducer {reducer_id!r} has no valid aggregate")
+            raise MalformedSnapshot(f"reducer {reducer_id!r} has no valid aggregate")
         reducers[str(reducer_id)] = aggregate
     credited: dict[str, float] = {}
     for meter_id, units in raw_credited.items():
         if not is_number(units):
-            raise Malformed(f"credited[{meter_id!r}] is not a number")
+            raise MalformedSnapshot(f"credited[{meter_id!r}] is not a number")
         credited[str(meter_id)] = float(units)
     aliases = aliases_in(payload.get("aliases"), customer)
     return Snapshot(
@@ -98,17 +98,17 @@ def aliases_in(raw: object, customer: Customer) -> tuple[Customer, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, Mapping):
-        raise Malformed("aliases is not an object")
+        raise MalformedSnapshot("aliases is not an object")
     aliases: list[Customer] = []
     for field, value in raw.items():
         kind = _ALIAS_KINDS.get(field) if isinstance(field, str) else None
         if kind is None or kind == customer.kind:
-            raise Malformed(f"aliases names {field!r}, not another reference form")
+            raise MalformedSnapshot(f"aliases names {field!r}, not another reference form")
         if not isinstance(value, str) or not value:
-            raise Malformed(f"aliases[{field!r}] is not a non-empty string")
+            raise MalformedSnapshot(f"aliases[{field!r}] is not a non-empty string")
         if kind == "customer":
             if not UUID_PATTERN.fullmatch(value):
-                raise Malformed(f"aliases[{field!r}] is not a customer UUID")
+                raise MalformedSnapshot(f"aliases[{field!r}] is not a customer UUID")
             value = canonical_uuid(value)  # the spelling track() and balance() key it by
         aliases.append(Customer(kind, value))
     return tuple(aliases)
@@ -120,7 +120,7 @@ def customer_in(payload: Mapping[object, object]) -> Customer:
         return Customer("external", external)
     if isinstance(internal, str) and external is None:
         return Customer("customer", internal)
-    raise Malformed("exactly one of external_customer_id and customer_id must be a string")
+    raise MalformedSnapshot("exactly one of external_customer_id and customer_id must be a string")
 
 
 class Step(enum.Enum):

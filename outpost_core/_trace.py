@@ -45,8 +45,8 @@ from .errors import OutpostError
 
 FORMAT = "outpost-trace"
 VERSION = 1
-Record = dict[str, Any]
-Sink = Callable[[Record], None]
+TraceRecord = dict[str, Any]
+Sink = Callable[[TraceRecord], None]
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
@@ -198,7 +198,7 @@ class RecordingSession:
         return self._call("read_fetched", args)
 
     def _call(self, method: str, args: dict[str, Any]) -> Any:
-        record: Record = {"t": "call", "method": method, "args": encode(args)}
+        record: TraceRecord = {"t": "call", "method": method, "args": encode(args)}
         try:
             result = getattr(self._session, method)(**args)
         except OutpostError as exc:
@@ -238,7 +238,7 @@ class RecordingDelivery:
         self._delivery.handle(outcome, now, wall_us)
 
 
-def header(machine: str, settings: Any, seed: int, extra: Mapping[str, Any]) -> Record:
+def header(machine: str, settings: Any, seed: int, extra: Mapping[str, Any]) -> TraceRecord:
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -264,7 +264,7 @@ RandomFactory = Callable[[int], Random]
 """Makes the generator of a machine from its trace's seed (``random.Random`` does)."""
 
 
-def replay_session(records: Iterable[Record], rng: RandomFactory) -> list[Mismatch]:
+def replay_session(records: Iterable[TraceRecord], rng: RandomFactory) -> list[Mismatch]:
     """Feed a session trace through a fresh core; return where it answers differently."""
     from ._link import Link, Target
     from ._session import Session
@@ -306,7 +306,7 @@ def replay_session(records: Iterable[Record], rng: RandomFactory) -> list[Mismat
     return mismatches
 
 
-def replay_delivery(records: Iterable[Record], rng: RandomFactory) -> list[Mismatch]:
+def replay_delivery(records: Iterable[TraceRecord], rng: RandomFactory) -> list[Mismatch]:
     """Feed a delivery trace through a fresh ``Delivery``; return where it acts differently."""
     lines = iter(records)
     head = next(lines)
@@ -339,7 +339,7 @@ def recorded_as(recorded: Any, actual: Any) -> bool:
     return bool(recorded == actual)
 
 
-def _check_header(head: Record, machine: str) -> None:
+def _check_header(head: TraceRecord, machine: str) -> None:
     if head.get("format") != FORMAT or head.get("version") != VERSION:
         raise ValueError(f"not an {FORMAT} v{VERSION} trace: {head!r:.200}")
     if head.get("machine") != machine:

@@ -23,7 +23,7 @@ STALE_ENTRY_S = 60.0
 """An outbox entry older than this while instances are alive means delivery is stuck."""
 
 
-class Status(enum.Enum):
+class Severity(enum.Enum):
     OK = "ok"
     WARN = "warn"
     FAIL = "fail"
@@ -32,7 +32,7 @@ class Status(enum.Enum):
 @attrs.frozen(slots=True)
 class Verdict:
     check: str
-    status: Status
+    status: Severity
     detail: str
 
     def line(self) -> str:
@@ -41,7 +41,7 @@ class Verdict:
 
 def overall(verdicts: Sequence[Verdict]) -> int:
     """The exit code: 0 when every check passed (warnings included), 1 when one failed."""
-    return 1 if any(v.status is Status.FAIL for v in verdicts) else 0
+    return 1 if any(v.status is Severity.FAIL for v in verdicts) else 0
 
 
 def redis_version(version: str) -> Verdict:
@@ -49,41 +49,41 @@ def redis_version(version: str) -> Verdict:
     try:
         found = (int(parts[0]), int(parts[1]) if len(parts) > 1 else 0)
     except ValueError:
-        return Verdict("redis version", Status.FAIL, f"unreadable version {version!r}")
+        return Verdict("redis version", Severity.FAIL, f"unreadable version {version!r}")
     if found < MIN_REDIS:
         return Verdict(
             "redis version",
-            Status.FAIL,
+            Severity.FAIL,
             f"Redis {version} has no sharded pub/sub; Outpost needs Redis 7 or newer",
         )
-    return Verdict("redis version", Status.OK, f"Redis {version}")
+    return Verdict("redis version", Severity.OK, f"Redis {version}")
 
 
 def clock_skew(local_us: int, date_header: str | None) -> Verdict:
     """This machine's clock against Polar's ``Date`` header."""
     if not date_header:
-        return Verdict("clock", Status.WARN, "Polar sent no Date header: skew unknown")
+        return Verdict("clock", Severity.WARN, "Polar sent no Date header: skew unknown")
     try:
         polar = email.utils.parsedate_to_datetime(date_header)
     except (TypeError, ValueError):
-        return Verdict("clock", Status.WARN, f"unreadable Date header {date_header!r}")
+        return Verdict("clock", Severity.WARN, f"unreadable Date header {date_header!r}")
     skew = local_us / 1e6 - polar.timestamp()
     if skew > AHEAD_LIMIT_S:
         return Verdict(
             "clock",
-            Status.FAIL,
+            Severity.FAIL,
             f"this machine is {skew:.1f} s ahead of Polar: Polar refuses events from its future "
             "(delivery waits until Polar's clock catches up); synchronise the clock (NTP)",
         )
     if skew < -BEHIND_LIMIT_S:
         return Verdict(
             "clock",
-            Status.WARN,
+            Severity.WARN,
             f"this machine is {-skew:.1f} s behind Polar: events land in buckets Polar may have "
             "synced already (counted, but each makes Polar push a snapshot)",
         )
     limit = f"limit: {AHEAD_LIMIT_S:g} s ahead"
-    return Verdict("clock", Status.OK, f"{skew:+.1f} s from Polar ({limit})")
+    return Verdict("clock", Severity.OK, f"{skew:+.1f} s from Polar ({limit})")
 
 
 @attrs.frozen(slots=True)
@@ -128,7 +128,7 @@ def outbox(state: OutboxState) -> Verdict:
     if state.stranded:
         return Verdict(
             "outbox",
-            Status.FAIL if not alive else Status.WARN,
+            Severity.FAIL if not alive else Severity.WARN,
             f"{summary}; {state.stranded} entries held by gone instances "
             + (
                 "(a live instance takes them within seconds)"
@@ -139,13 +139,13 @@ def outbox(state: OutboxState) -> Verdict:
     if state.released and not alive:
         # Released already: asking for a release again would change nothing.
         detail = f"{summary}; {state.released} entries released, for the next instance to start"
-        return Verdict("outbox", Status.WARN, detail)
+        return Verdict("outbox", Severity.WARN, detail)
     if total and state.oldest_age_s is not None and state.oldest_age_s > STALE_ENTRY_S:
         if not alive:
             detail = f"{summary}; no instance is delivering (none alive)"
-            return Verdict("outbox", Status.WARN, detail)
-        return Verdict("outbox", Status.WARN, f"{summary}; delivery is behind or stalled")
-    return Verdict("outbox", Status.OK, summary)
+            return Verdict("outbox", Severity.WARN, detail)
+        return Verdict("outbox", Severity.WARN, f"{summary}; delivery is behind or stalled")
+    return Verdict("outbox", Severity.OK, summary)
 
 
 def eviction_policy(policy: str, maxmemory: int) -> Verdict:
@@ -159,18 +159,18 @@ def eviction_policy(policy: str, maxmemory: int) -> Verdict:
     are lost, never billed."""
     name = "eviction"
     if policy == "noeviction":
-        return Verdict(name, Status.OK, "maxmemory-policy noeviction: Redis never drops a key")
+        return Verdict(name, Severity.OK, "maxmemory-policy noeviction: Redis never drops a key")
     if maxmemory == 0:
         return Verdict(
             name,
-            Status.OK,
+            Severity.OK,
             f"maxmemory-policy {policy}, but no maxmemory limit: nothing is evicted "
             "(Outpost needs noeviction should a limit be set)",
         )
     if policy.startswith("volatile-"):
         return Verdict(
             name,
-            Status.WARN,
+            Severity.WARN,
             f"maxmemory-policy {policy} can evict Outpost's state hashes (they carry a time to "
             "live): balances then read high until Polar's next snapshot; the outbox (no time to "
             "live) is kept. Outpost needs noeviction",
@@ -178,12 +178,12 @@ def eviction_policy(policy: str, maxmemory: int) -> Verdict:
     if policy.startswith("allkeys-"):
         return Verdict(
             name,
-            Status.FAIL,
+            Severity.FAIL,
             f"maxmemory-policy {policy} can evict the outbox: undelivered events would be lost, "
             "never billed. Set maxmemory-policy noeviction (or give Outpost its own Redis)",
         )
     return Verdict(
-        name, Status.WARN, f"unknown maxmemory-policy {policy!r}: Outpost needs noeviction"
+        name, Severity.WARN, f"unknown maxmemory-policy {policy!r}: Outpost needs noeviction"
     )
 
 
@@ -193,13 +193,13 @@ def shard_spread(count: int, stored: bool, used: int | None, primaries: int | No
     origin = "stored" if stored else "none stored yet: the default, which the first instance stores"
     detail = f"{count} shards ({origin})"
     if used is None or primaries is None:
-        return Verdict("shards", Status.OK, detail)
+        return Verdict("shards", Severity.OK, detail)
     detail += f", over {used} of {primaries} primaries"
     if used < primaries:
         return Verdict(
             "shards",
-            Status.WARN,
+            Severity.WARN,
             f"{detail}: the others hold none of Outpost's keys; more shards spread the load "
             "(docs/redis-layout.md, `outpost shards set`)",
         )
-    return Verdict("shards", Status.OK, detail)
+    return Verdict("shards", Severity.OK, detail)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from outpost_core import Delivery, DeliverySettings, Session, Settings
-from outpost_core.traces import Record, RecordingDelivery, RecordingSession, header
+from outpost_core.traces import RecordingDelivery, RecordingSession, TraceRecord, header
 
 
 class Traces:
@@ -43,13 +43,13 @@ class Traces:
         recording = RecordingDelivery(delivery, self._open(f"delivery-{n}.jsonl", head))
         return cast(Delivery, recording)  # same surface, recorded
 
-    def _open(self, name: str, head: Record) -> Any:
+    def _open(self, name: str, head: TraceRecord) -> Any:
         assert self._directory is not None
         file = (self._directory / name).open("w", encoding="utf-8")
         self._files.append(file)
         lock = threading.Lock()
 
-        def sink(record: Record) -> None:
+        def sink(record: TraceRecord) -> None:
             with lock:
                 file.write(json.dumps(record, separators=(",", ":")) + "\n")
                 file.flush()

@@ -17,7 +17,7 @@ import redis
 
 from outpost_core import SCRIPT_SHA1, SCRIPT_TEXT, Link, LinkState, Target, keys, redact_url
 from outpost_core.doctor import (
-    Status,
+    Severity,
     Verdict,
     clock_skew,
     eviction_policy,
@@ -78,7 +78,7 @@ def _guarded(name: str, check: Callable[[], Verdict]) -> Verdict:
     try:
         return check()
     except (redis.RedisError, httpx.HTTPError, OSError, ValueError) as exc:
-        return Verdict(name, Status.FAIL, f"{type(exc).__name__}: {exc}")
+        return Verdict(name, Severity.FAIL, f"{type(exc).__name__}: {exc}")
 
 
 # -- Redis ------------------------------------------------------------------------------------
@@ -91,8 +91,8 @@ def redis_checks(args: argparse.Namespace) -> list[Verdict]:
             client.ping()
         except redis.RedisError as exc:
             shown = redact_url(args.redis_url)
-            return [Verdict("redis", Status.FAIL, f"{shown} unreachable: {exc}")]
-        verdicts = [Verdict("redis", Status.OK, f"{redact_url(args.redis_url)} answers")]
+            return [Verdict("redis", Severity.FAIL, f"{shown} unreachable: {exc}")]
+        verdicts = [Verdict("redis", Severity.OK, f"{redact_url(args.redis_url)} answers")]
         info = client.info("server")
         verdicts.append(redis_version(args.redis_version or str(info.get("redis_version"))))
         for name, check in (
@@ -113,14 +113,14 @@ def redis_checks(args: argparse.Namespace) -> list[Verdict]:
 def _mode(client: redis.Redis) -> Verdict:
     if isinstance(client, redis.RedisCluster):
         primaries = len(client.get_primaries())
-        return Verdict("redis mode", Status.OK, f"Redis Cluster, {primaries} primaries")
+        return Verdict("redis mode", Severity.OK, f"Redis Cluster, {primaries} primaries")
     if client.info("cluster").get("cluster_enabled") in (1, "1"):
         detail = (
             "this node belongs to a Redis Cluster, and the other nodes' keys answer MOVED here: "
             "give the SDK and this command redis+cluster://host:port"
         )
-        return Verdict("redis mode", Status.WARN, detail)
-    return Verdict("redis mode", Status.OK, "single Redis")
+        return Verdict("redis mode", Severity.WARN, detail)
+    return Verdict("redis mode", Severity.OK, "single Redis")
 
 
 def _eviction(client: redis.Redis) -> Verdict:
@@ -133,7 +133,7 @@ def _eviction(client: redis.Redis) -> Verdict:
         eviction_policy(str(node.get("maxmemory_policy")), int(node.get("maxmemory") or 0))
         for node in nodes
     ]
-    order = [Status.FAIL, Status.WARN, Status.OK]
+    order = [Severity.FAIL, Severity.WARN, Severity.OK]
     return min(verdicts, key=lambda v: order.index(v.status))
 
 
@@ -142,9 +142,9 @@ def _scripts(client: redis.Redis) -> Verdict:
         name for name, body in SCRIPT_TEXT.items() if client.script_load(body) != SCRIPT_SHA1[name]
     ]
     if wrong:
-        return Verdict("scripts", Status.FAIL, f"SHA1 mismatch for {', '.join(wrong)}")
+        return Verdict("scripts", Severity.FAIL, f"SHA1 mismatch for {', '.join(wrong)}")
     return Verdict(
-        "scripts", Status.OK, f"{len(SCRIPT_TEXT)} scripts load ({', '.join(SCRIPT_TEXT)})"
+        "scripts", Severity.OK, f"{len(SCRIPT_TEXT)} scripts load ({', '.join(SCRIPT_TEXT)})"
     )
 
 
@@ -165,8 +165,8 @@ def _pubsub(client: redis.Redis) -> Verdict:
                 sent = True
             elif message is not None and message["type"] == "smessage":
                 ms = (time.perf_counter() - started) * 1000
-                return Verdict("sharded pub/sub", Status.OK, f"round trip {ms:.1f} ms")
-        return Verdict("sharded pub/sub", Status.FAIL, f"no message back within {TIMEOUT:g} s")
+                return Verdict("sharded pub/sub", Severity.OK, f"round trip {ms:.1f} ms")
+        return Verdict("sharded pub/sub", Severity.FAIL, f"no message back within {TIMEOUT:g} s")
     finally:
         close_pubsub(pubsub)
 
@@ -193,7 +193,7 @@ def _keyspace(client: redis.Redis) -> Verdict:
             break
     used += _memory(client, batch)
     more = "+" if count >= KEY_SCAN_LIMIT else ""
-    return Verdict("keys", Status.OK, f"{count}{more} Outpost keys, {used / 1048576:.2f} MiB")
+    return Verdict("keys", Severity.OK, f"{count}{more} Outpost keys, {used / 1048576:.2f} MiB")
 
 
 def _memory(client: redis.Redis, batch: list[Any]) -> int:
@@ -211,7 +211,7 @@ def polar_checks(args: argparse.Namespace) -> list[Verdict]:
         return [
             Verdict(
                 "polar token",
-                Status.FAIL,
+                Severity.FAIL,
                 "no access token (POLAR_ACCESS_TOKEN or --token): Polar not checked",
             )
         ]
@@ -223,20 +223,20 @@ def polar_checks(args: argparse.Namespace) -> list[Verdict]:
                 verdicts.append(_guarded("ingest scope", lambda: _ingest(http)))
             else:
                 why = f"not checked: the token was refused (HTTP {response.status_code})"
-                verdicts.append(Verdict("ingest scope", Status.FAIL, why))
+                verdicts.append(Verdict("ingest scope", Severity.FAIL, why))
             verdicts.append(clock_skew(time.time_ns() // 1000, response.headers.get("date")))
     except httpx.HTTPError as exc:
-        return [Verdict("polar", Status.FAIL, f"{args.server_url} unreachable: {exc}")]
+        return [Verdict("polar", Severity.FAIL, f"{args.server_url} unreachable: {exc}")]
     verdicts.append(_guarded("websocket", lambda: _websocket(args)))
     return verdicts
 
 
 def _token(args: argparse.Namespace, response: httpx.Response) -> Verdict:
     if response.status_code == 200:
-        return Verdict("polar token", Status.OK, f"{args.server_url} accepts the token")
+        return Verdict("polar token", Severity.OK, f"{args.server_url} accepts the token")
     return Verdict(
         "polar token",
-        Status.FAIL,
+        Severity.FAIL,
         f"{args.server_url} answered HTTP {response.status_code}: {response_detail(response)}",
     )
 
@@ -244,12 +244,12 @@ def _token(args: argparse.Namespace, response: httpx.Response) -> Verdict:
 def _ingest(http: httpx.Client) -> Verdict:
     response = http.post("/v1/events/ingest", json={"events": []})
     if response.status_code == 200:
-        return Verdict("ingest scope", Status.OK, "the token may ingest events")
+        return Verdict("ingest scope", Severity.OK, "the token may ingest events")
     detail = f"ingestion answered HTTP {response.status_code}: {response_detail(response)}"
     if response.status_code in (401, 403):
-        return Verdict("ingest scope", Status.FAIL, f"{detail} (the token needs events:write)")
+        return Verdict("ingest scope", Severity.FAIL, f"{detail} (the token needs events:write)")
     # 429 or 5xx: Polar is busy or down; events wait in the outbox meanwhile.
-    return Verdict("ingest scope", Status.WARN, f"{detail} (delivery waits and retries)")
+    return Verdict("ingest scope", Severity.WARN, f"{detail} (delivery waits and retries)")
 
 
 def _websocket(args: argparse.Namespace) -> Verdict:
@@ -270,7 +270,7 @@ def _websocket(args: argparse.Namespace) -> Verdict:
             messages = link.receive(data, now) if data is not None else []
             if link.state is not LinkState.OPEN and link.state is not LinkState.HANDSHAKING:
                 reason = link.refused or link.last_error or "closed"
-                return Verdict("websocket", Status.FAIL, reason)
+                return Verdict("websocket", Severity.FAIL, reason)
             if link.state is LinkState.OPEN and not asked:
                 link.send({"type": "configuration"})
                 asked = True
@@ -282,9 +282,9 @@ def _websocket(args: argparse.Namespace) -> Verdict:
                     payload = message.get("payload") or {}
                     reducers = len(payload.get("reducers") or [])
                     return Verdict(
-                        "websocket", Status.OK, f"configuration received ({reducers} reducers)"
+                        "websocket", Severity.OK, f"configuration received ({reducers} reducers)"
                     )
-        return Verdict("websocket", Status.FAIL, f"no configuration within {TIMEOUT:g} s")
+        return Verdict("websocket", Severity.FAIL, f"no configuration within {TIMEOUT:g} s")
     finally:
         link.close()
         stream.close()

@@ -11,7 +11,7 @@ from typing import Any
 import redis
 
 from outpost_core import GROUP, SCRIPT_TEXT, ConfigurationError, keys, redact_url
-from outpost_core.doctor import ConsumerState, OutboxState, Status, Verdict, outbox, overall
+from outpost_core.doctor import ConsumerState, OutboxState, Severity, Verdict, outbox, overall
 from outpost_sync.cli._config import (
     add_connection_arguments,
     deployment_shards,
@@ -146,6 +146,6 @@ def render(state: OutboxState, verdict: Verdict) -> str:
         mark = "alive" if c.alive else "GONE"
         lines.append(f"  consumer {c.name}: holds {c.pending} ({mark})")
     lines.append(verdict.line())
-    if verdict.status is not Status.OK and state.stranded:
+    if verdict.status is not Severity.OK and state.stranded:
         lines.append("  `outpost outbox release` hands them over now")
     return "\n".join(lines)

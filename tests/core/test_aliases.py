@@ -31,7 +31,7 @@ from outpost_core._effects import Effect, Fetch, ListPending, OpenConnection
 from outpost_core._inputs import BytesReceived, ConnectionOpened, PendingListed
 from outpost_core._link import Link, Target
 from outpost_core._mirror import derive_state
-from outpost_core._snapshots import Malformed, parse_snapshot
+from outpost_core._snapshots import MalformedSnapshot, parse_snapshot
 from tests.core._payloads import COUNT, configuration, reducer
 from tests.core._polar import FixedRandom, Peer
 
@@ -210,7 +210,7 @@ def test_aliases_are_parsed_and_absent_means_none() -> None:
     ],
 )
 def test_malformed_aliases_make_the_snapshot_a_counted_rejection(aliases: Any) -> None:
-    with pytest.raises(Malformed):
+    with pytest.raises(MalformedSnapshot):
         parse_snapshot(snapshot_payload(E, "r", aliases=aliases))
     polar = Polar()
     polar.read()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from outpost_core._changes import Change, Malformed, parse_changes, published_of, reply_of
+from outpost_core._changes import Change, MalformedChange, parse_changes, published_of, reply_of
 
 DELTA = {"k": "s1", "r": 4, "s": ["a:0", "1 1 1 1", "n", "1"], "d": ["a:300"]}
 
@@ -30,7 +30,7 @@ def test_a_pair_reply_is_read_from_its_second_text() -> None:
     assert published_of(pair) == message and reply_of(pair) == whole
     assert parse_changes(pair) == parse_changes(whole)
     assert published_of(message) is message and reply_of(message) is message
-    with pytest.raises(Malformed):
+    with pytest.raises(MalformedChange):
         parse_changes([message])  # not a pair
 
 
@@ -128,12 +128,12 @@ def test_duplicate_track_reply(raw: str | bytes) -> None:
     ],
 )
 def test_garbage_is_malformed(raw: object, message: str) -> None:
-    with pytest.raises(Malformed, match=message):
+    with pytest.raises(MalformedChange, match=message):
         parse_changes(raw)
 
 
 def test_malformed_is_a_value_error() -> None:
-    assert issubclass(Malformed, ValueError)
+    assert issubclass(MalformedChange, ValueError)
 
 
 def test_a_change_of_keys_not_followed_is_left_unparsed() -> None:
@@ -141,7 +141,7 @@ def test_a_change_of_keys_not_followed_is_left_unparsed() -> None:
     # Broken after its keys: parsing it would raise, but none of its keys is followed.
     truncated = '{"c":[{"k":"theirs","r":1},{"k": "other","r":2'
     assert parse_changes(truncated, followed) == []
-    with pytest.raises(Malformed):
+    with pytest.raises(MalformedChange):
         parse_changes(truncated)
     # A followed key among them: the message is parsed, and only its change is read.
     both = '{"c":[{"k":"theirs","r":1,"s":[]},{"k":"mine","r":2,"s":["u","1"]}]}'

@@ -23,7 +23,7 @@ from outpost_core import (
     UnknownMeter,
 )
 from outpost_core._aggregate import Aggregate
-from outpost_core._changes import Malformed, parse_changes
+from outpost_core._changes import MalformedChange, parse_changes
 from outpost_core._inspect import _iso, events_keys, parse_events
 from outpost_core._link import _Unreadable
 from outpost_core._mirror import derive_state
@@ -188,7 +188,7 @@ def test_fuzz_parse_changes_raises_only_malformed(text: str) -> None:
     try:
         parse_changes(text)
         parse_changes([text, text.encode()])
-    except Malformed:
+    except MalformedChange:
         pass
 
 

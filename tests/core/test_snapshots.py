@@ -11,7 +11,7 @@ from outpost_core import Aggregate, Customer
 from outpost_core._snapshots import (
     MAX_IDS_PER_QUESTION,
     CustomerFlow,
-    Malformed,
+    MalformedSnapshot,
     Snapshot,
     Step,
     customer_in,
@@ -99,13 +99,13 @@ def test_empty_reducers_and_credits() -> None:
     ],
 )
 def test_malformed_snapshots(bad: object, message: str) -> None:
-    with pytest.raises(Malformed, match=message):
+    with pytest.raises(MalformedSnapshot, match=message):
         parse_snapshot(bad)
 
 
 @pytest.mark.parametrize("units", [math.inf, -math.inf, 10**400])
 def test_credits_beyond_floats_are_malformed(units: float) -> None:
-    with pytest.raises(Malformed):
+    with pytest.raises(MalformedSnapshot):
         parse_snapshot(payload(credited={"m": units}))
 
 
@@ -120,7 +120,7 @@ def test_customer_in() -> None:
         {"customer_id": 1},
     ]
     for bad in bads:
-        with pytest.raises(Malformed):
+        with pytest.raises(MalformedSnapshot):
             customer_in(bad)
 
 

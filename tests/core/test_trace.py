@@ -17,9 +17,9 @@ from outpost_core._trace import (
     FORMAT,
     VERSION,
     Mismatch,
-    Record,
     RecordingDelivery,
     RecordingSession,
+    TraceRecord,
     decode,
     encode,
     header,
@@ -191,8 +191,8 @@ def _client_text_frame(payload: bytes) -> bytes:
 # -- recording and replaying a session ------------------------------------------------------------
 
 
-def record_session(seed: int = 7) -> tuple[list[Record], RecordingSession]:
-    records: list[Record] = [
+def record_session(seed: int = 7) -> tuple[list[TraceRecord], RecordingSession]:
+    records: list[TraceRecord] = [
         header("session", oc.Settings(), seed, {"server_url": "https://polar.test"})
     ]
     link = oc.Link(oc.Target.of("https://polar.test"), TOKEN, random.Random(seed))
@@ -289,7 +289,7 @@ def test_a_recorded_session_replays_without_mismatch() -> None:
 
 
 def test_a_session_without_a_link_replays() -> None:
-    records: list[Record] = [header("session", oc.Settings(), 0, {})]
+    records: list[TraceRecord] = [header("session", oc.Settings(), 0, {})]
     recording = RecordingSession(oc.Session(), records.append)
     recording.handle(oc.ConfigurationReceived(STANDARD))
     recording.effects()
@@ -324,7 +324,7 @@ def test_a_replay_reports_where_the_core_answers_differently() -> None:
         ({"format": FORMAT, "version": VERSION, "machine": "delivery"}, "a delivery trace"),
     ],
 )
-def test_replay_checks_the_header(head: Record, message: str) -> None:
+def test_replay_checks_the_header(head: TraceRecord, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         replay_session([head], Random)
 
@@ -349,9 +349,9 @@ def test_a_101_without_an_accept_header_replays_unchanged() -> None:
 # -- recording and replaying a delivery loop ------------------------------------------------------
 
 
-def record_delivery(seed: int = 11) -> list[Record]:
+def record_delivery(seed: int = 11) -> list[TraceRecord]:
     settings = oc.DeliverySettings(batch_size=2)
-    records: list[Record] = [header("delivery", settings, seed, {"started_at": 0.0})]
+    records: list[TraceRecord] = [header("delivery", settings, seed, {"started_at": 0.0})]
     delivery = RecordingDelivery(oc.Delivery(settings, random.Random(seed), 0.0), records.append)
     stream = keys.all_outboxes()[0]
     entry = {
