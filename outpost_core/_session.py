@@ -186,7 +186,7 @@ class Session:
         (default: the link's generator; without either, no jitter)."""
         self.settings = settings or Settings()
         self._rng: Random = rng or (link.rng if link is not None else _NoJitter())
-        self.remote = Remote(self, link, self._rng) if link is not None else None
+        self.remote = Remote(_PortForRemote(self), link, self._rng) if link is not None else None
         self._link_dropped = False
         self.log = logger or logging.getLogger("outpost")
         self._polar_outage = Outage("the WebSocket", peer="Polar")
@@ -459,9 +459,6 @@ class Session:
     def emit(self, effect: Effect) -> None:
         self._effects.append(effect)
 
-    def configure(self, payload: object) -> None:
-        self._configure(payload, from_cache=False)
-
     def known_rev(self, state_key: str) -> int:
         mirror = self._mirrors.get(state_key)
         return mirror.rev if mirror is not None and mirror.loaded else -1
@@ -469,18 +466,11 @@ class Session:
     def reject(self, kind: str, detail: str) -> None:
         self._reject(kind, detail)
 
-    def recently_read(self) -> list[Customer]:
+    def _recently_read(self) -> list[Customer]:
         """The customers read within ``recent_window``, most recent first."""
         return list(self._following.recent(self._now - self.settings.recent_window))
 
-    @property
-    def reload_rate(self) -> float:
-        return self.settings.reload_rate
-
-    def observe(self, observation: Observation) -> None:
-        self._observations.append(observation)
-
-    def aliases_changed(self, customer: Customer, aliases: tuple[Customer, ...]) -> None:
+    def _aliases_changed(self, customer: Customer, aliases: tuple[Customer, ...]) -> None:
         """Polar names other reference forms for ``customer``: its cached balances are stale,
         and every reducer read of it follows the aliases' copies too (loads start now, so the
         next read waits as little as it can)."""
@@ -489,7 +479,7 @@ class Session:
             for alias in aliases:
                 self._follow(alias, mirror.reducer_id)
 
-    def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]:
+    def _consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]:
         """Per meter of the reducer: the consumption this instance reads now ({} if unknown)."""
         mirror = self._mirrors.get(_keys.state_key(customer, reducer_id, self.shards))
         reducer = self.configuration.reducers.get(reducer_id) if self.configuration else None
@@ -500,10 +490,6 @@ class Session:
         state = mirror.state
         quantity = state.polar.merge(state.local).quantity(reducer.aggregation.func)
         return dict.fromkeys(reducer.meter_ids, quantity)
-
-    @property
-    def pending_limit_us(self) -> int:
-        return self.settings.pending_limit_us
 
     @property
     def channel_namespace(self) -> str:
@@ -1068,6 +1054,59 @@ class Session:
     def _reject(self, kind: str, detail: str) -> None:
         self.rejections[kind] += 1
         self.log.warning("outpost rejected %s: %s", kind, printable(detail, _DETAIL_LIMIT))
+
+
+class _PortForRemote:
+    """What Polar's side of a session may do to it and ask of it (``SessionHooks``), and no
+    more: the session's other public methods are its driver's."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def emit(self, effect: Effect) -> None:
+        self._session.emit(effect)
+
+    def configure(self, payload: object) -> None:
+        self._session._configure(payload, from_cache=False)
+
+    def known_rev(self, state_key: str) -> int:
+        return self._session.known_rev(state_key)
+
+    def reject(self, kind: str, detail: str) -> None:
+        self._session.reject(kind, detail)
+
+    def observe(self, observation: Observation) -> None:
+        self._session._observations.append(observation)
+
+    def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]:
+        return self._session._consumed(customer, reducer_id)
+
+    def aliases_changed(self, customer: Customer, aliases: tuple[Customer, ...]) -> None:
+        self._session._aliases_changed(customer, aliases)
+
+    def recently_read(self) -> list[Customer]:
+        return self._session._recently_read()
+
+    @property
+    def reload_rate(self) -> float:
+        return self._session.settings.reload_rate
+
+    @property
+    def pending_limit_us(self) -> int:
+        return self._session.settings.pending_limit_us
+
+    @property
+    def channel_namespace(self) -> str:
+        return self._session.settings.channel_namespace
+
+    @property
+    def shards(self) -> int:
+        return self._session.shards
+
+    def shard_of(self, customer: Customer) -> int:
+        return self._session.shard_of(customer)
 
 
 def _suffix(error: str | None) -> str:

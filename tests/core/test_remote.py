@@ -43,6 +43,7 @@ from outpost_core._inputs import (
 from outpost_core._link import Link, LinkSettings, LinkState, Target
 from outpost_core._observations import LinkChanged, SnapshotApplied
 from outpost_core._remote import REQUEST_TIMEOUT, RETRY_BASE, RETRY_CAP, STEP_TIMEOUT, Remote
+from outpost_core._session import _PortForRemote
 from outpost_core._snapshots import CustomerFlow, Step
 from tests.core._payloads import COUNT, STANDARD, TOKENS, UNIQUE, configuration, reducer
 from tests.core._polar import FixedRandom, Peer
@@ -275,8 +276,9 @@ def test_host_methods() -> None:
     assert session.known_rev(state("r-count")) == 7
     session.reject("frame", "x")
     assert session.rejections == {"frame": 1}
-    assert session.pending_limit_us == Settings().pending_limit_us
-    session.observe(LinkChanged("closed", "x", 1))
+    hooks = _PortForRemote(session)  # what Polar's side may ask of its session
+    assert hooks.pending_limit_us == Settings().pending_limit_us
+    hooks.observe(LinkChanged("closed", "x", 1))
     assert session.observations() == [LinkChanged("closed", "x", 1)]
     assert session.observations() == []
 
@@ -286,21 +288,22 @@ def test_consumed_per_meter() -> None:
         r for r in STANDARD["reducers"] if r["id"] != "r-count"
     ]))  # fmt: skip
     session = polar.session
-    assert session.consumed(C1, "r-count") == {}  # not followed
+    hooks = _PortForRemote(session)
+    assert hooks.consumed(C1, "r-count") == {}  # not followed
     polar.connect()
     assert session.read(COUNT, "c1") is None
-    assert session.consumed(C1, "r-count") == {}  # not loaded
+    assert hooks.consumed(C1, "r-count") == {}  # not loaded
     fields = {"rev": "1", "p": "2 2 1 1", "a:0": "1 1 1 1"}
     session.handle(IdentityLoaded(state("r-count"), fields, polar.load_asked(state("r-count"))))
-    assert session.consumed(C1, "r-count") == {COUNT: 3.0, "m-other": 3.0}
-    assert session.consumed(C1, "r-nope") == {}
+    assert hooks.consumed(C1, "r-count") == {COUNT: 3.0, "m-other": 3.0}
+    assert hooks.consumed(C1, "r-nope") == {}
     # A followed identity whose reducer became unbucketed, or left the configuration.
     changed = dict(STANDARD, reducers=[reducer("r-count", [COUNT], func="unique", prop="u")])
     session.handle(ConfigurationReceived(changed))
-    assert session.consumed(C1, "r-count") == {}
+    assert hooks.consumed(C1, "r-count") == {}
     session.handle(ConfigurationReceived(configuration(reducer("x", ["m"]))))
-    assert session.consumed(C1, "r-count") == {}
-    assert Session().consumed(C1, "r-count") == {}  # no configuration at all
+    assert hooks.consumed(C1, "r-count") == {}
+    assert _PortForRemote(Session()).consumed(C1, "r-count") == {}  # no configuration at all
 
 
 def test_link_inputs_need_a_link_only_when_they_are_link_inputs() -> None:

@@ -171,8 +171,8 @@ def test_default_settings() -> None:
         0.5,
     )
     assert Session().settings == settings
-    assert Session().pending_limit_us == HOUR_US
-    assert Session(Settings(pending_limit_us=7)).pending_limit_us == 7
+    assert Session().settings.pending_limit_us == HOUR_US
+    assert Session(Settings(pending_limit_us=7)).settings.pending_limit_us == 7
 
 
 @pytest.mark.parametrize(
