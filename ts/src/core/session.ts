@@ -26,7 +26,7 @@ import { Outage, type Report } from "./outage.js";
 import type { Observation } from "./observations.js";
 import { repr, reprFloat, reprString } from "./pyrepr.js";
 import type { Random } from "./random.js";
-import { Remote } from "./remote.js";
+import { type Host, Remote } from "./remote.js";
 import { HOUR_US, floorBucket } from "./time.js";
 
 /** The largest magnitude track() accepts for a value a reducer counts: Lua sums a bucket's values
@@ -178,7 +178,7 @@ export class Session {
     this.shardOfChannel = new Map(allChannels(settings.channelNamespace, settings.shards).map((name, shard) => [name, shard]));
     this.log = logger;
     this.rng = rng ?? link?.rng ?? NO_JITTER;
-    this.remote = link === null ? null : new Remote(this, link, this.rng);
+    this.remote = link === null ? null : new Remote(new PortForRemote(this), link, this.rng);
   }
 
   /** Run without the WebSocket from now on (the public-API mode: Polar serves no
@@ -384,15 +384,7 @@ export class Session {
     return this.remote !== null && this.remote.link.state === LinkState.OPEN;
   }
 
-  // -- what the remote side needs (see remote.ts Host) ----------------------------------------
-
-  emit(effect: Effect): void {
-    this.outbox.push(effect);
-  }
-
-  configure(payload: unknown): void {
-    this.configureFrom(payload, false);
-  }
+  // -- asked by the driver, and by Polar's side through its port ------------------------------
 
   knownRev(key: string): number {
     const mirror = this.mirrors.get(key);
@@ -402,43 +394,6 @@ export class Session {
   reject(kind: string, detail: string): void {
     this.rejections.set(kind, (this.rejections.get(kind) ?? 0) + 1);
     this.log.warn(`outpost rejected ${kind}: ${detail}`);
-  }
-
-  observe(observation: Observation): void {
-    this.observed.push(observation);
-  }
-
-  /** The customers read within recentWindow, most recent first. */
-  recentlyRead(): Customer[] {
-    return this.following.recent(this.now - this.settings.recentWindow);
-  }
-
-  get reloadRate(): number {
-    return this.settings.reloadRate;
-  }
-
-  /** Polar names other reference forms for customer: its cached balances are stale, and every
-   * reducer read of it follows the aliases' copies too (loads start now). */
-  aliasesChanged(customer: Customer, aliases: readonly Customer[]): void {
-    for (const mirror of this.customerMirrors.get(customer.tag) ?? []) {
-      this.invalidate(mirror);
-      for (const alias of aliases) this.follow(alias, mirror.reducerId);
-    }
-  }
-
-  /** Per meter of the reducer: the consumption this instance reads now (empty if unknown). */
-  consumed(customer: Customer, reducerId: string): Map<string, number> {
-    const mirror = this.mirrors.get(stateKey(customer, reducerId, this.settings.shards));
-    const reducer = this.configuration?.reducers.get(reducerId);
-    if (mirror === undefined || !mirror.loaded || reducer === undefined) return new Map();
-    if (!reducer.aggregation.bucketed()) return new Map();
-    const state = mirror.state;
-    const quantity = state.polar.merge(state.local).quantity(reducer.aggregation.func);
-    return new Map(reducer.meterIds.map((m) => [m, quantity]));
-  }
-
-  get pendingLimitUs(): number {
-    return this.settings.pendingLimitUs;
   }
 
   get channelNamespace(): string {
@@ -452,6 +407,41 @@ export class Session {
   /** The customer's shard in this deployment. */
   shardOf(customer: Customer): number {
     return shardOf(customer, this.settings.shards);
+  }
+
+  // -- for Polar's side only (PortForRemote) --------------------------------------------------
+
+  private emit(effect: Effect): void {
+    this.outbox.push(effect);
+  }
+
+  private observe(observation: Observation): void {
+    this.observed.push(observation);
+  }
+
+  /** The customers read within recentWindow, most recent first. */
+  private recentlyRead(): Customer[] {
+    return this.following.recent(this.now - this.settings.recentWindow);
+  }
+
+  /** Polar names other reference forms for customer: its cached balances are stale, and every
+   * reducer read of it follows the aliases' copies too (loads start now). */
+  private aliasesChanged(customer: Customer, aliases: readonly Customer[]): void {
+    for (const mirror of this.customerMirrors.get(customer.tag) ?? []) {
+      this.invalidate(mirror);
+      for (const alias of aliases) this.follow(alias, mirror.reducerId);
+    }
+  }
+
+  /** Per meter of the reducer: the consumption this instance reads now (empty if unknown). */
+  private consumed(customer: Customer, reducerId: string): Map<string, number> {
+    const mirror = this.mirrors.get(stateKey(customer, reducerId, this.settings.shards));
+    const reducer = this.configuration?.reducers.get(reducerId);
+    if (mirror === undefined || !mirror.loaded || reducer === undefined) return new Map();
+    if (!reducer.aggregation.bucketed()) return new Map();
+    const state = mirror.state;
+    const quantity = state.polar.merge(state.local).quantity(reducer.aggregation.func);
+    return new Map(reducer.meterIds.map((m) => [m, quantity]));
   }
 
   // -- configuration --------------------------------------------------------------------------
@@ -895,6 +885,66 @@ export class Session {
     for (const key of this.retryAt.popDue(now)) this.load(this.mirrors.get(key) as Mirror);
     if (this.reloads.length) this.paceReloads();
     this.letGoBeyond(this.settings.maxCustomers);
+  }
+}
+
+/** What Polar's side of a session may do to it and ask of it (remote.ts Host), and no more: the
+ * session's other public members are its driver's. What only this port uses is private to
+ * Session, reached by bracket access (which TypeScript still type-checks). Exported for the
+ * core's tests, not from index.ts. */
+export class PortForRemote implements Host {
+  constructor(private readonly session: Session) {}
+
+  emit(effect: Effect): void {
+    this.session["emit"](effect);
+  }
+
+  configure(payload: unknown): void {
+    this.session["configureFrom"](payload, false);
+  }
+
+  knownRev(key: string): number {
+    return this.session.knownRev(key);
+  }
+
+  reject(kind: string, detail: string): void {
+    this.session.reject(kind, detail);
+  }
+
+  observe(observation: Observation): void {
+    this.session["observe"](observation);
+  }
+
+  consumed(customer: Customer, reducerId: string): Map<string, number> {
+    return this.session["consumed"](customer, reducerId);
+  }
+
+  aliasesChanged(customer: Customer, aliases: readonly Customer[]): void {
+    this.session["aliasesChanged"](customer, aliases);
+  }
+
+  recentlyRead(): Customer[] {
+    return this.session["recentlyRead"]();
+  }
+
+  get reloadRate(): number {
+    return this.session.settings.reloadRate;
+  }
+
+  get pendingLimitUs(): number {
+    return this.session.settings.pendingLimitUs;
+  }
+
+  get channelNamespace(): string {
+    return this.session.channelNamespace;
+  }
+
+  get shards(): number {
+    return this.session.shards;
+  }
+
+  shardOf(customer: Customer): number {
+    return this.session.shardOf(customer);
   }
 }
 
