@@ -58,6 +58,7 @@ from ._effects import (
     StoreConfiguration,
 )
 from ._event import customer_of, event_id_of, timestamp_us_of
+from ._flush import FlushWatch, last_entries
 from ._inputs import (
     BytesReceived,
     ChangePublished,
@@ -185,6 +186,7 @@ __all__ = [
     "Echoes",
     "Effect",
     "Fetch",
+    "FlushWatch",
     "ForgetHeartbeat",
     "HeartbeatsChecked",
     "IdentityLoaded",
@@ -265,6 +267,7 @@ __all__ = [
     "hand_back",
     "inspection",
     "keys",
+    "last_entries",
     "lost_its_data",
     "nothing_done",
     "parse_configuration",

@@ -27,6 +27,7 @@ from outpost_core import (
     DeliveryInput,
     DeliverySettings,
     Done,
+    FlushWatch,
     ForgetHeartbeat,
     Outage,
     OutboxRead,
@@ -47,6 +48,7 @@ from outpost_core import (
     SurveyConsumers,
     TakeRequest,
     hand_back,
+    last_entries,
     lost_its_data,
     nothing_done,
     stream_entries,
@@ -84,7 +86,6 @@ _WAITING = "waiting"  # such a read is due, but another loop reads or holds entr
 
 _T = TypeVar("_T")
 _FLUSH_READS = 3  # attempts of a flush's outbox read before it raises RedisUnavailable
-_LOOK = 0.05  # a flush looks at the outboxes at least this often
 
 
 class Deliveries:
@@ -143,26 +144,21 @@ class Deliveries:
         ``timeout`` seconds (``False``)."""
         ctx = self._context
         marks = self._read_outboxes(self._outbox_marks)
-        deadline = time.monotonic() + timeout
+        watch = FlushWatch(marks, time.monotonic(), timeout)
         ctx.flushing += 1
         ctx.deliveries.fire()
         try:
-            looked = 0.0
             while True:
-                # A look reads every outbox: taken when a settle left this instance's loops
-                # holding nothing (the marks may be reached), and every 50 ms for what other
-                # instances settle, not at every batch of a backlog (nor at every change).
                 version = ctx.deliveries.version
-                now = time.monotonic()
-                if not ctx.settling and (self._holding_nothing or now - looked >= _LOOK):
-                    looked = now
-                    settled = self._read_outboxes(functools.partial(self._outbox_settled, marks))
-                    if settled:
+                settling, idle = ctx.settling > 0, self._holding_nothing
+                if watch.look_now(time.monotonic(), settling=settling, holding_nothing=idle):
+                    left = self._read_outboxes(functools.partial(self._outbox_left, watch))
+                    if watch.looked(left):
                         return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                wait = watch.wait(time.monotonic())
+                if wait is None:
                     return False
-                ctx.deliveries.wait(version, min(remaining, _LOOK))
+                ctx.deliveries.wait(version, wait)  # a settle of this instance wakes it
         finally:
             ctx.flushing -= 1
 
@@ -225,32 +221,24 @@ class Deliveries:
                 exc,
             )
 
-    def _outbox_marks(self) -> dict[str, bytes | str]:
+    def _outbox_marks(self) -> dict[str, object]:
         """The last entry of each outbox now: what a flush waits to see delivered."""
+        streams = self._context.outboxes
         replies = per_stream(
-            self._context,
-            self._context.outboxes,
-            lambda client, stream: client.xrevrange(stream, count=1),
+            self._context, streams, lambda client, stream: client.xrevrange(stream, count=1)
         )
-        marks: dict[str, bytes | str] = {}
-        for stream, last in zip(self._context.outboxes, raising(replies), strict=True):
-            if last and last[0][0] is not None:
-                marks[stream] = last[0][0]
-        return marks
+        return last_entries(streams, raising(replies))
 
-    def _outbox_settled(self, marks: dict[str, bytes | str]) -> bool:
-        """Whether no outbox holds an entry up to its mark; the outboxes found settled are
-        removed from ``marks`` (entries added later come after the mark)."""
+    def _outbox_left(self, watch: FlushWatch) -> dict[str, bool]:
+        """Per stream the flush still waits for, whether an entry up to its mark is left."""
+        marks = watch.marks
         streams = list(marks)
         replies = per_stream(
             self._context,
             streams,
             lambda client, stream: client.xrange(stream, max=marks[stream], count=1),
         )
-        for stream, left in zip(streams, raising(replies), strict=True):
-            if not left:
-                del marks[stream]
-        return not marks
+        return {stream: bool(left) for stream, left in zip(streams, raising(replies), strict=True)}
 
     def _act(self, outage: Outage, action: DeliveryEffect) -> DeliveryInput:
         """Do one delivery action. Redis failures are retried until they succeed (or the instance
