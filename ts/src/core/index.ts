@@ -11,6 +11,7 @@ export { Delivery, makeDeliverySettings, nothingDone, withKnownRevs, retryAfter,
 export { Echoes } from "./echoes.js";
 export type { Effect, Fetch, RunScript } from "./effects.js";
 export { eventIdOf, timestampUsOf } from "./event.js";
+export { FlushWatch, lastEntries, type EntryId } from "./flushWatch.js";
 export { Durability, PRIMARY, REPLICA, type DurabilityName, type WaitCommand } from "./durability.js";
 export { CannotAdmit, ConfigurationError, InsufficientBalance, InvalidEvent, InvalidWebhook, NotDurable, NotReady, OutpostClosed, OutpostError, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "./errors.js";
 export type { Input, RawFields } from "./inputs.js";

@@ -31,6 +31,7 @@ import {
 import type { Effect, Fetch, RunScript } from "../core/effects.js";
 import { Echoes } from "../core/echoes.js";
 import { customerOf } from "../core/event.js";
+import { type EntryId, FlushWatch, lastEntries } from "../core/flushWatch.js";
 import { type ForgetHeartbeat, handBack } from "../core/liveness.js";
 import { Outage, type Report } from "../core/outage.js";
 import { Durability, type DurabilityName } from "../core/durability.js";
@@ -65,7 +66,6 @@ const CLUSTER_POLL = 0.05; // seconds an empty round of reads on a cluster waits
 const IDLE_DOUBLINGS = 6; // bounds the doubling (50 ms -> 3.2 s); the read's block (0.5 s) caps it first
 const CLOSE_RESERVE = 1.0; // seconds of close()'s timeout kept for what comes after its flush
 const LAST_EXPORT = 0.75; // most seconds close() gives the last telemetry export
-const LOOK = 0.05; // a flush looks at the outboxes at least this often
 /** Batches whose acknowledged entries settle in one script when they follow each other: fewer,
  * larger scripts (each identity's state is written once a script), at the cost of entries staying
  * counted as undelivered a few batches longer. */
@@ -394,25 +394,17 @@ export class Outpost {
    * seconds (they stay queued, nothing is lost). */
   async flush(timeout = 10.0): Promise<boolean> {
     await this.ensureStarted();
-    const marks = await this.outboxMarks();
-    const deadline = monotonic() + timeout;
+    const watch = new FlushWatch(await this.outboxMarks(), monotonic(), timeout);
     this.flushing += 1;
     this.deliveryWake.fire();
     try {
-      let looked = -Infinity;
       for (;;) {
-        // A look reads every outbox: taken when a settle left this instance's loops holding
-        // nothing (the marks may be reached), and every LOOK seconds for what other instances
-        // settle, not at every batch of a backlog (nor at every change applied).
         const version = this.deliveryWake.version;
-        const now = monotonic();
-        if (!this.settling && (this.holdingNothing || now - looked >= LOOK)) {
-          looked = now;
-          if (await this.outboxSettled(marks)) return true;
-        }
-        const remaining = deadline - monotonic();
-        if (remaining <= 0) return false;
-        await this.deliveryWake.wait(version, Math.min(remaining, LOOK));
+        const state = { settling: this.settling > 0, holdingNothing: this.holdingNothing };
+        if (watch.lookNow(monotonic(), state) && watch.looked(await this.outboxLeft(watch.marks))) return true;
+        const wait = watch.wait(monotonic());
+        if (wait === null) return false;
+        await this.deliveryWake.wait(version, wait); // a settle of this instance wakes it
       }
     } finally {
       this.flushing -= 1;
@@ -1424,20 +1416,24 @@ export class Outpost {
     }
   }
 
-  private async outboxMarks(): Promise<Map<string, string>> {
-    const marks = new Map<string, string>();
-    for (const stream of this.outboxes) {
-      const last = await this.redis.xrevrange(stream, "+", "-", "COUNT", 1);
-      if (last.length && last[0]) marks.set(stream, last[0][0]);
-    }
-    return marks;
+  /** The last entry of each outbox now: what a flush waits to see delivered. */
+  private async outboxMarks(): Promise<Map<string, EntryId>> {
+    const replies: unknown[] = [];
+    for (const stream of this.outboxes) replies.push(await this.redis.xrevrange(stream, "+", "-", "COUNT", 1));
+    return lastEntries(this.outboxes, replies);
   }
 
-  private async outboxSettled(marks: Map<string, string>): Promise<boolean> {
+  /** Per stream the flush still waits for, whether an entry up to its mark is left. The look
+   * ends at the first stream that holds one: the flush is not done then, and the streams after
+   * it are read at the next look. */
+  private async outboxLeft(marks: ReadonlyMap<string, EntryId>): Promise<Map<string, boolean>> {
+    const left = new Map<string, boolean>();
     for (const [stream, mark] of marks) {
-      if ((await this.redis.xrange(stream, "-", mark, "COUNT", 1)).length) return false;
+      const remains = (await this.redis.xrange(stream, "-", mark, "COUNT", 1)).length > 0;
+      left.set(stream, remains);
+      if (remains) break;
     }
-    return true;
+    return left;
   }
 
   private syncCounts(): [number, number] {
