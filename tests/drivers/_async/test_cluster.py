@@ -162,9 +162,9 @@ async def test_a_migrated_slot_is_followed_and_loses_nothing(
     await _polar_counted(emulator, meter, moved, 4)
 
 
-def _subscribers_on(cluster: RedisCluster, port: int) -> list[str]:
-    """The connections of the node on ``port`` whose last command (un)subscribed a shard."""
-    clients = cluster.node_client(port).client_list()
+def _subscribers_on(node: redis.Redis) -> list[str]:
+    """The connections of ``node`` whose last command (un)subscribed a shard."""
+    clients = node.client_list()
     return [c["addr"] for c in clients if c["cmd"] in ("ssubscribe", "sunsubscribe")]
 
 
@@ -177,17 +177,18 @@ async def test_a_primary_that_gave_every_shard_away_is_let_go_and_copies_follow(
     moved = Customer("external", "moved")
     source = cluster.port_for_slot(_slot(cluster, moved))
     target = next(p for p in cluster.primary_ports() if p != source)
+    node = cluster.node_client(source)
     slots = {key_slot(c.encode()) for c in keys.all_channels("", cluster.shards)}
     leaving = sorted(slot for slot in slots if cluster.port_for_slot(slot) == source)
     async with connect(cluster, emulator) as a, connect(cluster, emulator) as b:
         await a.track("api_call", external_customer_id=moved.id)
         await _follows(b, meter, moved, 1)
-        assert _subscribers_on(cluster, source)  # a's and b's
+        assert _subscribers_on(node)  # a's and b's
         for slot in leaving:
             cluster.migrate_slot(slot, target)
 
         async def let_go() -> bool:
-            return not _subscribers_on(cluster, source)
+            return not _subscribers_on(node)
 
         await eventually(let_go, 10, "both instances closing their subscriptions to the source")
         await a.track("api_call", external_customer_id=moved.id)
