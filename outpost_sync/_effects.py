@@ -2,14 +2,16 @@
 """Running the session's effects: the one way inputs reach the sans-IO session and what it asks
 for gets done.
 
-:meth:`SessionEffects.feed` hands the session one input under the lock and runs the effects it
-gives; :meth:`SessionEffects.run` runs effects, and those their outcomes cause, until the session
-asks for nothing more. The subscription never waits on an effect: it hands what its news asked
-for (loads, listings of pending events, snapshot scripts) to :meth:`SessionEffects.hand_over`,
-and the effects worker (:meth:`SessionEffects.run_handed_over`) runs them, so a change message
-never waits behind a load, a listing or a script. ``_SESSION_EFFECTS`` (at the end) is the
-dispatch table: each effect the session can ask for, and the method that does it and hands back
-what came of it.
+Every input reaches the session here, under the lock: :meth:`SessionEffects.feed` hands it one
+and runs the effects it gives; ``tell`` and ``give`` hand it a loop's news (``give`` returns what
+it asks for), ``heard`` what a subscription brought, ``ask`` a call's question, ``replied`` and
+``failed`` a script's outcome. :meth:`SessionEffects.run` runs effects, and those their
+outcomes cause, until the session asks for nothing more. The subscription never waits on an
+effect: it hands what its news asked for (loads, listings of pending events, snapshot scripts)
+to :meth:`SessionEffects.hand_over`, and the effects worker
+(:meth:`SessionEffects.run_handed_over`) runs them, so a change message never waits behind a
+load, a listing or a script. ``_SESSION_EFFECTS`` (at the end) is the dispatch table: each effect
+the session can ask for, and the method that does it and hands back what came of it.
 """
 
 from __future__ import annotations
@@ -105,11 +107,9 @@ class SessionEffects:
     def give(self, *events: Input) -> list[Effect]:
         """Hand the session ``events``, in order, under the lock; what it asks for now, for a
         loop that must not run it itself (it hands it over)."""
-        ctx = self._context
-        with ctx.lock:
-            for event in events:
-                ctx.session.handle(event)
-            return ctx.session.effects()
+        with self._context.lock:  # reentrant where it is a lock at all
+            self.tell(*events)
+            return self._context.session.effects()
 
     def ask(
         self, question: Callable[Concatenate[Session, _P], _T], *args: _P.args, **kw: _P.kwargs
