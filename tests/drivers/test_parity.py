@@ -48,16 +48,28 @@ def test_same_exports() -> None:
 
 
 def test_each_driver_does_every_effect_the_core_asks_for_and_no_other() -> None:
-    """A driver is two dispatch tables (docs/driver-howto.md): one method for each effect."""
+    """A driver is dispatch tables (docs/driver-howto.md): one method for each effect."""
+    from outpost_async import _cluster as async_cluster
     from outpost_async import _delivery as async_delivery
     from outpost_async import _effects as async_effects
-    from outpost_core import DeliveryEffect, Effect
+    from outpost_core import (
+        ChannelsLost,
+        ChannelSubscribed,
+        DeliveryEffect,
+        Effect,
+        PlacementEffect,
+    )
+    from outpost_sync import _cluster as sync_cluster
     from outpost_sync import _delivery as sync_delivery
     from outpost_sync import _effects as sync_effects
 
     session = set(typing.get_args(Effect))
     delivery = set(typing.get_args(DeliveryEffect))  # hand_back()'s effects among them
+    # The placement's own effects; what it tells the session goes to the session.
+    placement = set(typing.get_args(PlacementEffect)) - {ChannelsLost, ChannelSubscribed}
     for effects in (async_effects, sync_effects):
         assert set(effects._SESSION_EFFECTS) == session
     for deliveries in (async_delivery, sync_delivery):
         assert set(deliveries._DELIVERY_EFFECTS) == delivery
+    for cluster in (async_cluster, sync_cluster):
+        assert set(cluster._PLACEMENT_EFFECTS) == placement
