@@ -1418,22 +1418,17 @@ export class Outpost {
 
   /** The last entry of each outbox now: what a flush waits to see delivered. */
   private async outboxMarks(): Promise<Map<string, EntryId>> {
-    const replies: unknown[] = [];
-    for (const stream of this.outboxes) replies.push(await this.redis.xrevrange(stream, "+", "-", "COUNT", 1));
+    // All at once: one connection writes the commands back to back (a cluster: each to its node).
+    const replies = await Promise.all(this.outboxes.map((stream) => this.redis.xrevrange(stream, "+", "-", "COUNT", 1)));
     return lastEntries(this.outboxes, replies);
   }
 
-  /** Per stream the flush still waits for, whether an entry up to its mark is left. The look
-   * ends at the first stream that holds one: the flush is not done then, and the streams after
-   * it are read at the next look. */
+  /** Per stream the flush still waits for, whether an entry up to its mark is left (all read at
+   * once, as the marks are). */
   private async outboxLeft(marks: ReadonlyMap<string, EntryId>): Promise<Map<string, boolean>> {
-    const left = new Map<string, boolean>();
-    for (const [stream, mark] of marks) {
-      const remains = (await this.redis.xrange(stream, "-", mark, "COUNT", 1)).length > 0;
-      left.set(stream, remains);
-      if (remains) break;
-    }
-    return left;
+    const streams = [...marks];
+    const replies = await Promise.all(streams.map(([stream, mark]) => this.redis.xrange(stream, "-", mark, "COUNT", 1)));
+    return new Map(streams.map(([stream], i) => [stream, (replies[i] ?? []).length > 0]));
   }
 
   private syncCounts(): [number, number] {
