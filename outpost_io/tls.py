@@ -21,7 +21,8 @@ Verify = ssl.SSLContext | str | os.PathLike[str] | bool
 
 
 def tls_context(verify: Verify) -> ssl.SSLContext:
-    """Build the context once, at construction: a missing or unreadable bundle raises here."""
+    """The context, at construction (a missing or unreadable bundle raises here), shared by the
+    instances of a process that name the same bundle."""
     if isinstance(verify, ssl.SSLContext):
         return verify
     if verify is False:
@@ -41,10 +42,24 @@ def tls_context(verify: Verify) -> ssl.SSLContext:
 
 
 def _load(cafile: str | None, capath: str | None) -> ssl.SSLContext:
+    """The context of a bundle, made once a process for each version of it: loading certifi's
+    bundle takes about 20 ms, nearly all of an instance's construction. A bundle whose file
+    changed (its size or time) is loaded again; a context is only read once made, so instances
+    share it."""
+    path = cafile or capath
     try:
-        return ssl.create_default_context(cafile=cafile, capath=capath)
+        seen = os.stat(path) if path is not None else None
+        version = None if seen is None else (seen.st_mtime_ns, seen.st_size, seen.st_ino)
+        key = (cafile, capath, version)
+        context = _CONTEXTS.get(key)
+        if context is None:
+            context = _CONTEXTS[key] = ssl.create_default_context(cafile=cafile, capath=capath)
+        return context
     except (OSError, ssl.SSLError) as exc:
-        raise UsageError(f"cannot load the CA certificates {cafile or capath!r}: {exc}") from exc
+        raise UsageError(f"cannot load the CA certificates {path!r}: {exc}") from exc
+
+
+_CONTEXTS: dict[tuple[str | None, str | None, tuple[int, int, int] | None], ssl.SSLContext] = {}
 
 
 def ca_bundle(verify: Verify) -> str | None:
