@@ -154,6 +154,10 @@ export class ClusterSubscriptions {
         case "ChannelSubscribed":
           this.events.confirmed(effect.channel);
           break;
+        default: {
+          const unhandled: never = effect; // a placement effect without a case fails to compile
+          throw new Error(`no case for ${JSON.stringify(unhandled)}`);
+        }
       }
     }
   }

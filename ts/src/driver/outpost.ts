@@ -803,6 +803,10 @@ export class Outpost {
           case "CloseConnection":
             this.dropSocket();
             break;
+          default: {
+            const unhandled: never = effect; // an effect of the core without a case fails to compile
+            throw new Error(`no case for ${JSON.stringify(unhandled)}`);
+          }
         }
       }
       effects = this.core.effects();
