@@ -126,12 +126,12 @@ class Subscriber:
         """What the subscription heard to the session, then tick it; what the session asks for
         goes to the effects worker."""
         ctx = self._context
+        reached, effects = self._effects.heard(news, self.inputs_of)
         # A quiet poll still ticks the session; changes that were all held do not.
-        if not self._effects.heard(news, self.inputs_of) and heard:
-            return
-        self.subscriber_back()
-        effects = self._effects.give(Tick(time.monotonic(), ctx.now_us()))
-        if effects or heard:
+        if reached or not heard:
+            self.subscriber_back()
+            effects += self._effects.give(Tick(time.monotonic(), ctx.now_us()))
+        if effects or reached:
             self._effects.hand_over(effects)
 
     def subscriber_back(self) -> None:

@@ -270,8 +270,9 @@ class ClusterSubscriber(Subscriber):
         news, _ = self.hear(node.pubsub, _NODE_POLL)
         if not news:
             return
-        reached = self._effects.heard(news, functools.partial(self._node_inputs_of, address))
-        effects = self._effects.give()
+        reached, effects = self._effects.heard(
+            news, functools.partial(self._node_inputs_of, address)
+        )
         self.subscriber_back()
         if reached or effects:  # an echo held for a script in flight changed nothing yet
             self._effects.hand_over(effects)

@@ -121,11 +121,15 @@ class SessionEffects:
         with ctx.lock:
             return question(ctx.session, *args, **kw), ctx.session.effects()
 
-    def heard(self, news: list[News], inputs_of: Callable[[Any], list[Input]]) -> bool:
+    def heard(
+        self, news: list[News], inputs_of: Callable[[Any], list[Input]]
+    ) -> tuple[bool, list[Effect]]:
         """Hand the session what a subscription heard, in order, under the lock: each change
         published (held instead, when it may be the echo of a script of this instance still in
         flight), and what each other message means (``inputs_of``, called under the lock: it may
-        move the channel placement). Whether anything reached the session."""
+        move the channel placement). Whether anything reached the session, and what it asks for
+        now, drained in the same hold of the lock: the loads the news asks for go to the effects
+        worker, never to a caller's thread that drains in between."""
         ctx = self._context
         session, echoes = ctx.session, ctx.echoes
         reached = False
@@ -139,7 +143,7 @@ class SessionEffects:
                 elif not echoes.hold(change):
                     session.handle(ChangePublished(change))  # as it came: no redis-py message
                     reached = True
-        return reached
+            return reached, session.effects()
 
     def failed(self, ticket: int) -> None:
         """A script of this instance (``ticket``, from ``echoes.sent()``) failed: the changes
