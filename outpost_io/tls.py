@@ -44,22 +44,25 @@ def tls_context(verify: Verify) -> ssl.SSLContext:
 def _load(cafile: str | None, capath: str | None) -> ssl.SSLContext:
     """The context of a bundle, made once a process for each version of it: loading certifi's
     bundle takes about 20 ms, nearly all of an instance's construction. A bundle whose file
-    changed (its size or time) is loaded again; a context is only read once made, so instances
-    share it."""
+    changed (its size or time) is loaded again and replaces the one kept (a process that sees
+    its bundle rotated keeps one context, not one per version); a context is only read once
+    made, so instances share it."""
     path = cafile or capath
     try:
         seen = os.stat(path) if path is not None else None
         version = None if seen is None else (seen.st_mtime_ns, seen.st_size, seen.st_ino)
-        key = (cafile, capath, version)
-        context = _CONTEXTS.get(key)
-        if context is None:
-            context = _CONTEXTS[key] = ssl.create_default_context(cafile=cafile, capath=capath)
+        kept = _CONTEXTS.get((cafile, capath))
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        context = ssl.create_default_context(cafile=cafile, capath=capath)
+        _CONTEXTS[(cafile, capath)] = (version, context)
         return context
     except (OSError, ssl.SSLError) as exc:
         raise UsageError(f"cannot load the CA certificates {path!r}: {exc}") from exc
 
 
-_CONTEXTS: dict[tuple[str | None, str | None, tuple[int, int, int] | None], ssl.SSLContext] = {}
+_CONTEXTS: dict[tuple[str | None, str | None], tuple[tuple[int, int, int] | None, ssl.SSLContext]]
+_CONTEXTS = {}
 
 
 def ca_bundle(verify: Verify) -> str | None:

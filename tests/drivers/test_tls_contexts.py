@@ -10,6 +10,7 @@ import certifi
 import pytest
 
 from outpost_core import UsageError
+from outpost_io import tls
 from outpost_io.tls import tls_context
 
 
@@ -27,7 +28,11 @@ def test_a_bundle_that_changed_on_disk_is_loaded_again(tmp_path: Path) -> None:
     before = tls_context(bundle)
     with bundle.open("a") as extra:
         extra.write("\n")  # a rotated bundle: another size, another time
-    assert tls_context(bundle) is not before
+    after = tls_context(bundle)
+    assert after is not before
+    assert tls_context(bundle) is after  # the new version is the one kept
+    kept = [key for key in tls._CONTEXTS if key[0] == str(bundle)]
+    assert len(kept) == 1  # one context a bundle, whatever its versions
 
 
 def test_a_bundle_that_cannot_be_read_still_raises_at_each_construction(tmp_path: Path) -> None:
