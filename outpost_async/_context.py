@@ -33,6 +33,7 @@ from outpost_async._departed import DepartedNodes
 from outpost_core import (
     ConfigurationError,
     ConnectionOptions,
+    DeliveryRecovery,
     Echoes,
     Link,
     OpenConnection,
@@ -97,11 +98,13 @@ class DriverContext:
     # Each loop that talks to Redis reports an outage once, then once a minute, then its end.
     state_outage: Outage = attrs.field(factory=lambda: Outage("loading state"))
     subscriber_outage: Outage = attrs.field(factory=lambda: Outage("the change subscription"))
-    redis_failures: int = 0
-    """Redis failures any loop met: a delivery loop re-reads its pending entries after one. On a
-    cluster a shard that moved to another node counts too: a primary replaced while alive (it
-    stalled, or an operator's ``CLUSTER FAILOVER``) fails no call, since redis-py follows the
-    ``MOVED`` it answers, yet a settlement it never replicated is lost as in a crash."""
+    recovery: DeliveryRecovery = attrs.field(factory=DeliveryRecovery)
+    """What the delivery loops do after a Redis failure, and when one re-reads this consumer's
+    pending entries: every loop's Redis failure goes to it (another loop's through
+    :meth:`redis_failed`). On a cluster a shard that moved to another node counts too: a primary
+    replaced while alive (it stalled, or an operator's ``CLUSTER FAILOVER``) fails no call, since
+    redis-py follows the ``MOVED`` it answers, yet a settlement it never replicated is lost as in
+    a crash."""
     closed: bool = False
     http: httpx.AsyncClient | None = None
     """Polar's ingestion API, once started with a token."""
@@ -126,11 +129,17 @@ class DriverContext:
             return time.time_ns() // 1000
         return to_us(self.clock.now())
 
+    @property
+    def redis_failures(self) -> int:
+        """Redis failures any loop of this instance met."""
+        return self.recovery.failures
+
     def redis_failed(self, outage: Outage, exc: BaseException) -> float:
-        """Count a Redis failure of one loop; log what the outage says; return the delay."""
+        """A Redis failure of a loop other than delivery's (the delivery loops ask ``recovery``):
+        log what its outage says, count it; return the delay."""
         with self.lock:
             delay, report = outage.failed(time.monotonic(), str(exc), random.random())
-            self.redis_failures += 1
+            self.recovery.failed_elsewhere()
         log_report(self.log, report)
         return delay
 

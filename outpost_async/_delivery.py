@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -44,6 +45,7 @@ from outpost_async._scripts import run_script, run_scripts, take_request
 from outpost_async._supervisor import Supervisor
 from outpost_core import (
     GROUP,
+    BackOff,
     Beat,
     CheckHeartbeats,
     ClaimStale,
@@ -54,13 +56,14 @@ from outpost_core import (
     Done,
     FlushWatch,
     ForgetHeartbeat,
-    Outage,
+    GiveUp,
     OutboxRead,
     PostAndSettle,
     PostBatch,
     PostedAlongside,
     ReadOutbox,
     Reclaim,
+    RecreateGroups,
     RedisUnavailable,
     RefreshClaim,
     ReportDropped,
@@ -80,9 +83,6 @@ from outpost_core import (
     with_known_revs,
 )
 
-_NOW = "now"  # a read that takes this consumer's pending entries again
-_WAITING = "waiting"  # such a read is due, but another loop reads or holds entries
-
 _T = TypeVar("_T")
 _FLUSH_READS = 3  # attempts of a flush's outbox read before it raises RedisUnavailable
 
@@ -98,13 +98,6 @@ class Deliveries:
         self._effects = effects
         self._settings = settings
         self.machines: list[Delivery] = []
-        self._reread_pending = False
-        """A Redis failure (a fail-over may have lost settlements the old primary acknowledged)
-        or a loop's restart: the next read takes this consumer's own pending entries again."""
-        self._reading = 0
-        """Reads of new entries in flight: a re-read of pending entries waits until none is."""
-        self._failures_seen = 0
-        """``redis_failures`` when this instance last re-read its pending entries."""
 
     def open_client(self) -> None:
         """Open the ingestion API's client (a proxy whose scheme needs a missing package fails
@@ -181,7 +174,6 @@ class Deliveries:
     def loop(self, number: int) -> Callable[[], Any]:
         """The worker of delivery machine ``number``."""
         ctx = self._context
-        outage = Outage(f"delivery {number}")
         runs = 0
 
         async def loop() -> None:
@@ -191,13 +183,14 @@ class Deliveries:
                 # Restarted after a failure: a fresh machine, and what the failed one held (still
                 # pending for this consumer) is read again.
                 self.machines[number] = self._machine(number)
-                self._reread_pending = True
+                with ctx.lock:
+                    ctx.recovery.restarted(number)
             delivery = self.machines[number]
-            await self._retrying(outage, self._create_groups, None)  # Redis may be down at start
+            await self._retrying(number, self._create_groups, None)  # Redis may be down at start
             while not ctx.closed:
                 delivery.flushing = ctx.flushing > 0
                 action = delivery.next_effect(time.monotonic())
-                outcome = await self._act(outage, action)
+                outcome = await self._act(number, action)
                 delivery.handle(outcome, time.monotonic(), ctx.now_us())
                 for report in delivery.reports():
                     log_report(ctx.log, report)
@@ -239,18 +232,30 @@ class Deliveries:
         )
         return {stream: bool(left) for stream, left in zip(streams, raising(replies), strict=True)}
 
-    async def _act(self, outage: Outage, action: DeliveryEffect) -> DeliveryInput:
-        """Do one delivery action. Redis failures are retried until they succeed (or the instance
-        closes): settling must not be skipped, and a read can simply wait."""
-        if isinstance(action, PostAndSettle):  # each script retried, never the post
-            return await self._post_and_settle(outage, action)
-        if isinstance(action, SettleScripts):
-            return await self._settle_scripts(outage, action)
-        return await self._retrying(outage, lambda: self._act_once(action), nothing_done(action))
+    async def _act(self, loop: int, action: DeliveryEffect) -> DeliveryInput:
+        """Do one delivery action of loop ``loop``. Redis failures are retried until they succeed
+        (or the instance closes): settling must not be skipped, and a read can simply wait."""
+        if not isinstance(action, _MOVES_ENTRIES):
+            return await self._act_retrying(loop, action)
+        ctx = self._context
+        with ctx.lock:
+            ctx.recovery.read_started()  # a re-read of this consumer's entries waits meanwhile
+        try:
+            return await self._act_retrying(loop, action)
+        finally:
+            with ctx.lock:
+                ctx.recovery.read_ended()
 
-    async def _retrying(self, outage: Outage, call: Callable[[], Awaitable[_T]], closing: _T) -> _T:
-        """``call()`` until Redis answers, backing off; ``closing`` (nothing done, the work stays
-        queued in Redis) once the instance is closing."""
+    async def _act_retrying(self, loop: int, action: DeliveryEffect) -> DeliveryInput:
+        if isinstance(action, PostAndSettle):  # each script retried, never the post
+            return await self._post_and_settle(loop, action)
+        if isinstance(action, SettleScripts):
+            return await self._settle_scripts(loop, action)
+        return await self._retrying(loop, lambda: self._act_once(action), nothing_done(action))
+
+    async def _retrying(self, loop: int, call: Callable[[], Awaitable[_T]], closing: _T) -> _T:
+        """``call()`` until Redis answers, doing what the instance's recovery says after each
+        failure; ``closing`` (nothing done, the work stays queued in Redis) once it gives up."""
         ctx = self._context
         while True:
             try:
@@ -258,20 +263,32 @@ class Deliveries:
             except Exception as exc:
                 if not failed_in_redis(exc):
                     raise  # a bug of ours: the loop's supervisor logs it and restarts the loop
-                if ctx.closed:
+                lost = isinstance(exc, ResponseError) and lost_its_data(str(exc))
+                with ctx.lock:
+                    after = ctx.recovery.failed(
+                        loop,
+                        time.monotonic(),
+                        str(exc),
+                        random.random(),
+                        lost_data=lost,
+                        closing=ctx.closed,
+                    )
+                if isinstance(after, GiveUp):
                     return closing
-                if isinstance(exc, ResponseError) and lost_its_data(str(exc)):
-                    # Redis lost its data (restart without AOF, FLUSHDB). A failure here is
-                    # retried too.
-                    with contextlib.suppress(RedisError, OSError):
-                        await self._create_groups()
-                    await sleep(0.05)
-                else:
-                    await sleep(ctx.redis_failed(outage, exc))
-                self._reread_pending = True
+                await self._after_failure(after)
                 continue
-            ctx.redis_answered(outage)
+            with ctx.lock:
+                report = ctx.recovery.answered(loop, time.monotonic())
+            log_report(ctx.log, report)
             return result
+
+    async def _after_failure(self, after: BackOff | RecreateGroups) -> None:
+        if isinstance(after, RecreateGroups):
+            with contextlib.suppress(RedisError, OSError):  # the next try meets it again
+                await self._create_groups()
+        else:
+            log_report(self._context.log, after.report)
+        await sleep(after.seconds)
 
     async def _act_once(self, action: DeliveryEffect) -> DeliveryInput:
         result: DeliveryInput = await _DELIVERY_EFFECTS[type(action)](self, action)
@@ -288,40 +305,25 @@ class Deliveries:
     # -- one method per effect ----------------------------------------------------------------
 
     async def _read_outbox(self, action: ReadOutbox) -> OutboxRead:
+        """New entries, or this consumer's pending ones again when the recovery says so."""
         ctx = self._context
-        reread = self._take_reread()
-        if reread == _NOW:
-            return await self._read_own_pending(action)
-        waiting = reread == _WAITING and action.block > 0
         with ctx.lock:
-            self._reading += 1
+            reread = ctx.recovery.next_read(all_idle=self._holding_nothing)
+            ctx.recovery.read_started()
+        waiting = reread == "waiting" and action.block > 0
         try:
+            if reread == "now":
+                return await self._read_own_pending(action)
             # Due to re-read while another loop reads or holds entries: read what is there
             # without blocking (a blocking read here would keep that loop from the re-read, each
             # loop in turn), then rest uncounted as reading below, so one finds none reading.
             read = await self._read_new(ReadOutbox(action.count, 0.0) if waiting else action)
         finally:
             with ctx.lock:
-                self._reading -= 1
-        if waiting and isinstance(read, OutboxRead) and not read.entries:
+                ctx.recovery.read_ended()
+        if waiting and not read.entries:
             await ctx.deliveries.wait(ctx.deliveries.version, min(action.block, POLL))
         return read
-
-    def _take_reread(self) -> str | None:
-        """Whether this read takes this consumer's pending entries again (``_NOW``): after a
-        Redis failure (here or in any loop: after a fail-over, a settlement the old primary
-        acknowledged but never replicated left its entries pending, and without this read they
-        would wait for ``claim_idle``), once no loop of this instance holds or is reading
-        entries; ``_WAITING`` while one does; ``None`` when none is due."""
-        ctx = self._context
-        with ctx.lock:
-            failures = ctx.redis_failures
-            if not (self._reread_pending or failures != self._failures_seen):
-                return None
-            if self._reading or not all(m.idle for m in self.machines):
-                return _WAITING
-            self._reread_pending, self._failures_seen = False, failures
-            return _NOW
 
     async def _read_own_pending(self, action: ReadOutbox) -> OutboxRead:
         """``XREADGROUP ... 0``: the entries delivered to this consumer and not acknowledged, one
@@ -334,7 +336,8 @@ class Deliveries:
             )
             entries += stream_entries(reply)
             if len(entries) >= action.count:
-                self._reread_pending = True  # more may be pending: the next idle read looks
+                with ctx.lock:
+                    ctx.recovery.more_pending()  # the next read at rest looks again
                 break
         return OutboxRead(entries)
 
@@ -354,7 +357,7 @@ class Deliveries:
         reply = await ctx.redis.execute_command(b"XREADGROUP", *command[1:])  # type: ignore[no-untyped-call]
         return OutboxRead(stream_entries(reply))
 
-    async def _post_and_settle(self, outage: Outage, action: PostAndSettle) -> DeliveryInput:
+    async def _post_and_settle(self, loop: int, action: PostAndSettle) -> DeliveryInput:
         """The next batch's post, and meanwhile the read of the batch after it (if asked) and the
         settle scripts of the batches before it, each retried until Redis answers (never the
         post: it changes nothing in Redis)."""
@@ -364,8 +367,8 @@ class Deliveries:
 
         async def meanwhile() -> None:
             if action.read is not None:  # first: the loop needs it as soon as the post returns
-                found.append(await self._read_alongside(outage, action.read))
-            await self._settle_all(outage, action.settles)
+                found.append(await self._read_alongside(loop, action.read))
+            await self._settle_all(loop, action.settles)
 
         ctx.settling += 1
         try:
@@ -374,7 +377,7 @@ class Deliveries:
             ctx.settling -= 1
         return PostedAlongside(answer, found[0]) if found else answer
 
-    async def _read_alongside(self, outage: Outage, action: ReadOutbox) -> OutboxRead:
+    async def _read_alongside(self, loop: int, action: ReadOutbox) -> OutboxRead:
         """A read beside a post, tried once: on a Redis failure it found nothing, and what it
         may have taken is read again from this consumer's pending entries later."""
         try:
@@ -382,20 +385,24 @@ class Deliveries:
         except Exception as exc:
             if not failed_in_redis(exc):
                 raise
-            self._context.redis_failed(outage, exc)
-            self._reread_pending = True
+            ctx = self._context
+            with ctx.lock:
+                report = ctx.recovery.read_beside_post_failed(
+                    loop, time.monotonic(), str(exc), random.random(), closing=ctx.closed
+                )
+            log_report(ctx.log, report)
             return OutboxRead([])
 
-    async def _settle_scripts(self, outage: Outage, action: SettleScripts) -> DeliveryInput:
+    async def _settle_scripts(self, loop: int, action: SettleScripts) -> DeliveryInput:
         ctx = self._context
         ctx.settling += 1
         try:
-            await self._settle_all(outage, action.settles)
+            await self._settle_all(loop, action.settles)
         finally:
             ctx.settling -= 1
         return Settled()
 
-    async def _settle_all(self, outage: Outage, settles: tuple[SettleScript, ...]) -> None:
+    async def _settle_all(self, loop: int, settles: tuple[SettleScript, ...]) -> None:
         """Every script of ``settles`` in one round trip (on one Redis); one that failed is
         tried again alone until Redis answers."""
         ctx = self._context
@@ -406,16 +413,16 @@ class Deliveries:
             if isinstance(reply, BaseException):
                 if not failed_in_redis(reply):
                     raise reply
-                await self._retrying(outage, functools.partial(self._run_settle, settle), None)
+                await self._retrying(loop, functools.partial(self._run_settle, settle), None)
             else:
                 await self._effects.replied(reply)
 
     async def _post_and_settle_alone(self, action: PostAndSettle) -> DeliveryInput:
-        """The same outside a loop, with an outage of its own."""
-        return await self._post_and_settle(Outage("delivery"), action)
+        """The same outside a loop (the loops run these through ``_act``): as loop 0's."""
+        return await self._post_and_settle(0, action)
 
     async def _settle_scripts_alone(self, action: SettleScripts) -> DeliveryInput:
-        return await self._settle_scripts(Outage("delivery"), action)
+        return await self._settle_scripts(0, action)
 
     async def _settle(self, action: SettleScript) -> DeliveryInput:
         ctx = self._context
@@ -451,6 +458,11 @@ class Deliveries:
         version = signal.version
         await signal.wait(version, min(action.until - time.monotonic(), POLL))
         return Done()
+
+
+_MOVES_ENTRIES = (ClaimStale, Reclaim, SettleScript, SettleScripts, PostAndSettle)
+"""What changes this consumer's pending entries as a read does: a re-read of them waits while
+a loop does one. (A ``ReadOutbox`` counts itself, once it knows which read it does.)"""
 
 
 def _with_context(

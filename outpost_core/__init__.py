@@ -44,6 +44,14 @@ from ._delivery import (
     retry_after,
     with_known_revs,
 )
+from ._delivery_recovery import (
+    AfterFailure,
+    BackOff,
+    DeliveryRecovery,
+    GiveUp,
+    RecreateGroups,
+    Reread,
+)
 from ._durability import Durability
 from ._echoes import Echoes
 from ._effects import (
@@ -153,7 +161,9 @@ __all__ = [
     "SCRIPT_SHA1",
     "SCRIPT_TEXT",
     "SHARDS_KEY",
+    "AfterFailure",
     "Aggregate",
+    "BackOff",
     "Balance",
     "BatchAnswered",
     "BatchFailed",
@@ -180,6 +190,7 @@ __all__ = [
     "Delivery",
     "DeliveryEffect",
     "DeliveryInput",
+    "DeliveryRecovery",
     "DeliverySettings",
     "Done",
     "Durability",
@@ -188,6 +199,7 @@ __all__ = [
     "Fetch",
     "FlushWatch",
     "ForgetHeartbeat",
+    "GiveUp",
     "HeartbeatsChecked",
     "IdentityLoaded",
     "Input",
@@ -221,12 +233,14 @@ __all__ = [
     "Reclaim",
     "Reclaimed",
     "Recorder",
+    "RecreateGroups",
     "RedisUnavailable",
     "Reducer",
     "RefreshClaim",
     "Report",
     "ReportDropped",
     "Reported",
+    "Reread",
     "RetireNode",
     "RunScript",
     "ScriptFailed",

@@ -234,7 +234,7 @@ class ClusterSubscriber(Subscriber):
 
     def _unsubscribe(self, effect: UnsubscribeOnNode) -> None:
         self._nodes[effect.node].to_unsubscribe |= set(effect.channels)
-        self._context.redis_failures += 1  # a fail-over no call saw fail (redis_failures)
+        self._context.recovery.failed_elsewhere()  # a fail-over no call saw fail
 
     def _retire(self, effect: RetireNode) -> None:
         node = self._nodes.pop(effect.node)
@@ -286,7 +286,7 @@ class ClusterSubscriber(Subscriber):
             return self._place(NodeConfirmed(address, channel))
         if kind == "sunsubscribe":
             if self._placement.held_by(address, channel):  # not ours: the node gave it away
-                self._context.redis_failures += 1  # a fail-over no call saw fail
+                self._context.recovery.failed_elsewhere()  # a fail-over no call saw fail
                 self._context.deliveries.fire()  # a delivery loop reads its pending again
                 self._look.fire()  # the topology loop looks for the channel's new owner
             return self._place(NodeGaveUp(address, (channel,)))

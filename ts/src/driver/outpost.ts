@@ -32,6 +32,7 @@ import type { Effect, Fetch, RunScript } from "../core/effects.js";
 import { Echoes } from "../core/echoes.js";
 import { customerOf } from "../core/event.js";
 import { type EntryId, FlushWatch, lastEntries } from "../core/flushWatch.js";
+import { type AfterFailure, DeliveryRecovery, lostItsData } from "../core/deliveryRecovery.js";
 import { type ForgetHeartbeat, handBack } from "../core/liveness.js";
 import { Outage, type Report } from "../core/outage.js";
 import { Durability, type DurabilityName } from "../core/durability.js";
@@ -237,16 +238,10 @@ export class Outpost {
   private readonly subscriberOutage = new Outage("the change subscription");
   /** The mode this instance runs, and the public mode's loop. */
   private readonly public: PublicMode;
-  /** Redis failures any loop met (a failed call, a dropped connection): a delivery loop
-   * re-reads this consumer's pending entries after one. */
-  private redisFailures = 0;
-  /** redisFailures when a delivery loop last re-read this consumer's pending entries. */
-  private failuresSeen = 0;
-  /** A delivery loop's own Redis failure, or a re-read that may have left entries unread: the
-   * next read takes this consumer's pending entries again. */
-  private rereadPending = false;
-  /** What each delivery loop is doing now: a re-read waits until none reads or settles entries. */
-  private readonly inFlight: (DeliveryEffect["kind"] | null)[] = [];
+  /** What the delivery loops do after a Redis failure, and when one re-reads this consumer's
+   * pending entries: every loop's Redis failure goes to it (another loop's through redisFailed,
+   * a dropped connection's too). */
+  private readonly recovery = new DeliveryRecovery();
   private readonly durability: Durability;
   /** Connections of the scripts that wait for a replica (durability "replica"). */
   private readonly durable: DurableScripts;
@@ -822,10 +817,11 @@ export class Outpost {
     return error === null ? "" : `; Redis: ${error}`;
   }
 
-  /** Count a Redis failure of one loop; log what the outage says; return the delay. */
+  /** A Redis failure of a loop other than delivery's (the delivery loops ask the recovery): log
+   * what its outage says, count it; return the delay. */
   private redisFailed(outage: Outage, exc: unknown, client: Redis | Cluster = this.redis): number {
-    const [delay, report] = outage.failed(monotonic(), typeof exc === "string" ? exc : describe(exc, client), Math.random());
-    this.redisFailures += 1;
+    const [delay, report] = outage.failed(monotonic(), errorText(exc, client), Math.random());
+    this.recovery.failedElsewhere();
     this.logReport(report);
     return delay;
   }
@@ -975,7 +971,7 @@ export class Outpost {
       if (!this.closed) this.redisFailed(this.subscriberOutage, exc, subscriber);
     });
     subscriber.on("close", () => {
-      if (!this.closed) this.redisFailures += 1; // a dropped connection: delivery re-reads its pending entries
+      if (!this.closed) this.recovery.failedElsewhere(); // a dropped connection: delivery re-reads its pending entries
       // Until Redis confirms the subscription again, no copy follows it: reads go to Redis.
       if (this.core.subscribed) this.feed({ kind: "SubscriberLost" });
     });
@@ -1086,17 +1082,17 @@ export class Outpost {
   // -- delivery -------------------------------------------------------------------------------
 
   private async deliveryLoop(delivery: Delivery, connection: Redis | Cluster, number: number): Promise<void> {
-    const outage = new Outage(`delivery ${number}`);
-    await this.retrying(outage, () => this.createGroups(connection), undefined, connection); // Redis may be down at start
+    await this.retrying(number, () => this.createGroups(connection), undefined, connection); // Redis may be down at start
     while (!this.closed) {
       delivery.flushing = this.flushing > 0;
       const action = delivery.nextEffect(monotonic());
-      this.inFlight[number] = action.kind;
+      const moves = MOVES_ENTRIES.has(action.kind);
+      if (moves) this.recovery.readStarted(); // a re-read of this consumer's entries waits meanwhile
       let outcome: DeliveryInput;
       try {
-        outcome = await this.act(outage, action, connection, number);
+        outcome = await this.act(action, connection, number);
       } finally {
-        this.inFlight[number] = null;
+        if (moves) this.recovery.readEnded();
       }
       delivery.handle(outcome, monotonic(), this.nowUs());
       for (const report of delivery.reports()) this.logReport(report);
@@ -1109,27 +1105,27 @@ export class Outpost {
 
   /** Do one delivery action. Redis failures are retried until they succeed (or the instance
    * closes): settling must not be skipped, and a read can simply wait. */
-  private act(outage: Outage, action: DeliveryEffect, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
-    if (action.kind === "PostAndSettle") return this.postAndSettle(outage, action, connection, number);
-    if (action.kind === "SettleScripts") return this.settleAll(outage, action.settles, connection, number).then(() => SETTLED);
+  private act(action: DeliveryEffect, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
+    if (action.kind === "PostAndSettle") return this.postAndSettle(action, connection, number);
+    if (action.kind === "SettleScripts") return this.settleAll(action.settles, connection, number).then(() => SETTLED);
     const nothing: DeliveryInput =
       action.kind === "PostBatch"
         ? { kind: "BatchFailed", reason: "closing", maybeSent: false }
         : action.kind === "ReportDropped"
           ? { kind: "Reported" }
           : nothingDone(action);
-    return this.retrying(outage, () => this.actOnce(action, connection, number), nothing, connection);
+    return this.retrying(number, () => this.actOnce(action, connection, number), nothing, connection);
   }
 
   /** The next batch's post, and meanwhile the read of the batch after it (if asked) and the settle
    * scripts of the batches before it, each retried until Redis answers (never the post: it changes
    * nothing in Redis). */
-  private async postAndSettle(outage: Outage, action: PostAndSettle, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
+  private async postAndSettle(action: PostAndSettle, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
     const ask = action.read ?? null;
     const meanwhile = async (): Promise<OutboxRead | null> => {
       // The read first: the loop needs it as soon as the post returns.
-      const found = ask === null ? null : await this.readAlongside(outage, ask, connection, number);
-      await this.settleAll(outage, action.settles, connection, number);
+      const found = ask === null ? null : await this.readAlongside(ask, connection, number);
+      await this.settleAll(action.settles, connection, number);
       return found;
     };
     const [answer, found] = await Promise.all([this.post(action.post.body), meanwhile()]);
@@ -1138,46 +1134,48 @@ export class Outpost {
 
   /** A read beside a post, tried once: on a Redis failure it found nothing, and what it may have
    * taken is read again from this consumer's pending entries later. */
-  private async readAlongside(outage: Outage, action: ReadOutbox, connection: Redis | Cluster, number: number): Promise<OutboxRead> {
+  private async readAlongside(action: ReadOutbox, connection: Redis | Cluster, number: number): Promise<OutboxRead> {
     try {
-      return await this.readOutbox(action, connection, number);
+      return await this.readOutbox(action, connection);
     } catch (exc) {
-      if (!this.closed) this.redisFailed(outage, exc, connection);
-      this.rereadPending = true;
+      this.logReport(this.recovery.readBesidePostFailed(number, monotonic(), errorText(exc, connection), Math.random(), { closing: this.closed }));
       return { kind: "OutboxRead", entries: [] };
     }
   }
 
   /** Every script of `settles`, at once (their commands go out together), each retried until Redis
    * answers. */
-  private async settleAll(outage: Outage, settles: SettleScript[], connection: Redis | Cluster, number: number): Promise<void> {
-    await Promise.all(settles.map((settle) => this.retrying(outage, () => this.actOnce(settle, connection, number), SETTLED, connection)));
+  private async settleAll(settles: SettleScript[], connection: Redis | Cluster, number: number): Promise<void> {
+    await Promise.all(settles.map((settle) => this.retrying(number, () => this.actOnce(settle, connection, number), SETTLED, connection)));
   }
 
-  /** call() until Redis answers, backing off; `closing` (nothing done, the work stays queued in
-   * Redis) once the instance is closing. */
-  private async retrying<T>(outage: Outage, call: () => Promise<T>, closing: T, client: Redis | Cluster): Promise<T> {
+  /** call() until Redis answers, doing what the instance's recovery says after each failure of
+   * delivery loop `loop`; `closing` (nothing done, the work stays queued in Redis) once it gives
+   * up. */
+  private async retrying<T>(loop: number, call: () => Promise<T>, closing: T, client: Redis | Cluster): Promise<T> {
     for (;;) {
       let result: T;
       try {
         result = await call();
       } catch (exc) {
-        if (this.closed) return closing;
-        const text = String(exc);
-        if (text.includes("NOGROUP") || text.includes("no such key")) {
-          // Redis lost its data (a restart without AOF, FLUSHDB): a read says NOGROUP, a survey
-          // (XINFO) "no such key". A failure here is retried too.
-          await this.createGroups(this.redis).catch(() => {});
-          await this.pause(0.05);
-        } else {
-          await this.pause(this.redisFailed(outage, exc, client));
-        }
-        this.rereadPending = true;
+        const options = { lostData: lostItsData(String(exc)), closing: this.closed };
+        const after = this.recovery.failed(loop, monotonic(), errorText(exc, client), Math.random(), options);
+        if (after.kind === "GiveUp") return closing;
+        await this.afterFailure(after);
         continue;
       }
-      this.redisAnswered(outage);
+      this.logReport(this.recovery.answered(loop, monotonic()));
       return result;
     }
+  }
+
+  private async afterFailure(after: Exclude<AfterFailure, { kind: "GiveUp" }>): Promise<void> {
+    if (after.kind === "RecreateGroups") {
+      await this.createGroups(this.redis).catch(() => {}); // the next try meets it again
+    } else {
+      this.logReport(after.report);
+    }
+    await this.pause(after.seconds);
   }
 
   /** Sleep `seconds`, or less if the instance closes meanwhile. */
@@ -1208,13 +1206,13 @@ export class Outpost {
   private async actOnce(action: DeliveryEffect | ForgetHeartbeat, connection: Redis | Cluster, number = -1): Promise<DeliveryInput> {
     switch (action.kind) {
       case "ReadOutbox":
-        return this.readOutbox(action, connection, number);
+        return this.readOutbox(action, connection);
       case "PostBatch":
         return this.post(action.body);
-      case "PostAndSettle": // (a loop runs these through act(), with its own outage)
-        return this.postAndSettle(new Outage("delivery"), action, connection, number);
+      case "PostAndSettle": // (a loop runs these through act())
+        return this.postAndSettle(action, connection, Math.max(number, 0));
       case "SettleScripts":
-        return this.settleAll(new Outage("delivery"), action.settles, connection, number).then(() => SETTLED);
+        return this.settleAll(action.settles, connection, Math.max(number, 0)).then(() => SETTLED);
       case "SettleScript": {
         // Told which revisions this instance holds, the script replies with what changed, so
         // this instance's copies (and a flush() waiting on them) see it at once.
@@ -1290,36 +1288,22 @@ export class Outpost {
 
   /** A ReadOutbox: a loop's read, or the one beside its post (the re-read of this consumer's
    * pending entries first, when one is due and no loop holds entries). */
-  private async readOutbox(action: ReadOutbox, connection: Redis | Cluster, number: number): Promise<OutboxRead> {
-    const reread = this.rereadDue(number);
-    if (reread === "now") return this.readOwnPending(action.count, connection);
-    if (reread === "waiting" && action.block > 0) {
-      // Another loop reads or holds entries: read what is there without blocking, then let the
-      // others come to rest (one that finds none reading does the re-read).
-      const read = await this.readNew(action.count, 0, connection);
-      if (!read.entries.length) {
-        this.inFlight[number] = null; // at rest while it waits
-        await this.deliveryWake.wait(this.deliveryWake.version, Math.min(action.block, POLL));
-      }
-      return read;
+  private async readOutbox(action: ReadOutbox, connection: Redis | Cluster): Promise<OutboxRead> {
+    const reread = this.recovery.nextRead(this.deliveries.every((delivery) => delivery.idle));
+    this.recovery.readStarted();
+    const waiting = reread === "waiting" && action.block > 0;
+    let read: OutboxRead;
+    try {
+      if (reread === "now") return await this.readOwnPending(action.count, connection);
+      // Due to re-read while another loop reads or holds entries: read what is there without
+      // blocking (a blocking read here would keep that loop from the re-read, each loop in
+      // turn), then rest uncounted as reading below, so one finds none reading.
+      read = await this.readNew(action.count, waiting ? 0 : action.block, connection);
+    } finally {
+      this.recovery.readEnded();
     }
-    return this.readNew(action.count, action.block, connection);
-  }
-
-  /** Whether this read takes this consumer's pending entries again ("now"): after a Redis
-   * failure any loop met (after a fail-over, a settlement the old primary acknowledged but never
-   * replicated left its entries pending, and without this read they would wait for claimIdle),
-   * once no delivery loop of this instance holds entries or reads or settles some (they would be
-   * posted twice); "waiting" while one does; "no" when none is due. */
-  private rereadDue(number: number): "now" | "waiting" | "no" {
-    if (!this.rereadPending && this.redisFailures === this.failuresSeen) return "no";
-    const busy = this.deliveries.some(
-      (delivery, n) => n !== number && (!delivery.idle || BRINGS_ENTRIES.has(this.inFlight[n] ?? "")),
-    );
-    if (busy || !(this.deliveries[number]?.idle ?? true)) return "waiting";
-    this.rereadPending = false;
-    this.failuresSeen = this.redisFailures;
-    return "now";
+    if (waiting && !read.entries.length) await this.deliveryWake.wait(this.deliveryWake.version, Math.min(action.block, POLL));
+    return read;
   }
 
   /** XREADGROUP ... 0: the entries delivered to this consumer and not acknowledged, one stream
@@ -1334,7 +1318,7 @@ export class Outpost {
         for (const [id, flat] of listing ?? []) if (Array.isArray(flat)) entries.push([name, id, pairs(flat)]);
       }
       if (entries.length >= count) {
-        this.rereadPending = true; // more may be pending: the next read at rest looks again
+        this.recovery.morePending(); // the next read at rest looks again
         break;
       }
     }
@@ -1446,7 +1430,9 @@ export class Outpost {
 }
 
 /** What a delivery loop may be doing that gives this consumer entries or settles some. */
-const BRINGS_ENTRIES = new Set<string>(["ReadOutbox", "ClaimStale", "Reclaim", "SettleScript", "SettleScripts", "PostAndSettle"]);
+/** What changes this consumer's pending entries as a read does: a re-read of them waits while a
+ * loop does one. (A ReadOutbox counts itself, once it knows which read it does.) */
+const MOVES_ENTRIES = new Set<DeliveryEffect["kind"]>(["ClaimStale", "Reclaim", "SettleScript", "SettleScripts", "PostAndSettle"]);
 const SETTLED: DeliveryInput = { kind: "Settled", reply: null };
 
 function pairs(flat: string[]): Map<string, string> {
@@ -1466,4 +1452,9 @@ async function within(work: Promise<unknown>, seconds: number): Promise<void> {
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** A Redis failure's text for the log (one given as a string stays as it came). */
+function errorText(exc: unknown, client: Redis | Cluster): string {
+  return typeof exc === "string" ? exc : describe(exc, client);
 }

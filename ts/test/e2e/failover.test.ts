@@ -169,4 +169,19 @@ describe("after a Redis failure", () => {
       await writer.close(2);
     }
   });
+
+  it("delivery and surveys go on after Redis loses its data (its groups gone: reads say NOGROUP, surveys no such key)", async () => {
+    const customer = uniqueCustomer();
+    const a = new Outpost(testOptions(emulator, redis, { heartbeat: 0.4 })); // surveys every 0.1 s
+    try {
+      await a.track("api_call", { externalCustomerId: customer });
+      assert.equal(await a.flush(10), true);
+      await redis.client().flushall();
+      await a.track("api_call", { externalCustomerId: customer });
+      assert.equal(await a.flush(10), true);
+      assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
+    } finally {
+      await a.close(2);
+    }
+  });
 });
