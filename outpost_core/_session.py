@@ -254,6 +254,13 @@ class Session:
         self.rejections: collections.Counter[str] = collections.Counter()
         self._echoes = Echoes()
         """This instance's scripts in flight, the changes held meanwhile, the echoes expected."""
+        self.script_sent: Callable[[], int] = self._echoes.sent
+        """A script of this instance that writes customers' state (track, an admission) is on
+        its way: its ticket, for the :class:`ScriptReplied` or :class:`ScriptFailed` that ends it
+        (every ticket must end: until then, changes nobody expects wait). Meanwhile a change
+        published that nobody expects is held, as it may be this script's echo come before its
+        reply. Tickets count from 0, so a replayed trace gets the same ones. (The bookkeeping's
+        own method: ``track()`` takes one on its hot path.)"""
         self.own_echo: Callable[[object], bool] = self._echoes.seen
         """Whether ``data`` (a message from a shard channel, as it came) is the echo of this
         instance's own change, already applied from its reply: forgotten if so. The one question
@@ -281,7 +288,9 @@ class Session:
                 else:
                     # What was held for it came before its reply, so goes first; the echo it
                     # holds is its own, dropped unparsed.
-                    self._release(self._echoes.replied(event.ticket, event.reply))
+                    held = self._echoes.replied(event.ticket, event.reply)
+                    if held:
+                        self._release(held)
                     if event.reply is not None:  # None: it wrote nothing
                         self._changes(event.reply)
                 if event.tag is not None and remote is not None:
@@ -365,14 +374,6 @@ class Session:
             # counted, never raised into the caller's request or the driver's worker.
             self._reject("peer", f"{type(event).__name__} dropped: {exc!r}"[:300])
             self.log.debug("outpost: the dropped input's error", exc_info=True)
-
-    def script_sent(self) -> int:
-        """A script of this instance that writes customers' state (track, an admission) is on
-        its way: its ticket, for the :class:`ScriptReplied` or :class:`ScriptFailed` that ends it
-        (every ticket must end: until then, changes nobody expects wait). Meanwhile a change
-        published that nobody expects is held, as it may be this script's echo come before its
-        reply. Tickets count from 0, so a replayed trace gets the same ones."""
-        return self._echoes.sent()
 
     @property
     def holding(self) -> bool:
