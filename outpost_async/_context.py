@@ -34,7 +34,6 @@ from outpost_core import (
     ConfigurationError,
     ConnectionOptions,
     DeliveryRecovery,
-    Echoes,
     Link,
     OpenConnection,
     Outage,
@@ -62,7 +61,8 @@ class Clock(Protocol):
 @attrs.define(eq=False)
 class DriverContext:
     """One instance's shared parts. Every call into ``session`` is made holding ``lock`` (the
-    sync driver's threads share the session, which is not thread-safe)."""
+    sync driver's threads share the session, which is not thread-safe), but for
+    ``session.own_echo``, the subscriber's one question, safe without it."""
 
     session: Session
     lock: Any
@@ -72,7 +72,6 @@ class DriverContext:
     """Wakes the delivery loops from their waits (a sleep, an idle round, a re-read held off):
     a flush begins, the instance closes, a loop settled, a channel moved. Not at every change:
     a loop woken per track() cost the sync driver a thread switch each."""
-    echoes: Echoes
     redis: Redis
     cluster: RedisCluster | None
     """The same client as ``redis`` when it is a cluster: a few calls differ on one."""
@@ -218,7 +217,6 @@ def open_context(
         lock=CoreLock(),
         signal=Signal(),
         deliveries=Signal(),
-        echoes=Echoes(),
         redis=redis,  # type: ignore[arg-type]
         cluster=cluster,
         # Scripts and hash reads of many tasks at once go in one pipeline (async; the sync twin

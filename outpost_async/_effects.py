@@ -76,20 +76,15 @@ class SessionEffects:
 
     async def replied(self, reply: object, ticket: int | None = None) -> None:
         """A script of this instance that writes customers' state replied (``None``: it wrote
-        nothing): the echoes held for it (``ticket``, from ``echoes.sent()``) go to the session
-        first, as they came before the reply, then the reply; its own echo is dropped when it
-        comes. Then what the session asks for runs. A caller's own script (with a ticket) wakes
-        the waiters only when the session asks for something; a loop's (a settle, an anchor)
-        always does, as what it changed may be what a read waits for."""
+        nothing), to the session: with its ``ticket`` (from ``Session.script_sent``), the session
+        first applies what it held that came before the reply (``Session``'s echo rule). Then
+        what the session asks for runs. A caller's own script (with a ticket) wakes the waiters
+        only when the session asks for something; a loop's (a settle, an anchor) always does, as
+        what it changed may be what a read waits for."""
         ctx = self._context
         with ctx.lock:
-            if ticket is None:
-                ctx.echoes.expect(reply)
-            else:
-                for data in ctx.echoes.replied(ticket, reply):
-                    ctx.session.handle(ChangePublished(data))
-            if reply is not None:
-                ctx.session.handle(ScriptReplied(reply))
+            if reply is not None or ticket is not None:
+                ctx.session.handle(ScriptReplied(reply, None, ticket))
             effects = ctx.session.effects()
         if effects or ticket is None:
             await self.run(effects)
@@ -124,34 +119,31 @@ class SessionEffects:
         self, news: list[News], inputs_of: Callable[[Any], list[Input]]
     ) -> tuple[bool, list[Effect]]:
         """Hand the session what a subscription heard, in order, under the lock: each change
-        published (held instead, when it may be the echo of a script of this instance still in
-        flight), and what each other message means (``inputs_of``, called under the lock: it may
-        move the channel placement). Whether anything reached the session, and what it asks for
-        now, drained in the same hold of the lock: the loads the news asks for go to the effects
-        worker, never to a caller's thread that drains in between."""
-        ctx = self._context
-        session, echoes = ctx.session, ctx.echoes
+        published (which the session holds, while scripts of this instance are in flight, as it
+        may be one's echo), and what each other message means (``inputs_of``, called under the
+        lock: it may move the channel placement). Whether anything reached the session (not only
+        held), and what it asks for now, drained in the same hold of the lock: the loads the news
+        asks for go to the effects worker, never to a caller's thread that drains in between."""
+        session = self._context.session
         reached = False
-        with ctx.lock:
+        with self._context.lock:
+            holding = session.holding  # no news here sends or ends a script
             for change, message in news:
                 if change is None:
                     reached = True
                     if message is not None:
                         for event in inputs_of(message):
                             session.handle(event)
-                elif not echoes.hold(change):
+                else:
                     session.handle(ChangePublished(change))  # as it came: no redis-py message
-                    reached = True
+                    reached = reached or not holding
             return reached, session.effects()
 
     def failed(self, ticket: int) -> None:
-        """A script of this instance (``ticket``, from ``echoes.sent()``) failed: the changes
-        held for it go to the session now, in the order they came (their effects: the next
-        tick's)."""
-        ctx = self._context
-        with ctx.lock:
-            for data in ctx.echoes.replied(ticket, None):
-                ctx.session.handle(ChangePublished(data))
+        """A script of this instance (``ticket``, from ``Session.script_sent``) failed: the
+        session applies what it held for it now (their effects: the next tick's)."""
+        with self._context.lock:
+            self._context.session.handle(ScriptFailed(ticket=ticket))
 
     async def tick(self) -> None:
         await self.feed(Tick(time.monotonic(), self._context.now_us()))
@@ -270,7 +262,6 @@ class SessionEffects:
             return
         ctx.redis_answered(ctx.state_outage)
         self.tell(ScriptReplied(reply, effect.tag))
-        ctx.echoes.expect(reply)
 
     async def _send_bytes(self, effect: SendBytes) -> None:
         await self.send(effect.data)

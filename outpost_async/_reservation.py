@@ -135,7 +135,7 @@ class Admissions:
                     hold_id=new_event_id(),
                     one_slot=ctx.cluster is not None,
                 )
-                ticket = ctx.echoes.sent()
+                ticket = ctx.session.script_sent()
             refusal = await self._run(run, ticket)
             if refusal is not None:
                 raise refusal.error(hold.units)
@@ -147,7 +147,7 @@ class Admissions:
         with self._recorded(semconv.RELEASE, external, own, [hold.meter_id]):
             with ctx.lock:
                 run = admission.release(ctx.session, hold, ctx.now_us())
-                ticket = ctx.echoes.sent()
+                ticket = ctx.session.script_sent()
             await self._run(run, ticket)
 
     async def track(
@@ -201,7 +201,7 @@ class Admissions:
                     hold=hold,
                     one_slot=ctx.cluster is not None,
                 )
-                ticket = ctx.echoes.sent()
+                ticket = ctx.session.script_sent()
             event: str = arguments["event_id"]
             refusal = await self._run(run, ticket, event)
             if refusal is not None:

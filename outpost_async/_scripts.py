@@ -76,7 +76,7 @@ async def run_echoed(
 ) -> tuple[Any, str | None]:
     """Run a script that writes a customer's state, waiting for a replica when ``durability``
     asks. Returns its reply and why it is less durable than asked (``None``: it is not). If it
-    fails, the echoes held back for it (``ticket``) are applied before the error goes on."""
+    fails, the session applies what it held for it (``ticket``) before the error goes on."""
     wait = durability.wait()
     try:
         if wait is None:

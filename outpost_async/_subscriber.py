@@ -51,6 +51,7 @@ class Subscriber:
     ) -> None:
         self._context = context
         self._effects = effects
+        self._own_echo = context.session.own_echo  # asked of every message, without the lock
         self._supervisor = supervisor
         """Told of a cluster node's reader that failed of a bug (the topology loop restarts it)."""
         self._pubsub: Any = None
@@ -93,25 +94,26 @@ class Subscriber:
 
     async def hear(self, pubsub: Any, timeout: float) -> tuple[list[News], bool]:
         """What a subscription brought within ``timeout``, and whether anything came: each
-        change published that is not an echo ``seen()`` recognises, as it came, and redis-py's
-        message of any other reply. Raw replies, not redis-py's messages, so that this
-        instance's own changes (already applied from the scripts' replies) are dropped before
-        anything is made of them: the echo of every track() costs the least it can."""
-        echoes = self._context.echoes
+        change published that is not an echo the session recognises (``Session.own_echo``,
+        asked without the lock), as it came, and redis-py's message of any other reply. Raw
+        replies, not redis-py's messages, so that this instance's own changes (already applied
+        from the scripts' replies) are dropped before anything is made of them: the echo of
+        every track() costs the least it can."""
+        own_echo = self._own_echo
         responses = await read_pubsub(pubsub, timeout, self._is_echo)
         news: list[News] = []
         for response in responses:
             change = published_data(response)
             if change is None:  # a subscription's confirmation or end, a health check
                 news.append((None, await pubsub.handle_message(response)))
-            elif not echoes.seen(change):
+            elif not own_echo(change):
                 news.append((change, None))
         return news, bool(responses)
 
     def _is_echo(self, response: object) -> bool:
         """Whether a raw reply is the echo of this instance's own change (forgotten if so)."""
         change = published_data(response)
-        return change is not None and self._context.echoes.seen(change)
+        return change is not None and self._own_echo(change)
 
     def inputs_of(self, message: dict[str, Any]) -> list[Input]:
         """What one message of the subscription means to the session (which decides the rest)."""

@@ -12,6 +12,9 @@ have published it. Each reply takes its own echo out of what is held; a held mes
 core once every script it could belong to has replied (then it is some other instance's change).
 So with many scripts in flight at once, each echo is still dropped unparsed by its own reply,
 rather than applied early by whichever reply came first.
+
+The session owns one (``Session.script_sent``, ``Session.own_echo``, and its ``ScriptReplied``,
+``ScriptFailed`` and ``ChangePublished`` inputs); a driver never drives it by hand.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ class Echoes:
         self._next_ticket += 1
         self._in_flight[ticket] = None
         return ticket
+
+    @property
+    def holding(self) -> bool:
+        """Whether a message nobody expects would be held now (scripts are in flight)."""
+        return bool(self._in_flight)
 
     def hold(self, data: object) -> bool:
         """The subscriber got ``data``, which it did not expect: whether it is held (a script is

@@ -20,17 +20,22 @@ class ConfigurationReceived:
 @attrs.frozen(slots=True)
 class ScriptReplied:
     """A script of ours answered (the raw reply: bytes or text, or a pair of them, see
-    ``_changes``)."""
+    ``_changes``). ``ticket``: what :meth:`Session.script_sent` gave a script of this instance
+    that writes customers' state (track, an admission); with one, ``reply`` may be ``None``: the
+    script wrote nothing (an admission refused)."""
 
     reply: object
     tag: int | None = None
+    ticket: int | None = None
 
 
 @attrs.frozen(slots=True)
 class ScriptFailed:
-    """A tagged script could not run (Redis failed)."""
+    """A script could not run (Redis failed): a tagged one the session asked for (``tag``), or a
+    script of this instance with its ticket (``ticket``, from :meth:`Session.script_sent`)."""
 
-    tag: int
+    tag: int | None = None
+    ticket: int | None = None
 
 
 @attrs.frozen(slots=True)

@@ -12,6 +12,12 @@ in-memory copy (a :class:`Mirror`) of each identity hash this instance reads. It
 * Every script publishes its changes on its shard's channel; the driver hands each message back
   (:class:`ChangePublished`) and every instance's copies follow in revision order. A gap, a
   restarted subscription or a failed load makes the copy reload (:class:`LoadIdentity`).
+* This instance's own changes come back over the channel too (their echoes), already applied
+  from their replies. The driver asks :meth:`Session.own_echo` of each message, without the lock,
+  and drops an echo unparsed. An echo may come before its reply: while scripts the driver
+  announced (:meth:`Session.script_sent`) are in flight, a change nobody expects is held; each
+  reply (or failure) with its ticket first applies the held changes no script still in flight can
+  have published, then itself, dropping its own echo if it came (``_echoes``).
 * ``read()`` answers from the copies alone. ``cached_balance()`` is the warm path: one dict lookup.
 
 Inputs go through :meth:`Session.handle`; the requests the core makes of the driver accumulate
@@ -26,7 +32,7 @@ import collections
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -38,6 +44,7 @@ from ._balance import Balance, compute_balance, hold_expiry, merged_state
 from ._changes import Change, MalformedChange, parse_changes
 from ._configuration import Configuration, Reducer, parse_configuration
 from ._deadlines import Deadlines
+from ._echoes import Echoes
 from ._effects import Effect, Fetch, LoadIdentity, RunScript, StoreConfiguration
 from ._event import build_event, check_event_id, customer_of
 from ._filters import InvalidDefinition
@@ -245,6 +252,20 @@ class Session:
         )
         self.ever_subscribed = False
         self.rejections: collections.Counter[str] = collections.Counter()
+        self._echoes = Echoes()
+        """This instance's scripts in flight, the changes held meanwhile, the echoes expected."""
+        self.script_sent: Callable[[], int] = self._echoes.sent
+        """A script of this instance that writes customers' state (track, an admission) is on
+        its way: its ticket, for the :class:`ScriptReplied` or :class:`ScriptFailed` that ends it
+        (every ticket must end: until then, changes nobody expects wait). Meanwhile a change
+        published that nobody expects is held, as it may be this script's echo come before its
+        reply. Tickets count from 0, so a replayed trace gets the same ones. (The bookkeeping's
+        own method: ``track()`` takes one on its hot path.)"""
+        self.own_echo: Callable[[object], bool] = self._echoes.seen
+        """Whether ``data`` (a message from a shard channel, as it came) is the echo of this
+        instance's own change, already applied from its reply: forgotten if so. The one question
+        a driver asks without the lock (one atomic delete), before it parses anything. Not an
+        input: it changes nothing the session answers, so a trace leaves it out."""
 
     def drop_link(self) -> None:
         """Run without the WebSocket from now on (the public-API mode: Polar serves no
@@ -261,11 +282,23 @@ class Session:
         try:
             remote = self.remote
             if isinstance(event, ScriptReplied):
-                self._changes(event.reply)
+                if event.ticket is None:
+                    self._echoes.expect(event.reply)
+                    self._changes(event.reply)
+                else:
+                    # What was held for it came before its reply, so goes first; the echo it
+                    # holds is its own, dropped unparsed.
+                    held = self._echoes.replied(event.ticket, event.reply)
+                    if held:
+                        self._release(held)
+                    if event.reply is not None:  # None: it wrote nothing
+                        self._changes(event.reply)
                 if event.tag is not None and remote is not None:
                     remote.applied(event.tag)
             elif isinstance(event, ChangePublished):
-                self._changes(event.data)
+                # Released (held once) or not held now: applied.
+                if type(event) is _Released or not self._echoes.hold(event.data):
+                    self._changes(event.data)
             elif isinstance(event, BytesReceived | ConnectionOpened | ConnectionFailed):
                 if remote is None:
                     if self._link_dropped:
@@ -292,14 +325,17 @@ class Session:
                     # The reason may quote a peer (a proxy's answer): one printable line.
                     why = printable(event.reason, _DETAIL_LIMIT)
                     self._log_outage(self._polar_outage.failed(event.now, why, 0.0)[1])
-            elif isinstance(event, PendingListed | ListFailed | ScriptFailed):
+            elif isinstance(event, ScriptFailed):
+                if event.ticket is not None:
+                    self._release(self._echoes.replied(event.ticket, None))
+                if event.tag is not None and remote is not None:
+                    remote.apply_failed(event.tag)
+            elif isinstance(event, PendingListed | ListFailed):
                 if remote is not None:
                     if isinstance(event, PendingListed):
                         remote.listed(event.tag, event.fields)
-                    elif isinstance(event, ListFailed):
-                        remote.list_failed(event.tag)
                     else:
-                        remote.apply_failed(event.tag)
+                        remote.list_failed(event.tag)
             elif isinstance(event, IdentityLoaded):
                 self._loaded(event.key, event.fields, event.load_id)
             elif isinstance(event, LoadFailed):
@@ -338,6 +374,18 @@ class Session:
             # counted, never raised into the caller's request or the driver's worker.
             self._reject("peer", f"{type(event).__name__} dropped: {exc!r}"[:300])
             self.log.debug("outpost: the dropped input's error", exc_info=True)
+
+    @property
+    def holding(self) -> bool:
+        """Whether a change published now would be held (scripts of this instance are in
+        flight), not applied."""
+        return self._echoes.holding
+
+    def _release(self, held: list[object]) -> None:
+        """Apply changes held while scripts were in flight, in the order they came: each as an
+        input of its own, so a bad one is dropped alone."""
+        for data in held:
+            self.handle(_Released(data))
 
     def _subscription_restarted(self) -> None:
         self._shards_confirmed(set(range(self.shards)))
@@ -1130,6 +1178,12 @@ _PEER_INPUTS = (
 
 _NONE: list[Mirror] = []
 """No alias copies (never mutated: the common case builds no list)."""
+
+
+@attrs.frozen(slots=True)
+class _Released(ChangePublished):
+    """A change held while scripts of this instance were in flight, released by a reply or a
+    failure: applied, never held again (the session's own, never an input a driver gives)."""
 
 
 class _NoJitter:

@@ -4,8 +4,9 @@ A trace is JSON lines. The first line is a header (format, version, which machin
 the seed of its random generator); each following line is one of:
 
 * ``{"t": "input", "input": <value>}``: an input handed to ``Session.handle``;
-* ``{"t": "call", "method": "track"|"read", "args": {...}, "result": <value>}`` or with
-  ``"error": [<class name>, <message>]``;
+* ``{"t": "call", "method": "track"|"read"|"read_fetched"|"script_sent", "args": {...},
+  "result": <value>}`` or with ``"error": [<class name>, <message>]`` (``script_sent``: the ticket
+  a script of this instance got, which its ``ScriptReplied`` or ``ScriptFailed`` names);
 * ``{"t": "effects", "effects": [<value>, ...]}``: one drain of ``Session.effects()``;
 * ``{"t": "poll", "now": s, "action": <value>}`` (one ``Delivery.next_effect``) and
   ``{"t": "outcome", "now": s, "wall_us": µs, "outcome": <value>}`` (one ``Delivery.handle``) for
@@ -196,6 +197,9 @@ class RecordingSession:
             "fields": fields,
         }
         return self._call("read_fetched", args)
+
+    def script_sent(self) -> Any:
+        return self._call("script_sent", {})
 
     def _call(self, method: str, args: dict[str, Any]) -> Any:
         record: TraceRecord = {"t": "call", "method": method, "args": encode(args)}

@@ -2,9 +2,9 @@
 """Writing one event for ``track()``: the track script, this instance's own change coming back
 over pub/sub (its echo), and the durability wait.
 
-The session turns the event into the script to run (``Session.track``); its reply goes to the
-session after any change the subscription held as maybe this script's echo, so the copies apply
-changes in the order Redis made them.
+The session turns the event into the script to run (``Session.track``) and gives it a ticket
+(``Session.script_sent``); the reply goes back with it, and the session applies it after any change
+it held as maybe this script's echo, so the copies apply changes in the order Redis made them.
 """
 
 from __future__ import annotations
@@ -64,12 +64,12 @@ class Tracking:
         try:
             with ctx.lock:
                 run = ctx.session.track(**arguments)
-                ticket = ctx.echoes.sent()
+                ticket = ctx.session.script_sent()
         except NotReady:
             self._reads.wait_for_configuration()
             with ctx.lock:
                 run = ctx.session.track(**arguments)
-                ticket = ctx.echoes.sent()
+                ticket = ctx.session.script_sent()
         reply, shortfall = run_echoed(ctx, self._effects, run, ticket, self._durability)
         self._effects.replied(reply, ticket)
         if shortfall:

@@ -95,7 +95,7 @@ async def test_an_instance_drops_the_echo_of_its_own_change(redis_server: RedisS
             await a.track("api_call", external_customer_id="c1", metadata={"tokens": 1})
 
         async def dropped() -> bool:
-            return len(a._context.echoes) == 0
+            return len(a._context.session._echoes) == 0  # each expected echo came, and went
 
         await eventually(dropped, what="the echoes of its own changes recognised")
         assert await consumed(a, COUNT, "c1") == 5

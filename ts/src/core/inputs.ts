@@ -7,10 +7,13 @@ export type RawFields = Map<unknown, unknown> | Record<string, unknown>;
 export type Input =
   /** Polar's configuration payload arrived (WebSocket) or was read from the Redis cache. */
   | { kind: "ConfigurationReceived"; payload: unknown; fromCache: boolean }
-  /** A script of ours answered (the raw reply, bytes or text). */
-  | { kind: "ScriptReplied"; reply: unknown; tag: number | null }
-  /** A tagged script could not run (Redis failed). */
-  | { kind: "ScriptFailed"; tag: number }
+  /** A script of ours answered (the raw reply, bytes or text). `ticket`: what Session.scriptSent
+   * gave a script of this instance that writes customers' state (track, an admission); with one,
+   * `reply` may be null: the script wrote nothing (an admission refused). */
+  | { kind: "ScriptReplied"; reply: unknown; tag: number | null; ticket?: number | null }
+  /** A script could not run (Redis failed): a tagged one the core asked for (`tag`), or a script
+   * of this instance with its ticket (`ticket`, from Session.scriptSent). */
+  | { kind: "ScriptFailed"; tag: number | null; ticket?: number | null }
   /** A message arrived on one of the shard channels. */
   | { kind: "ChangePublished"; data: unknown }
   /** Redis confirmed the subscription to every shard channel (the first time, or again after a

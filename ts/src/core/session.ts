@@ -16,6 +16,7 @@ import { InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError } fr
 import { buildEvent, customerOf } from "./event.js";
 import { InvalidDefinition } from "./filters.js";
 import { Deadlines } from "./deadlines.js";
+import { Echoes } from "./echoes.js";
 import { Following, Pacer } from "./following.js";
 import type { Input, RawFields } from "./inputs.js";
 import { CONFIGURATION_KEY, type Customer, DEFAULT_SHARDS, allChannels, bucketKey, channel, outboxKey, shardOf, stateKey } from "./keys.js";
@@ -167,6 +168,8 @@ export class Session {
   /** Each of the deployment's channels and its shard (a channel not there is none of ours). */
   private readonly shardOfChannel: Map<string, number>;
   readonly rejections = new Map<string, number>();
+  /** This instance's scripts in flight, the changes held meanwhile, the echoes expected. */
+  private readonly echoes = new Echoes();
   private readonly polarOutage = new Outage("the WebSocket", "Polar");
 
   /** `link` is the WebSocket to Polar; without one (no access token) the session reads whatever
@@ -192,16 +195,45 @@ export class Session {
 
   // -- driver plumbing ------------------------------------------------------------------------
 
+  /** A script of this instance that writes customers' state (track, an admission) is on its
+   * way: its ticket, for the ScriptReplied or ScriptFailed that ends it (every ticket must end:
+   * until then, changes nobody expects wait). Meanwhile a change published that nobody expects is
+   * held, as it may be this script's echo come before its reply. Tickets count from 0, so a
+   * replayed trace gets the same ones. */
+  scriptSent(): number {
+    return this.echoes.sent();
+  }
+
+  /** Whether a change published now would be held (scripts of this instance are in flight). */
+  get holding(): boolean {
+    return this.echoes.holding;
+  }
+
+  /** Whether data (a message from a shard channel, as it came) is the echo of this instance's own
+   * change, already applied from its reply: forgotten if so. The driver asks it before it parses
+   * anything. Not an input: it changes nothing the session answers, so a trace leaves it out. */
+  ownEcho(data: unknown): boolean {
+    return this.echoes.seen(data);
+  }
+
   /** Take one input. Then drain effects() and run them. */
   handle(event: Input): void {
     const remote = this.remote;
     switch (event.kind) {
       case "ScriptReplied":
-        this.changes(event.reply);
+        if (event.ticket === undefined || event.ticket === null) {
+          this.echoes.expect(event.reply);
+          this.changes(event.reply);
+        } else {
+          // What was held for it came before its reply, so goes first; the echo it holds is its
+          // own, dropped unparsed.
+          for (const data of this.echoes.replied(event.ticket, event.reply)) this.changes(data);
+          if (event.reply !== null) this.changes(event.reply); // null: it wrote nothing
+        }
         if (event.tag !== null && remote !== null) remote.applied(event.tag);
         break;
       case "ChangePublished":
-        this.changes(event.data);
+        if (!this.echoes.hold(event.data)) this.changes(event.data);
         break;
       case "BytesReceived":
       case "ConnectionOpened":
@@ -234,7 +266,10 @@ export class Session {
         remote?.listFailed(event.tag);
         break;
       case "ScriptFailed":
-        remote?.applyFailed(event.tag);
+        if (event.ticket !== undefined && event.ticket !== null) {
+          for (const data of this.echoes.replied(event.ticket, null)) this.changes(data);
+        }
+        if (event.tag !== null) remote?.applyFailed(event.tag);
         break;
       case "IdentityLoaded":
         this.loaded(event.key, event.fields, event.loadId);

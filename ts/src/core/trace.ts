@@ -199,6 +199,7 @@ function call(session: Session, method: string, args: Record_): unknown {
     });
   }
   if (method === "read") return session.read(args.meterId as string, str(args.externalCustomerId), str(args.customerId), Boolean(args.fresh));
+  if (method === "script_sent") return session.scriptSent();
   if (method === "read_fetched") {
     return session.readFetched(args.meterId as string, str(args.externalCustomerId), str(args.customerId), args.fields as Map<string, RawFields>);
   }
@@ -263,6 +264,7 @@ export function recordSession(session: Session, sink: Sink): Session {
   const track = session.track.bind(session);
   const read = session.read.bind(session);
   const readFetched = session.readFetched.bind(session);
+  const scriptSent = session.scriptSent.bind(session);
   session.handle = (input) => {
     sink({ t: "input", input: encode(input) });
     handle(input);
@@ -309,6 +311,7 @@ export function recordSession(session: Session, sink: Sink): Session {
     call("read_fetched", { meter_id: meterId, external_customer_id: externalCustomerId, customer_id: customerId, fields }, () =>
       readFetched(meterId, externalCustomerId, customerId, fields),
     );
+  session.scriptSent = () => call("script_sent", {}, scriptSent);
   return session;
 }
 

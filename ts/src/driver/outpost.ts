@@ -29,7 +29,6 @@ import {
   withKnownRevs,
 } from "../core/delivery.js";
 import type { Effect, Fetch, RunScript } from "../core/effects.js";
-import { Echoes } from "../core/echoes.js";
 import { customerOf } from "../core/event.js";
 import { type EntryId, FlushWatch, lastEntries } from "../core/flushWatch.js";
 import { type AfterFailure, DeliveryRecovery, lostItsData } from "../core/deliveryRecovery.js";
@@ -221,7 +220,6 @@ export class Outpost {
    * flush begins, the instance closes, a loop settled. Not `signal`, which fires at each change
    * applied: every waiting loop went round once per track() of any instance it follows. */
   private readonly deliveryWake = new Signal();
-  private readonly echoes = new Echoes();
   private readonly consumer = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   private readonly workers: Promise<void>[] = [];
   /** Aborts the ingestion requests in flight when the instance closes. */
@@ -309,7 +307,6 @@ export class Outpost {
     this.public = new PublicMode(
       {
         core: this.core,
-        echoes: this.echoes,
         redis: this.redis,
         signal: this.signal,
         log: this.log,
@@ -538,7 +535,6 @@ export class Outpost {
   admissionHooks(): AdmissionHooks {
     return {
       core: this.core,
-      echoes: this.echoes,
       oneSlot: this.cluster !== null,
       telemetry: this.telemetry,
       ensureStarted: () => this.ensureStarted(),
@@ -554,9 +550,8 @@ export class Outpost {
     const args = trackArgsOf(name, options, this.nowUs());
     const eventId = args.eventId;
     const run = await this.trackScript(args);
-    const shortfall = await this.writeScript(run, (reply) => {
-      this.echoes.expect(reply);
-      this.core.handle({ kind: "ScriptReplied", reply, tag: null });
+    const shortfall = await this.writeScript(run, (reply, ticket) => {
+      this.core.handle({ kind: "ScriptReplied", reply, tag: null, ticket });
     });
     const effects = this.core.effects();
     if (effects.length) await this.run(effects);
@@ -565,24 +560,36 @@ export class Outpost {
   }
 
   /** Run a script that writes a customer's state (track, admission), waiting for a replica when
-   * durability asks. `replied` gets its reply as soon as it comes (before WAIT's answer). Resolves
-   * to why the write is less durable than asked (null: it is not); a failure of the script rejects
-   * with RedisUnavailable. */
-  private async writeScript(run: RunScript, replied: (reply: unknown) => void): Promise<string | null> {
-    const wait = this.durability.wait();
-    if (wait === null) {
-      replied(await this.script(run.script, run.keys, run.args));
-      return null;
-    }
-    let answer: unknown;
+   * durability asks. The core gives it a ticket (its echo may come before its reply: the core
+   * holds what comes meanwhile); `replied` gets its reply and that ticket as soon as the reply
+   * comes (before WAIT's answer), for the core. A script that never replied ends its ticket as
+   * failed (the core applies what it held for it). Resolves to why the write is less durable than
+   * asked (null: it is not); a failure of the script rejects with RedisUnavailable. */
+  private async writeScript(run: RunScript, replied: (reply: unknown, ticket: number) => void): Promise<string | null> {
+    const ticket = this.core.scriptSent();
+    let ended = false;
+    const end = (reply: unknown): void => {
+      ended = true;
+      replied(reply, ticket);
+    };
     try {
-      reachable(this.redis);
-      answer = await this.durable.run(run.script, run.keys, run.args, wait, replied);
-    } catch (exc) {
-      throw new RedisUnavailable(`Redis failed running ${run.script}: ${describe(exc, this.redis)}`);
+      const wait = this.durability.wait();
+      if (wait === null) {
+        end(await this.script(run.script, run.keys, run.args));
+        return null;
+      }
+      let answer: unknown;
+      try {
+        reachable(this.redis);
+        answer = await this.durable.run(run.script, run.keys, run.args, wait, end);
+      } catch (exc) {
+        throw new RedisUnavailable(`Redis failed running ${run.script}: ${describe(exc, this.redis)}`);
+      }
+      // The script replied and its connection broke before WAIT answered: written, maybe not copied.
+      return answer instanceof WaitFailed ? `WAIT failed: ${answer.reason}` : this.durability.shortfall(answer);
+    } finally {
+      if (!ended) this.core.handle({ kind: "ScriptFailed", tag: null, ticket });
     }
-    // The script replied and its connection broke before WAIT answered: written, maybe not copied.
-    return answer instanceof WaitFailed ? `WAIT failed: ${answer.reason}` : this.durability.shortfall(answer);
   }
 
   private async script(name: string, keys: string[], args: string[], client: Redis | Cluster = this.redis, raw = false): Promise<unknown> {
@@ -782,8 +789,7 @@ export class Outpost {
               continue;
             }
             this.redisAnswered(this.stateOutage);
-            this.core.handle({ kind: "ScriptReplied", reply, tag: effect.tag });
-            this.echoes.expect(reply); // applied: its echo, if it has not come yet, is dropped
+            this.core.handle({ kind: "ScriptReplied", reply, tag: effect.tag }); // its echo is dropped when it comes
             break;
           }
           case "SendBytes":
@@ -993,8 +999,10 @@ export class Outpost {
 
   /** A change published on a channel this instance follows. */
   private heard(message: string): void {
-    if (this.echoes.seen(message)) return; // this instance's own change, already applied
+    if (this.core.ownEcho(message)) return; // this instance's own change, already applied
+    const held = this.core.holding; // scripts of this instance in flight: it may be one's echo, come early
     this.core.handle({ kind: "ChangePublished", data: message });
+    if (held) return; // applied with a reply (or a failure) of those scripts, and its effects run then
     this.core.handle({ kind: "Tick", now: monotonic(), wallUs: this.nowUs() });
     this.run(this.core.effects()).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
   }
@@ -1221,7 +1229,6 @@ export class Outpost {
         try {
           const reply = await this.script(call.script, call.keys, call.args, connection);
           this.core.handle({ kind: "ScriptReplied", reply, tag: null });
-          this.echoes.expect(reply);
           await this.run(this.core.effects());
           return { kind: "Settled", reply };
         } finally {

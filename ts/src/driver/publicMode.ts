@@ -24,7 +24,6 @@
 import type { Cluster, Redis } from "ioredis";
 import { type BudgetAnswered, take, waitOf } from "../core/budget.js";
 import type { Effect } from "../core/effects.js";
-import type { Echoes } from "../core/echoes.js";
 import { ConfigurationError, InvalidWebhook, RedisUnavailable, UsageError } from "../core/errors.js";
 import { customerOf } from "../core/event.js";
 import { CONFIGURATION_KEY, Customer, type CustomerKind, FLEET_TAG, ackedKey, bucketKey, channel, encodeComponent, stateKey } from "../core/keys.js";
@@ -72,7 +71,6 @@ const ASKED_AGAIN = 2.0;
 /** What the public mode needs of an Outpost instance. */
 export interface PublicHooks {
   readonly core: Session;
-  readonly echoes: Echoes;
   readonly redis: Redis | Cluster;
   readonly signal: Signal;
   readonly log: Logger;
@@ -482,8 +480,7 @@ export class PublicMode {
       const args = decided.write.args(shardChannel, core.knownRev(state));
       const reply = await this.hooks.script("apply_anchor", [state, ackedKey(state)], args);
       if (typeof reply === "string" && reply.startsWith(CONFLICT)) continue; // the revision moved: read and decide again
-      core.handle({ kind: "ScriptReplied", reply, tag: null });
-      this.hooks.echoes.expect(reply);
+      core.handle({ kind: "ScriptReplied", reply, tag: null }); // its echo is dropped when it comes
       await this.hooks.run(core.effects());
       this.count(decided.outcome);
       return decided.outcome;

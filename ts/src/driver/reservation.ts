@@ -6,7 +6,6 @@ import { randomUUID } from "node:crypto";
 import { type Hold, admit, checkRequest, refusalOf, release, reserve } from "../core/admission.js";
 import type { Balance } from "../core/balance.js";
 import type { Effect, RunScript } from "../core/effects.js";
-import type { Echoes } from "../core/echoes.js";
 import { CannotAdmit, InsufficientBalance, InvalidEvent, NotDurable, NotReady, RedisUnavailable, UnknownMeter, UnsupportedMeter, UsageError } from "../core/errors.js";
 import { customerOf } from "../core/event.js";
 import type { Session, TrackArgs } from "../core/session.js";
@@ -16,15 +15,15 @@ import { trackArgsOf } from "./trackArgs.js";
 /** What admission needs of an Outpost instance (Outpost.admissionHooks). */
 export interface AdmissionHooks {
   readonly core: Session;
-  readonly echoes: Echoes;
   readonly oneSlot: boolean;
   readonly telemetry: Telemetry;
   ensureStarted(): Promise<void>;
   /** The core's track script (Outpost.trackScript: it waits for Polar's configuration first). */
   trackScript(args: TrackArgs): Promise<RunScript>;
-  /** Run a script as track() runs its own (Outpost.writeScript): `replied` gets its reply; resolves
-   * to why it is less durable than asked (null: it is not). */
-  writeScript(run: RunScript, replied: (reply: unknown) => void): Promise<string | null>;
+  /** Run a script as track() runs its own (Outpost.writeScript): `replied` gets its reply and the
+   * ticket the core gave it (the core's ScriptReplied must carry it); resolves to why it is less
+   * durable than asked (null: it is not). */
+  writeScript(run: RunScript, replied: (reply: unknown, ticket: number) => void): Promise<string | null>;
   run(effects: Effect[]): Promise<void>;
   nowUs(): number;
   balance(meterId: string, customer: { externalCustomerId?: string; customerId?: string }): Promise<Balance>;
@@ -160,11 +159,10 @@ async function trackNow(
  * it did (nothing written then). `eventId`: the event it records, if it records one. */
 async function runAdmission(hooks: AdmissionHooks, run: RunScript, eventId: string | null = null) {
   let refusal = null as ReturnType<typeof refusalOf>; // set by the callback
-  const shortfall = await hooks.writeScript(run, (reply) => {
+  const shortfall = await hooks.writeScript(run, (reply, ticket) => {
     refusal = refusalOf(reply);
-    if (refusal !== null) return;
-    hooks.echoes.expect(reply);
-    hooks.core.handle({ kind: "ScriptReplied", reply, tag: null });
+    // A refusal wrote nothing: the ticket ends all the same (the core applies what it held).
+    hooks.core.handle({ kind: "ScriptReplied", reply: refusal === null ? reply : null, tag: null, ticket });
   });
   if (refusal !== null) return refusal;
   const effects = hooks.core.effects();
