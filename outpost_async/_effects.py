@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from outpost_async._backend import Signal
-from outpost_async._context import POLL, DriverContext, failed_in_redis
+from outpost_async._context import POLL, DriverContext, failed_in_redis, log_report
 from outpost_async._scripts import run_or_fail
 from outpost_core import (
     CONFIGURATION_KEY,
@@ -71,6 +71,7 @@ class SessionEffects:
         with ctx.lock:
             ctx.session.handle(event)
             effects = ctx.session.effects()
+            self._log_reports()
         if effects or not isinstance(event, Tick):  # a quiet tick changes nothing to wake for
             await self.run(effects)
 
@@ -91,6 +92,7 @@ class SessionEffects:
             if reply is not None:
                 ctx.session.handle(ScriptReplied(reply))
             effects = ctx.session.effects()
+            self._log_reports()
         if effects or ticket is None:
             await self.run(effects)
 
@@ -102,6 +104,7 @@ class SessionEffects:
         with ctx.lock:
             for event in events:
                 ctx.session.handle(event)
+            self._log_reports()
 
     def give(self, *events: Input) -> list[Effect]:
         """Hand the session ``events``, in order, under the lock; what it asks for now, for a
@@ -118,7 +121,9 @@ class SessionEffects:
         caller runs it)."""
         ctx = self._context
         with ctx.lock:
-            return question(ctx.session, *args, **kw), ctx.session.effects()
+            answer = question(ctx.session, *args, **kw)
+            self._log_reports()
+            return answer, ctx.session.effects()
 
     def heard(
         self, news: list[News], inputs_of: Callable[[Any], list[Input]]
@@ -142,6 +147,7 @@ class SessionEffects:
                 elif not echoes.hold(change):
                     session.handle(ChangePublished(change))  # as it came: no redis-py message
                     reached = True
+            self._log_reports()
             return reached, session.effects()
 
     def failed(self, ticket: int) -> None:
@@ -152,6 +158,7 @@ class SessionEffects:
         with ctx.lock:
             for data in ctx.echoes.replied(ticket, None):
                 ctx.session.handle(ChangePublished(data))
+            self._log_reports()
 
     async def tick(self) -> None:
         await self.feed(Tick(time.monotonic(), self._context.now_us()))
@@ -200,6 +207,14 @@ class SessionEffects:
                 await self.run(effects)
             else:
                 await self._handed_signal.wait(version, POLL)  # looks at ``closed`` meanwhile
+
+    def _log_reports(self) -> None:
+        """Log what the session reported, under the lock right after the input or question that
+        made it: lines come out in the order the session made them, and none waits for a later
+        drain. (The session never logs: it queues what its driver should.)"""
+        ctx = self._context
+        for report in ctx.session.reports():
+            log_report(ctx.log, report)
 
     def _observe_and_wake(self) -> None:
         """What happened, to telemetry; then wake every waiter: the session's state changed."""
