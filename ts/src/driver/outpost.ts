@@ -41,9 +41,10 @@ import { CONFIGURATION_KEY, DEFAULT_SHARDS, SHARDS_KEY, allChannels, allOutboxes
 import { checkedShards, firstCount, shardsDisagreement } from "../core/shards.js";
 import { Link, Target } from "../core/link.js";
 import { SCRIPT_SHA1, SCRIPT_TEXT } from "../core/scripts.generated.js";
-import { type Logger, Session, type TrackArgs, makeSettings } from "../core/session.js";
+import { Session, type TrackArgs, makeSettings } from "../core/session.js";
 import { toUs } from "../core/time.js";
 import type { RawFields } from "../core/inputs.js";
+import { type Logger, logReport } from "./logger.js";
 import { ClusterSubscriptions } from "./cluster.js";
 import { cleartextWarnings, scrubbing, urlSecrets } from "./redact.js";
 import { cannotConnect, describe, isCluster, ownClient, reachable, unreachable, watched } from "./connections.js";
@@ -289,7 +290,7 @@ export class Outpost {
       ...(options.maxCustomers !== undefined ? { maxCustomers: options.maxCustomers } : {}),
       ...(options.idleCustomerTtl !== undefined ? { idleCustomerTtl: options.idleCustomerTtl } : {}),
     });
-    this.core = this.traces.session(new Session(settings, this.log, link), settings, link === null ? null : this.serverUrl);
+    this.core = this.traces.session(new Session(settings, link), settings, link === null ? null : this.serverUrl);
     const claimIdle = options.claimIdle ?? 300;
     const batchSize = options.batchSize ?? 500;
     this.deliverySettings = makeDeliverySettings({
@@ -325,6 +326,7 @@ export class Outpost {
         closed: () => this.closed,
         script: (name, keys, args) => this.script(name, keys, args),
         run: (effects) => this.run(effects),
+        drain: () => this.drain(),
         pause: (seconds) => this.pause(seconds),
         nowUs: () => this.nowUs(),
       },
@@ -550,6 +552,7 @@ export class Outpost {
       trackScript: (args) => this.trackScript(args),
       writeScript: (run, replied) => this.writeScript(run, replied),
       run: (effects) => this.run(effects),
+      drain: () => this.drain(),
       nowUs: () => this.nowUs(),
       balance: (meterId, customer) => this.balance(meterId, customer),
     };
@@ -563,7 +566,7 @@ export class Outpost {
       this.echoes.expect(reply);
       this.core.handle({ kind: "ScriptReplied", reply, tag: null });
     });
-    const effects = this.core.effects();
+    const effects = this.drain();
     if (effects.length) await this.run(effects);
     if (shortfall !== null) throw new NotDurable(`event ${eventId} is on the primary only: ${shortfall}`, eventId);
     return [eventId, run];
@@ -702,7 +705,7 @@ export class Outpost {
       const remaining = deadline - monotonic();
       // At the deadline, a copy still waiting for the subscription reads Redis.
       const found = this.core.read(meterId, external, internal, fresh || remaining <= 0);
-      const effects = this.core.effects();
+      const effects = this.drain();
       // Run them whatever the read found: dropping them would leave their flow waiting.
       if (effects.length) await this.run(effects);
       if (found !== null && !(found instanceof Balance)) {
@@ -734,7 +737,7 @@ export class Outpost {
       throw new RedisUnavailable(`Redis failed reading ${fetch.keys.join(", ")}: ${describe(exc, this.redis)}`);
     }
     const found = this.core.readFetched(meterId, external, internal, fields);
-    const effects = this.core.effects();
+    const effects = this.drain();
     if (effects.length) await this.run(effects);
     return found;
   }
@@ -809,7 +812,7 @@ export class Outpost {
           }
         }
       }
-      effects = this.core.effects();
+      effects = this.drain();
     }
     const seen = this.core.observations();
     if (seen.length) this.telemetry.observe(seen);
@@ -835,9 +838,14 @@ export class Outpost {
   }
 
   private logReport(report: Report | null): void {
-    if (report === null) return;
-    if (report.level === "warning") this.log.warn(report.message);
-    else (this.log.info ?? this.log.debug).call(this.log, report.message);
+    logReport(this.log, report);
+  }
+
+  /** What the core asks for now. What it reported meanwhile is logged first: the core never
+   * logs, and every input and question drains here, so no line waits for a later one. */
+  private drain(): Effect[] {
+    for (const report of this.core.reports()) logReport(this.log, report);
+    return this.core.effects();
   }
 
   /** Hand one input to the core and run what it asks for (in the background). */
@@ -846,7 +854,7 @@ export class Outpost {
     if (linkInput && this.core.remote === null) return; // a socket's last words after the public mode dropped the link
     this.core.handle(input);
     if (linkInput && this.public.decide()) this.dropSocket(); // Polar serves only its public API
-    const effects = this.core.effects();
+    const effects = this.drain();
     if (effects.length || input.kind !== "Tick") {
       this.run(effects).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
     }
@@ -960,7 +968,7 @@ export class Outpost {
       payload = text;
     }
     this.core.handle({ kind: "ConfigurationReceived", payload, fromCache: true });
-    await this.run(this.core.effects());
+    await this.run(this.drain());
   }
 
   // -- Redis's change channels ----------------------------------------------------------------
@@ -1000,7 +1008,7 @@ export class Outpost {
     if (this.echoes.seen(message)) return; // this instance's own change, already applied
     this.core.handle({ kind: "ChangePublished", data: message });
     this.core.handle({ kind: "Tick", now: monotonic(), wallUs: this.nowUs() });
-    this.run(this.core.effects()).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
+    this.run(this.drain()).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
   }
 
   /** One sharded subscription per node, for the channels whose slots it owns now; a break or a
@@ -1224,7 +1232,7 @@ export class Outpost {
           const reply = await this.script(call.script, call.keys, call.args, connection);
           this.core.handle({ kind: "ScriptReplied", reply, tag: null });
           this.echoes.expect(reply);
-          await this.run(this.core.effects());
+          await this.run(this.drain());
           return { kind: "Settled", reply };
         } finally {
           this.settling -= 1;
