@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from outpost_async._backend import Signal
-from outpost_async._context import POLL, DriverContext, failed_in_redis
+from outpost_async._context import POLL, DriverContext, failed_in_redis, log_report
 from outpost_async._scripts import run_or_fail
 from outpost_core import (
     CONFIGURATION_KEY,
@@ -71,6 +71,7 @@ class SessionEffects:
         with ctx.lock:
             ctx.session.handle(event)
             effects = ctx.session.effects()
+            self._log_reports()
         if effects or not isinstance(event, Tick):  # a quiet tick changes nothing to wake for
             await self.run(effects)
 
@@ -86,6 +87,7 @@ class SessionEffects:
             if reply is not None or ticket is not None:
                 ctx.session.handle(ScriptReplied(reply, None, ticket))
             effects = ctx.session.effects()
+            self._log_reports()
         if effects or ticket is None:
             await self.run(effects)
 
@@ -97,6 +99,7 @@ class SessionEffects:
         with ctx.lock:
             for event in events:
                 ctx.session.handle(event)
+            self._log_reports()
 
     def give(self, *events: Input) -> list[Effect]:
         """Hand the session ``events``, in order, under the lock; what it asks for now, for a
@@ -113,7 +116,9 @@ class SessionEffects:
         caller runs it)."""
         ctx = self._context
         with ctx.lock:
-            return question(ctx.session, *args, **kw), ctx.session.effects()
+            answer = question(ctx.session, *args, **kw)
+            self._log_reports()
+            return answer, ctx.session.effects()
 
     def heard(
         self, news: list[News], inputs_of: Callable[[Any], list[Input]]
@@ -137,6 +142,7 @@ class SessionEffects:
                 else:
                     session.handle(ChangePublished(change))  # as it came: no redis-py message
                     reached = reached or not holding
+            self._log_reports()
             return reached, session.effects()
 
     def failed(self, ticket: int) -> None:
@@ -144,6 +150,7 @@ class SessionEffects:
         session applies what it held for it now (their effects: the next tick's)."""
         with self._context.lock:
             self._context.session.handle(ScriptFailed(ticket=ticket))
+            self._log_reports()
 
     async def tick(self) -> None:
         await self.feed(Tick(time.monotonic(), self._context.now_us()))
@@ -192,6 +199,14 @@ class SessionEffects:
                 await self.run(effects)
             else:
                 await self._handed_signal.wait(version, POLL)  # looks at ``closed`` meanwhile
+
+    def _log_reports(self) -> None:
+        """Log what the session reported, under the lock right after the input or question that
+        made it: lines come out in the order the session made them, and none waits for a later
+        drain. (The session never logs: it queues what its driver should.)"""
+        ctx = self._context
+        for report in ctx.session.reports():
+            log_report(ctx.log, report)
 
     def _observe_and_wake(self) -> None:
         """What happened, to telemetry; then wake every waiter: the session's state changed."""

@@ -23,7 +23,9 @@ in-memory copy (a :class:`Mirror`) of each identity hash this instance reads. It
 Inputs go through :meth:`Session.handle`; the requests the core makes of the driver accumulate
 in an outbox the driver drains with :meth:`Session.effects`, then runs, then reports back.
 Peer misbehaviour (garbage in Redis, a malformed message) is never raised: it is counted in
-:attr:`Session.rejections` and logged. Caller mistakes raise at once.
+:attr:`Session.rejections` and reported. The session never logs: what its driver should log it
+queues as :class:`Report` lines, which the driver drains with :meth:`Session.reports`. Caller
+mistakes raise at once.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ from ._peer import peer_json, printable
 from ._random import Random
 from ._remote import Remote
 from ._replies import text_of
+from ._reports import Reports, error_text
 from ._shards import checked as checked_shards
 from ._status import Status
 from ._telemetry import ReadKey
@@ -184,7 +187,6 @@ class Session:
     def __init__(
         self,
         settings: Settings | None = None,
-        logger: logging.Logger | None = None,
         link: Link | None = None,
         rng: Random | None = None,
     ) -> None:
@@ -195,7 +197,7 @@ class Session:
         self._rng: Random = rng or (link.rng if link is not None else _NoJitter())
         self.remote = Remote(_PortForRemote(self), link, self._rng) if link is not None else None
         self._link_dropped = False
-        self.log = logger or logging.getLogger("outpost")
+        self._reports = Reports()
         self._polar_outage = Outage("the WebSocket", peer="Polar")
         self.configuration: Configuration | None = None
         self._configuration_text: str | None = None
@@ -313,9 +315,9 @@ class Session:
                         # serving only its public API: the driver's mode="auto" takes it.
                         public = remote.link.refused_status == 404
                         level = logging.INFO if public else logging.ERROR
-                        self.log.log(level, "outpost: %s", remote.link.refused)
+                        self._reports.add(level, f"outpost: {remote.link.refused}")
                     if remote.link.connections > connections:
-                        self._log_outage(self._polar_outage.succeeded(event.now))
+                        self._reports.relay(self._polar_outage.succeeded(event.now))
                 elif isinstance(event, ConnectionOpened):
                     remote.opened(event.now)
                 else:
@@ -324,7 +326,7 @@ class Session:
                     # back (the reconnection's backoff is the link's; this only decides the log).
                     # The reason may quote a peer (a proxy's answer): one printable line.
                     why = printable(event.reason, _DETAIL_LIMIT)
-                    self._log_outage(self._polar_outage.failed(event.now, why, 0.0)[1])
+                    self._reports.relay(self._polar_outage.failed(event.now, why, 0.0)[1])
             elif isinstance(event, ScriptFailed):
                 if event.ticket is not None:
                     self._release(self._echoes.replied(event.ticket, None))
@@ -373,7 +375,11 @@ class Session:
             # The last resort: what a peer sent (Redis, Polar, another instance) is dropped and
             # counted, never raised into the caller's request or the driver's worker.
             self._reject("peer", f"{type(event).__name__} dropped: {exc!r}"[:300])
-            self.log.debug("outpost: the dropped input's error", exc_info=True)
+            # Known peer garbage is rejected by name before it gets here: reaching this is a bug
+            # of ours, and where it was raised is what finds it (at debug: the warning says it).
+            self._reports.add(
+                logging.DEBUG, f"outpost: the dropped input's error: {error_text(exc)}"
+            )
 
     @property
     def holding(self) -> bool:
@@ -454,6 +460,11 @@ class Session:
         """Drain what the driver must do now, in order."""
         out, self._effects = self._effects, []
         return out
+
+    def reports(self) -> list[Report]:
+        """Drain what the driver must log, oldest first: at most the newest thousand lines, after
+        one that counts those let go when nobody drained them in time."""
+        return self._reports.drain()
 
     def observations(self) -> list[Observation]:
         """Drain what happened that telemetry may record (no action needed)."""
@@ -858,10 +869,6 @@ class Session:
             meter_id, customer, func, state, aliases, source="redis", now_us=self.wall_us
         )
 
-    def _log_outage(self, report: Report | None) -> None:
-        if report is not None:
-            self.log.log(report.level, report.message)
-
     def not_ready_reason(
         self, meter_id: str, external_customer_id: str | None, customer_id: str | None
     ) -> str:
@@ -971,7 +978,7 @@ class Session:
     def _let_go_of(self, customer: Customer) -> None:
         """Drop the customer's copies, cached balances and flow; tell Polar to forget it. The
         shard channels stay: other customers share them."""
-        self.log.debug("outpost lets go of %s", customer)
+        self._reports.add(logging.DEBUG, f"outpost lets go of {customer}")
         for mirror in self._customer_mirrors.pop(customer):
             self._invalidate(mirror)
             del self._mirrors[mirror.key]
@@ -997,7 +1004,9 @@ class Session:
 
     def _load(self, mirror: Mirror) -> None:
         load_id = mirror.start_load(follows=self.shard_of(mirror.customer) in self._live_shards)
-        self.log.debug("outpost loads %s (copy at revision %d)", mirror.key, mirror.rev)
+        self._reports.add(
+            logging.DEBUG, f"outpost loads {mirror.key} (copy at revision {mirror.rev})"
+        )
         # Asked again if no answer comes (a driver task cancelled mid-load loses it).
         self._retry_at.set(mirror.key, self._now + self.settings.load_timeout)
         self._effects.append(LoadIdentity(key=mirror.key, load_id=load_id))
@@ -1054,12 +1063,11 @@ class Session:
         if mirror is None:
             return
         if load_id != mirror.load_id:
-            self.log.debug(
-                "outpost ignores load %d of %s (load %d is newer)", load_id, key, mirror.load_id
-            )
+            ignored = f"outpost ignores load {load_id} of {key} (load {mirror.load_id} is newer)"
+            self._reports.add(logging.DEBUG, ignored)
             return
         text = self._text_fields(key, fields)
-        self.log.debug("outpost loaded %s at revision %s", key, text.get("rev"))
+        self._reports.add(logging.DEBUG, f"outpost loaded {key} at revision {text.get('rev')}")
         self._retry_at.cancel(key)
         complete = mirror.loaded_with(text, load_id)
         if complete is False:
@@ -1101,7 +1109,8 @@ class Session:
 
     def _reject(self, kind: str, detail: str) -> None:
         self.rejections[kind] += 1
-        self.log.warning("outpost rejected %s: %s", kind, printable(detail, _DETAIL_LIMIT))
+        detail = printable(detail, _DETAIL_LIMIT)
+        self._reports.add(logging.WARNING, f"outpost rejected {kind}: {detail}")
 
 
 class _PortForRemote:

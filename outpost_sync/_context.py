@@ -201,7 +201,7 @@ def open_context(
         shards=shards,
     )
     server_url = options.server_url if link else None
-    session = traces.session(Session(settings, log, link), settings, server_url)
+    session = traces.session(Session(settings, link), settings, server_url)
     telemetry = Telemetry(
         enabled=options.telemetry,
         relay_url=options.telemetry_url,

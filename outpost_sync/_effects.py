@@ -45,7 +45,7 @@ from outpost_core import (
     Tick,
 )
 from outpost_sync._backend import Signal
-from outpost_sync._context import POLL, DriverContext, failed_in_redis
+from outpost_sync._context import POLL, DriverContext, failed_in_redis, log_report
 from outpost_sync._scripts import run_or_fail
 
 _T = TypeVar("_T")
@@ -72,6 +72,7 @@ class SessionEffects:
         with ctx.lock:
             ctx.session.handle(event)
             effects = ctx.session.effects()
+            self._log_reports()
         if effects or not isinstance(event, Tick):  # a quiet tick changes nothing to wake for
             self.run(effects)
 
@@ -87,6 +88,7 @@ class SessionEffects:
             if reply is not None or ticket is not None:
                 ctx.session.handle(ScriptReplied(reply, None, ticket))
             effects = ctx.session.effects()
+            self._log_reports()
         if effects or ticket is None:
             self.run(effects)
 
@@ -98,6 +100,7 @@ class SessionEffects:
         with ctx.lock:
             for event in events:
                 ctx.session.handle(event)
+            self._log_reports()
 
     def give(self, *events: Input) -> list[Effect]:
         """Hand the session ``events``, in order, under the lock; what it asks for now, for a
@@ -114,7 +117,9 @@ class SessionEffects:
         caller runs it)."""
         ctx = self._context
         with ctx.lock:
-            return question(ctx.session, *args, **kw), ctx.session.effects()
+            answer = question(ctx.session, *args, **kw)
+            self._log_reports()
+            return answer, ctx.session.effects()
 
     def heard(
         self, news: list[News], inputs_of: Callable[[Any], list[Input]]
@@ -138,6 +143,7 @@ class SessionEffects:
                 else:
                     session.handle(ChangePublished(change))  # as it came: no redis-py message
                     reached = reached or not holding
+            self._log_reports()
             return reached, session.effects()
 
     def failed(self, ticket: int) -> None:
@@ -145,6 +151,7 @@ class SessionEffects:
         session applies what it held for it now (their effects: the next tick's)."""
         with self._context.lock:
             self._context.session.handle(ScriptFailed(ticket=ticket))
+            self._log_reports()
 
     def tick(self) -> None:
         self.feed(Tick(time.monotonic(), self._context.now_us()))
@@ -193,6 +200,14 @@ class SessionEffects:
                 self.run(effects)
             else:
                 self._handed_signal.wait(version, POLL)  # looks at ``closed`` meanwhile
+
+    def _log_reports(self) -> None:
+        """Log what the session reported, under the lock right after the input or question that
+        made it: lines come out in the order the session made them, and none waits for a later
+        drain. (The session never logs: it queues what its driver should.)"""
+        ctx = self._context
+        for report in ctx.session.reports():
+            log_report(ctx.log, report)
 
     def _observe_and_wake(self) -> None:
         """What happened, to telemetry; then wake every waiter: the session's state changed."""

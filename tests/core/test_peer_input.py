@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -18,6 +19,7 @@ from outpost_core import (
     ChangePublished,
     ConfigurationReceived,
     IdentityLoaded,
+    Report,
     Session,
     Tick,
     UnknownMeter,
@@ -124,15 +126,23 @@ class _Exploding(Mapping[Any, Any]):
         return 1
 
 
-def test_the_last_resort_drops_and_counts_what_a_peer_input_raised(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_the_last_resort_drops_and_counts_what_a_peer_input_raised() -> None:
     session = configured()
     assert session.read(COUNT, "c1") is None
     load_id = load_asked(session, state("r-count"))
+    session.reports()
     session.handle(IdentityLoaded(state("r-count"), _Exploding(), load_id))
     assert session.rejections == {"peer": 1}
-    assert "IdentityLoaded dropped" in caplog.text
+    rejected, error = session.reports()
+    assert rejected == Report(
+        logging.WARNING, "outpost rejected peer: IdentityLoaded dropped: RuntimeError('boom')"
+    )
+    # The error of ours that dropped it, and where it was raised (innermost last), at debug.
+    assert error.level == logging.DEBUG
+    first, *frames = error.message.split("\n")
+    assert first == "outpost: the dropped input's error: RuntimeError: boom"
+    assert frames[0].startswith("  at ") and frames[0].endswith(" in handle")
+    assert frames[-1].startswith(f"  at {__file__}:") and frames[-1].endswith(" in __iter__")
 
 
 def test_the_last_resort_does_not_hide_a_bug_in_a_non_peer_input() -> None:
@@ -242,13 +252,11 @@ def test_printable_escapes_control_characters_and_cuts_long_text() -> None:
     assert printable("x" * 10, 4) == "xxxx... (6 more characters)"
 
 
-def test_a_rejection_log_line_escapes_and_cuts_the_peers_text(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_a_rejection_log_line_escapes_and_cuts_the_peers_text() -> None:
     session = configured()
     warm(session)
     session.handle(ChangePublished("\x1b[31m\nWARNING forged" + "x" * 5_000))
-    [line] = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
+    [line] = [r.message for r in session.reports() if "rejected" in r.message]
     assert "\n" not in line and "\x1b" not in line and len(line) < 500
 
 

@@ -47,6 +47,7 @@ from outpost_core._session import _PortForRemote
 from outpost_core._snapshots import CustomerFlow, Step
 from tests.core._payloads import COUNT, STANDARD, TOKENS, UNIQUE, configuration, reducer
 from tests.core._polar import FixedRandom, Peer
+from tests.core._reports import said
 
 TARGET = Target(host="polar.test", port=443, tls=True)
 C1 = Customer("external", "c1")
@@ -842,7 +843,7 @@ def test_a_snapshot_arriving_during_the_backoff_starts_at_once() -> None:
 
 @pytest.mark.parametrize("stuck", [Step.BUCKETS, Step.LISTING, Step.ASKING, Step.APPLYING])
 def test_a_flow_stuck_in_a_step_asks_polar_again_and_ignores_the_late_answer(
-    stuck: Step, caplog: pytest.LogCaptureFixture
+    stuck: Step,
 ) -> None:
     polar = Polar()
     polar.connect()
@@ -862,13 +863,14 @@ def test_a_flow_stuck_in_a_step_asks_polar_again_and_ignores_the_late_answer(
     assert step(flow) is stuck
     assert polar.session.next_deadline() == 50.0 + STEP_TIMEOUT
     assert polar.tick(50.0 + STEP_TIMEOUT - 0.01) == [] and polar.take() == []
-    with caplog.at_level(logging.WARNING, logger="outpost"):
-        assert polar.tick(50.0 + STEP_TIMEOUT) == []  # a driver waking at the deadline acts
+    said(polar.session)
+    assert polar.tick(50.0 + STEP_TIMEOUT) == []  # a driver waking at the deadline acts
     [again] = polar.take()
     assert again["type"] == "snapshot" and again["payload"]["request_id"] == flow.request_id
     assert (step(flow), flow.current, flow.tag, flow.retry_at) == (Step.IDLE, None, None, None)
     assert polar.session.rejections == {"stuck_flow": 1}
-    assert f"outpost rejected stuck_flow: {C1}: no answer while {stuck.value}" in caplog.text
+    rejected = f"outpost rejected stuck_flow: {C1}: no answer while {stuck.value}"
+    assert (logging.WARNING, rejected) in said(polar.session)
     # The answer that was lost turns up: it belongs to a flow given up, and changes nothing.
     if stuck in (Step.BUCKETS, Step.LISTING):
         polar.session.handle(PendingListed(listed.tag, {}))
@@ -969,16 +971,12 @@ def refused_upgrade(polar: Polar, status: int, body: bytes | None) -> list[Effec
     return polar.effects()
 
 
-def test_a_refused_token_is_logged_as_an_error_once_per_cause(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_a_refused_token_is_logged_as_an_error_once_per_cause() -> None:
     polar = Polar()
-    with caplog.at_level(logging.WARNING, logger="outpost"):
-        assert refused_upgrade(polar, 401, b'{"detail":"invalid token"}') == [CloseConnection()]
-        refused_upgrade(polar, 401, b'{"detail":"invalid token"}')  # the same again: quiet
-        refused_upgrade(polar, 403, b'{"detail":"token revoked"}')
-    errors = [(r.levelno, r.getMessage()) for r in caplog.records]
-    assert errors == [
+    assert refused_upgrade(polar, 401, b'{"detail":"invalid token"}') == [CloseConnection()]
+    refused_upgrade(polar, 401, b'{"detail":"invalid token"}')  # the same again: quiet
+    refused_upgrade(polar, 403, b'{"detail":"token revoked"}')
+    assert said(polar.session, logging.WARNING) == [
         (
             logging.ERROR,
             "outpost: Polar refused the WebSocket with HTTP 401: invalid token",
@@ -994,23 +992,19 @@ def test_a_refused_token_is_logged_as_an_error_once_per_cause(
     )
 
 
-def test_a_404_is_polar_serving_its_public_api_not_an_error(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_a_404_is_polar_serving_its_public_api_not_an_error() -> None:
     polar = Polar()
-    with caplog.at_level(logging.INFO, logger="outpost"):
-        refused_upgrade(polar, 404, b'{"detail":"Not Found"}')
-    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+    refused_upgrade(polar, 404, b'{"detail":"Not Found"}')
+    assert said(polar.session, logging.INFO) == [
         (logging.INFO, "outpost: Polar refused the WebSocket with HTTP 404: Not Found")
     ]
 
 
-def test_bytes_that_are_not_a_refusal_log_nothing(caplog: pytest.LogCaptureFixture) -> None:
+def test_bytes_that_are_not_a_refusal_log_nothing() -> None:
     polar = Polar()
-    with caplog.at_level(logging.WARNING, logger="outpost"):
-        polar.connect()
-        polar.send({"type": "configuration", "payload": STANDARD})
-    assert caplog.records == []
+    polar.connect()
+    polar.send({"type": "configuration", "payload": STANDARD})
+    assert said(polar.session, logging.WARNING) == []
     assert polar.session.link_status() == ("open", None)
 
 
@@ -1110,23 +1104,21 @@ def test_a_state_that_lost_its_snapshot_asks_polar_again() -> None:
     assert polar.take() == []
 
 
-def test_polar_unreachable_is_one_warning_a_reminder_a_minute_and_one_line_when_back(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_polar_unreachable_is_one_warning_a_reminder_a_minute_and_one_line_when_back() -> None:
     polar = Polar()
     polar.connect()
-    with caplog.at_level(logging.INFO, logger="outpost"):
-        for now in (2.0, 3.0, 30.0, 63.0, 64.0):  # every try to reconnect fails
-            polar.session.handle(ConnectionFailed(now, "cannot connect: connection refused"))
-        polar.peer = Peer()
-        polar.now = max(70.0, polar.link.retry_at)
-        polar.session.handle(Tick(polar.now, WALL))
-        assert [type(e) for e in polar.effects()] == [OpenConnection]
-        polar.session.handle(ConnectionOpened(polar.now))
-        polar.effects()
-        polar.session.handle(BytesReceived(polar.now, polar.peer.accept()))
-        assert polar.session.connected
-    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+    said(polar.session)
+    for now in (2.0, 3.0, 30.0, 63.0, 64.0):  # every try to reconnect fails
+        polar.session.handle(ConnectionFailed(now, "cannot connect: connection refused"))
+    polar.peer = Peer()
+    polar.now = max(70.0, polar.link.retry_at)
+    polar.session.handle(Tick(polar.now, WALL))
+    assert [type(e) for e in polar.effects()] == [OpenConnection]
+    polar.session.handle(ConnectionOpened(polar.now))
+    polar.effects()
+    polar.session.handle(BytesReceived(polar.now, polar.peer.accept()))
+    assert polar.session.connected
+    assert said(polar.session, logging.INFO) == [
         (
             logging.WARNING,
             "outpost: Polar unreachable for the WebSocket: cannot connect: connection refused",
@@ -1140,12 +1132,12 @@ def test_polar_unreachable_is_one_warning_a_reminder_a_minute_and_one_line_when_
     ]
 
 
-def test_an_unreachable_polar_cannot_forge_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unreachable_polar_cannot_forge_a_log_line() -> None:
     polar = Polar()
     polar.connect()
     reason = "the proxy refused the tunnel: 407 denied\nERROR outpost: forged \x1b[2J"
-    with caplog.at_level(logging.WARNING, logger="outpost"):
-        polar.session.handle(ConnectionFailed(2.0, reason))
-    [record] = caplog.records
-    assert "\n" not in record.getMessage() and "\x1b" not in record.getMessage()
-    assert "407 denied" in record.getMessage()
+    said(polar.session)
+    polar.session.handle(ConnectionFailed(2.0, reason))
+    [(_, line)] = said(polar.session, logging.WARNING)
+    assert "\n" not in line and "\x1b" not in line
+    assert "407 denied" in line

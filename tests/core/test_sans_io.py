@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import logging
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,40 @@ def test_no_core_module_imports_io(path: Path) -> None:
 )
 def test_the_check_finds_forbidden_imports(source: str, expected: list[str]) -> None:
     assert [module for _, module in forbidden_imports(source)] == expected
+
+
+def logging_uses(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every use of :mod:`logging` but its level constants: the core reports
+    lines for its driver to log (a level is data), it never makes or calls a logger."""
+    tree = ast.parse(source)
+    owner = {id(n.value): n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "logging":
+            found += [(node.lineno, f"from logging import {a.name}") for a in node.names]
+        elif isinstance(node, ast.Name) and node.id == "logging":
+            attr = owner.get(id(node))
+            if attr is None:
+                found.append((node.lineno, "logging"))  # handed on whole: anything may be called
+            elif not isinstance(getattr(logging, attr, None), int):
+                found.append((node.lineno, f"logging.{attr}"))
+    return found
+
+
+@pytest.mark.parametrize("path", core_files(), ids=lambda p: p.name)
+def test_no_core_module_logs(path: Path) -> None:
+    assert logging_uses(path.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import logging\nlevel = logging.WARNING", []),
+        ("import logging\nlogging.getLogger('outpost').warning('x')", ["logging.getLogger"]),
+        ("import logging\nlog = logging.log", ["logging.log"]),
+        ("import logging\nf(logging)", ["logging"]),
+        ("from logging import getLogger", ["from logging import getLogger"]),
+    ],
+)
+def test_the_check_finds_a_logger(source: str, expected: list[str]) -> None:
+    assert [name for _, name in logging_uses(source)] == expected

@@ -24,6 +24,7 @@ from outpost_core import (
     LoadFailed,
     LoadIdentity,
     NotReady,
+    Report,
     RunScript,
     ScriptReplied,
     Session,
@@ -213,7 +214,7 @@ def test_a_fresh_session() -> None:
     assert not session.connected
     assert session.rejections == {}
     assert session.observations() == []
-    assert session.log is logging.getLogger("outpost")
+    assert session.reports() == []
 
 
 def test_a_session_can_drop_its_link() -> None:
@@ -327,17 +328,17 @@ def test_a_newer_cached_configuration_replaces_an_older_cached_one() -> None:
         {"reducers": [], "meters": [object()]},
     ],
 )
-def test_unusable_configuration_is_rejected_and_changes_nothing(
-    payload: object, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_unusable_configuration_is_rejected_and_changes_nothing(payload: object) -> None:
     session = configured()
     before = session.configuration
-    with caplog.at_level(logging.WARNING, logger="outpost"):
-        session.handle(ConfigurationReceived(payload))
+    session.reports()
+    session.handle(ConfigurationReceived(payload))
     assert session.configuration is before
     assert session.rejections == {"configuration": 1}
     assert session.effects() == []
-    assert "outpost rejected configuration: unusable configuration" in caplog.text
+    [report] = session.reports()
+    assert report.level == logging.WARNING
+    assert report.message.startswith("outpost rejected configuration: unusable configuration")
 
 
 def test_malformed_reducers_are_each_rejected_the_rest_is_used() -> None:
@@ -1033,9 +1034,7 @@ def test_an_unanswered_load_is_asked_again_after_load_timeout() -> None:
     assert session.next_deadline() == idle_deadline(session)  # no retry left
 
 
-def test_an_answer_to_an_older_load_never_moves_the_copy_back(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_an_answer_to_an_older_load_never_moves_the_copy_back() -> None:
     # Load 1 read the hash before it existed; the subscriber restarted, load 2 read revision 7.
     session = configured()
     session.read(COUNT, "c1")
@@ -1044,9 +1043,10 @@ def test_an_answer_to_an_older_load_never_moves_the_copy_back(
     session.handle(SubscriberRestarted())
     latest = load_asked(session, key)
     session.handle(IdentityLoaded(key, snapshot_fields(rev=7), latest))
-    with caplog.at_level(logging.DEBUG, logger="outpost"):
-        session.handle(IdentityLoaded(key, {}, stale))
-    assert f"outpost ignores load {stale} of {key} (load {latest} is newer)" in caplog.text
+    session.reports()
+    session.handle(IdentityLoaded(key, {}, stale))
+    ignored = f"outpost ignores load {stale} of {key} (load {latest} is newer)"
+    assert session.reports() == [Report(logging.DEBUG, ignored)]
     balance = session.read(COUNT, "c1")
     assert isinstance(balance, Balance) and balance.revision == 7
     assert session.effects() == []
@@ -1089,18 +1089,20 @@ def test_a_load_answered_in_time_cancels_the_retry() -> None:
         '{"c":[{"k":"KEY","r":1,"s":["a"]}]}',
     ],
 )
-def test_unreadable_changes_are_rejected_not_raised(
-    raw: object, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_unreadable_changes_are_rejected_not_raised(raw: object) -> None:
     session = configured()
     warm(session)
     if isinstance(raw, str):
         raw = raw.replace("KEY", state("r-count"))  # a key this session follows
-    with caplog.at_level(logging.WARNING, logger="outpost"):
-        session.handle(ChangePublished(raw))
-        session.handle(ScriptReplied(raw))
+    session.reports()
+    session.handle(ChangePublished(raw))
+    session.handle(ScriptReplied(raw))
     assert session.rejections == {"change": 2}
-    assert "outpost rejected change: unreadable change from Redis" in caplog.text
+    reports = session.reports()
+    assert [r.level for r in reports] == [logging.WARNING] * 2
+    assert all(
+        "outpost rejected change: unreadable change from Redis" in r.message for r in reports
+    )
     assert session.cached_balance(COUNT, "c1", None) is not None
 
 
@@ -1130,26 +1132,16 @@ def test_non_utf8_state_fields_are_rejected_and_skipped() -> None:
     assert isinstance(balance, Balance) and (balance.pending, balance.undelivered) == (1, 0)
 
 
-def test_unreadable_state_fields_are_rejected_on_each_load(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_unreadable_state_fields_are_rejected_on_each_load() -> None:
     session = configured()
-    with caplog.at_level(logging.WARNING, logger="outpost"):
-        warm(session, fields=snapshot_fields(n="many", p="junk"))
+    warm(session, fields=snapshot_fields(n="many", p="junk"))
     assert session.rejections == {"state": 2}
-    assert "unreadable field n='many'" in caplog.text
+    warnings = [r.message for r in session.reports() if r.level == logging.WARNING]
+    assert any("unreadable field n='many'" in message for message in warnings)
     session.handle(SubscriberRestarted())
     reload = load_asked(session, state("r-count"))
     session.handle(IdentityLoaded(state("r-count"), snapshot_fields(n="many"), reload))
     assert session.rejections == {"state": 3}
-
-
-def test_a_custom_logger_gets_the_warnings(caplog: pytest.LogCaptureFixture) -> None:
-    logger = logging.getLogger("tests.core.custom")
-    session = Session(logger=logger)
-    with caplog.at_level(logging.WARNING, logger="tests.core.custom"):
-        session.handle(ConfigurationReceived(None))
-    assert [r.name for r in caplog.records] == ["tests.core.custom"]
 
 
 def test_a_gap_that_loads_keep_leaving_is_reloaded_with_backoff_not_at_once() -> None:
@@ -1259,9 +1251,7 @@ def test_shard_channels_confirmed_one_by_one_make_the_subscription_whole() -> No
     assert session.followed[0].following
 
 
-def test_a_channel_that_is_not_ours_is_rejected_and_changes_nothing(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_a_channel_that_is_not_ours_is_rejected_and_changes_nothing() -> None:
     session = configured()
     warm(session)
     session.handle(ChannelsLost(("someone:else", b"\xff")))

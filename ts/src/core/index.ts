@@ -30,7 +30,7 @@ export {
   type SurveyConsumers,
   handBack,
 } from "./liveness.js";
-export { Outage, type Report } from "./outage.js";
+export { Outage, type Report, type ReportLevel } from "./outage.js";
 export type { Observation } from "./observations.js";
 export {
   ChannelPlacement,
@@ -46,7 +46,7 @@ export {
 } from "./placement.js";
 export { PythonRandom, type Random, type RandomBytes } from "./random.js";
 export { SCRIPT_SHA1, SCRIPT_TEXT } from "./scripts.generated.js";
-export { Session, makeSettings, type Logger, type Settings, type TrackArgs } from "./session.js";
+export { Session, makeSettings, type Settings, type TrackArgs } from "./session.js";
 export { BUCKET_US, floorBucket, fromUs, toUs, iso } from "./time.js";
 
 export const VERSION = "0.1.0";

@@ -6,11 +6,15 @@
 
 import { backoff } from "./backoff.js";
 
-/** One log line; level is "warning" or "info" (Python's logging levels by name). */
+/** One log line for the driver to write, at a level named as Python's logging names it. */
 export interface Report {
-  level: "warning" | "info";
+  level: ReportLevel;
   message: string;
 }
+
+/** The levels of a Report, least severe first. */
+export const REPORT_LEVELS = ["debug", "info", "warning"] as const;
+export type ReportLevel = (typeof REPORT_LEVELS)[number];
 
 export class Outage {
   /** Consecutive failures of the current outage (0: the peer is answering). */

@@ -3,8 +3,9 @@
  *
  * Inputs go through handle(); the requests the core makes of the driver accumulate in an outbox
  * the driver drains with effects(), then runs, then reports back. Peer misbehaviour (garbage in
- * Redis, a malformed message) is never raised: it is counted in `rejections` and logged. Caller
- * mistakes raise at once. */
+ * Redis, a malformed message) is never raised: it is counted in `rejections` and reported. The
+ * session never logs: what its driver should log it queues as Report lines, which the driver
+ * drains with reports(). Caller mistakes raise at once. */
 
 import { formatNumber } from "./aggregate.js";
 import { backoff } from "./backoff.js";
@@ -24,6 +25,7 @@ import { checkedShards } from "./shards.js";
 import { type Link, LinkState } from "./link.js";
 import { Mirror, Offer, deriveState } from "./mirror.js";
 import { Outage, type Report } from "./outage.js";
+import { Reports } from "./reports.js";
 import type { Observation } from "./observations.js";
 import { repr, reprFloat, reprString } from "./pyrepr.js";
 import type { Random } from "./random.js";
@@ -102,15 +104,6 @@ export function makeSettings(overrides: Partial<Settings> = {}): Settings {
   return settings;
 }
 
-export interface Logger {
-  debug(message: string): void;
-  warn(message: string): void;
-  /** Optional: where the end of an outage is said (debug when absent). */
-  info?(message: string): void;
-}
-
-const SILENT: Logger = { debug: () => {}, warn: () => {} };
-
 export interface TrackArgs {
   name: unknown;
   externalCustomerId?: unknown;
@@ -129,7 +122,7 @@ function readKey(meterId: string, externalCustomerId: string | null, customerId:
 export class Session {
   readonly settings: Settings;
   remote: Remote | null;
-  readonly log: Logger;
+  private readonly lines = new Reports();
   configuration: Configuration | null = null;
   private configurationText: string | null = null;
   private configurationFromPolar = false;
@@ -175,11 +168,10 @@ export class Session {
   /** `link` is the WebSocket to Polar; without one (no access token) the session reads whatever
    * snapshots other instances apply to the shared Redis. `rng` jitters retries (default: the
    * link's generator; without either, no jitter). */
-  constructor(settings: Settings = makeSettings(), logger: Logger = SILENT, link: Link | null = null, rng: Random | null = null) {
+  constructor(settings: Settings = makeSettings(), link: Link | null = null, rng: Random | null = null) {
     this.settings = settings;
     this.reloadPace = new Pacer(settings.reloadRate);
     this.shardOfChannel = new Map(allChannels(settings.channelNamespace, settings.shards).map((name, shard) => [name, shard]));
-    this.log = logger;
     this.rng = rng ?? link?.rng ?? NO_JITTER;
     this.remote = link === null ? null : new Remote(new PortForRemote(this), link, this.rng);
   }
@@ -247,16 +239,15 @@ export class Session {
             // A refused token is the merchant's to fix: say it loudly, once per cause (the
             // refusal is one sentence that names its cause).
             // A 404 is Polar serving only its public API: the driver's mode "auto" takes it.
-            if (remote.link.refusedStatus === 404) (this.log.info ?? this.log.debug).call(this.log, `outpost: ${remote.link.refused}`);
-            else this.log.warn(`outpost: ${remote.link.refused}`);
+            this.lines.add(remote.link.refusedStatus === 404 ? "info" : "warning", `outpost: ${remote.link.refused}`);
           }
-          if (remote.link.connections > connections) this.logOutage(this.polarOutage.succeeded(event.now));
+          if (remote.link.connections > connections) this.lines.relay(this.polarOutage.succeeded(event.now));
         } else if (event.kind === "ConnectionOpened") remote.opened(event.now);
         else {
           remote.failed(event.now, event.reason);
           // Polar unreachable: one warning, a reminder a minute, one info line when it is back
           // (the reconnection's backoff is the link's; this only decides the log).
-          this.logOutage(this.polarOutage.failed(event.now, event.reason, 0)[1]);
+          this.lines.relay(this.polarOutage.failed(event.now, event.reason, 0)[1]);
         }
         break;
       case "PendingListed":
@@ -385,6 +376,12 @@ export class Session {
     return out;
   }
 
+  /** Drain what the driver must log, oldest first: at most the newest thousand lines, after one
+   * that counts those let go when nobody drained them in time. */
+  reports(): Report[] {
+    return this.lines.drain();
+  }
+
   /** Drain what happened that telemetry may record (no action needed). */
   observations(): Observation[] {
     const out = this.observed;
@@ -428,7 +425,7 @@ export class Session {
 
   reject(kind: string, detail: string): void {
     this.rejections.set(kind, (this.rejections.get(kind) ?? 0) + 1);
-    this.log.warn(`outpost rejected ${kind}: ${detail}`);
+    this.lines.add("warning", `outpost rejected ${kind}: ${detail}`);
   }
 
   get channelNamespace(): string {
@@ -672,12 +669,6 @@ export class Session {
     return computeBalance(meterId, customer, reducer.aggregation.func, mergedState(own, rest), aliases, this.wallUs).fromRedis();
   }
 
-  private logOutage(report: Report | null): void {
-    if (report === null) return;
-    if (report.level === "warning") this.log.warn(report.message);
-    else (this.log.info ?? this.log.debug).call(this.log, report.message);
-  }
-
   /** Why read() returns null, for the NotReady message. Throws UnknownMeter when the meter is
    * still missing from the configuration. */
   notReadyReason(meterId: string, externalCustomerId: string | null, customerId: string | null): string {
@@ -784,7 +775,7 @@ export class Session {
   /** Drop the customer's copies, cached balances and flow; tell Polar to forget it. The shard
    * channels stay: other customers share them. */
   private letGoOf(customer: Customer): void {
-    this.log.debug(`outpost lets go of ${customer}`);
+    this.lines.add("debug", `outpost lets go of ${customer}`);
     for (const mirror of this.customerMirrors.get(customer.tag) as Mirror[]) {
       for (const key of mirror.readKeys) this.warmRead.delete(key);
       this.invalidate(mirror);
@@ -814,7 +805,7 @@ export class Session {
 
   private load(mirror: Mirror): void {
     const loadId = mirror.startLoad(this.liveShards.has(this.shardOf(mirror.customer)));
-    this.log.debug(`outpost loads ${mirror.key} (copy at revision ${mirror.rev})`);
+    this.lines.add("debug", `outpost loads ${mirror.key} (copy at revision ${mirror.rev})`);
     // Asked again if no answer comes (a driver task cancelled mid-load loses it).
     this.retryAt.set(mirror.key, this.now + this.settings.loadTimeout);
     this.outbox.push({ kind: "LoadIdentity", key: mirror.key, loadId });
@@ -876,11 +867,11 @@ export class Session {
     const mirror = this.mirrors.get(key);
     if (mirror === undefined) return;
     if (loadId !== mirror.loadId) {
-      this.log.debug(`outpost ignores load ${loadId} of ${key} (load ${mirror.loadId} is newer)`);
+      this.lines.add("debug", `outpost ignores load ${loadId} of ${key} (load ${mirror.loadId} is newer)`);
       return;
     }
     const text = this.textFields(key, fields);
-    this.log.debug(`outpost loaded ${key} at revision ${text.get("rev") ?? "None"}`);
+    this.lines.add("debug", `outpost loaded ${key} at revision ${text.get("rev") ?? "None"}`);
     this.retryAt.cancel(key);
     const complete = mirror.loadedWith(text, loadId);
     if (complete === false) {

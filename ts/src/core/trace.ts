@@ -149,7 +149,7 @@ export function replaySession(records: Record_[], rng: (seed: number) => Random)
   checkHeader(head, "session");
   const settings = settingsOf<Settings>(head.settings, makeSettings);
   const link = head.server_url ? new Link(Target.of(head.server_url as string), "replay", rng(head.seed as number), replayBytes()) : null;
-  const session = new Session(settings, undefined, link);
+  const session = new Session(settings, link);
   const mismatches: Mismatch[] = [];
   let nonce: string | null = null;
   lines.forEach((record, index) => {

@@ -41,9 +41,10 @@ import { CONFIGURATION_KEY, DEFAULT_SHARDS, SHARDS_KEY, allChannels, allOutboxes
 import { checkedShards, firstCount, shardsDisagreement } from "../core/shards.js";
 import { Link, Target } from "../core/link.js";
 import { SCRIPT_SHA1, SCRIPT_TEXT } from "../core/scripts.generated.js";
-import { type Logger, Session, type TrackArgs, makeSettings } from "../core/session.js";
+import { Session, type TrackArgs, makeSettings } from "../core/session.js";
 import { toUs } from "../core/time.js";
 import type { RawFields } from "../core/inputs.js";
+import { type Logger, logReport } from "./logger.js";
 import { ClusterSubscriptions } from "./cluster.js";
 import { cleartextWarnings, scrubbing, urlSecrets } from "./redact.js";
 import { cannotConnect, describe, isCluster, ownClient, reachable, unreachable, watched } from "./connections.js";
@@ -282,7 +283,7 @@ export class Outpost {
       ...(options.maxCustomers !== undefined ? { maxCustomers: options.maxCustomers } : {}),
       ...(options.idleCustomerTtl !== undefined ? { idleCustomerTtl: options.idleCustomerTtl } : {}),
     });
-    this.core = this.traces.session(new Session(settings, this.log, link), settings, link === null ? null : this.serverUrl);
+    this.core = this.traces.session(new Session(settings, link), settings, link === null ? null : this.serverUrl);
     const claimIdle = options.claimIdle ?? 300;
     const batchSize = options.batchSize ?? 500;
     this.deliverySettings = makeDeliverySettings({
@@ -317,6 +318,7 @@ export class Outpost {
         closed: () => this.closed,
         script: (name, keys, args) => this.script(name, keys, args),
         run: (effects) => this.run(effects),
+        drain: () => this.drain(),
         pause: (seconds) => this.pause(seconds),
         nowUs: () => this.nowUs(),
       },
@@ -541,6 +543,7 @@ export class Outpost {
       trackScript: (args) => this.trackScript(args),
       writeScript: (run, replied) => this.writeScript(run, replied),
       run: (effects) => this.run(effects),
+      drain: () => this.drain(),
       nowUs: () => this.nowUs(),
       balance: (meterId, customer) => this.balance(meterId, customer),
     };
@@ -553,7 +556,7 @@ export class Outpost {
     const shortfall = await this.writeScript(run, (reply, ticket) => {
       this.core.handle({ kind: "ScriptReplied", reply, tag: null, ticket });
     });
-    const effects = this.core.effects();
+    const effects = this.drain();
     if (effects.length) await this.run(effects);
     if (shortfall !== null) throw new NotDurable(`event ${eventId} is on the primary only: ${shortfall}`, eventId);
     return [eventId, run];
@@ -704,7 +707,7 @@ export class Outpost {
       const remaining = deadline - monotonic();
       // At the deadline, a copy still waiting for the subscription reads Redis.
       const found = this.core.read(meterId, external, internal, fresh || remaining <= 0);
-      const effects = this.core.effects();
+      const effects = this.drain();
       // Run them whatever the read found: dropping them would leave their flow waiting.
       if (effects.length) await this.run(effects);
       if (found !== null && !(found instanceof Balance)) {
@@ -736,7 +739,7 @@ export class Outpost {
       throw new RedisUnavailable(`Redis failed reading ${fetch.keys.join(", ")}: ${describe(exc, this.redis)}`);
     }
     const found = this.core.readFetched(meterId, external, internal, fields);
-    const effects = this.core.effects();
+    const effects = this.drain();
     if (effects.length) await this.run(effects);
     return found;
   }
@@ -810,7 +813,7 @@ export class Outpost {
           }
         }
       }
-      effects = this.core.effects();
+      effects = this.drain();
     }
     const seen = this.core.observations();
     if (seen.length) this.telemetry.observe(seen);
@@ -837,9 +840,14 @@ export class Outpost {
   }
 
   private logReport(report: Report | null): void {
-    if (report === null) return;
-    if (report.level === "warning") this.log.warn(report.message);
-    else (this.log.info ?? this.log.debug).call(this.log, report.message);
+    logReport(this.log, report);
+  }
+
+  /** What the core asks for now. What it reported meanwhile is logged first: the core never
+   * logs, and every input and question drains here, so no line waits for a later one. */
+  private drain(): Effect[] {
+    for (const report of this.core.reports()) logReport(this.log, report);
+    return this.core.effects();
   }
 
   /** Hand one input to the core and run what it asks for (in the background). */
@@ -848,7 +856,7 @@ export class Outpost {
     if (linkInput && this.core.remote === null) return; // a socket's last words after the public mode dropped the link
     this.core.handle(input);
     if (linkInput && this.public.decide()) this.dropSocket(); // Polar serves only its public API
-    const effects = this.core.effects();
+    const effects = this.drain();
     if (effects.length || input.kind !== "Tick") {
       this.run(effects).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
     }
@@ -962,7 +970,7 @@ export class Outpost {
       payload = text;
     }
     this.core.handle({ kind: "ConfigurationReceived", payload, fromCache: true });
-    await this.run(this.core.effects());
+    await this.run(this.drain());
   }
 
   // -- Redis's change channels ----------------------------------------------------------------
@@ -1004,7 +1012,7 @@ export class Outpost {
     this.core.handle({ kind: "ChangePublished", data: message });
     if (held) return; // applied with a reply (or a failure) of those scripts, and its effects run then
     this.core.handle({ kind: "Tick", now: monotonic(), wallUs: this.nowUs() });
-    this.run(this.core.effects()).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
+    this.run(this.drain()).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
   }
 
   /** One sharded subscription per node, for the channels whose slots it owns now; a break or a
@@ -1229,7 +1237,7 @@ export class Outpost {
         try {
           const reply = await this.script(call.script, call.keys, call.args, connection);
           this.core.handle({ kind: "ScriptReplied", reply, tag: null });
-          await this.run(this.core.effects());
+          await this.run(this.drain());
           return { kind: "Settled", reply };
         } finally {
           this.settling -= 1;

@@ -49,7 +49,8 @@ import type { Outcome, PolarReading } from "../core/publicLedger.js";
 import { type CustomerMetersRequest, type Followed, KINDS, PollPlanner, type QuantitiesProbe, requestCustomers, requestKind, requestParams } from "../core/publicPolls.js";
 import { followedOf, parseQuantities, probeAnchor, probeParams, quantitiesPath } from "../core/publicProbes.js";
 import { MAX_BODY_BYTES, parseCustomerMeters, parseStateChanged } from "../core/publicReadings.js";
-import type { Logger, Session } from "../core/session.js";
+import type { Session } from "../core/session.js";
+import type { Logger } from "./logger.js";
 import { secretKey, verify } from "../core/webhookSignature.js";
 import { describe } from "./connections.js";
 import { readAtMost } from "./http.js";
@@ -82,6 +83,8 @@ export interface PublicHooks {
   /** A script run; rejects with RedisUnavailable when Redis fails. */
   script(name: string, keys: string[], args: string[]): Promise<unknown>;
   run(effects: Effect[]): Promise<void>;
+  /** What the core asks for now (what it reported meanwhile goes to the log). */
+  drain(): Effect[];
   pause(seconds: number): Promise<void>;
   nowUs(): number;
 }
@@ -271,7 +274,7 @@ export class PublicMode {
       maxPage = parsed.maxPage;
     }
     this.hooks.core.handle({ kind: "ConfigurationReceived", payload: publicConfiguration(meters), fromCache: false });
-    await this.hooks.run(this.hooks.core.effects());
+    await this.hooks.run(this.hooks.drain());
     return true;
   }
 
@@ -481,7 +484,7 @@ export class PublicMode {
       const reply = await this.hooks.script("apply_anchor", [state, ackedKey(state)], args);
       if (typeof reply === "string" && reply.startsWith(CONFLICT)) continue; // the revision moved: read and decide again
       core.handle({ kind: "ScriptReplied", reply, tag: null }); // its echo is dropped when it comes
-      await this.hooks.run(core.effects());
+      await this.hooks.run(this.hooks.drain());
       this.count(decided.outcome);
       return decided.outcome;
     }

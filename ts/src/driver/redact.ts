@@ -4,7 +4,7 @@
  * never reach a log line, an error or a status. Printing a URL goes through these functions. */
 
 import { isIP } from "node:net";
-import type { Logger } from "../core/session.js";
+import type { Logger } from "./logger.js";
 
 export const MASK = "***";
 const SECRET_PARAMS = new Set(["password", "pass", "pwd", "token", "access_token", "secret"]);

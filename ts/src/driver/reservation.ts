@@ -25,6 +25,8 @@ export interface AdmissionHooks {
    * durable than asked (null: it is not). */
   writeScript(run: RunScript, replied: (reply: unknown, ticket: number) => void): Promise<string | null>;
   run(effects: Effect[]): Promise<void>;
+  /** What the core asks for now (what it reported meanwhile goes to the log). */
+  drain(): Effect[];
   nowUs(): number;
   balance(meterId: string, customer: { externalCustomerId?: string; customerId?: string }): Promise<Balance>;
 }
@@ -165,7 +167,7 @@ async function runAdmission(hooks: AdmissionHooks, run: RunScript, eventId: stri
     hooks.core.handle({ kind: "ScriptReplied", reply: refusal === null ? reply : null, tag: null, ticket });
   });
   if (refusal !== null) return refusal;
-  const effects = hooks.core.effects();
+  const effects = hooks.drain();
   if (effects.length) await hooks.run(effects);
   if (shortfall !== null) {
     const what = eventId === null ? run.script : `event ${eventId} (${run.script})`;

@@ -35,7 +35,7 @@ const sent = (effects: Effect[]): any[] =>
 
 /** A session whose link is open and configured, subscribed, c1's copy loaded. */
 function connected(): { session: Session; send: (m: unknown) => Effect[]; requestId: string } {
-  const session = new Session(makeSettings(), undefined, new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
+  const session = new Session(makeSettings(), new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
   session.handle({ kind: "SubscriberRestarted" });
   session.handle({ kind: "Tick", now: 0, wallUs: 1_000 });
   session.handle({ kind: "ConnectionOpened", now: 0 });
@@ -99,33 +99,28 @@ describe("the core's corners", () => {
   });
 
   it("says loudly once why Polar refused the WebSocket, and why reads wait", () => {
-    const warnings: string[] = [];
-    const session = new Session(makeSettings(), { debug: () => {}, warn: (m) => warnings.push(m) }, new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
+    const session = new Session(makeSettings(), new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
     assert.deepEqual(new Session().linkStatus(), ["none", null]);
     assert.equal(new Session().notReadyReason("m", "c1", null), "no configuration from Polar yet (WebSocket none)");
     session.handle({ kind: "Tick", now: 0, wallUs: 0 });
     session.handle({ kind: "ConnectionOpened", now: 0 });
     session.handle({ kind: "BytesReceived", now: 0, data: te.encode("HTTP/1.1 401 No\r\ncontent-length: 0\r\n\r\n") });
-    assert.deepEqual(warnings, ["outpost: Polar refused the WebSocket with HTTP 401"]); // one sentence
+    const warnings = session.reports().filter((r) => r.level === "warning");
+    assert.deepEqual(warnings, [{ level: "warning", message: "outpost: Polar refused the WebSocket with HTTP 401" }]); // one sentence
     assert.equal(session.notReadyReason("m", "c1", null), "no configuration from Polar yet (WebSocket disconnected: Polar refused the WebSocket with HTTP 401)");
   });
 
   it("tells a 404 (Polar serving only its public API) at information, not as a warning", () => {
-    const lines: string[] = [];
-    const logger = { debug: (m: string) => lines.push(`debug ${m}`), info: (m: string) => lines.push(`info ${m}`), warn: (m: string) => lines.push(`warn ${m}`) };
-    for (const log of [logger, { debug: logger.debug, warn: logger.warn }]) {
-      const session = new Session(makeSettings(), log, new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
-      session.handle({ kind: "Tick", now: 0, wallUs: 0 });
-      session.handle({ kind: "ConnectionOpened", now: 0 });
-      session.handle({ kind: "BytesReceived", now: 0, data: te.encode("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n") });
-      assert.equal(session.remote?.link.refusedStatus, 404);
-    }
-    // (a logger without info: at debug)
-    assert.deepEqual(lines, ["info outpost: Polar refused the WebSocket with HTTP 404", "debug outpost: Polar refused the WebSocket with HTTP 404"]);
+    const session = new Session(makeSettings(), new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
+    session.handle({ kind: "Tick", now: 0, wallUs: 0 });
+    session.handle({ kind: "ConnectionOpened", now: 0 });
+    session.handle({ kind: "BytesReceived", now: 0, data: te.encode("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n") });
+    assert.equal(session.remote?.link.refusedStatus, 404);
+    assert.deepEqual(session.reports(), [{ level: "info", message: "outpost: Polar refused the WebSocket with HTTP 404" }]);
   });
 
   it("names the refusal when a meter is missing from the cached configuration", () => {
-    const session = new Session(makeSettings(), undefined, new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
+    const session = new Session(makeSettings(), new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
     session.handle({ kind: "ConfigurationReceived", payload: CONFIGURATION, fromCache: true }); // an earlier token's
     session.handle({ kind: "Tick", now: 0, wallUs: 0 });
     session.handle({ kind: "ConnectionOpened", now: 0 });
@@ -137,11 +132,9 @@ describe("the core's corners", () => {
     );
   });
 
-  it("logs Polar unreachable once, a reminder a minute, and one line when it is back", () => {
-    const lines: string[] = [];
-    const logger = { debug: () => {}, warn: (m: string) => lines.push(`warning ${m}`), info: (m: string) => lines.push(`info ${m}`) };
+  it("reports Polar unreachable once, a reminder a minute, and one line when it is back", () => {
     const link = new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes());
-    const session = new Session(makeSettings(), logger, link);
+    const session = new Session(makeSettings(), link);
     session.handle({ kind: "Tick", now: 0, wallUs: 0 });
     session.effects();
     for (const now of [2, 3, 30, 63, 64]) session.handle({ kind: "ConnectionFailed", now, reason: "cannot connect: connection refused" });
@@ -153,6 +146,7 @@ describe("the core's corners", () => {
     const key = /sec-websocket-key: (\S+)/.exec(Buffer.from((upgrade as { data: Uint8Array }).data).toString("latin1"))?.[1] as string;
     session.handle({ kind: "BytesReceived", now, data: te.encode(`HTTP/1.1 101 S\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${acceptFor(key)}\r\n\r\n`) });
     assert.ok(session.connected);
+    const lines = session.reports().filter((r) => r.level !== "debug").map((r) => `${r.level} ${r.message}`);
     assert.deepEqual(lines, [
       "warning outpost: Polar unreachable for the WebSocket: cannot connect: connection refused",
       "warning outpost: Polar still unreachable for the WebSocket after 61 s: cannot connect: connection refused",

@@ -40,7 +40,7 @@ class Polar {
   messages: any[] = [];
 
   constructor(settings: Partial<Settings> = {}) {
-    this.session = new Session(makeSettings(settings), undefined, new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes(), { pingInterval: 1e9, deadAfter: 1e9 }));
+    this.session = new Session(makeSettings(settings), new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes(), { pingInterval: 1e9, deadAfter: 1e9 }));
     this.session.handle({ kind: "SubscriberRestarted" });
     this.open();
     this.push(frame({ type: "configuration", payload: CONFIGURATION }));

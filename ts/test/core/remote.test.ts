@@ -30,7 +30,7 @@ function sent(effects: Effect[]): any[] {
 }
 
 class Polar {
-  readonly session = new Session(makeSettings(), undefined, new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
+  readonly session = new Session(makeSettings(), new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
   now = 0;
 
   constructor() {

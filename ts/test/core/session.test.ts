@@ -27,7 +27,7 @@ function configured(): Session {
 
 describe("the session", () => {
   it("can drop its link (the public-API mode): it then runs as one without a token", () => {
-    const session = new Session(makeSettings(), undefined, new Link(Target.of("http://polar.test"), "token", new PythonRandom(1), (n) => new Uint8Array(n)));
+    const session = new Session(makeSettings(), new Link(Target.of("http://polar.test"), "token", new PythonRandom(1), (n) => new Uint8Array(n)));
     assert.notEqual(session.remote, null);
     session.dropLink();
     assert.equal(session.remote, null);
@@ -153,9 +153,8 @@ describe("the session", () => {
     assert.equal(session.rejections.get("subscription"), 2);
   });
 
-  it("counts and logs what a peer got wrong, and carries on", () => {
-    const warnings: string[] = [];
-    const session = new Session(makeSettings(), { debug: () => {}, warn: (m) => warnings.push(m) });
+  it("counts and reports what a peer got wrong, and carries on", () => {
+    const session = new Session();
     session.handle({ kind: "ConfigurationReceived", payload: CONFIGURATION, fromCache: false });
     session.read("m-count", "c1");
     const followed = ['{"c":[{"k":"x"}]}', '{"c":[{"k":"x","r":1,"s":["a"]}]}', '{"c":[{"k":"x","r":1,"s":[1,2]}]}'].map((t) => t.replace('"x"', JSON.stringify(KEY)));
@@ -168,6 +167,8 @@ describe("the session", () => {
     assert.equal(session.rejections.get("change"), 9);
     session.handle({ kind: "IdentityLoaded", key: KEY, fields: new Map<unknown, unknown>([["rev", "x"], ["a:1", "garbage"], ["c:m", "nan"], ["p", "1"], [new Uint8Array([0xff]), "1"]]), loadId: 1 });
     assert.equal(session.rejections.get("state"), 5);
+    const warnings = session.reports().filter((r) => r.level === "warning");
     assert.equal(warnings.length, 15); // and the malformed reducer of the configuration
+    assert.ok(warnings.every((r) => r.message.startsWith("outpost rejected ")));
   });
 });

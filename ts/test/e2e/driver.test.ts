@@ -5,6 +5,7 @@ import { describe, it } from "node:test";
 import { Redis } from "ioredis";
 import { NotReady, Outpost, RedisUnavailable } from "../../src/index.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
+import { Lines } from "../support/lines.js";
 import { untilTrackWorks } from "../support/failing.js";
 import { world } from "../support/world.js";
 
@@ -37,6 +38,17 @@ describe("the driver against the emulator", () => {
     assert.equal(after.consumed, 1);
     assert.equal(after.pending, 1);
     assert.equal(after.balance, -1);
+  });
+
+  it("logs what the session reports on the instance's logger: a first read's load, before the read answers", async () => {
+    const lines = new Lines();
+    const outpost = connect({ logger: lines.logger });
+    const customer = uniqueCustomer();
+    await outpost.balance(w.calls, { externalCustomerId: customer });
+    const debug = lines.at("debug");
+    const loads = debug.filter((l) => l.startsWith("outpost loads ") && l.includes(`:external:${customer}:`));
+    assert.ok(loads.some((l) => l.endsWith("(copy at revision -1)")), lines.text);
+    assert.ok(debug.some((l) => l.startsWith("outpost loaded ") && l.includes(`:external:${customer}:`)), lines.text);
   });
 
   it("delivers on flush(): Polar counts the events, and a later snapshot settles them", async () => {

@@ -1,0 +1,18 @@
+/** Where an instance's log lines go (the `logger` option), and how a core report is written to
+ * it: the core never logs, it reports lines the driver writes here. */
+
+import type { Report } from "../core/outage.js";
+
+export interface Logger {
+  debug(message: string): void;
+  warn(message: string): void;
+  /** Optional: where the end of an outage is said (debug when absent). */
+  info?(message: string): void;
+}
+
+export function logReport(log: Logger, report: Report | null): void {
+  if (report === null) return;
+  if (report.level === "warning") log.warn(report.message);
+  else if (report.level === "info") (log.info ?? log.debug).call(log, report.message);
+  else log.debug(report.message);
+}
