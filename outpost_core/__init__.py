@@ -53,7 +53,6 @@ from ._delivery_recovery import (
     Reread,
 )
 from ._durability import Durability
-from ._echoes import Echoes
 from ._effects import (
     CloseConnection,
     Effect,
@@ -194,7 +193,6 @@ __all__ = [
     "DeliverySettings",
     "Done",
     "Durability",
-    "Echoes",
     "Effect",
     "Fetch",
     "FlushWatch",

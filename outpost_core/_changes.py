@@ -7,7 +7,7 @@ as ``{}``, so an empty object is read as an empty list.
 
 A reply that differs from what its script published, yet carries every change of it (whole
 states), comes as a pair ``[message, reply]``: the published text first, so that its echo is
-known without parsing it (:class:`~outpost_core.Echoes`); the reply's changes are the second.
+known without parsing it (``_echoes``); the reply's changes are the second.
 """
 
 from __future__ import annotations

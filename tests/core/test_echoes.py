@@ -15,7 +15,6 @@ from outpost_core import (
     Balance,
     ChangePublished,
     ConfigurationReceived,
-    Echoes,
     IdentityLoaded,
     ScriptFailed,
     ScriptReplied,
@@ -23,6 +22,7 @@ from outpost_core import (
     SubscriberRestarted,
     UsageError,
 )
+from outpost_core._echoes import Echoes
 from outpost_core._trace import RecordingSession, TraceRecord, header, replay_session
 from tests.core._payloads import COUNT, STANDARD
 from tests.core.test_session import configured, delta, reply, snapshot_fields, state, warm
