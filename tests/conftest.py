@@ -25,12 +25,6 @@ def pytest_configure(config: pytest.Config) -> None:
     build_sync_tests()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # The slow tests first: spread over the workers from the start, rather than one of them
-    # starting last and keeping the whole run waiting on it alone.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()
