@@ -67,6 +67,9 @@ const CLUSTER_POLL = 0.05; // seconds an empty round of reads on a cluster waits
 const IDLE_DOUBLINGS = 6; // bounds the doubling (50 ms -> 3.2 s); the read's block (0.5 s) caps it first
 const CLOSE_RESERVE = 1.0; // seconds of close()'s timeout kept for what comes after its flush
 const LAST_EXPORT = 0.75; // most seconds close() gives the last telemetry export
+const RESTART_BASE_S = 0.1; // seconds before a failed loop's first restart, doubled per failure in a row
+const RESTART_CAP_S = 5.0;
+const REMINDER_S = 60.0; // a loop failing again reminds at most this often; one that ran this long starts over
 /** Batches whose acknowledged entries settle in one script when they follow each other: fewer,
  * larger scripts (each identity's state is written once a script), at the cost of entries staying
  * counted as undelivered a few batches longer. */
@@ -361,7 +364,7 @@ export class Outpost {
     await this.public.beforeStart();
     await this.readCachedConfiguration();
     this.subscribe();
-    this.workers.push(this.tickLoop());
+    this.workers.push(this.supervised("tick", () => this.tickLoop()));
     this.workers.push(
       this.public.run().catch((exc: unknown) => {
         this.log.warn(`outpost: the public mode's loop failed: ${String(exc)}`);
@@ -369,14 +372,22 @@ export class Outpost {
     );
     if (this.accessToken) {
       for (let n = 0; n < this.maxInFlight; n++) {
-        const started = monotonic();
-        const delivery = this.traces.delivery(n, new Delivery(this.deliverySettings, this.traces.rng(n + 1), started), this.deliverySettings, started);
-        this.deliveries.push(delivery);
+        this.deliveries.push(this.deliveryMachine(n));
         // A blocking XREADGROUP needs a connection of its own: ioredis pipelines one socket. On a
         // cluster, reads do not block (one per stream): the shared client serves.
         const connection = this.cluster ?? watched((this.redis as Redis).duplicate());
         if (connection !== this.redis) this.connections.push(connection);
-        this.workers.push(this.deliveryLoop(delivery, connection, n));
+        this.workers.push(
+          this.supervised(`delivery ${n}`, (restarted) => {
+            if (restarted) {
+              // A fresh machine; what the failed one held is still pending for this consumer,
+              // and is read again.
+              this.deliveries[n] = this.deliveryMachine(n);
+              this.recovery.restarted(n);
+            }
+            return this.deliveryLoop(this.deliveries[n] as Delivery, connection, n);
+          }),
+        );
       }
     } else {
       this.log.warn("outpost has no access token: events stay queued in Redis until an instance with a token delivers them");
@@ -873,6 +884,36 @@ export class Outpost {
   }
 
   /** Time passes for the core: ticks at its deadlines, and at least every POLL seconds. */
+  private deliveryMachine(n: number): Delivery {
+    const started = monotonic();
+    return this.traces.delivery(n, new Delivery(this.deliverySettings, this.traces.rng(n + 1), started), this.deliverySettings, started);
+  }
+
+  /** Run a background loop until the instance closes. One that fails (a bug of ours: Redis
+   * failures are retried inside each loop) is logged with its stack, then reminded of at most
+   * once a minute while it keeps failing, and started again after a backoff (0.1 s, doubled per
+   * failure in a row, up to 5 s): no loop dies for good, and none silently. */
+  private async supervised(name: string, loop: (restarted: boolean) => Promise<void>): Promise<void> {
+    let [failures, startedAt, remindedAt] = [0, monotonic(), -Infinity];
+    while (!this.closed) {
+      try {
+        await loop(failures > 0);
+        return;
+      } catch (exc) {
+        if (this.closed) return;
+        const now = monotonic();
+        failures = now - startedAt >= REMINDER_S ? 1 : failures + 1; // a long run starts over
+        if (failures === 1 || now - remindedAt >= REMINDER_S) {
+          remindedAt = now;
+          const error = exc instanceof Error ? (exc.stack ?? exc.message) : String(exc);
+          this.log.warn(`outpost: the ${name} loop failed (${failures} in a row; restarted): ${error}`);
+        }
+        await this.pause(Math.min(RESTART_CAP_S, RESTART_BASE_S * 2 ** (failures - 1)));
+        startedAt = monotonic();
+      }
+    }
+  }
+
   private async tickLoop(): Promise<void> {
     while (!this.closed) {
       const version = this.signal.version;

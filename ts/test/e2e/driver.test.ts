@@ -51,6 +51,26 @@ describe("the driver against the emulator", () => {
     assert.ok(debug.some((l) => l.startsWith("outpost loaded ") && l.includes(`:external:${customer}:`)), lines.text);
   });
 
+  it("a delivery loop that fails (a bug of ours) is logged with its stack and restarted with a fresh machine: the events are still delivered, once", async () => {
+    const lines = new Lines();
+    const outpost = connect({ logger: lines.logger, maxInFlight: 1 });
+    const customer = uniqueCustomer();
+    await outpost.balance(w.calls, { externalCustomerId: customer });
+    const machines = (outpost as unknown as { deliveries: { handle: (...args: unknown[]) => void }[] }).deliveries;
+    const first = machines[0];
+    assert.ok(first !== undefined);
+    first.handle = () => {
+      throw new Error("a bug of ours in the delivery machine");
+    };
+    for (let i = 0; i < 3; i++) await outpost.track("api_call", { externalCustomerId: customer, metadata: { i } });
+    assert.equal(await outpost.flush(10), true, lines.text);
+    assert.notEqual(machines[0], first);
+    const failed = lines.at("warn").filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): Error: a bug of ours"));
+    assert.equal(failed.length, 1, lines.text);
+    assert.match(failed[0] as string, /\n\s+at /); // its stack
+    assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 3);
+  });
+
   it("delivers on flush(): Polar counts the events, and a later snapshot settles them", async () => {
     const outpost = connect();
     const customer = uniqueCustomer();
