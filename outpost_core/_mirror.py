@@ -57,6 +57,7 @@ class Mirror:
     __slots__ = (
         "_state",
         "customer",
+        "fetched",
         "fields",
         "following",
         "held",
@@ -88,6 +89,10 @@ class Mirror:
         self._state: IdentityState | None = None
         self.read_keys: set[tuple[str, str | None, str | None]] = set()
         """The warm-path keys whose cached balance this copy answers (callers' spellings)."""
+        self.fetched: tuple[Mapping[object, object], IdentityState] | None = None
+        """The hash a fresh read last fetched, as Redis sent it, and what it derived: the same
+        bytes fetched again derive the same state (a fresh read of a hash that did not change
+        since the last one costs a comparison, not a parse)."""
 
     def offer(self, change: Change) -> Offer:
         if change.set is None:

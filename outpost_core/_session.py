@@ -74,7 +74,7 @@ from ._inputs import (
 )
 from ._keys import Customer
 from ._link import Link, LinkState
-from ._mirror import Mirror, Offer, derive_state
+from ._mirror import IdentityState, Mirror, Offer, derive_state
 from ._observations import Observation
 from ._outage import Outage, Report
 from ._peer import peer_json, printable
@@ -851,14 +851,7 @@ class Session:
             raise UsageError(f"read_fetched needs the fields of {keys[0]}")
         if not all(key in fields for key in keys):
             return None
-        states = []
-        for key in keys:
-            text = self._text_fields(key, fields[key])
-            state = derive_state(text)
-            mirror = self._mirrors.get(key)
-            if mirror is not None and mirror.loaded and state.revision > 0:
-                self._offer_full(mirror, state.revision, text)
-            states.append(state)
+        states = [self._fetched_state(key, fields[key]) for key in keys]
         if states[0].cold_until is None:
             if self.remote is not None:
                 self.remote.lost(customer)
@@ -1038,10 +1031,26 @@ class Session:
             text[name_s] = value_s
         return text
 
+    def _fetched_state(self, key: str, raw: Mapping[object, object]) -> IdentityState:
+        """The state of a hash a fresh read fetched; a copy takes it too when it is newer."""
+        mirror = self._mirrors.get(key)
+        if mirror is not None and mirror.fetched is not None and mirror.fetched[0] == raw:
+            state = mirror.fetched[1]  # the very bytes of the last fetch: the same state
+            if not _newer_for(mirror, state):
+                return state
+        text = self._text_fields(key, raw)
+        state = derive_state(text)
+        if mirror is not None:
+            if _newer_for(mirror, state):
+                self._offer_full(mirror, state.revision, text)
+            if len(text) == len(raw):  # every field was text: nothing refused to count again
+                mirror.fetched = (dict(raw), state)  # a copy: the caller's mapping may change
+        return state
+
     def _offer_full(self, mirror: Mirror, rev: int, text: Mapping[str, str]) -> None:
-        full = Change(key=mirror.key, rev=rev, set=tuple(text.items()), full=True)
-        if mirror.offer(full) is Offer.APPLIED:
-            self._invalidate(mirror)
+        """A newer hash than the loaded copy's: the copy takes it."""
+        mirror.offer(Change(key=mirror.key, rev=rev, set=tuple(text.items()), full=True))
+        self._invalidate(mirror)
 
     def _changes(self, raw: object) -> None:
         try:
@@ -1200,3 +1209,9 @@ class _NoJitter:
 
     def random(self) -> float:
         return 0.5
+
+
+def _newer_for(mirror: Mirror, state: IdentityState) -> bool:
+    """Whether a fetched state would move a loaded copy forward (an offer of the copy's own
+    revision or an older one changes nothing)."""
+    return mirror.loaded and state.revision > max(mirror.rev, 0)

@@ -788,6 +788,47 @@ def test_a_fetched_hash_with_bytes_and_bad_fields() -> None:
     assert session.rejections == {"state": 1}
 
 
+def test_a_hash_fetched_again_unchanged_answers_the_same_and_a_changed_one_anew() -> None:
+    session = configured()
+    warm(session, fields=snapshot_fields(rev=3))
+    key = state("r-count")
+    fields = {k.encode(): v.encode() for k, v in snapshot_fields(rev=3, n="1").items()}
+    first = session.read_fetched(COUNT, "c1", None, {key: fields})
+    again = session.read_fetched(COUNT, "c1", None, {key: dict(fields)})
+    assert first is not None and again == first and again.pending == 1
+    # The same revision with other content (Redis lost writes and wrote that revision again):
+    # the answer is what Redis holds now, never what an earlier fetch held.
+    fields[b"n"] = b"2"
+    changed = session.read_fetched(COUNT, "c1", None, {key: fields})
+    assert changed is not None and (changed.revision, changed.pending) == (3, 2)
+
+
+def test_a_hash_fetched_again_still_moves_a_copy_that_went_back_meanwhile() -> None:
+    session = configured()
+    warm(session, fields=snapshot_fields(rev=3))
+    key = state("r-count")
+    session.handle(SubscriberLost())
+    newer = {k.encode(): v.encode() for k, v in snapshot_fields(rev=9, n="4").items()}
+    assert session.read_fetched(COUNT, "c1", None, {key: newer}) is not None
+    copy = session.followed[0]
+    assert copy.rev == 9
+    session.handle(SubscriberRestarted())  # the copy reloads, and Redis answers an older hash
+    session.handle(IdentityLoaded(key, snapshot_fields(rev=2), load_asked(session, key)))
+    assert copy.rev == 2
+    assert session.read_fetched(COUNT, "c1", None, {key: dict(newer)}) is not None
+    assert (copy.rev, copy.fields["n"]) == (9, "4")
+
+
+def test_a_hash_with_a_field_refused_is_refused_at_every_fetch() -> None:
+    session = configured()
+    warm(session, fields=snapshot_fields(rev=3))
+    fields: dict[object, object] = {k.encode(): v.encode() for k, v in snapshot_fields().items()}
+    fields[b"\xff"] = b"1"
+    for _ in range(2):
+        assert session.read_fetched(COUNT, "c1", None, {state("r-count"): fields}) is not None
+    assert session.rejections == {"state": 2}
+
+
 def test_a_fetched_read_by_customer_id() -> None:
     session = configured()
     fetched = session.read_fetched(
