@@ -53,6 +53,9 @@ export class Mirror {
   private derived: IdentityState | null = null;
   /** The warm-path keys whose cached balance this copy answers (callers' spellings). */
   readonly readKeys = new Set<string>();
+  /** The hash a fresh read last fetched, and what it derived: the same fields fetched again
+   * derive the same state (a fresh read of a hash that did not change costs a comparison). */
+  fetched: { text: ReadonlyMap<string, string>; state: IdentityState } | null = null;
 
   constructor(
     readonly key: string,

@@ -10,7 +10,7 @@
 import { formatNumber } from "./aggregate.js";
 import { backoff } from "./backoff.js";
 import { type Balance, computeBalance, holdExpiry, mergedState } from "./balance.js";
-import { type Change, Malformed, parseChanges, textOf } from "./changes.js";
+import { Malformed, parseChanges, textOf } from "./changes.js";
 import { type Configuration, type Reducer, parseConfiguration } from "./configuration.js";
 import { type Effect, type Fetch, type RunScript, runScript } from "./effects.js";
 import { InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError } from "./errors.js";
@@ -23,7 +23,7 @@ import type { Input, RawFields } from "./inputs.js";
 import { CONFIGURATION_KEY, type Customer, DEFAULT_SHARDS, allChannels, bucketKey, channel, outboxKey, shardOf, stateKey } from "./keys.js";
 import { checkedShards } from "./shards.js";
 import { type Link, LinkState } from "./link.js";
-import { Mirror, Offer, deriveState } from "./mirror.js";
+import { type IdentityState, Mirror, Offer, deriveState } from "./mirror.js";
 import { Outage, type Report } from "./outage.js";
 import { Reports } from "./reports.js";
 import type { Observation } from "./observations.js";
@@ -654,13 +654,7 @@ export class Session {
     const byKey = fields instanceof Map ? fields : new Map(Object.entries(fields));
     if (!byKey.has(keys[0] as string)) throw new UsageError(`read_fetched needs the fields of ${keys[0] as string}`);
     if (!keys.every((key) => byKey.has(key))) return null;
-    const states = keys.map((key) => {
-      const text = this.textFields(key, byKey.get(key) as RawFields);
-      const state = deriveState(text);
-      const mirror = this.mirrors.get(key);
-      if (mirror !== undefined && mirror.loaded && state.revision > 0) this.offerFull(mirror, state.revision, text);
-      return state;
-    });
+    const states = keys.map((key) => this.fetchedState(key, byKey.get(key) as RawFields));
     const [own, ...rest] = states as [ReturnType<typeof deriveState>, ...ReturnType<typeof deriveState>[]];
     if (own.coldUntil === null) {
       this.remote?.lost(customer);
@@ -840,9 +834,20 @@ export class Session {
     return text;
   }
 
-  private offerFull(mirror: Mirror, rev: number, text: Map<string, string>): void {
-    const full: Change = { key: mirror.key, rev, set: [...text.entries()], deleted: [], full: true };
-    if (mirror.offer(full) === Offer.APPLIED) this.invalidate(mirror);
+  /** The state of a hash a fresh read fetched; a copy takes it too when it is newer. */
+  private fetchedState(key: string, raw: RawFields): IdentityState {
+    const text = this.textFields(key, raw);
+    const mirror = this.mirrors.get(key);
+    if (mirror === undefined) return deriveState(text);
+    const last = mirror.fetched;
+    const state = last !== null && sameFields(last.text, text) ? last.state : deriveState(text);
+    mirror.fetched = { text, state };
+    // An offer of the copy's own revision or an older one changes nothing.
+    if (mirror.loaded && state.revision > Math.max(mirror.rev, 0)) {
+      mirror.offer({ key: mirror.key, rev: state.revision, set: [...text.entries()], deleted: [], full: true });
+      this.invalidate(mirror);
+    }
+    return state;
   }
 
   private changes(raw: unknown): void {
@@ -980,3 +985,9 @@ const NONE_CUSTOMERS: readonly Customer[] = [];
 
 /** The draw of a session with neither a generator nor a link: the middle of the range. */
 const NO_JITTER: Random = { random: () => 0.5 };
+
+function sameFields(a: ReadonlyMap<string, string>, b: ReadonlyMap<string, string>): boolean {
+  if (a.size !== b.size) return false;
+  for (const [name, value] of a) if (b.get(name) !== value) return false;
+  return true;
+}

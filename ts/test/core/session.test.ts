@@ -128,6 +128,39 @@ describe("the session", () => {
     assert.equal(session.everSubscribed, true);
   });
 
+  it("reads a hash fetched again unchanged as before, and one changed at the same revision anew", () => {
+    const session = configured();
+    const fields = { rev: "5", cu: "0", "a:300000000": "1 1 1 1", "c:m-count": "10" };
+    session.handle({ kind: "SubscriptionConfirmed", count: 16 });
+    session.read("m-count", "c1");
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields, loadId: 1 });
+    const first = session.readFetched("m-count", "c1", null, { [KEY]: { ...fields } });
+    assert.deepEqual(session.readFetched("m-count", "c1", null, { [KEY]: { ...fields } }), first);
+    // The same revision with other content (Redis lost writes and wrote it again): what Redis holds now.
+    const changed = session.readFetched("m-count", "c1", null, { [KEY]: { ...fields, "a:300000000": "3 3 1 1" } });
+    assert.deepEqual([changed?.revision, changed?.consumed], [5, 3]);
+  });
+
+  it("still moves a copy that went back since a hash fetched again unchanged", () => {
+    const session = configured();
+    const fields = { rev: "5", cu: "0", "a:300000000": "1 1 1 1", "c:m-count": "10" };
+    session.handle({ kind: "SubscriptionConfirmed", count: 16 });
+    session.read("m-count", "c1");
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields, loadId: 1 });
+    const newer = { ...fields, rev: "9", "a:300000000": "4 4 1 1" };
+    session.readFetched("m-count", "c1", null, { [KEY]: newer });
+    const copy = session.followed[0];
+    assert.equal(copy?.rev, 9);
+    session.effects();
+    session.handle({ kind: "SubscriberRestarted" }); // the copy reloads, and Redis answers an older hash
+    const load = session.effects().find((e) => e.kind === "LoadIdentity");
+    assert.ok(load?.kind === "LoadIdentity");
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields, loadId: load.loadId });
+    assert.equal(copy?.rev, 5);
+    session.readFetched("m-count", "c1", null, { [KEY]: { ...newer } });
+    assert.deepEqual([copy?.rev, copy?.fields.get("a:300000000")], [9, "4 4 1 1"]);
+  });
+
   it("follows shard by shard: a lost channel sends only its shard's reads to Redis and reloads only it", () => {
     const fields = { rev: "5", cu: "0", "a:300000000": "1 1 1 1", "c:m-count": "10" };
     const session = configured();
