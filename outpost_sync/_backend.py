@@ -42,12 +42,14 @@ class CommandBatches:
     """Each command sent as it comes: a thread waits for its own reply (the async twin pipelines
     the commands of many tasks).
 
-    Scripts (``EVALSHA``, ``EVAL``: no reply callback in redis-py) go, with hiredis, on
-    connections this object keeps from the client's pool: packed by hiredis, written and read
-    on the connection, without redis-py's command layers (its encoding of each argument, the
-    pool's lock, its retry and event hooks), which cost a ``track()`` about as much as the
-    script's own work in Redis. A connection that fails is dropped and the command goes once
-    more the usual way, through redis-py (whose retry it would have had)."""
+    Scripts (``EVALSHA``, ``EVAL``: no reply callback in redis-py) and ``HGETALL`` go, with
+    hiredis, on connections this object keeps from the client's pool: packed by hiredis,
+    written and read on the connection, without redis-py's command layers (its encoding of each
+    argument, the pool's lock, its retry and event hooks), which cost a ``track()`` about as
+    much as the script's own work in Redis, and a ``balance(fresh=True)`` a third of its
+    ``HGETALL``. A connection that fails is dropped and the command goes once more the usual
+    way, through redis-py (whose retry it would have had; both are safe to send twice: a track
+    sent twice is counted once, by its id)."""
 
     def __init__(
         self, client: Redis, slots: int = 4, most: int = 512, shared_connection: bool = True
@@ -61,8 +63,8 @@ class CommandBatches:
     def execute(self, *command: Any, parsed: bool = True) -> Any:
         """``command``'s reply; not ``parsed``: as Redis sent it, where redis-py allows (a
         stream read's reply callback costs more than the read, in the GIL the callers want)."""
-        if self._pool is not None and command[0] in _SCRIPT_COMMANDS:
-            return self._script(command)
+        if self._pool is not None and command[0] in _STRAIGHT:
+            return self._straight(command)
         if not parsed:  # redis-py looks its reply callbacks up by a command name in text
             command = (str(command[0]).encode(), *command[1:])
         return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
@@ -79,7 +81,7 @@ class CommandBatches:
             except (RedisConnectionError, RedisTimeoutError, OSError):
                 return None
 
-    def _script(self, command: tuple[Any, ...]) -> Any:
+    def _straight(self, command: tuple[Any, ...]) -> Any:
         connection = self._borrow()
         if connection is None:
             return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
@@ -91,14 +93,15 @@ class CommandBatches:
             raise
         except (RedisConnectionError, RedisTimeoutError, OSError):
             # Lost on the way (a restarted Redis, a stale line): once more through redis-py, as
-            # its retry would have sent it again (a track sent twice is counted once: its id).
+            # its retry would have sent it again.
             self._drop(connection)
             return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
         except BaseException:
             self._drop(connection)
             raise
         self._keep(connection)
-        return reply
+        shape = _STRAIGHT[command[0]]
+        return reply if shape is None else shape(reply)
 
     def _drop(self, connection: Any) -> None:
         connection.disconnect()
@@ -154,7 +157,18 @@ class CommandBatches:
                 self._pool.release(connection)
 
 
-_SCRIPT_COMMANDS = ("EVALSHA", "EVAL")
+def _hash(reply: Any) -> Any:
+    """An ``HGETALL`` reply as redis-py's callback makes it: a mapping (RESP3 sends one; RESP2
+    a flat list of names and values)."""
+    return dict(zip(reply[::2], reply[1::2], strict=True)) if isinstance(reply, list) else reply
+
+
+# The commands sent straight on a kept connection, and what makes each reply redis-py's.
+_STRAIGHT: dict[str, Callable[[Any], Any] | None] = {
+    "EVALSHA": None,
+    "EVAL": None,
+    "HGETALL": _hash,
+}
 _KEPT = 16  # connections kept for scripts at most: more threads at once borrow from the pool
 
 

@@ -3,9 +3,9 @@
 together as one pipeline on one connection, in order. Against a real Redis. The shared
 connection has its own tests (``test_multiplexed.py``); the instance-level ones here run on it.
 
-The sync twin sends each call as it comes (a thread waits for its own reply); its scripts go
-on connections it keeps, without redis-py's command layers (the last test here); the driver
-tests run every script through it.
+The sync twin sends each call as it comes (a thread waits for its own reply); its scripts and
+hash reads go on connections it keeps, without redis-py's command layers (the last tests here);
+the driver tests run every script and fresh read through it.
 """
 
 from __future__ import annotations
@@ -259,6 +259,24 @@ def test_the_sync_twin_runs_scripts_on_connections_of_its_own(
     assert own_id not in _client_ids(client)
     batches.close()
     assert batches._idle == []
+    client.close()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_sync_twin_reads_a_hash_on_its_own_connections_as_redis_py_does(
+    redis_server: RedisServer, protocol: int
+) -> None:
+    client = redis.Redis.from_url(redis_server.url, protocol=protocol)
+    client.hset("h", mapping={"rev": "3", "a:0": "1 1 1 1", "é": ""})
+    client.set("s", "not a hash")
+    batches = SyncCommandBatches(client)
+    assert batches.execute("HGETALL", "h") == client.hgetall("h")
+    assert batches.execute("HGETALL", "none") == {} == client.hgetall("none")
+    assert len(batches._idle) == 1  # read on a kept connection, out of redis-py's pool
+    with pytest.raises(ResponseError):
+        batches.execute("HGETALL", "s")  # a string is not a hash
+    assert len(batches._idle) == 1  # Redis answered: the line is fine
+    batches.close()
     client.close()
 
 
