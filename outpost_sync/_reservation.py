@@ -23,15 +23,14 @@ from outpost_core import (
     admission,
     admission_outcome,
     customer_of,
-    event_id_of,
     semconv,
-    timestamp_us_of,
 )
 from outpost_io.ids import new_event_id
 from outpost_sync._context import DriverContext
 from outpost_sync._effects import SessionEffects
 from outpost_sync._reads import Reads
 from outpost_sync._scripts import run_echoed
+from outpost_sync._tracking import track_arguments
 
 
 class Reservation:
@@ -171,14 +170,8 @@ class Admissions:
             self._start()
             ctx = self._context
             now_us = ctx.now_us()
-            arguments: dict[str, Any] = dict(
-                name=name,
-                external_customer_id=external_customer_id,
-                customer_id=customer_id,
-                metadata=metadata,
-                timestamp_us=timestamp_us_of(timestamp, now_us),
-                now_us=now_us,
-                event_id=event_id_of(event_id, new_event_id()),
+            arguments = track_arguments(
+                now_us, name, external_customer_id, customer_id, metadata, timestamp, event_id
             )
             customer = customer_of(external_customer_id, customer_id)
             try:

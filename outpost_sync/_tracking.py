@@ -28,6 +28,28 @@ from outpost_sync._reads import Reads
 from outpost_sync._scripts import run_echoed
 
 
+def track_arguments(
+    now_us: int,
+    name: str,
+    external_customer_id: str | None,
+    customer_id: str | None,
+    metadata: dict[str, Any] | None,
+    timestamp: datetime | None,
+    event_id: str | None,
+) -> dict[str, Any]:
+    """``Session.track``'s arguments for a ``track()`` called at ``now_us``: the event's timestamp
+    is then when none is given, and its id is made up when none is given."""
+    return dict(
+        name=name,
+        external_customer_id=external_customer_id,
+        customer_id=customer_id,
+        metadata=metadata,
+        timestamp_us=timestamp_us_of(timestamp, now_us),
+        now_us=now_us,
+        event_id=event_id_of(event_id, new_event_id()),
+    )
+
+
 class Tracking:
     def __init__(
         self, context: DriverContext, effects: SessionEffects, reads: Reads, durability: Durability
@@ -49,18 +71,10 @@ class Tracking:
     ) -> str:
         """Write the event; return its id (``started``: when track() was called, for telemetry)."""
         ctx = self._context
-        now_us = ctx.now_us()
-        timestamp_us = timestamp_us_of(timestamp, now_us)
-        event_id = event_id_of(event_id, new_event_id())
-        arguments: dict[str, Any] = dict(
-            name=name,
-            external_customer_id=external_customer_id,
-            customer_id=customer_id,
-            metadata=metadata,
-            timestamp_us=timestamp_us,
-            now_us=now_us,
-            event_id=event_id,
+        arguments = track_arguments(
+            ctx.now_us(), name, external_customer_id, customer_id, metadata, timestamp, event_id
         )
+        written: str = arguments["event_id"]
         try:
             with ctx.lock:
                 run = ctx.session.track(**arguments)
@@ -73,10 +87,10 @@ class Tracking:
         reply, shortfall = run_echoed(ctx, self._effects, run, ticket, self._durability)
         self._effects.replied(reply, ticket)
         if shortfall:
-            raise NotDurable(f"event {event_id} is on the primary only: {shortfall}", event_id)
+            raise NotDurable(f"event {written} is on the primary only: {shortfall}", written)
         if ctx.telemetry.enabled:
             elapsed = time.perf_counter_ns() - started
             ctx.telemetry.recorder.tracked(
                 external_customer_id, customer_id, run.meter_ids, elapsed, semconv.OK, run.buckets
             )
-        return event_id
+        return written
