@@ -30,7 +30,7 @@ from outpost_sync._context import DriverContext
 from outpost_sync._effects import SessionEffects
 from outpost_sync._reads import Reads
 from outpost_sync._scripts import run_echoed
-from outpost_sync._tracking import track_arguments
+from outpost_sync._tracking import TrackCall
 
 
 class Reservation:
@@ -68,9 +68,8 @@ class Reservation:
         if self.committed is not None or self.released:
             raise UsageError("this reservation was already committed or released")
         external, own = _names(self._hold.customer)
-        self.committed = self._admissions.track(
-            name, external, own, metadata, timestamp, event_id, hold=self._hold
-        )
+        call = TrackCall(name, external, own, metadata, timestamp, event_id)
+        self.committed = self._admissions.track(call, hold=self._hold)
         return self.committed
 
     def release(self) -> None:
@@ -152,12 +151,7 @@ class Admissions:
 
     def track(
         self,
-        name: str,
-        external_customer_id: str | None,
-        customer_id: str | None,
-        metadata: dict[str, Any] | None,
-        timestamp: datetime | None,
-        event_id: str | None,
+        call: TrackCall,
         *,
         require_balance: bool = False,
         hold: admission.Hold | None = None,
@@ -166,13 +160,12 @@ class Admissions:
         the event counts in covers its value; with ``hold``, releasing it (a commit)."""
         meters: list[str] = []  # the event's meters, once known
         operation = semconv.COMMIT if hold is not None else semconv.TRACK
+        external_customer_id, customer_id = call.external_customer_id, call.customer_id
         with self._recorded(operation, external_customer_id, customer_id, meters):
             self._start()
             ctx = self._context
             now_us = ctx.now_us()
-            arguments = track_arguments(
-                now_us, name, external_customer_id, customer_id, metadata, timestamp, event_id
-            )
+            arguments = call.arguments(now_us)
             customer = customer_of(external_customer_id, customer_id)
             try:
                 with ctx.lock:
