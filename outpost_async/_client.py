@@ -40,7 +40,7 @@ from outpost_async._lifecycle import Lifecycle
 from outpost_async._public import PublicMode
 from outpost_async._reads import Reads
 from outpost_async._reservation import Admissions, AsyncReservation
-from outpost_async._tracking import Tracking
+from outpost_async._tracking import TrackCall, Tracking
 from outpost_core import (
     DEFAULT_SHARDS,
     Balance,
@@ -341,22 +341,13 @@ class AsyncOutpost:
                 only if Redis failed after receiving it, and a retry with the same
                 ``event_id`` is then safe.
         """
+        call = TrackCall(name, external_customer_id, customer_id, metadata, timestamp, event_id)
         if require_balance:
-            return await self._admissions.track(
-                name,
-                external_customer_id,
-                customer_id,
-                metadata,
-                timestamp,
-                event_id,
-                require_balance=True,
-            )
+            return await self._admissions.track(call, require_balance=True)
         await self._ensure_started()
         started = time.perf_counter_ns()
         try:
-            return await self._tracking.write(
-                name, external_customer_id, customer_id, metadata, timestamp, event_id, started
-            )
+            return await self._tracking.write(call, started)
         except BaseException as exc:
             outcome = track_outcome(exc)
             if outcome is not None and self._context.telemetry.enabled:

@@ -16,6 +16,7 @@ from outpost_async._context import DriverContext
 from outpost_async._effects import SessionEffects
 from outpost_async._reads import Reads
 from outpost_async._scripts import run_echoed
+from outpost_async._tracking import TrackCall
 from outpost_core import (
     Customer,
     Durability,
@@ -26,9 +27,7 @@ from outpost_core import (
     admission,
     admission_outcome,
     customer_of,
-    event_id_of,
     semconv,
-    timestamp_us_of,
 )
 from outpost_io.ids import new_event_id
 
@@ -68,9 +67,8 @@ class AsyncReservation:
         if self.committed is not None or self.released:
             raise UsageError("this reservation was already committed or released")
         external, own = _names(self._hold.customer)
-        self.committed = await self._admissions.track(
-            name, external, own, metadata, timestamp, event_id, hold=self._hold
-        )
+        call = TrackCall(name, external, own, metadata, timestamp, event_id)
+        self.committed = await self._admissions.track(call, hold=self._hold)
         return self.committed
 
     async def release(self) -> None:
@@ -152,12 +150,7 @@ class Admissions:
 
     async def track(
         self,
-        name: str,
-        external_customer_id: str | None,
-        customer_id: str | None,
-        metadata: dict[str, Any] | None,
-        timestamp: datetime | None,
-        event_id: str | None,
+        call: TrackCall,
         *,
         require_balance: bool = False,
         hold: admission.Hold | None = None,
@@ -166,19 +159,12 @@ class Admissions:
         the event counts in covers its value; with ``hold``, releasing it (a commit)."""
         meters: list[str] = []  # the event's meters, once known
         operation = semconv.COMMIT if hold is not None else semconv.TRACK
+        external_customer_id, customer_id = call.external_customer_id, call.customer_id
         with self._recorded(operation, external_customer_id, customer_id, meters):
             await self._start()
             ctx = self._context
             now_us = ctx.now_us()
-            arguments: dict[str, Any] = dict(
-                name=name,
-                external_customer_id=external_customer_id,
-                customer_id=customer_id,
-                metadata=metadata,
-                timestamp_us=timestamp_us_of(timestamp, now_us),
-                now_us=now_us,
-                event_id=event_id_of(event_id, new_event_id()),
-            )
+            arguments = call.arguments(now_us)
             customer = customer_of(external_customer_id, customer_id)
             try:
                 with ctx.lock:

@@ -128,6 +128,15 @@ class Remote:
     def _schedule(self, flow: CustomerFlow) -> None:
         self._deadlines.set(flow.customer, _deadline(flow))
 
+    def _await_answer(self, flow: CustomerFlow, step: Step) -> int:
+        """Move ``flow`` on to ``step``, which waits (its deadline counted from now) for the
+        answer to an effect: returns the tag that effect carries."""
+        tag = next(self._ids)
+        self._tags[tag] = flow
+        flow.step, flow.since, flow.tag = step, self.now, tag
+        self._schedule(flow)
+        return tag
+
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`tick` has work: the link's, a flow's, or the next paced
         request's."""
@@ -312,10 +321,8 @@ class Remote:
         """List the fields of the customer's state hashes: their ``a:`` fields are the buckets
         that hold pending events (docs/redis-layout.md)."""
         assert flow.current is not None
-        tag = next(self._ids)
-        self._tags[tag] = flow
-        flow.step, flow.since, flow.tag, flow.retry_at = Step.BUCKETS, self.now, tag, None
-        self._schedule(flow)
+        flow.retry_at = None
+        tag = self._await_answer(flow, Step.BUCKETS)
         keys = tuple(
             _keys.state_key(flow.customer, r, self._session.shards) for r in flow.current.reducers
         )
@@ -346,10 +353,7 @@ class Remote:
         if not keys:
             self._apply(flow)
             return
-        tag = next(self._ids)
-        self._tags[tag] = flow
-        flow.step, flow.since, flow.tag = Step.LISTING, self.now, tag
-        self._schedule(flow)
+        tag = self._await_answer(flow, Step.LISTING)
         self._session.emit(ListPending(tag=tag, keys=tuple(sorted(keys))))
 
     def _listed_events(self, flow: CustomerFlow, fields: Mapping[str, list[Any]]) -> None:
@@ -460,10 +464,7 @@ class Remote:
         snapshot = flow.current
         assert snapshot is not None
         flow.before = {r: self._session.consumed(flow.customer, r) for r in snapshot.reducers}
-        tag = next(self._ids)
-        self._tags[tag] = flow
-        flow.step, flow.since, flow.tag = Step.APPLYING, self.now, tag
-        self._schedule(flow)
+        tag = self._await_answer(flow, Step.APPLYING)
         counted: dict[str, list[str]] = {}
         for event_id in sorted(flow.counted):  # a set: sort, so the effect is deterministic
             for pair in flow.candidates[event_id]:

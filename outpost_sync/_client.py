@@ -55,7 +55,7 @@ from outpost_sync._lifecycle import Lifecycle
 from outpost_sync._public import PublicMode
 from outpost_sync._reads import Reads
 from outpost_sync._reservation import Admissions, Reservation
-from outpost_sync._tracking import Tracking
+from outpost_sync._tracking import TrackCall, Tracking
 
 _SETTLE_BATCHES = 4
 """Batches whose acknowledged entries settle in one script when they follow each other: fewer,
@@ -342,22 +342,13 @@ class Outpost:
                 only if Redis failed after receiving it, and a retry with the same
                 ``event_id`` is then safe.
         """
+        call = TrackCall(name, external_customer_id, customer_id, metadata, timestamp, event_id)
         if require_balance:
-            return self._admissions.track(
-                name,
-                external_customer_id,
-                customer_id,
-                metadata,
-                timestamp,
-                event_id,
-                require_balance=True,
-            )
+            return self._admissions.track(call, require_balance=True)
         self._ensure_started()
         started = time.perf_counter_ns()
         try:
-            return self._tracking.write(
-                name, external_customer_id, customer_id, metadata, timestamp, event_id, started
-            )
+            return self._tracking.write(call, started)
         except BaseException as exc:
             outcome = track_outcome(exc)
             if outcome is not None and self._context.telemetry.enabled:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from outpost_core import (
     Durability,
@@ -28,6 +28,30 @@ from outpost_sync._reads import Reads
 from outpost_sync._scripts import run_echoed
 
 
+class TrackCall(NamedTuple):
+    """What a ``track()`` call names: the event, its customer, and what the caller fixed of it
+    (``None``: its timestamp is the call's time, its id one made up)."""
+
+    name: str
+    external_customer_id: str | None
+    customer_id: str | None
+    metadata: dict[str, Any] | None
+    timestamp: datetime | None
+    event_id: str | None
+
+    def arguments(self, now_us: int) -> dict[str, Any]:
+        """``Session.track``'s arguments for this call made at ``now_us``."""
+        return dict(
+            name=self.name,
+            external_customer_id=self.external_customer_id,
+            customer_id=self.customer_id,
+            metadata=self.metadata,
+            timestamp_us=timestamp_us_of(self.timestamp, now_us),
+            now_us=now_us,
+            event_id=event_id_of(self.event_id, new_event_id()),
+        )
+
+
 class Tracking:
     def __init__(
         self, context: DriverContext, effects: SessionEffects, reads: Reads, durability: Durability
@@ -37,30 +61,11 @@ class Tracking:
         self._reads = reads
         self._durability = durability
 
-    def write(
-        self,
-        name: str,
-        external_customer_id: str | None,
-        customer_id: str | None,
-        metadata: dict[str, Any] | None,
-        timestamp: datetime | None,
-        event_id: str | None,
-        started: int,
-    ) -> str:
+    def write(self, call: TrackCall, started: int) -> str:
         """Write the event; return its id (``started``: when track() was called, for telemetry)."""
         ctx = self._context
-        now_us = ctx.now_us()
-        timestamp_us = timestamp_us_of(timestamp, now_us)
-        event_id = event_id_of(event_id, new_event_id())
-        arguments: dict[str, Any] = dict(
-            name=name,
-            external_customer_id=external_customer_id,
-            customer_id=customer_id,
-            metadata=metadata,
-            timestamp_us=timestamp_us,
-            now_us=now_us,
-            event_id=event_id,
-        )
+        arguments = call.arguments(ctx.now_us())
+        written: str = arguments["event_id"]
         try:
             with ctx.lock:
                 run = ctx.session.track(**arguments)
@@ -73,10 +78,15 @@ class Tracking:
         reply, shortfall = run_echoed(ctx, self._effects, run, ticket, self._durability)
         self._effects.replied(reply, ticket)
         if shortfall:
-            raise NotDurable(f"event {event_id} is on the primary only: {shortfall}", event_id)
+            raise NotDurable(f"event {written} is on the primary only: {shortfall}", written)
         if ctx.telemetry.enabled:
             elapsed = time.perf_counter_ns() - started
             ctx.telemetry.recorder.tracked(
-                external_customer_id, customer_id, run.meter_ids, elapsed, semconv.OK, run.buckets
+                call.external_customer_id,
+                call.customer_id,
+                run.meter_ids,
+                elapsed,
+                semconv.OK,
+                run.buckets,
             )
-        return event_id
+        return written

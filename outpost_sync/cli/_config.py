@@ -21,6 +21,7 @@ from outpost_core import (
     ConnectionOptions,
     __version__,
     cluster_node_url,
+    redact_url,
     shards,
 )
 
@@ -97,6 +98,14 @@ def text(value: Any) -> str:
 
 def text_map(fields: Any) -> dict[str, str]:
     return {text(k): text(v) for k, v in (fields or {}).items()}
+
+
+def redis_failure(args: argparse.Namespace, exc: redis.RedisError | ConfigurationError) -> str:
+    """What a command says when its work in Redis failed: Redis's error, its URL without the
+    password, or the deployment's configuration that does not hold."""
+    if isinstance(exc, ConfigurationError):
+        return str(exc)
+    return f"Redis at {redact_url(args.redis_url)} failed: {exc}"
 
 
 def print_json(data: Any) -> None:

@@ -29,6 +29,7 @@ from outpost_sync.cli._config import (
     polar_client,
     print_json,
     redis_client,
+    redis_failure,
     response_detail,
     text,
     text_map,
@@ -74,10 +75,8 @@ def run(args: argparse.Namespace) -> int:
         events = {
             name: value for fields in pipe.execute() for name, value in text_map(fields).items()
         }
-    except redis.RedisError as exc:
-        return fail("inspect", f"Redis at {redact_url(args.redis_url)} failed: {exc}", args)
-    except ConfigurationError as exc:
-        return fail("inspect", str(exc), args)
+    except (redis.RedisError, ConfigurationError) as exc:
+        return fail("inspect", redis_failure(args, exc), args)
     finally:
         client.close()
     polar, polar_error = _polar_meter(args, customer.wire())

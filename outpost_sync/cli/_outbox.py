@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 
-from outpost_core import GROUP, SCRIPT_TEXT, ConfigurationError, keys, redact_url
+from outpost_core import GROUP, SCRIPT_TEXT, ConfigurationError, keys
 from outpost_core.doctor import ConsumerState, OutboxState, Severity, Verdict, outbox, overall
 from outpost_sync.cli._config import (
     add_connection_arguments,
@@ -18,6 +18,7 @@ from outpost_sync.cli._config import (
     fail,
     print_json,
     redis_client,
+    redis_failure,
     text,
 )
 
@@ -53,10 +54,8 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "release":
             return _release(args, client)
         state = gather(client)
-    except redis.RedisError as exc:
-        return fail("outbox", f"Redis at {redact_url(args.redis_url)} failed: {exc}", args)
-    except ConfigurationError as exc:
-        return fail("outbox", str(exc), args)
+    except (redis.RedisError, ConfigurationError) as exc:
+        return fail("outbox", redis_failure(args, exc), args)
     finally:
         client.close()
     verdict = outbox(state)

@@ -21,7 +21,6 @@ from outpost_core import (
     SHARDS_KEY,
     ConfigurationError,
     keys,
-    redact_url,
     shards,
 )
 from outpost_sync.cli import _outbox
@@ -31,6 +30,7 @@ from outpost_sync.cli._config import (
     fail,
     print_json,
     redis_client,
+    redis_failure,
     stored_shards,
     text,
 )
@@ -62,10 +62,8 @@ def run(args: argparse.Namespace) -> int:
         stored = stored_shards(client)
         result = {"shards": deployment_shards(client), "stored": stored is not None}
         result.update(spread(client, result["shards"]))
-    except redis.RedisError as exc:
-        return fail("shards", f"Redis at {redact_url(args.redis_url)} failed: {exc}", args)
-    except ConfigurationError as exc:
-        return fail("shards", str(exc), args)
+    except (redis.RedisError, ConfigurationError) as exc:
+        return fail("shards", redis_failure(args, exc), args)
     finally:
         client.close()
     if args.json:

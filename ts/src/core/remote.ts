@@ -119,6 +119,18 @@ export class Remote {
     this.deadlines.set(flow.customer.tag, flowDeadline(flow));
   }
 
+  /** Move `flow` on to `step`, which waits (its deadline counted from now) for the answer to an
+   * effect: returns the tag that effect carries. */
+  private awaitAnswer(flow: CustomerFlow, step: Step): number {
+    const tag = this.nextId();
+    this.tags.set(tag, flow);
+    flow.step = step;
+    flow.since = this.now;
+    flow.tag = tag;
+    this.schedule(flow);
+    return tag;
+  }
+
   /** The earliest time tick() has work: the link's, a flow's, or the next paced request's. */
   nextDeadline(): number | null {
     const deadlines: number[] = [];
@@ -338,13 +350,8 @@ export class Remote {
    * pending events (conformance/README.md §1). */
   private start(flow: CustomerFlow): void {
     const current = flow.current as Snapshot;
-    const tag = this.nextId();
-    this.tags.set(tag, flow);
-    flow.step = Step.BUCKETS;
-    flow.since = this.now;
-    flow.tag = tag;
     flow.retryAt = null;
-    this.schedule(flow);
+    const tag = this.awaitAnswer(flow, Step.BUCKETS);
     const keys = [...current.reducers.keys()].map((reducerId) => stateKey(flow.customer, reducerId, this.host.shards));
     this.host.emit({ kind: "ListPending", tag, keys });
   }
@@ -375,12 +382,7 @@ export class Remote {
       this.apply(flow);
       return;
     }
-    const tag = this.nextId();
-    this.tags.set(tag, flow);
-    flow.step = Step.LISTING;
-    flow.since = this.now;
-    flow.tag = tag;
-    this.schedule(flow);
+    const tag = this.awaitAnswer(flow, Step.LISTING);
     this.host.emit({ kind: "ListPending", tag, keys: keys.sort(byCodePoint) });
   }
 
@@ -519,12 +521,7 @@ export class Remote {
   private apply(flow: CustomerFlow): void {
     const snapshot = flow.current as Snapshot;
     flow.before = new Map([...snapshot.reducers.keys()].map((r) => [r, this.host.consumed(flow.customer, r)]));
-    const tag = this.nextId();
-    this.tags.set(tag, flow);
-    flow.step = Step.APPLYING;
-    flow.since = this.now;
-    flow.tag = tag;
-    this.schedule(flow);
+    const tag = this.awaitAnswer(flow, Step.APPLYING);
     const counted = new Map<string, string[]>();
     for (const eventId of [...flow.counted].sort(byCodePoint)) {
       for (const pair of flow.candidates.get(eventId) ?? []) {

@@ -3,30 +3,10 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { AlongsideLoop } from "../support/alongsideLoop.js";
-import { type DeliveryEffect, type DeliveryInput, makeDeliverySettings, nothingDone } from "../../src/core/delivery.js";
+import { AlongsideLoop, ok, posted, read, SETTLED } from "../support/alongsideLoop.js";
+import { type DeliveryEffect, makeDeliverySettings, nothingDone } from "../../src/core/delivery.js";
 
-const STREAM = "outpost:v2:{3}:outbox";
 const te = new TextEncoder();
-const entry = (name: string): [string, string, Map<string, string>] => [
-  STREAM,
-  `${name.charCodeAt(0)}-0`,
-  new Map([
-    ["e", JSON.stringify({ name: "a", external_id: name })],
-    ["f", `0:${name}`],
-    ["k", JSON.stringify(["outpost:v2:{3}:external:x:r"])],
-  ]),
-];
-const read = (...names: string[]): DeliveryInput => ({ kind: "OutboxRead", entries: names.map(entry) });
-const ok: DeliveryInput = { kind: "BatchAnswered", status: 200, body: te.encode(""), retryAfter: null };
-const SETTLED: DeliveryInput = { kind: "Settled", reply: null };
-
-/** The external ids a post (or the post a PostAndSettle carries) sends. */
-function posted(action: DeliveryEffect): string[] {
-  const post = action.kind === "PostAndSettle" ? action.post : action;
-  assert.equal(post.kind, "PostBatch");
-  return (JSON.parse(new TextDecoder().decode(post.kind === "PostBatch" ? post.body : new Uint8Array())).events as { external_id: string }[]).map((e) => e.external_id);
-}
 
 /** The event fields a settle script (or each of several) settles. */
 function settled(action: DeliveryEffect): string[][] {

@@ -3,34 +3,12 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { AlongsideLoop } from "../support/alongsideLoop.js";
-import { type DeliveryEffect, type DeliveryInput, makeDeliverySettings } from "../../src/core/delivery.js";
+import { AlongsideLoop, answer, entry, ok, posted, read, SETTLED, STREAM } from "../support/alongsideLoop.js";
+import { type DeliveryEffect, makeDeliverySettings } from "../../src/core/delivery.js";
 import { UsageError } from "../../src/core/errors.js";
 import { BUDGET_KEY } from "../../src/core/keys.js";
 
-const STREAM = "outpost:v2:{3}:outbox";
 const OTHER = "outpost:v2:{5}:outbox";
-const te = new TextEncoder();
-const entry = (name: string, stream = STREAM): [string, string, Map<string, string>] => [
-  stream,
-  `${name.charCodeAt(0)}-0`,
-  new Map([
-    ["e", JSON.stringify({ name: "a", external_id: name })],
-    ["f", `0:${name}`],
-    ["k", JSON.stringify(["outpost:v2:{3}:external:x:r"])],
-  ]),
-];
-const read = (...names: string[]): DeliveryInput => ({ kind: "OutboxRead", entries: names.map((n) => entry(n)) });
-const answer = (status: number): DeliveryInput => ({ kind: "BatchAnswered", status, body: te.encode(""), retryAfter: null });
-const ok = answer(200);
-const SETTLED: DeliveryInput = { kind: "Settled", reply: null };
-
-/** The external ids a post (or the post a PostAndSettle carries) sends. */
-function posted(action: DeliveryEffect): string[] {
-  const post = action.kind === "PostAndSettle" ? action.post : action;
-  assert.equal(post.kind, "PostBatch");
-  return (JSON.parse(new TextDecoder().decode(post.kind === "PostBatch" ? post.body : new Uint8Array())).events as { external_id: string }[]).map((e) => e.external_id);
-}
 
 /** Each settle script an action runs: its script, stream, entry ids and event fields. */
 function settled(action: DeliveryEffect): [string, string, string[], string[]][] {
