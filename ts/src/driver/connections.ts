@@ -3,9 +3,10 @@
  * same words as the Python SDK, never the client library's own option names. */
 
 import { Cluster, Redis, type RedisOptions } from "ioredis";
-import { ConfigurationError } from "../core/errors.js";
+import { ConfigurationError, RedisUnavailable } from "../core/errors.js";
 import { clusterNodeUrl } from "./cluster.js";
 import { scrub } from "./redact.js";
+import { CONNECTION_CLOSED, NOT_WRITEABLE, RedisUnreachable, failedInRedis } from "./redisFailure.js";
 
 /** Seconds a connection attempt to Redis may take before it counts as failed. */
 export const CONNECT_TIMEOUT = 10;
@@ -93,7 +94,7 @@ function describeRaw(exc: unknown, client: Redis | Cluster | null): string {
     const last = (exc as { lastNodeError?: unknown }).lastNodeError;
     return `no node of the Redis Cluster answers${last ? `: ${describeRaw(last, client)}` : ""}`;
   }
-  if (name === "MaxRetriesPerRequestError" || message === "Connection is closed." || message.startsWith("Stream isn't writeable")) {
+  if (name === "MaxRetriesPerRequestError" || message === CONNECTION_CLOSED || message.startsWith(NOT_WRITEABLE)) {
     // The command was queued for a connection that failed: the connection's failure is the cause.
     const cause = client === null ? undefined : lastFailure.get(client);
     return cause ?? "the connection to Redis closed";
@@ -137,5 +138,14 @@ function portOf(client: Redis | Cluster): number | string {
 /** Throws at once when `client` is reconnecting after a failed attempt (see unreachable()). */
 export function reachable(client: Redis | Cluster): void {
   const reason = unreachable(client);
-  if (reason !== null) throw new Error(reason);
+  if (reason !== null) throw new RedisUnreachable(reason);
+}
+
+/** What a caller gets when Redis fails a call made for it (`what`: what was being done, as in
+ * "running track"): RedisUnavailable, naming the cause in an operator's words (as
+ * outpost_async/_context.py's redis_unavailable). A bug of ours is thrown as it is. */
+export function redisUnavailable(what: string, exc: unknown, client: Redis | Cluster | null): RedisUnavailable {
+  if (!failedInRedis(exc)) throw exc;
+  if (exc instanceof RedisUnavailable) return exc;
+  return new RedisUnavailable(`Redis failed ${what}: ${describe(exc, client)}`);
 }

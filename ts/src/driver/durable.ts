@@ -13,6 +13,7 @@ import type { WaitCommand } from "../core/durability.js";
 import { SCRIPT_SHA1, SCRIPT_TEXT } from "../core/scripts.generated.js";
 import { slotOf } from "./cluster.js";
 import { describe, watched } from "./connections.js";
+import { RedisUnreachable, failedInRedis } from "./redisFailure.js";
 
 const REDIRECTIONS = 5; // tries of a script on a cluster whose slot map is changing
 const SETTLING = 100; // milliseconds before a try after TRYAGAIN, CLUSTERDOWN or a lost node
@@ -103,12 +104,13 @@ export class DurableScripts {
       // up to the timeout (with no replica, even for a connection that wrote nothing). The
       // connection is dropped with the WAIT.
       const first = await Promise.race([replies.then((results) => ({ results: results ?? [] })), scriptFailed]);
-      if ("error" in first) return { error: isReply(first.error) ? first.error : new Error(describe(first.error, connection)), answer: null };
+      if ("error" in first) return { error: isReply(first.error) ? first.error : new RedisUnreachable(describe(first.error, connection)), answer: null };
       const [waitError, answer] = first.results[asking ? 2 : 1] ?? [new Error("no reply")];
       done = !waitError;
       return { error: null, answer: waitError ? new WaitFailed(describe(waitError, connection)) : answer };
     } catch (exc) {
-      return { error: new Error(describe(exc, connection)), answer: null };
+      if (!failedInRedis(exc)) throw exc; // a bug of ours, not a connection that broke
+      return { error: new RedisUnreachable(describe(exc, connection)), answer: null };
     } finally {
       this.give(target, connection, !done);
       if (thrown !== null) throw (thrown as { exc: unknown }).exc;
@@ -139,7 +141,7 @@ export class DurableScripts {
   }
 
   private open(target: string): Redis {
-    if (this.closed) throw new Error("the connection to Redis closed");
+    if (this.closed) throw new RedisUnreachable("the connection to Redis closed");
     if (this.cluster === null) return watched((this.redis as Redis).duplicate(POOLED));
     const at = target.lastIndexOf(":");
     const options = { ...this.cluster.options.redisOptions, ...POOLED, host: target.slice(0, at), port: Number(target.slice(at + 1)) };
@@ -154,7 +156,7 @@ export class DurableScripts {
       await this.refreshed();
       node = this.cluster?.slots[slot]?.[0];
     }
-    if (node === undefined) throw new Error(`no node of the Redis Cluster serves ${key}`);
+    if (node === undefined) throw new RedisUnreachable(`no node of the Redis Cluster serves ${key}`);
     return node;
   }
 

@@ -47,7 +47,8 @@ import type { RawFields } from "../core/inputs.js";
 import { type Logger, logReport } from "./logger.js";
 import { ClusterSubscriptions } from "./cluster.js";
 import { cleartextWarnings, scrubbing, urlSecrets } from "./redact.js";
-import { cannotConnect, describe, isCluster, ownClient, reachable, unreachable, watched } from "./connections.js";
+import { cannotConnect, describe, isCluster, ownClient, reachable, redisUnavailable, unreachable, watched } from "./connections.js";
+import { failedInRedis } from "./redisFailure.js";
 import { DurableScripts, WaitFailed } from "./durable.js";
 import { Signal, monotonic, wallUs } from "./signal.js";
 import { Telemetry, customerAttribute } from "./telemetry.js";
@@ -247,6 +248,8 @@ export class Outpost {
   private readonly durability: Durability;
   /** Connections of the scripts that wait for a replica (durability "replica"). */
   private readonly durable: DurableScripts;
+  /** When a bug was last logged, by where it happened (see bug()). */
+  private readonly bugsLogged = new Map<string, number>();
 
   constructor(options: OutpostOptions = {}) {
     const maxInFlight = options.maxInFlight ?? 1;
@@ -597,7 +600,7 @@ export class Outpost {
         reachable(this.redis);
         answer = await this.durable.run(run.script, run.keys, run.args, wait, end);
       } catch (exc) {
-        throw new RedisUnavailable(`Redis failed running ${run.script}: ${describe(exc, this.redis)}`);
+        throw redisUnavailable(`running ${run.script}`, exc, this.redis);
       }
       // The script replied and its connection broke before WAIT answered: written, maybe not copied.
       return answer instanceof WaitFailed ? `WAIT failed: ${answer.reason}` : this.durability.shortfall(answer);
@@ -606,12 +609,14 @@ export class Outpost {
     }
   }
 
+  /** Run script `name`; Redis failing rejects with RedisUnavailable (`raw`: with the client's own
+   * error), a bug of ours with itself. */
   private async script(name: string, keys: string[], args: string[], client: Redis | Cluster = this.redis, raw = false): Promise<unknown> {
     if (raw) return this.evalScript(name, keys, args, client);
     try {
       return await this.evalScript(name, keys, args, client);
     } catch (exc) {
-      throw new RedisUnavailable(`Redis failed running ${name}: ${describe(exc, client)}`);
+      throw redisUnavailable(`running ${name}`, exc, client);
     }
   }
 
@@ -747,7 +752,7 @@ export class Outpost {
     try {
       fields = await this.hgetallEach(fetch.keys);
     } catch (exc) {
-      throw new RedisUnavailable(`Redis failed reading ${fetch.keys.join(", ")}: ${describe(exc, this.redis)}`);
+      throw redisUnavailable(`reading ${fetch.keys.join(", ")}`, exc, this.redis);
     }
     const found = this.core.readFetched(meterId, external, internal, fields);
     const effects = this.drain();
@@ -790,6 +795,7 @@ export class Outpost {
               reachable(this.redis);
               await this.redis.set(effect.key, effect.text);
             } catch (exc) {
+              if (!failedInRedis(exc)) throw exc;
               this.log.debug(`outpost could not cache the configuration: ${describe(exc, this.redis)}`);
             }
             break;
@@ -798,6 +804,7 @@ export class Outpost {
             try {
               reply = await this.script(effect.script, effect.keys, effect.args);
             } catch (exc) {
+              if (!(exc instanceof RedisUnavailable)) throw exc; // a bug of ours (script() says which)
               this.redisFailed(this.stateOutage, exc);
               if (effect.tag !== null) this.core.handle({ kind: "ScriptFailed", tag: effect.tag });
               continue;
@@ -854,6 +861,15 @@ export class Outpost {
     logReport(this.log, report);
   }
 
+  /** A bug of ours where no supervised loop restarts anything: logged with its stack, at most once
+   * a minute for each place (`where`: what was being done). */
+  private bug(where: string, exc: unknown): void {
+    const now = monotonic();
+    if (now - (this.bugsLogged.get(where) ?? -Infinity) < REMINDER_S) return;
+    this.bugsLogged.set(where, now);
+    this.log.warn(`outpost: ${where} failed (a bug of ours): ${stackOf(exc)}`);
+  }
+
   /** What the core asks for now. What it reported meanwhile is logged first: the core never
    * logs, and every input and question drains here, so no line waits for a later one. */
   private drain(): Effect[] {
@@ -869,7 +885,7 @@ export class Outpost {
     if (linkInput && this.public.decide()) this.dropSocket(); // Polar serves only its public API
     const effects = this.drain();
     if (effects.length || input.kind !== "Tick") {
-      this.run(effects).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
+      this.run(effects).catch((exc: unknown) => this.bug("running the core's effects", exc));
     }
   }
 
@@ -905,8 +921,7 @@ export class Outpost {
         failures = now - startedAt >= REMINDER_S ? 1 : failures + 1; // a long run starts over
         if (failures === 1 || now - remindedAt >= REMINDER_S) {
           remindedAt = now;
-          const error = exc instanceof Error ? (exc.stack ?? exc.message) : String(exc);
-          this.log.warn(`outpost: the ${name} loop failed (${failures} in a row; restarted): ${error}`);
+          this.log.warn(`outpost: the ${name} loop failed (${failures} in a row; restarted): ${stackOf(exc)}`);
         }
         await this.pause(Math.min(RESTART_CAP_S, RESTART_BASE_S * 2 ** (failures - 1)));
         startedAt = monotonic();
@@ -933,6 +948,7 @@ export class Outpost {
       reachable(this.redis);
       fields = await this.redis.hgetall(key);
     } catch (exc) {
+      if (!failedInRedis(exc)) throw exc;
       this.redisFailed(this.stateOutage, exc);
       this.core.handle({ kind: "LoadFailed", key, loadId });
       return;
@@ -963,6 +979,7 @@ export class Outpost {
         fields.set(key, names as unknown[]);
       });
     } catch (exc) {
+      if (!failedInRedis(exc)) throw exc;
       this.redisFailed(this.stateOutage, exc);
       this.core.handle({ kind: "ListFailed", tag });
       return;
@@ -986,8 +1003,9 @@ export class Outpost {
         stored = await this.redis.get(SHARDS_KEY);
       }
     } catch (exc) {
+      const unavailable = redisUnavailable("reading the deployment's shard count", exc, this.redis); // (a bug: thrown as it is)
       this.redisFailed(this.stateOutage, exc); // said once, then once a minute, while it lasts
-      throw new RedisUnavailable(`Redis failed reading the deployment's shard count: ${describe(exc, this.redis)}`);
+      throw unavailable;
     }
     this.redisAnswered(this.stateOutage);
     const why = shardsDisagreement(this.shards, stored);
@@ -1000,6 +1018,7 @@ export class Outpost {
       reachable(this.redis);
       text = await this.redis.get(CONFIGURATION_KEY);
     } catch (exc) {
+      if (!failedInRedis(exc)) throw exc;
       this.redisFailed(this.stateOutage, exc);
       return;
     }
@@ -1053,7 +1072,7 @@ export class Outpost {
     this.core.handle({ kind: "ChangePublished", data: message });
     if (held) return; // applied with a reply (or a failure) of those scripts, and its effects run then
     this.core.handle({ kind: "Tick", now: monotonic(), wallUs: this.nowUs() });
-    this.run(this.drain()).catch((exc: unknown) => this.log.warn(`outpost: ${String(exc)}`));
+    this.run(this.drain()).catch((exc: unknown) => this.bug("running the core's effects", exc));
   }
 
   /** One sharded subscription per node, for the channels whose slots it owns now; a break or a
@@ -1070,7 +1089,12 @@ export class Outpost {
         if (!this.closed) this.feed({ kind: "ChannelsLost", channels });
       },
       message: (data) => this.heard(data),
-      failed: (exc) => (this.closed ? 1 : this.redisFailed(this.subscriberOutage, exc)),
+      failed: (exc) => {
+        if (this.closed) return 1;
+        if (failedInRedis(exc)) return this.redisFailed(this.subscriberOutage, exc);
+        this.bug("following the Redis Cluster's slot map", exc); // not an outage: looked at again later
+        return RESTART_CAP_S;
+      },
     });
     this.clusterSubscriptions = subscriptions;
     subscriptions.start();
@@ -1185,7 +1209,11 @@ export class Outpost {
       await this.settleAll(action.settles, connection, number);
       return found;
     };
-    const [answer, found] = await Promise.all([this.post(action.post.body), meanwhile()]);
+    // Both end before a failure of one ends the loop: nothing of a failed loop is left in flight
+    // when its restart re-reads this consumer's pending entries.
+    const work = [this.post(action.post.body), meanwhile()] as const;
+    await allEnded(work);
+    const [answer, found] = await Promise.all(work);
     return found === null ? answer : { kind: "PostedAlongside", answer, read: found };
   }
 
@@ -1195,26 +1223,29 @@ export class Outpost {
     try {
       return await this.readOutbox(action, connection);
     } catch (exc) {
+      if (!failedInRedis(exc)) throw exc;
       this.logReport(this.recovery.readBesidePostFailed(number, monotonic(), errorText(exc, connection), Math.random(), { closing: this.closed }));
       return { kind: "OutboxRead", entries: [] };
     }
   }
 
   /** Every script of `settles`, at once (their commands go out together), each retried until Redis
-   * answers. */
+   * answers; a bug in one throws once the others ended. */
   private async settleAll(settles: SettleScript[], connection: Redis | Cluster, number: number): Promise<void> {
-    await Promise.all(settles.map((settle) => this.retrying(number, () => this.actOnce(settle, connection, number), SETTLED, connection)));
+    await allEnded(settles.map((settle) => this.retrying(number, () => this.actOnce(settle, connection, number), SETTLED, connection)));
   }
 
   /** call() until Redis answers, doing what the instance's recovery says after each failure of
-   * delivery loop `loop`; `closing` (nothing done, the work stays queued in Redis) once it gives
-   * up. */
+   * delivery loop `loop` in Redis; `closing` (nothing done, the work stays queued in Redis) once it
+   * gives up. Anything else call() throws is a bug of ours, thrown on (the loop's supervisor logs
+   * it and restarts the loop, which reads this consumer's pending entries again). */
   private async retrying<T>(loop: number, call: () => Promise<T>, closing: T, client: Redis | Cluster): Promise<T> {
     for (;;) {
       let result: T;
       try {
         result = await call();
       } catch (exc) {
+        if (!failedInRedis(exc)) throw exc; // a bug of ours: the loop's supervisor logs it and restarts the loop
         const options = { lostData: lostItsData(String(exc)), closing: this.closed };
         const after = this.recovery.failed(loop, monotonic(), errorText(exc, client), Math.random(), options);
         if (after.kind === "GiveUp") return closing;
@@ -1228,7 +1259,9 @@ export class Outpost {
 
   private async afterFailure(after: Exclude<AfterFailure, { kind: "GiveUp" }>): Promise<void> {
     if (after.kind === "RecreateGroups") {
-      await this.createGroups(this.redis).catch(() => {}); // the next try meets it again
+      await this.createGroups(this.redis).catch((exc: unknown) => {
+        if (!failedInRedis(exc)) throw exc; // (Redis failing: the next try meets it again)
+      });
     } else {
       this.logReport(after.report);
     }
@@ -1256,6 +1289,7 @@ export class Outpost {
     try {
       for (const action of handBack(this.consumer, this.shards)) await this.actOnce(action, connection);
     } catch (exc) {
+      if (!failedInRedis(exc)) return this.bug("handing back the outbox entries", exc);
       this.log.warn(`outpost could not hand back its outbox entries (others take them once its heartbeat expires): ${describe(exc, connection)}`);
     }
   }
@@ -1508,6 +1542,17 @@ async function within(work: Promise<unknown>, seconds: number): Promise<void> {
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** Resolves once every one of `work` settled; then rejects with the first failure, if any. */
+async function allEnded(work: readonly Promise<unknown>[]): Promise<void> {
+  const failed = (await Promise.allSettled(work)).find((outcome) => outcome.status === "rejected");
+  if (failed !== undefined) throw failed.reason;
+}
+
+/** An exception for the log: its stack (which starts with its name and message) when it has one. */
+function stackOf(exc: unknown): string {
+  return exc instanceof Error ? (exc.stack ?? exc.message) : String(exc);
 }
 
 /** A Redis failure's text for the log (one given as a string stays as it came). */

@@ -52,7 +52,7 @@ import { MAX_BODY_BYTES, parseCustomerMeters, parseStateChanged } from "../core/
 import type { Session } from "../core/session.js";
 import type { Logger } from "./logger.js";
 import { secretKey, verify } from "../core/webhookSignature.js";
-import { describe } from "./connections.js";
+import { redisUnavailable } from "./connections.js";
 import { readAtMost } from "./http.js";
 import { Signal, monotonic } from "./signal.js";
 
@@ -170,7 +170,7 @@ export class PublicMode {
     try {
       text = await this.hooks.redis.get(CONFIGURATION_KEY);
     } catch (exc) {
-      throw new RedisUnavailable(`Redis failed reading the cached configuration: ${describe(exc, this.hooks.redis)}`);
+      throw redisUnavailable("reading the cached configuration", exc, this.hooks.redis);
     }
     return text === null ? null : cachedMode(text);
   }
@@ -505,7 +505,7 @@ export class PublicMode {
       const replies = await Promise.all(buckets.map((bucket) => redis.hgetall(bucketKey(state, bucket))));
       return [fields, Object.assign({}, ...replies) as Record<string, string>];
     } catch (exc) {
-      throw new RedisUnavailable(`Redis failed reading ${state}: ${describe(exc, redis)}`);
+      throw redisUnavailable(`reading ${state}`, exc, redis);
     }
   }
 
@@ -534,7 +534,7 @@ export class PublicMode {
     try {
       if ((await hooks.redis.set(taken, "1", "PX", WEBHOOK_TTL_MS, "NX")) === null) return 204; // another instance (or this one) took it already
     } catch (exc) {
-      throw new RedisUnavailable(`Redis failed taking a webhook delivery: ${describe(exc, hooks.redis)}`);
+      throw redisUnavailable("taking a webhook delivery", exc, hooks.redis);
     }
     const [readings, rejected] = parseStateChanged(body);
     for (const problem of rejected) hooks.core.reject("webhook", problem.reason);

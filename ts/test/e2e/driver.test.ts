@@ -7,6 +7,7 @@ import { NotReady, Outpost, RedisUnavailable } from "../../src/index.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { Lines } from "../support/lines.js";
 import { untilTrackWorks } from "../support/failing.js";
+import { SCRIPT_SHA1 } from "../../src/core/scripts.generated.js";
 import { world } from "../support/world.js";
 
 describe("the driver against the emulator", () => {
@@ -69,6 +70,76 @@ describe("the driver against the emulator", () => {
     assert.equal(failed.length, 1, lines.text);
     assert.match(failed[0] as string, /\n\s+at /); // its stack
     assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 3);
+  });
+
+  it("a bug in a delivery loop's Redis call (a TypeError in the client's method) is logged as a bug with its stack, not as a Redis outage: the loop restarts and the events are delivered once", async () => {
+    const lines = new Lines();
+    const outpost = connect({ logger: lines.logger, maxInFlight: 1 });
+    const customer = uniqueCustomer();
+    await outpost.balance(w.calls, { externalCustomerId: customer });
+    // The delivery loop's own connection: its settle script, after Polar took the batch, meets
+    // a bug of ours once (the events are posted, and still pending in Redis).
+    const [connection] = (outpost as unknown as { connections: Redis[] }).connections;
+    assert.ok(connection !== undefined);
+    const evalsha = connection.evalsha.bind(connection) as (...args: unknown[]) => Promise<unknown>;
+    let thrown = 0;
+    (connection as unknown as { evalsha: (...args: unknown[]) => Promise<unknown> }).evalsha = (...args) => {
+      if (args[0] === SCRIPT_SHA1.acknowledge && thrown++ === 0) {
+        return Promise.resolve().then(() => (undefined as unknown as { reply: unknown }).reply); // a real TypeError
+      }
+      return evalsha(...args);
+    };
+    for (let i = 0; i < 3; i++) await outpost.track("api_call", { externalCustomerId: customer, metadata: { i } });
+    assert.equal(await outpost.flush(10), true, lines.text);
+    assert.equal(thrown > 1, true, lines.text); // it threw, and the script ran again after the restart
+    const warnings = lines.at("warn");
+    assert.deepEqual(warnings.filter((l) => l.includes("Redis unreachable")), [], lines.text);
+    const failed = warnings.filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): TypeError: Cannot read properties of undefined"));
+    assert.equal(failed.length, 1, lines.text);
+    assert.match(failed[0] as string, /\n\s+at /); // its stack
+    assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 3);
+  });
+
+  it("a delivery loop failing while its other settle scripts run restarts only once they ended: its re-read never takes entries one of them is settling", async () => {
+    const lines = new Lines();
+    // A long linger: the events of every shard go in one batch, settled by one script per shard.
+    const outpost = connect({ logger: lines.logger, maxInFlight: 1, linger: 5 });
+    const customers = Array.from({ length: 8 }, () => uniqueCustomer()); // in several shards
+    for (const customer of customers) await outpost.balance(w.calls, { externalCustomerId: customer });
+    const [connection] = (outpost as unknown as { connections: Redis[] }).connections;
+    assert.ok(connection !== undefined);
+    const methods = connection as unknown as Record<"evalsha" | "xreadgroup", (...args: unknown[]) => Promise<unknown>>;
+    const [evalsha, xreadgroup] = [methods.evalsha.bind(connection), methods.xreadgroup.bind(connection)];
+    // The first settle script meets a bug; the others are held until the loop re-reads its
+    // pending entries (or a second passed: the loop waits for them before it restarts).
+    let [thrown, settling, rereadWhileSettling] = [0, 0, false];
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    setTimeout(release, 1000).unref();
+    methods.evalsha = async (...args) => {
+      if (args[0] !== SCRIPT_SHA1.acknowledge) return evalsha(...args);
+      if (thrown++ === 0) return (undefined as unknown as { reply: unknown }).reply; // a real TypeError
+      settling += 1;
+      try {
+        await released;
+        return await evalsha(...args);
+      } finally {
+        settling -= 1;
+      }
+    };
+    methods.xreadgroup = (...args) => {
+      if (args.at(-1) === "0") {
+        rereadWhileSettling ||= settling > 0;
+        release();
+      }
+      return xreadgroup(...args);
+    };
+    for (const customer of customers) await outpost.track("api_call", { externalCustomerId: customer });
+    assert.equal(await outpost.flush(15), true, lines.text);
+    assert.ok(thrown > 2, lines.text); // one threw, at least one other was held
+    assert.equal(rereadWhileSettling, false);
+    assert.equal(lines.at("warn").filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): TypeError")).length, 1, lines.text);
+    for (const customer of customers) assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 1);
   });
 
   it("delivers on flush(): Polar counts the events, and a later snapshot settles them", async () => {
