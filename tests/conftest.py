@@ -10,8 +10,9 @@ from hypothesis import settings
 from outpost_core import DEFAULT_SHARDS
 from outpost_emulator import Emulator
 from scripts.unasync import build_sync_tests
+from tests.support import emulators
 from tests.support.redis_cluster import RedisCluster, RedisReplica
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, discard
 from tests.support.webhook_receiver import Receiver
 
 # No per-example deadline: on a loaded machine it is a timing assertion, and fails at random.
@@ -25,12 +26,16 @@ def pytest_configure(config: pytest.Config) -> None:
     build_sync_tests()
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    emulators.wait_stopped()  # the last tests' emulators, stopped behind them
+
+
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()
     server.start()
     yield server
-    server.close()
+    discard(server)
 
 
 @pytest.fixture
@@ -38,7 +43,7 @@ def durable_redis_server() -> Iterator[RedisServer]:
     server = RedisServer(durable=True)
     server.start()
     yield server
-    server.close()
+    discard(server)
 
 
 @pytest.fixture
@@ -50,7 +55,7 @@ def redis_replica(redis_server: RedisServer) -> Iterator[RedisReplica]:
         replica.wait_in_sync()
         yield replica
     finally:
-        replica.close()
+        discard(replica)
 
 
 SESSION_CLUSTER = (4, 64)
@@ -119,7 +124,7 @@ def sync_backend() -> str:
 @pytest.fixture
 def emulator() -> Iterator[Emulator]:
     """A local Polar on a free port, its clock running from now (tests advance it)."""
-    with Emulator.start(port=0, sync_delay=1.0) as emu:
+    with emulators.started(port=0, sync_delay=1.0) as emu:
         yield emu
 
 
@@ -127,7 +132,7 @@ def emulator() -> Iterator[Emulator]:
 def public_emulator() -> Iterator[Emulator]:
     """A local Polar serving only its public API (no `/v1/outpost/`), recomputing a customer's
     meters a second after the last ingest, or 20 s at the most."""
-    with Emulator.start(port=0, public_only=True, recompute_delays=(1.0, 20.0)) as emu:
+    with emulators.started(port=0, public_only=True, recompute_delays=(1.0, 20.0)) as emu:
         yield emu
 
 
@@ -164,7 +169,7 @@ def authority(tmp_path_factory: pytest.TempPathFactory) -> CertificateAuthority:
 @pytest.fixture
 def tls_emulator(authority: CertificateAuthority) -> Iterator[Emulator]:
     """The emulator over HTTPS and wss://, with a certificate from the test CA."""
-    with Emulator.start(port=0, sync_delay=1.0, tls=(authority.chain, authority.key)) as emu:
+    with emulators.started(port=0, sync_delay=1.0, tls=(authority.chain, authority.key)) as emu:
         yield emu
 
 

@@ -100,6 +100,7 @@ def test_python_api_errors() -> None:
 
 
 def test_stop_with_open_connections_and_a_hanging_request() -> None:
+    before = set(threading.enumerate())  # an earlier test's emulator may still be stopping
     emu = Emulator.start()
     emu.fault_ingest_hang(30)
     from websockets.sync.client import connect
@@ -113,7 +114,8 @@ def test_stop_with_open_connections_and_a_hanging_request() -> None:
         wait_for(lambda: emu.state()["counters"].get("http_ingest") == 1, "the ingest to arrive")
         with contextlib.redirect_stderr(io.StringIO()):
             emu.stop()  # cancels the hanging request after the graceful-shutdown timeout
-        assert not any(t.name.startswith("outpost-emulator") for t in threading.enumerate())
+        added = set(threading.enumerate()) - before
+        assert not any(t.name.startswith("outpost-emulator") for t in added)
         worker.join()
         client.close()
         with pytest.raises(Exception):  # noqa: B017 - closed by the server, any close is fine

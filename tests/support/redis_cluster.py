@@ -313,9 +313,12 @@ class RedisCluster:
                 client.close()
 
     def close(self) -> None:
+        """Kill every node, then remove its files: a shut-down primary would first wait for its
+        replicas (a second or more per cluster), and nothing a node holds is read again."""
         for client in self._clients:
             client.close()
         for node in self.nodes:
+            node.kill()
             node.close()
 
 

@@ -12,6 +12,7 @@ import pytest
 from outpost_async import AsyncOutpost
 from outpost_core import _keys
 from outpost_emulator import Emulator
+from tests.drivers._async._concurrency import run_concurrently
 from tests.drivers._async._helpers import (
     connect,
     count_meter,
@@ -244,7 +245,15 @@ async def test_a_waiting_delivery_loop_is_not_woken_by_each_change(
             await b.track("api_call", external_customer_id="c1")
         await eventually(lambda: _consumed(a, meter, tracks + 1), 10, "a following b's tracks")
         assert asked < tracks / 4, f"a's delivery loop went round {asked} times for {tracks} tracks"
-        assert await a.flush(10) and await b.flush(10)
+        # Both at once: a flush waits for every instance's events, and only an instance's own
+        # flush wakes its lingering loop (one after the other, the first waited out the linger).
+        flushed: list[bool] = []
+
+        async def flush(instance: AsyncOutpost) -> None:
+            flushed.append(await instance.flush(10))
+
+        await run_concurrently([lambda: flush(a), lambda: flush(b)])
+        assert flushed == [True, True]
     assert counters(emulator)["events"] == tracks + 1
 
 

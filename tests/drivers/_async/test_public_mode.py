@@ -48,6 +48,15 @@ def public(server: RedisServer, emulator: Emulator, **options: Any) -> AsyncOutp
     )
 
 
+def by_webhook(
+    emulator: Emulator, receiver: Receiver, poll_interval: float = 60.0
+) -> dict[str, Any]:
+    """Options of an instance that takes the webhooks Polar sends ``receiver`` (registered here)
+    and polls ``poll_interval`` apart: a minute, so that the figures come by webhook."""
+    secret = emulator.register_webhook(receiver.url)["secret"]
+    return {"webhook_secret": secret, "poll_interval": poll_interval}
+
+
 def calls_meter(emulator: Emulator, credits: int, customer: str = "c1") -> str:
     meter = str(emulator.create_meter("calls", CALLS_FILTER, {"func": "count"})["id"])
     emulator.create_customer(customer)
@@ -177,13 +186,12 @@ async def test_webhooks_on_late_or_lost(
     redis_server: RedisServer, public_emulator: Emulator, receiver: Receiver, fault: str
 ) -> None:
     meter = calls_meter(public_emulator, 500)
-    secret = public_emulator.register_webhook(receiver.url)["secret"]
+    # Polls are rare: the figures come by webhook (or, when lost, by the next poll).
+    options = by_webhook(public_emulator, receiver, 3.0 if fault == "lost" else 60.0)
     if fault == "late":
         public_emulator.fault_webhook_delay(3.0, count=2)
     elif fault == "lost":
         public_emulator.fault_webhook_drop(count=2)
-    # Polls are rare: the figures come by webhook (or, when lost, by the next poll).
-    options = {"webhook_secret": secret, "poll_interval": 3.0 if fault == "lost" else 60.0}
     a = public(redis_server, public_emulator, **options)
     b = public(redis_server, public_emulator, **options)
     taken = [0]
@@ -268,9 +276,9 @@ async def test_a_webhook_with_a_bad_signature_is_refused_and_a_delivery_taken_on
     redis_server: RedisServer, public_emulator: Emulator, receiver: Receiver
 ) -> None:
     meter = calls_meter(public_emulator, 10)
-    secret = public_emulator.register_webhook(receiver.url)["secret"]
-    a = public(redis_server, public_emulator, webhook_secret=secret, poll_interval=60.0)
-    b = public(redis_server, public_emulator, webhook_secret=secret, poll_interval=60.0)
+    options = by_webhook(public_emulator, receiver)
+    a = public(redis_server, public_emulator, **options)
+    b = public(redis_server, public_emulator, **options)
     async with a, b:
         await balance(a, meter)
         public_emulator.grant_credits(meter, 5, external_customer_id="c1")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import eventually
-from tests.drivers._async.test_public_mode import calls_meter, public, pump, truth
+from tests.drivers._async._helpers import eventually, holds
+from tests.drivers._async.test_public_mode import by_webhook, calls_meter, public, pump, truth
 from tests.support.redis_server import RedisServer
 from tests.support.webhook_receiver import Receiver
 
@@ -18,9 +18,8 @@ async def test_a_cycle_the_webhook_reports_starts_a_window_though_consumed_did_n
     redis_server: RedisServer, public_emulator: Emulator, receiver: Receiver
 ) -> None:
     meter = calls_meter(public_emulator, 100)
-    secret = public_emulator.register_webhook(receiver.url)["secret"]
     # Polls a minute apart: the figures come by webhook.
-    instance = public(redis_server, public_emulator, webhook_secret=secret, poll_interval=60.0)
+    instance = public(redis_server, public_emulator, **by_webhook(public_emulator, receiver))
     taken = [0]
     async with instance:
 
@@ -41,7 +40,7 @@ async def test_a_cycle_the_webhook_reports_starts_a_window_though_consumed_did_n
             deliveries = public_emulator.webhooks()["deliveries"]
             return any(d["outcome"] == "dropped" for d in deliveries)
 
-        await eventually(lambda: _holds(dropped()), what="the cycle's webhook lost")
+        await eventually(holds(dropped), what="the cycle's webhook lost")
         for _ in range(5):  # the new window uses more than the old one had (3)
             await instance.track("api_call", external_customer_id="c1")
         assert await instance.flush()
@@ -50,7 +49,3 @@ async def test_a_cycle_the_webhook_reports_starts_a_window_though_consumed_did_n
         await eventually(lambda: reads(45), timeout=20.0, what="the new window's balance")
         assert truth(public_emulator, meter) == 45
         assert instance._public.anchors.outcomes["reset"] == 1
-
-
-async def _holds(value: bool) -> bool:
-    return value
