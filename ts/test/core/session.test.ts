@@ -128,12 +128,18 @@ describe("the session", () => {
     assert.equal(session.everSubscribed, true);
   });
 
-  it("reads a hash fetched again unchanged as before, and one changed at the same revision anew", () => {
+  /** A session whose copy of c1 follows Redis, loaded with the fields returned beside it. */
+  function followingC1(): [Session, Record<string, string>] {
     const session = configured();
     const fields = { rev: "5", cu: "0", "a:300000000": "1 1 1 1", "c:m-count": "10" };
     session.handle({ kind: "SubscriptionConfirmed", count: 16 });
     session.read("m-count", "c1");
     session.handle({ kind: "IdentityLoaded", key: KEY, fields, loadId: 1 });
+    return [session, fields];
+  }
+
+  it("reads a hash fetched again unchanged as before, and one changed at the same revision anew", () => {
+    const [session, fields] = followingC1();
     const first = session.readFetched("m-count", "c1", null, { [KEY]: { ...fields } });
     assert.deepEqual(session.readFetched("m-count", "c1", null, { [KEY]: { ...fields } }), first);
     // The same revision with other content (Redis lost writes and wrote it again): what Redis holds now.
@@ -142,11 +148,7 @@ describe("the session", () => {
   });
 
   it("still moves a copy that went back since a hash fetched again unchanged", () => {
-    const session = configured();
-    const fields = { rev: "5", cu: "0", "a:300000000": "1 1 1 1", "c:m-count": "10" };
-    session.handle({ kind: "SubscriptionConfirmed", count: 16 });
-    session.read("m-count", "c1");
-    session.handle({ kind: "IdentityLoaded", key: KEY, fields, loadId: 1 });
+    const [session, fields] = followingC1();
     const newer = { ...fields, rev: "9", "a:300000000": "4 4 1 1" };
     session.readFetched("m-count", "c1", null, { [KEY]: newer });
     const copy = session.followed[0];
