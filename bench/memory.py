@@ -141,12 +141,28 @@ def _process(env: Env) -> Figure:
     )
 
 
-def _wait(check: Any, timeout: float, what: str) -> None:
+def _wait(check: Any, timeout: float, what: str, explain: Any = None) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not happen within {timeout} s")
+            why = f": {explain()}" if explain is not None else ""
+            raise RuntimeError(f"{what} did not happen within {timeout} s{why}")
         time.sleep(0.01)
+
+
+def _snapshot_story(sdk: Outpost, meter: str, name: str, emu: Any) -> str:
+    """What a wait for snapshots found: the copy, Redis, and what Polar (the emulator) sent."""
+
+    def shown(balance: Any) -> str:
+        return (
+            f"pending {balance.pending}, cold_until {balance.cold_until}, "
+            f"snapshot {balance.snapshot_id} as of {balance.snapshot_as_of}, rev {balance.revision}"
+        )
+
+    warm = sdk.balance(meter, external_customer_id=name)
+    fresh = sdk.balance(meter, external_customer_id=name, fresh=True)
+    counters = emu.state().get("counters", {})
+    return f"copy: {shown(warm)}; Redis: {shown(fresh)}; emulator counters: {counters}"
 
 
 def _redis_hour(env: Env) -> Figure:
@@ -185,7 +201,12 @@ def _redis_hour(env: Env) -> Figure:
                 pending.append(_usage(client, *_identity_keys(client, state)))
                 emu.resume_syncs()
                 emu.advance((BUCKET_US + 2 * 60_000_000) / 1e6)  # past the last bucket's sync
-                _wait(lambda: balance().pending == 0, 60, "snapshots counting every event")
+                _wait(
+                    lambda: balance().pending == 0,
+                    60,
+                    "snapshots counting every event",
+                    lambda sdk=sdk, name=name: _snapshot_story(sdk, meter, name, emu),
+                )
                 counted.append(_usage(client, *_identity_keys(client, state)))
         finally:
             emu.resume_syncs()
