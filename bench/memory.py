@@ -199,8 +199,13 @@ def _redis_hour(env: Env) -> Figure:
                     raise RuntimeError("the hour of events was not delivered within 120 s")
                 _wait(lambda: balance().undelivered == 0, 30, "every acknowledgement")
                 pending.append(_usage(client, *_identity_keys(client, state)))
-                emu.resume_syncs()
+                # The clock first, then the syncs: the one snapshot the resume pushes has every
+                # bucket cold. The other way round, a resume less than a sync delay after a bucket
+                # ended counted that bucket's (late) events in a snapshot that still called it
+                # hot, and the advance, moving no event, pushed nothing more: the copy kept them
+                # pending until it asked again (it asks only at a read that waits, or a reconnect).
                 emu.advance((BUCKET_US + 2 * 60_000_000) / 1e6)  # past the last bucket's sync
+                emu.resume_syncs()
                 _wait(
                     lambda: balance().pending == 0,
                     60,
