@@ -129,11 +129,6 @@ class DriverContext:
             return time.time_ns() // 1000
         return to_us(self.clock.now())
 
-    @property
-    def redis_failures(self) -> int:
-        """Redis failures any loop of this instance met."""
-        return self.recovery.failures
-
     def redis_failed(self, outage: Outage, exc: BaseException) -> float:
         """A Redis failure of a loop other than delivery's (the delivery loops ask ``recovery``):
         log what its outage says, count it; return the delay."""
