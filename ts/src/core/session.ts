@@ -840,8 +840,12 @@ export class Session {
     const mirror = this.mirrors.get(key);
     if (mirror === undefined) return deriveState(text);
     const last = mirror.fetched;
-    const state = last !== null && sameFields(last.text, text) ? last.state : deriveState(text);
-    mirror.fetched = { text, state };
+    let state: IdentityState;
+    if (last !== null && sameFields(last.text, text)) state = last.state;
+    else {
+      state = deriveState(text);
+      mirror.fetched = { text, state };
+    }
     // An offer of the copy's own revision or an older one changes nothing.
     if (mirror.loaded && state.revision > Math.max(mirror.rev, 0)) {
       mirror.offer({ key: mirror.key, rev: state.revision, set: [...text.entries()], deleted: [], full: true });
