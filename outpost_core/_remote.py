@@ -51,6 +51,9 @@ class SessionHooks(Protocol):
     def consumed(self, customer: Customer, reducer_id: str) -> dict[str, float]: ...
     def aliases_changed(self, customer: Customer, aliases: tuple[Customer, ...]) -> None: ...
     def recently_read(self) -> list[Customer]: ...
+    def unsettled(self, customer: Customer) -> tuple[int, int]: ...
+    @property
+    def refresh_after(self) -> float | None: ...
     @property
     def reload_rate(self) -> float: ...
     @property
@@ -122,8 +125,26 @@ class Remote:
         elif flow.retry_at is not None:
             flow.retry_at = None
             self._request(flow)
-        else:
+        elif not flow.applied and flow.request_id is not None:
             self._request(flow)  # unanswered
+        else:
+            self._refresh(flow)
+
+    def _refresh(self, flow: CustomerFlow) -> None:
+        """No snapshot for a while: ask for one if Polar has delivered events this instance
+        still counts as pending; wait again while some are still on their way to Polar."""
+        flow.refresh_at = None
+        if flow.dormant:  # not asked since a reconnect: its next read asks
+            return
+        delivered, undelivered = self._session.unsettled(flow.customer)
+        if delivered:
+            self._request(flow)
+        if delivered or undelivered:
+            self._arm_refresh(flow)
+
+    def _arm_refresh(self, flow: CustomerFlow) -> None:
+        after = self._session.refresh_after
+        flow.refresh_at = None if after is None else self.now + after
 
     def _schedule(self, flow: CustomerFlow) -> None:
         self._deadlines.set(flow.customer, _deadline(flow))
@@ -505,6 +526,7 @@ class Remote:
         elif flow.pushed:
             self._let_go(flow)
         else:
+            self._arm_refresh(flow)
             self._schedule(flow)
 
     def _let_go(self, flow: CustomerFlow) -> None:
@@ -520,14 +542,15 @@ class Remote:
 
 
 def _deadline(flow: CustomerFlow) -> float | None:
-    """When a flow is due: its step gives up, its retry comes, or its request is sent again."""
+    """When a flow is due: its step gives up, its retry comes, its request is sent again, or
+    it looks whether it should ask for a fresher snapshot."""
     if flow.step is not Step.IDLE:
         return flow.since + STEP_TIMEOUT
     if flow.retry_at is not None:
         return flow.retry_at
     if not flow.applied and flow.request_id is not None:
         return flow.requested_at + REQUEST_TIMEOUT
-    return None
+    return flow.refresh_at
 
 
 def _apply_script(

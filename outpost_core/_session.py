@@ -131,6 +131,11 @@ class Settings:
     seconds reload (or ask Polar again) at once, paced; the others on their next read."""
     reload_rate: float = 200.0
     """The pace of those reloads and requests: at most this many a second, per kind."""
+    refresh_after: float | None = 600.0
+    """Seconds after a snapshot is applied by which Polar has normally pushed the next one:
+    if by then this instance still holds acknowledged events of the customer that no snapshot
+    counted, it asks Polar for one (Polar pushes when its data moves, not when its
+    ``cold_until`` passes a bucket it had already counted). ``None``: never ask."""
     shards: int = _keys.DEFAULT_SHARDS
     """The deployment's shard count (``_shards``): which shard, so which keys and channel, each
     customer has."""
@@ -152,6 +157,9 @@ class Settings:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{name} must be a positive, finite number")
+        refresh = self.refresh_after
+        if refresh is not None and not (math.isfinite(refresh) and refresh > 0):
+            raise UsageError("refresh_after must be a positive, finite number of seconds, or None")
         checked_shards(self.shards)
 
 
@@ -549,6 +557,17 @@ class Session:
         state = mirror.state
         quantity = state.polar.merge(state.local).quantity(reducer.aggregation.func)
         return dict.fromkeys(reducer.meter_ids, quantity)
+
+    def _unsettled(self, customer: Customer) -> tuple[int, int]:
+        """The customer's events that no snapshot counted yet, as this instance's loaded copies
+        read them: (delivered to Polar, not yet delivered)."""
+        delivered = undelivered = 0
+        for mirror in self._customer_mirrors.get(customer, ()):
+            if mirror.loaded:
+                state = mirror.state
+                delivered += max(state.pending - state.undelivered, 0)
+                undelivered += min(state.undelivered, state.pending)
+        return delivered, undelivered
 
     @property
     def channel_namespace(self) -> str:
@@ -1151,6 +1170,13 @@ class _PortForRemote:
 
     def aliases_changed(self, customer: Customer, aliases: tuple[Customer, ...]) -> None:
         self._session._aliases_changed(customer, aliases)
+
+    def unsettled(self, customer: Customer) -> tuple[int, int]:
+        return self._session._unsettled(customer)
+
+    @property
+    def refresh_after(self) -> float | None:
+        return self._session.settings.refresh_after
 
     def recently_read(self) -> list[Customer]:
         return self._session._recently_read()

@@ -163,6 +163,9 @@ class CustomerFlow:
     dormant: bool = False
     """Applied, and not asked again since the link reconnected (not read recently): its next
     read asks."""
+    refresh_at: float | None = None
+    """When to ask for a snapshot again if this instance still holds delivered events that
+    no snapshot counted (``None``: not waiting to)."""
     pushed: bool = False
     """Made by a snapshot nobody asked for (a customer this instance does not follow): it lives
     only until that snapshot is applied or given up, and never asks Polar for more."""

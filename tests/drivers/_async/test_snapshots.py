@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import sys
 
+import attrs
 import pytest
 
 from outpost_async import AsyncOutpost, NotReady
 from outpost_async._backend import sleep
-from outpost_core import BUCKET_US, floor_bucket, to_us
+from outpost_core import BUCKET_US, floor_bucket, from_us, to_us
 from outpost_core._remote import STEP_TIMEOUT
 from outpost_emulator import Emulator
 from tests.drivers._async._concurrency import run_concurrently
@@ -125,6 +126,47 @@ async def test_a_pending_cold_event_stays_counted_until_a_snapshot_counts_it(
         b = await a.balance(meter, external_customer_id="c1")
         assert (b.consumed, b.balance) == (2, 99)
         assert BUCKET_US == 300_000_000
+
+
+@pytest.mark.anyio
+async def test_late_events_a_pushed_snapshot_left_hot_are_counted_by_asking_again(
+    redis_server: RedisServer, emulator: Emulator
+) -> None:
+    """Events for a bucket that just ended, held back by Polar's paused syncs: when they land,
+    Polar pushes a snapshot, but its close-sync of that bucket has not run yet, so the snapshot
+    leaves them pending; nothing of the customer's moves after that, so Polar pushes nothing
+    more. The instance asks again once its wait is over, and the events stop being pending."""
+    meter = count_meter(emulator, credits=100)
+    async with connect(redis_server, emulator) as a:
+        session = a._context.session
+        with a._context.lock:  # a second's wait, not ten minutes (the session's clock is real)
+            session.settings = attrs.evolve(session.settings, refresh_after=1.0)
+        await a.balance(meter, external_customer_id="c1")
+        end = floor_bucket(to_us(emulator.clock.now())) + BUCKET_US
+        emulator.set_time(from_us(end + 500_000))  # half a second into the next bucket
+        emulator.freeze()
+        emulator.fault_pause_syncs()
+        for _ in range(5):
+            await a.track("api_call", external_customer_id="c1", timestamp=from_us(end - 10**7))
+        assert await a.flush(10)
+        emulator.fault_resume_syncs()  # Polar counts them and pushes a snapshot
+
+        async def pushed() -> bool:
+            b = await a.balance(meter, external_customer_id="c1")
+            return b.cold_until is not None and to_us(b.cold_until) == end - BUCKET_US
+
+        await eventually(pushed, what="the snapshot pushed when Polar counted the events")
+        b = await a.balance(meter, external_customer_id="c1")
+        assert (b.consumed, b.pending, b.polar.count) == (5, 5, 0)
+        emulator.advance(6 * 60)  # Polar has synced that bucket since; nothing else moves
+
+        async def counted() -> bool:
+            b = await a.balance(meter, external_customer_id="c1")
+            return b.pending == 0 and b.polar.count == 5
+
+        await eventually(counted, what="the snapshot the instance asked for")
+        b = await a.balance(meter, external_customer_id="c1")
+        assert (b.consumed, b.balance) == (5, 95)
 
 
 @pytest.mark.anyio

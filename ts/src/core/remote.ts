@@ -38,6 +38,9 @@ export interface Host {
   aliasesChanged(customer: Customer, aliases: readonly Customer[]): void;
   /** The customers read within the session's recentWindow, most recent first. */
   recentlyRead(): Customer[];
+  /** The customer's events no snapshot counted yet: [delivered to Polar, not yet delivered]. */
+  unsettled(customer: Customer): [number, number];
+  readonly refreshAfter: number | null;
   readonly reloadRate: number;
   readonly pendingLimitUs: number;
   readonly channelNamespace: string;
@@ -110,9 +113,26 @@ export class Remote {
     } else if (flow.retryAt !== null) {
       flow.retryAt = null;
       this.request(flow);
-    } else {
+    } else if (!flow.applied && flow.requestId !== null) {
       this.request(flow); // unanswered
+    } else {
+      this.refresh(flow);
     }
+  }
+
+  /** No snapshot for a while: ask for one if Polar has delivered events this instance still
+   * counts as pending; wait again while some are still on their way to Polar. */
+  private refresh(flow: CustomerFlow): void {
+    flow.refreshAt = null;
+    if (flow.dormant) return; // not asked since a reconnect: its next read asks
+    const [delivered, undelivered] = this.host.unsettled(flow.customer);
+    if (delivered) this.request(flow);
+    if (delivered || undelivered) this.armRefresh(flow);
+  }
+
+  private armRefresh(flow: CustomerFlow): void {
+    const after = this.host.refreshAfter;
+    flow.refreshAt = after === null ? null : this.now + after;
   }
 
   private schedule(flow: CustomerFlow): void {
@@ -564,7 +584,10 @@ export class Remote {
     });
     if (flow.finish() !== null) this.start(flow);
     else if (flow.pushed) this.letGo(flow);
-    else this.schedule(flow);
+    else {
+      this.armRefresh(flow);
+      this.schedule(flow);
+    }
   }
 
   /** A flow nobody follows is done: keep nothing of it (its customer's aliases included). */
@@ -585,12 +608,13 @@ function sameCustomers(a: readonly Customer[], b: readonly Customer[]): boolean 
   return a.length === b.length && a.every((c, i) => c.tag === (b[i] as Customer).tag);
 }
 
-/** When a flow is due: its step gives up, its retry comes, or its request is sent again. */
+/** When a flow is due: its step gives up, its retry comes, its request is sent again, or it
+ * looks whether it should ask for a fresher snapshot. */
 function flowDeadline(flow: CustomerFlow): number | null {
   if (flow.step !== Step.IDLE) return flow.since + STEP_TIMEOUT;
   if (flow.retryAt !== null) return flow.retryAt;
   if (!flow.applied && flow.requestId !== null) return flow.requestedAt + REQUEST_TIMEOUT;
-  return null;
+  return flow.refreshAt;
 }
 
 function applyScript(snapshot: Snapshot, counted: Map<string, string[]>, host: Host, wallUs: number, tag: number): RunScript {

@@ -60,6 +60,11 @@ export interface Settings {
   recentWindow: number;
   /** The pace of those reloads and requests: at most this many a second, per kind. */
   reloadRate: number;
+  /** Seconds after a snapshot is applied by which Polar has normally pushed the next one: if by
+   * then this instance still holds acknowledged events of the customer that no snapshot counted,
+   * it asks Polar for one (Polar pushes when its data moves, not when its cold_until passes a
+   * bucket it had already counted). null: never ask. */
+  refreshAfter: number | null;
   /** The deployment's shard count (shards.ts): which shard, so which keys and channel, each
    * customer has. */
   shards: number;
@@ -77,6 +82,7 @@ export function makeSettings(overrides: Partial<Settings> = {}): Settings {
     idleCustomerTtl: 900.0,
     recentWindow: 60.0,
     reloadRate: 200.0,
+    refreshAfter: 600.0,
     shards: DEFAULT_SHARDS,
     ...overrides,
   };
@@ -99,6 +105,10 @@ export function makeSettings(overrides: Partial<Settings> = {}): Settings {
     ["reload_rate", settings.reloadRate],
   ] as const) {
     if (!(Number.isFinite(value) && value > 0)) throw new UsageError(`${name} must be a positive, finite number`);
+  }
+  const refresh = settings.refreshAfter;
+  if (refresh !== null && !(Number.isFinite(refresh) && refresh > 0)) {
+    throw new UsageError("refresh_after must be a positive, finite number of seconds, or null");
   }
   checkedShards(settings.shards);
   return settings;
@@ -463,6 +473,20 @@ export class Session {
       this.invalidate(mirror);
       for (const alias of aliases) this.follow(alias, mirror.reducerId);
     }
+  }
+
+  /** The customer's events that no snapshot counted yet, as this instance's loaded copies read
+   * them: [delivered to Polar, not yet delivered]. */
+  private unsettled(customer: Customer): [number, number] {
+    let delivered = 0;
+    let undelivered = 0;
+    for (const mirror of this.customerMirrors.get(customer.tag) ?? []) {
+      if (!mirror.loaded) continue;
+      const state = mirror.state;
+      delivered += Math.max(state.pending - state.undelivered, 0);
+      undelivered += Math.min(state.undelivered, state.pending);
+    }
+    return [delivered, undelivered];
   }
 
   /** Per meter of the reducer: the consumption this instance reads now (empty if unknown). */
@@ -960,6 +984,14 @@ export class PortForRemote implements Host {
 
   recentlyRead(): Customer[] {
     return this.session["recentlyRead"]();
+  }
+
+  unsettled(customer: Customer): [number, number] {
+    return this.session["unsettled"](customer);
+  }
+
+  get refreshAfter(): number | null {
+    return this.session.settings.refreshAfter;
   }
 
   get reloadRate(): number {

@@ -145,6 +145,9 @@ export class CustomerFlow {
   /** Applied, and not asked again since the link reconnected (not read recently): its next read
    * asks. */
   dormant = false;
+  /** When to ask for a snapshot again if this instance still holds delivered events that no
+   * snapshot counted (null: not waiting to). */
+  refreshAt: number | null = null;
   /** Made by a snapshot nobody asked for (a customer this instance does not follow): it lives
    * only until that snapshot is applied or given up, and never asks Polar for more. */
   pushed = false;

@@ -30,10 +30,11 @@ function sent(effects: Effect[]): any[] {
 }
 
 class Polar {
-  readonly session = new Session(makeSettings(), new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
+  readonly session: Session;
   now = 0;
 
-  constructor() {
+  constructor(settings = makeSettings()) {
+    this.session = new Session(settings, new Link(Target.of("http://polar"), "t", { random: () => 0.5 }, replayBytes()));
     this.session.handle({ kind: "SubscriberRestarted" });
     this.session.handle({ kind: "Tick", now: 0, wallUs: 1_000 });
     assert.equal(this.session.effects()[0]?.kind, "OpenConnection");
@@ -206,5 +207,71 @@ describe("the remote side", () => {
     polar.session.handle({ kind: "Closing" });
     // Only the customer's idle deadline is left (read before any tick: dated 0).
     assert.equal(polar.session.nextDeadline(), makeSettings().idleCustomerTtl);
+  });
+});
+
+describe("asking again when no snapshot counted what Polar was delivered", () => {
+  const REFRESH = 5; // shorter than the default ten minutes: the link's pings need no answers
+
+  /** c1 followed and its first snapshot applied; then Polar pushes another that leaves `n`
+   * events no snapshot counted, `u` of them not delivered yet. */
+  function leaving(n: number, u: number, settings = makeSettings({ refreshAfter: REFRESH })): Polar {
+    const polar = new Polar(settings);
+    const requestId = polar.follow();
+    for (const [id, rev, fields] of [
+      [requestId, 4, []],
+      [null, 5, ["n", String(n), "u", String(u)]],
+    ] as const) {
+      const [list] = polar.send(snapshot(id));
+      polar.session.handle({ kind: "PendingListed", tag: (list as { tag: number }).tag, fields: { [KEY]: [] } });
+      const [apply] = polar.session.effects();
+      const reply = { c: [{ k: KEY, r: rev, s: ["cu", "600000000", "p", "2 2 1 1", ...fields], d: [] }] };
+      polar.session.handle({ kind: "ScriptReplied", reply: JSON.stringify(reply), tag: (apply as { tag: number }).tag });
+      assert.deepEqual(polar.session.effects(), []);
+    }
+    return polar;
+  }
+
+  function tick(polar: Polar, now: number): any[] {
+    polar.now = now;
+    polar.session.handle({ kind: "Tick", now, wallUs: 1_000 });
+    return sent(polar.session.effects()).filter((m) => m.type === "snapshot");
+  }
+
+  it("asks once the wait is over, and again while the answer does not come", () => {
+    const polar = leaving(5, 0);
+    assert.deepEqual(tick(polar, REFRESH - 0.001), []);
+    const [request] = tick(polar, REFRESH);
+    assert.equal(request.payload.external_customer_id, "c1");
+    assert.equal(tick(polar, 2 * REFRESH).length, 1);
+  });
+
+  it("waits for events still on their way to Polar, and asks once they are delivered", () => {
+    const polar = leaving(5, 5);
+    assert.deepEqual(tick(polar, REFRESH), []);
+    polar.session.handle({ kind: "ChangePublished", data: JSON.stringify({ c: [{ k: KEY, r: 6, p: 5, s: ["u", "0"], d: [] }] }) });
+    assert.deepEqual(polar.session.effects(), []);
+    assert.equal(tick(polar, 2 * REFRESH).length, 1);
+  });
+
+  it("stops looking when nothing is pending, and never asks", () => {
+    const polar = leaving(0, 0);
+    assert.deepEqual(tick(polar, REFRESH), []);
+    assert.equal(polar.session.nextDeadline(), 20); // the link's ping, and nothing of c1
+  });
+
+  it("leaves a dormant customer to its next read, and is off with null", () => {
+    const polar = leaving(5, 0);
+    const flow = polar.session.remote?.flows.get("external:c1");
+    assert.ok(flow !== undefined && flow.refreshAt === REFRESH);
+    flow.dormant = true;
+    assert.deepEqual(tick(polar, REFRESH), []);
+    assert.equal(flow.refreshAt, null);
+    const off = leaving(5, 0, makeSettings({ refreshAfter: null }));
+    assert.equal(off.session.remote?.flows.get("external:c1")?.refreshAt, null);
+    for (const value of [0, -1, Infinity, NaN]) {
+      assert.throws(() => makeSettings({ refreshAfter: value }), /refresh_after/);
+    }
+    assert.equal(makeSettings().refreshAfter, 600);
   });
 });
