@@ -26,9 +26,10 @@ import httpx
 
 from outpost_async._anchors import Anchors
 from outpost_async._backend import Signal, sleep
-from outpost_async._context import POLL, DriverContext, redis_unavailable
+from outpost_async._context import POLL, DriverContext, failed_in_redis, redis_unavailable
 from outpost_async._effects import SessionEffects
 from outpost_async._scripts import take_request
+from outpost_async._supervisor import redacted
 from outpost_core import (
     CONFIGURATION_KEY,
     ConfigurationError,
@@ -36,6 +37,7 @@ from outpost_core import (
     Customer,
     InvalidEvent,
     LinkState,
+    RedisUnavailable,
 )
 from outpost_core.public_mode import (
     ID_PARAMS,
@@ -190,17 +192,24 @@ class PublicMode:
             return  # the snapshot protocol, or no token to ask Polar with
         refresh_at = 0.0
         while not ctx.closed:
-            if time.monotonic() >= refresh_at:
-                done = await self.configure()
-                refresh_at = time.monotonic() + (self._poll_interval if done else _RETRY)
             version = self._wake.version
-            if self._urgent:
-                await self._poll_urgent()
-            polls, probes = self._plan()
-            for request in polls:
-                await self._poll(request, {})
-            for probe in probes:
-                await self._probe(probe)
+            try:
+                if time.monotonic() >= refresh_at:
+                    done = await self.configure()
+                    refresh_at = time.monotonic() + (self._poll_interval if done else _RETRY)
+                if self._urgent:
+                    await self._poll_urgent()
+                polls, probes = self._plan()
+                for request in polls:
+                    await self._poll(request, {})
+                for probe in probes:
+                    await self._probe(probe)
+            except Exception as exc:
+                if not failed_in_redis(exc) and not isinstance(exc, RedisUnavailable):
+                    raise  # a bug: the supervisor logs it with its traceback and restarts
+                error = redacted(str(exc), self._context.access_token)
+                self._failed(error, "Redis")  # an outage: said once, retried
+                await sleep(_RETRY)
             await self._wake.wait(version, _PLAN_EVERY)  # a read waiting wakes it at once
 
     async def configure(self) -> bool:
@@ -343,7 +352,11 @@ class PublicMode:
         self.last_error = None
         return response.content
 
-    def _failed(self, error: str) -> None:
+    def _failed(self, error: str, source: str = "Polar's public API") -> None:
+        """Say a failure once per cause (``source``: what failed), and keep it for the status."""
         if error != self.last_error:
-            self._context.log.warning("outpost: Polar's public API failed: %s", error)
+            log = self._context.log
+            log.warning(
+                "outpost: the public mode's poll loop: %s failed (retried): %s", source, error
+            )
         self.last_error = error

@@ -32,6 +32,7 @@ from outpost_core import (
     Customer,
     InvalidEvent,
     LinkState,
+    RedisUnavailable,
 )
 from outpost_core.public_mode import (
     ID_PARAMS,
@@ -62,9 +63,10 @@ from outpost_core.public_mode import (
 )
 from outpost_sync._anchors import Anchors
 from outpost_sync._backend import Signal, sleep
-from outpost_sync._context import POLL, DriverContext, redis_unavailable
+from outpost_sync._context import POLL, DriverContext, failed_in_redis, redis_unavailable
 from outpost_sync._effects import SessionEffects
 from outpost_sync._scripts import take_request
+from outpost_sync._supervisor import redacted
 
 _RETRY = 1.0  # seconds before a failed request to Polar is tried again
 _PLAN_EVERY = 1.0  # seconds between two looks at what is due (each walks the followed copies)
@@ -191,17 +193,24 @@ class PublicMode:
             return  # the snapshot protocol, or no token to ask Polar with
         refresh_at = 0.0
         while not ctx.closed:
-            if time.monotonic() >= refresh_at:
-                done = self.configure()
-                refresh_at = time.monotonic() + (self._poll_interval if done else _RETRY)
             version = self._wake.version
-            if self._urgent:
-                self._poll_urgent()
-            polls, probes = self._plan()
-            for request in polls:
-                self._poll(request, {})
-            for probe in probes:
-                self._probe(probe)
+            try:
+                if time.monotonic() >= refresh_at:
+                    done = self.configure()
+                    refresh_at = time.monotonic() + (self._poll_interval if done else _RETRY)
+                if self._urgent:
+                    self._poll_urgent()
+                polls, probes = self._plan()
+                for request in polls:
+                    self._poll(request, {})
+                for probe in probes:
+                    self._probe(probe)
+            except Exception as exc:
+                if not failed_in_redis(exc) and not isinstance(exc, RedisUnavailable):
+                    raise  # a bug: the supervisor logs it with its traceback and restarts
+                error = redacted(str(exc), self._context.access_token)
+                self._failed(error, "Redis")  # an outage: said once, retried
+                sleep(_RETRY)
             self._wake.wait(version, _PLAN_EVERY)  # a read waiting wakes it at once
 
     def configure(self) -> bool:
@@ -344,7 +353,11 @@ class PublicMode:
         self.last_error = None
         return response.content
 
-    def _failed(self, error: str) -> None:
+    def _failed(self, error: str, source: str = "Polar's public API") -> None:
+        """Say a failure once per cause (``source``: what failed), and keep it for the status."""
         if error != self.last_error:
-            self._context.log.warning("outpost: Polar's public API failed: %s", error)
+            log = self._context.log
+            log.warning(
+                "outpost: the public mode's poll loop: %s failed (retried): %s", source, error
+            )
         self.last_error = error

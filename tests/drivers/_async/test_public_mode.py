@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
 import uuid
 from typing import Any
@@ -20,11 +21,12 @@ from outpost_async import (
     InsufficientBalance,
     InvalidWebhook,
     NotReady,
+    RedisUnavailable,
 )
 from outpost_core import CONFIGURATION_KEY, keys
 from outpost_core._webhook_signature import secret_key, sign
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import CALLS_FILTER, eventually
+from tests.drivers._async._helpers import CALLS_FILTER, eventually, holds
 from tests.support.redis_server import RedisServer
 from tests.support.webhook_receiver import Receiver
 
@@ -393,3 +395,34 @@ async def test_an_unreadable_ledger_in_redis_is_counted_and_the_loop_goes_on(
         await eventually(lambda: _reads(instance, meter, 15), what="the grant applied")
         assert instance.rejections["public"] >= 1
         assert instance.status.failed_loop is None
+
+
+@pytest.mark.anyio
+async def test_redis_down_the_poll_loop_says_so_once_and_goes_on(
+    durable_redis_server: RedisServer, public_emulator: Emulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = durable_redis_server
+    meter = calls_meter(public_emulator, 2, customer="before")
+    async with public(server, public_emulator) as instance:
+        assert (await instance.balance(meter, external_customer_id="before")).credited == 2
+        with caplog.at_level(logging.WARNING, logger="outpost"):
+            server.stop()
+
+            def said() -> list[str]:
+                return [r.getMessage() for r in caplog.records if "poll loop" in r.getMessage()]
+
+            met = holds(lambda: any("Redis failed (retried)" in line for line in said()))
+            await eventually(met, timeout=20, what="the poll loop meeting the outage")
+            assert not any("Polar" in line for line in said()), said()
+            assert instance.status.failed_loop is None  # an outage, not a bug of the loop
+            server.start()
+        public_emulator.grant_credits(meter, 4, external_customer_id="after")
+
+        async def anchored() -> bool:
+            try:
+                found = await instance.balance(meter, external_customer_id="after")
+            except (NotReady, RedisUnavailable):
+                return False
+            return found.credited == 4
+
+        await eventually(anchored, timeout=30, what="a first read anchored after the outage")

@@ -251,7 +251,7 @@ export class PublicMode {
         for (const probe of probes) await this.probe(probe);
       } catch (exc) {
         // The loop never dies: Redis failing is retried; anything else is a bug, said and retried.
-        if (exc instanceof RedisUnavailable) this.failed(exc.message);
+        if (exc instanceof RedisUnavailable) this.failed(exc.message, "Redis");
         else hooks.log.warn(`outpost: the public mode's poll loop failed (retried): ${exc instanceof Error ? (exc.stack ?? exc.message) : String(exc)}`);
         await hooks.pause(RETRY);
       }
@@ -432,8 +432,9 @@ export class PublicMode {
     return body;
   }
 
-  private failed(error: string): void {
-    if (error !== this.lastError) this.hooks.log.warn(`outpost: Polar's public API failed: ${error}`);
+  /** Say a failure once per cause (`source`: what failed), and keep it for the status. */
+  private failed(error: string, source = "Polar's public API"): void {
+    if (error !== this.lastError) this.hooks.log.warn(`outpost: the public mode's poll loop: ${source} failed (retried): ${error}`);
     this.lastError = error;
   }
 

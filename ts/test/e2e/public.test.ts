@@ -253,7 +253,9 @@ describe("the public-API mode", () => {
 
   it("Redis down and back: the poll loop goes on, a new customer's first read is anchored again", async () => {
     const durable = await RedisServer.start(true);
-    const a = connect({ mode: "public", pollInterval: 0.5, redisUrl: durable.url });
+    const warnings: string[] = [];
+    const logger = { debug: () => {}, warn: (m: string) => warnings.push(m) };
+    const a = connect({ mode: "public", pollInterval: 0.5, redisUrl: durable.url, logger });
     try {
       await emulator.admin("credits", { meter_id: calls, units: 2, external_customer_id: "before-outage" });
       assert.equal((await a.balance(calls, { externalCustomerId: "before-outage" })).credited, 2);
@@ -261,6 +263,8 @@ describe("the public-API mode", () => {
       // The loop meets the outage (its configuration's refresh takes a request from the budget).
       const mode = (a as unknown as { public: { lastError: string | null } }).public;
       await eventually(() => mode.lastError !== null && mode.lastError.includes("Redis"), "the poll loop meeting the outage", 20);
+      const said = warnings.filter((w) => w.includes(mode.lastError as string));
+      assert.ok(said.length > 0 && said.every((w) => w.includes(": Redis failed") && !w.includes("Polar")), said.join("\n"));
       await durable.start();
       const customer = uniqueCustomer("after-outage");
       await emulator.admin("credits", { meter_id: calls, units: 4, external_customer_id: customer });
