@@ -62,6 +62,7 @@ import { type AdmissionHooks, type Reservation, reserveUnits, trackAdmitted } fr
 export const DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0";
 export const DEFAULT_SERVER_URL = "https://api.polar.sh";
 const POLL = 0.25; // seconds between two looks at the core's deadlines
+const FLUSH_READS = 3; // attempts of a flush's outbox read before it rejects with RedisUnavailable
 const SETTLE = 0.1; // seconds a waiting read sleeps at most between two looks at its copy
 const USER_AGENT = "outpost-node/0.1.0";
 const CLUSTER_POLL = 0.05; // seconds an empty round of reads on a cluster waits before the next, at first
@@ -399,7 +400,8 @@ export class Outpost {
 
   /** Deliver every event queued when the call started, by any instance. Resolves true once each
    * was delivered or dropped (and reported), false if some were still queued after `timeout`
-   * seconds (they stay queued, nothing is lost). */
+   * seconds (they stay queued, nothing is lost). Rejects with RedisUnavailable when Redis
+   * cannot be read. */
   async flush(timeout = 10.0): Promise<boolean> {
     await this.ensureStarted();
     const watch = new FlushWatch(await this.outboxMarks(), monotonic(), timeout);
@@ -1497,15 +1499,30 @@ export class Outpost {
   /** The last entry of each outbox now: what a flush waits to see delivered. */
   private async outboxMarks(): Promise<Map<string, EntryId>> {
     // All at once: one connection writes the commands back to back (a cluster: each to its node).
-    const replies = await Promise.all(this.outboxes.map((stream) => this.redis.xrevrange(stream, "+", "-", "COUNT", 1)));
+    const replies = await this.readOutboxes(() => Promise.all(this.outboxes.map((stream) => this.redis.xrevrange(stream, "+", "-", "COUNT", 1))));
     return lastEntries(this.outboxes, replies);
+  }
+
+  /** `read()` for a flush, tried again a few times on a Redis failure (a connection kept from
+   * before Redis came back may fail once); past that, RedisUnavailable. A bug is thrown as it is. */
+  private async readOutboxes<T>(read: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        reachable(this.redis);
+        return await read();
+      } catch (exc) {
+        const unavailable = redisUnavailable("reading the outboxes", exc, this.redis);
+        if (attempt >= FLUSH_READS) throw unavailable;
+        await new Promise((resolve) => setTimeout(resolve, POLL * 1000));
+      }
+    }
   }
 
   /** Per stream the flush still waits for, whether an entry up to its mark is left (all read at
    * once, as the marks are). */
   private async outboxLeft(marks: ReadonlyMap<string, EntryId>): Promise<Map<string, boolean>> {
     const streams = [...marks];
-    const replies = await Promise.all(streams.map(([stream, mark]) => this.redis.xrange(stream, "-", mark, "COUNT", 1)));
+    const replies = await this.readOutboxes(() => Promise.all(streams.map(([stream, mark]) => this.redis.xrange(stream, "-", mark, "COUNT", 1))));
     return new Map(streams.map(([stream], i) => [stream, (replies[i] ?? []).length > 0]));
   }
 

@@ -89,6 +89,8 @@ describe("failures", () => {
         assert.ok(tracked instanceof RedisUnavailable, String(tracked));
         return /connection refused/.test(tracked.message);
       }, "track() naming the refused connection");
+      const flushed = await rejection(outpost.flush(1));
+      assert.ok(flushed instanceof RedisUnavailable && /connection refused/.test(flushed.message), String(flushed));
       // Polar pushes a snapshot the instance cannot apply: its flow backs off, it does not spin.
       await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 5 });
       await eventually(() => ["the change subscription", "delivery 0"].every((what) => lines.at("warn").some((l) => l.includes(what))), "the subscription and delivery saying Redis is down");
