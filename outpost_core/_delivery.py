@@ -459,7 +459,7 @@ class Delivery:
         """Stalled by what only an operator fixes (a token, a URL, a certificate, a proxy): the
         queued events wait ``stall_delay`` between tries, and a flush can only time out."""
 
-    # -- what to do ------------------------------------------------------------------------------
+    # -- what to do ---------------------------------------------------------------------------
 
     def effects(self) -> list[DeliveryEffect]:
         """Drain what the driver must do now (as of the latest :class:`Tick`): one effect, a
