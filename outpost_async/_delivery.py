@@ -1,6 +1,7 @@
-"""The delivery loops: each moves events from the outbox streams to Polar's ingestion API, one
-effect of its sans-IO ``Delivery`` machine at a time (every effect is a request whose answer is
-the machine's next input). Also what ``flush()`` and ``close()`` ask of the outboxes.
+"""The delivery loops: each moves events from the outbox streams to Polar's ingestion API,
+driving its sans-IO ``Delivery`` machine as the session is driven (the time and the answers in
+through ``handle()``, what to do drained with ``effects()``: one effect a drain, a request whose
+answer is the machine's next input). Also what ``flush()`` and ``close()`` ask of the outboxes.
 
 ``_DELIVERY_EFFECTS`` (at the end) is the dispatch table: each effect a delivery machine can ask
 for, and the method that does it and returns what came of it.
@@ -50,10 +51,11 @@ from outpost_core import (
     CheckHeartbeats,
     ClaimStale,
     Delivery,
+    DeliveryAnswer,
     DeliveryEffect,
-    DeliveryInput,
     DeliverySettings,
     Done,
+    Flushing,
     FlushWatch,
     ForgetHeartbeat,
     GiveUp,
@@ -75,6 +77,7 @@ from outpost_core import (
     StreamEntry,
     SurveyConsumers,
     TakeRequest,
+    Tick,
     hand_back,
     last_entries,
     lost_its_data,
@@ -188,10 +191,14 @@ class Deliveries:
             delivery = self.machines[number]
             await self._retrying(number, self._create_groups, None)  # Redis may be down at start
             while not ctx.closed:
-                delivery.flushing = ctx.flushing > 0
-                action = delivery.next_effect(time.monotonic())
+                flushing = ctx.flushing > 0
+                if flushing != delivery.flushing:
+                    delivery.handle(Flushing(flushing))
+                delivery.handle(Tick(time.monotonic(), ctx.now_us()))
+                (action,) = delivery.effects()
                 outcome = await self._act(number, action)
-                delivery.handle(outcome, time.monotonic(), ctx.now_us())
+                delivery.handle(Tick(time.monotonic(), ctx.now_us()))
+                delivery.handle(outcome)
                 for report in delivery.reports():
                     log_report(ctx.log, report)
                 if isinstance(outcome, Settled) or isinstance(action, PostAndSettle):
@@ -232,7 +239,7 @@ class Deliveries:
         )
         return {stream: bool(left) for stream, left in zip(streams, raising(replies), strict=True)}
 
-    async def _act(self, loop: int, action: DeliveryEffect) -> DeliveryInput:
+    async def _act(self, loop: int, action: DeliveryEffect) -> DeliveryAnswer:
         """Do one delivery action of loop ``loop``. Redis failures are retried until they succeed
         (or the instance closes): settling must not be skipped, and a read can simply wait."""
         if not isinstance(action, _MOVES_ENTRIES):
@@ -246,7 +253,7 @@ class Deliveries:
             with ctx.lock:
                 ctx.recovery.read_ended()
 
-    async def _act_retrying(self, loop: int, action: DeliveryEffect) -> DeliveryInput:
+    async def _act_retrying(self, loop: int, action: DeliveryEffect) -> DeliveryAnswer:
         if isinstance(action, PostAndSettle):  # each script retried, never the post
             return await self._post_and_settle(loop, action)
         if isinstance(action, SettleScripts):
@@ -290,8 +297,8 @@ class Deliveries:
             log_report(self._context.log, after.report)
         await sleep(after.seconds)
 
-    async def _act_once(self, action: DeliveryEffect) -> DeliveryInput:
-        result: DeliveryInput = await _DELIVERY_EFFECTS[type(action)](self, action)
+    async def _act_once(self, action: DeliveryEffect) -> DeliveryAnswer:
+        result: DeliveryAnswer = await _DELIVERY_EFFECTS[type(action)](self, action)
         return result
 
     async def _create_groups(self) -> None:
@@ -357,7 +364,7 @@ class Deliveries:
         reply = await ctx.redis.execute_command(b"XREADGROUP", *command[1:])  # type: ignore[no-untyped-call]
         return OutboxRead(stream_entries(reply))
 
-    async def _post_and_settle(self, loop: int, action: PostAndSettle) -> DeliveryInput:
+    async def _post_and_settle(self, loop: int, action: PostAndSettle) -> DeliveryAnswer:
         """The next batch's post, and meanwhile the read of the batch after it (if asked) and the
         settle scripts of the batches before it, each retried until Redis answers (never the
         post: it changes nothing in Redis)."""
@@ -393,7 +400,7 @@ class Deliveries:
             log_report(ctx.log, report)
             return OutboxRead([])
 
-    async def _settle_scripts(self, loop: int, action: SettleScripts) -> DeliveryInput:
+    async def _settle_scripts(self, loop: int, action: SettleScripts) -> DeliveryAnswer:
         ctx = self._context
         ctx.settling += 1
         try:
@@ -417,14 +424,14 @@ class Deliveries:
             else:
                 await self._effects.replied(reply)
 
-    async def _post_and_settle_alone(self, action: PostAndSettle) -> DeliveryInput:
+    async def _post_and_settle_alone(self, action: PostAndSettle) -> DeliveryAnswer:
         """The same outside a loop (the loops run these through ``_act``): as loop 0's."""
         return await self._post_and_settle(0, action)
 
-    async def _settle_scripts_alone(self, action: SettleScripts) -> DeliveryInput:
+    async def _settle_scripts_alone(self, action: SettleScripts) -> DeliveryAnswer:
         return await self._settle_scripts(0, action)
 
-    async def _settle(self, action: SettleScript) -> DeliveryInput:
+    async def _settle(self, action: SettleScript) -> DeliveryAnswer:
         ctx = self._context
         ctx.settling += 1
         try:
@@ -442,7 +449,7 @@ class Deliveries:
         await self._effects.replied(reply)
         return Settled(reply)
 
-    async def _report_dropped(self, action: ReportDropped) -> DeliveryInput:
+    async def _report_dropped(self, action: ReportDropped) -> DeliveryAnswer:
         ctx = self._context
         if ctx.on_dropped is None:
             ctx.log.error("outpost dropped %d events: %s", len(action.events), action.reason)
@@ -453,7 +460,7 @@ class Deliveries:
                 ctx.log.exception("outpost: on_dropped raised")
         return Reported()
 
-    async def _sleep(self, action: Sleep) -> DeliveryInput:
+    async def _sleep(self, action: Sleep) -> DeliveryAnswer:
         signal = self._context.deliveries
         version = signal.version
         await signal.wait(version, min(action.until - time.monotonic(), POLL))
@@ -466,15 +473,15 @@ a loop does one. (A ``ReadOutbox`` counts itself, once it knows which read it do
 
 
 def _with_context(
-    run: Callable[[DriverContext, Any], Awaitable[DeliveryInput]],
-) -> Callable[[Deliveries, Any], Awaitable[DeliveryInput]]:
+    run: Callable[[DriverContext, Any], Awaitable[DeliveryAnswer]],
+) -> Callable[[Deliveries, Any], Awaitable[DeliveryAnswer]]:
     """An effect that needs only the driver's context, in the table of ``Deliveries``' own."""
     return lambda deliveries, action: run(deliveries._context, action)
 
 
 # Each effect a delivery machine asks for, and the method that does it and returns what came of
 # it. An effect missing here fails at once (KeyError), in any test.
-_DELIVERY_EFFECTS: dict[type, Callable[[Deliveries, Any], Awaitable[DeliveryInput]]] = {
+_DELIVERY_EFFECTS: dict[type, Callable[[Deliveries, Any], Awaitable[DeliveryAnswer]]] = {
     ReadOutbox: Deliveries._read_outbox,
     PostBatch: _with_context(post_batch),
     PostAndSettle: Deliveries._post_and_settle_alone,

@@ -18,7 +18,7 @@ from outpost_core import (
     CheckHeartbeats,
     ClaimStale,
     ConsumersListed,
-    DeliveryInput,
+    DeliveryAnswer,
     Done,
     ForgetHeartbeat,
     HeartbeatsChecked,
@@ -51,14 +51,14 @@ async def per_stream(
         return list(await pipe.execute(raise_on_error=False))
 
 
-async def refresh_claim(ctx: DriverContext, action: RefreshClaim) -> DeliveryInput:
+async def refresh_claim(ctx: DriverContext, action: RefreshClaim) -> DeliveryAnswer:
     for stream, ids in action.by_stream().items():
         claimed: list[Any] = ids  # redis-py's stub wants a list of its own union
         await ctx.redis.xclaim(stream, GROUP, ctx.consumer, 0, claimed, justid=True)
     return Done()
 
 
-async def claim_stale(ctx: DriverContext, action: ClaimStale) -> DeliveryInput:
+async def claim_stale(ctx: DriverContext, action: ClaimStale) -> DeliveryAnswer:
     replies = await per_stream(
         ctx,
         ctx.outboxes,
@@ -77,29 +77,29 @@ async def claim_stale(ctx: DriverContext, action: ClaimStale) -> DeliveryInput:
     return OutboxRead(entries)
 
 
-async def beat(ctx: DriverContext, action: Beat) -> DeliveryInput:
+async def beat(ctx: DriverContext, action: Beat) -> DeliveryAnswer:
     await ctx.redis.set(action.key, b"1", px=action.ttl_ms)
     return Done()
 
 
-async def survey(ctx: DriverContext, action: SurveyConsumers) -> DeliveryInput:
+async def survey(ctx: DriverContext, action: SurveyConsumers) -> DeliveryAnswer:
     replies = await per_stream(
         ctx, ctx.outboxes, lambda client, stream: client.xinfo_consumers(stream, GROUP)
     )
     return ConsumersListed(list(zip(ctx.outboxes, raising(replies), strict=True)))
 
 
-async def check_heartbeats(ctx: DriverContext, action: CheckHeartbeats) -> DeliveryInput:
+async def check_heartbeats(ctx: DriverContext, action: CheckHeartbeats) -> DeliveryAnswer:
     return HeartbeatsChecked(await ctx.redis.mget(action.keys))
 
 
-async def reclaim(ctx: DriverContext, action: Reclaim) -> DeliveryInput:
+async def reclaim(ctx: DriverContext, action: Reclaim) -> DeliveryAnswer:
     args = [GROUP, action.taker, str(action.count), *action.consumers]
     reply = await run_script(ctx, "reclaim", (action.stream,), args)
     return Reclaimed(action.stream, reply)
 
 
-async def forget_heartbeat(ctx: DriverContext, action: ForgetHeartbeat) -> DeliveryInput:
+async def forget_heartbeat(ctx: DriverContext, action: ForgetHeartbeat) -> DeliveryAnswer:
     await ctx.redis.delete(action.key)
     return Done()
 

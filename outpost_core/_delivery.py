@@ -6,14 +6,17 @@ Theory of operation
 so an event that ``track()`` returned for is durable before delivery starts. Each instance runs
 one (or ``max_in_flight``) delivery loops; each loop owns a :class:`Delivery` and repeats::
 
-    effect = delivery.next_effect(now)      # what to do next
+    delivery.handle(Tick(now, wall_us))     # the time
+    (effect,) = delivery.effects()          # what to do now
     ...do it...                             # XREADGROUP, POST, a script, a callback, or sleep
-    delivery.handle(input, now, wall_us)    # what came of it
+    delivery.handle(Tick(now, wall_us))     # the time it came
+    delivery.handle(answer)                 # what came of it
+    ...log delivery.reports()...
 
-This is the session's vocabulary (inputs in through ``handle()``, effects out) with one
-difference: a session may ask for many effects at once and drains them with ``effects()``, while
-every effect of a loop is a request whose answer is its next input, so a loop asks for one at a
-time.
+This is the session's vocabulary: inputs in through ``handle()`` (time as a :class:`Tick`, which
+dates the inputs after it), what to do drained with ``effects()``, what to log with
+``reports()``. Every effect of a loop is a request whose answer is its next input, so a drain
+holds exactly one effect, and the next drain waits for that answer.
 
 A loop reads up to ``batch_size`` entries, lingers up to ``linger`` seconds for more (reading
 what came every ``linger / 8`` seconds, not as each entry comes, and once more when a flush
@@ -65,6 +68,7 @@ import attrs
 from . import _budget, _keys, _liveness
 from ._backoff import backoff
 from ._budget import BudgetAnswered, TakeRequest
+from ._inputs import Tick
 from ._liveness import (
     Beat,
     CheckHeartbeats,
@@ -78,6 +82,7 @@ from ._liveness import (
 from ._outage import Report
 from ._random import Random
 from ._replies import text_of
+from ._reports import Reports
 from ._shards import checked as checked_shards
 from .errors import UsageError
 
@@ -320,7 +325,15 @@ class Done:
     """The previous action (claim refresh, claim) finished; nothing to report."""
 
 
-DeliveryInput = (
+@attrs.frozen(slots=True)
+class Flushing:
+    """A flush began (``on``) or every flush ended: while one runs, a loop sends what is queued at
+    once rather than linger, and reads with a short block."""
+
+    on: bool
+
+
+DeliveryAnswer = (
     OutboxRead
     | BatchAnswered
     | BatchFailed
@@ -333,6 +346,11 @@ DeliveryInput = (
     | Reclaimed
     | BudgetAnswered
 )
+"""What came of an effect: the input that answers it."""
+
+DeliveryInput = DeliveryAnswer | Tick | Flushing
+"""Every input a :class:`Delivery` takes: the time (:class:`Tick`, as the session's), a flush
+beginning or ending, and the answers to its effects."""
 
 _ANSWERS: dict[type, type | tuple[type, ...]] = {
     ReadOutbox: OutboxRead,
@@ -427,26 +445,30 @@ class Delivery:
         self.consumers_removed = 0
         """Consumers of dead instances this loop removed from the outbox group."""
         self.flushing = False
+        """Whether a flush runs (the latest :class:`Flushing`)."""
         self.delivered = 0
         self.dropped = 0
         self.rejected_entries = 0
         self.rate_limited = 0
+        self._now = now
         self._wall_us = 0
-        self._reports: list[Report] = []
+        self._reports = Reports()
         self.stalled: str | None = None
         """Why delivery is stalled (a 401/403/404), for operators; ``None`` when it is not."""
         self.blocked = False
         """Stalled by what only an operator fixes (a token, a URL, a certificate, a proxy): the
         queued events wait ``stall_delay`` between tries, and a flush can only time out."""
 
-    # -- the loop's questions -----------------------------------------------------------------
+    # -- what to do ---------------------------------------------------------------------------
 
-    def next_effect(self, now: float) -> DeliveryEffect:
+    def effects(self) -> list[DeliveryEffect]:
+        """Drain what the driver must do now (as of the latest :class:`Tick`): one effect, a
+        request whose answer :meth:`handle` takes before the next drain."""
         if self._awaiting is not None:
             raise UsageError(f"report the outcome of the last action first ({self._awaiting})")
-        action = self._choose(now)
+        action = self._choose(self._now)
         self._awaiting = type(action)
-        return action
+        return [action]
 
     def _choose(self, now: float) -> DeliveryEffect:
         s = self.settings
@@ -638,11 +660,21 @@ class Delivery:
 
     # -- outcomes -----------------------------------------------------------------------------
 
-    def handle(self, outcome: DeliveryInput, now: float, wall_us: int) -> None:
-        """Report what came of the last action; ``now`` is monotonic seconds, ``wall_us`` the
-        wall clock (acknowledgement times are compared with snapshot times)."""
+    def handle(self, event: DeliveryInput) -> None:
+        """Take one input: the time (a :class:`Tick`: ``now`` monotonic seconds, which the inputs
+        after it and the next effect date from; ``wall_us`` the wall clock, for acknowledgement
+        times, which are compared with snapshot times), a flush beginning or ending, or what came
+        of the effect last drained. Then drain :meth:`reports` (and :meth:`effects`)."""
+        if isinstance(event, Tick):
+            self._now, self._wall_us = event.now, event.wall_us
+        elif isinstance(event, Flushing):
+            self.flushing = event.on
+        else:
+            self._answered_by(event)
+
+    def _answered_by(self, outcome: DeliveryAnswer) -> None:
         expected, self._awaiting = self._awaiting, None
-        self._wall_us = wall_us
+        now = self._now
         if expected is None:
             raise UsageError(f"{type(outcome).__name__} reported with no action outstanding")
         if not isinstance(outcome, _ANSWERS[expected]):
@@ -665,18 +697,18 @@ class Delivery:
         if self.rejected_entries > rejected:
             count = self.rejected_entries - rejected
             message = f"outpost removed {count} unreadable outbox entries (or rejected replies)"
-            self._reports.append(Report(logging.WARNING, message))
+            self._reports.add(logging.WARNING, message)
         stalls = isinstance(outcome, BatchFailed) and outcome.stalls
         if self.stalled and (isinstance(outcome, BatchAnswered) or stalls):
-            message = f"outpost delivery is stalled: {self.stalled}"
-            self._reports.append(Report(logging.ERROR, message))
+            self._reports.add(logging.ERROR, f"outpost delivery is stalled: {self.stalled}")
 
     def reports(self) -> list[Report]:
-        """Drain what the loop must log (unreadable entries removed, a stall and why)."""
-        out, self._reports = self._reports, []
-        return out
+        """Drain what the driver must log (unreadable entries removed, a stall and why), oldest
+        first: at most the newest thousand lines, after one that counts those let go when nobody
+        drained them in time."""
+        return self._reports.drain()
 
-    def _take(self, outcome: DeliveryInput, now: float) -> None:
+    def _take(self, outcome: DeliveryAnswer, now: float) -> None:
         if isinstance(outcome, OutboxRead):
             self._read(outcome, now)
         elif isinstance(outcome, BatchAnswered):
@@ -900,7 +932,7 @@ def _settle_call(
     return SettleScript(script=script, keys=tuple(keys), args=tuple(args))
 
 
-def nothing_done(action: DeliveryEffect) -> DeliveryInput:
+def nothing_done(action: DeliveryEffect) -> DeliveryAnswer:
     """The outcome a closing instance reports for an action it could not run (Redis failed while
     it closed): nothing happened, so the work stays queued in Redis for another instance. Whatever
     was held is taken again by a live instance; no heartbeat counts as alive; nothing is taken."""

@@ -8,10 +8,11 @@ the seed of its random generator); each following line is one of:
   "result": <value>}`` or with ``"error": [<class name>, <message>]`` (``script_sent``: the ticket
   a script of this instance got, which its ``ScriptReplied`` or ``ScriptFailed`` names);
 * ``{"t": "effects", "effects": [<value>, ...]}``: one drain of ``Session.effects()``;
-* ``{"t": "poll", "now": s, "action": <value>}`` (one ``Delivery.next_effect``) and
-  ``{"t": "outcome", "now": s, "wall_us": µs, "outcome": <value>}`` (one ``Delivery.handle``) for
-  a delivery loop: the words of the format's first version, kept so that recorded traces and the
-  TypeScript replayer read on unchanged.
+* for a delivery loop, the same ``input`` and ``effects`` records (``Delivery.handle``,
+  ``Delivery.effects()``). Version 1 recorded a loop in records of its own, which replays still
+  read: ``{"t": "poll", "now": s, "flushing": bool, "action": <value>}`` (a :class:`Flushing`, a
+  :class:`Tick` at ``now`` and one drain) and ``{"t": "outcome", "now": s, "wall_us": µs,
+  "outcome": <value>}`` (a :class:`Tick` and the answer).
 
 Values are JSON with tagged objects: an attrs instance is ``{"$kind": <class>, <field>: ...}``,
 bytes are ``{"$bytes": <hex>}``, mappings with non-string keys ``{"$map": [[k, v], ...]}``,
@@ -45,7 +46,10 @@ from ._session import Settings
 from .errors import OutpostError
 
 FORMAT = "outpost-trace"
-VERSION = 1
+VERSION = 2
+"""The version recorded. 2: delivery loops recorded as sessions are (``input``, ``effects``);
+replays read 1 too."""
+READS = (1, 2)
 TraceRecord = dict[str, Any]
 Sink = Callable[[TraceRecord], None]
 
@@ -215,8 +219,7 @@ class RecordingSession:
 
 
 class RecordingDelivery:
-    """A ``Delivery`` that records its effects and inputs to a sink (the format calls them
-    ``poll`` and ``outcome`` records, the names of its first version)."""
+    """A ``Delivery`` that records its inputs and effects to a sink."""
 
     def __init__(self, delivery: Any, sink: Sink) -> None:
         self._delivery = delivery
@@ -225,21 +228,14 @@ class RecordingDelivery:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._delivery, name)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("_"):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self._delivery, name, value)
+    def handle(self, event: Any) -> None:
+        self._sink({"t": "input", "input": encode(event)})
+        self._delivery.handle(event)
 
-    def next_effect(self, now: float) -> Any:
-        action = self._delivery.next_effect(now)
-        flushing = self._delivery.flushing
-        self._sink({"t": "poll", "now": now, "flushing": flushing, "action": encode(action)})
-        return action
-
-    def handle(self, outcome: Any, now: float, wall_us: int) -> None:
-        self._sink({"t": "outcome", "now": now, "wall_us": wall_us, "outcome": encode(outcome)})
-        self._delivery.handle(outcome, now, wall_us)
+    def effects(self) -> list[Any]:
+        out: list[Any] = self._delivery.effects()
+        self._sink({"t": "effects", "effects": encode(out)})
+        return out
 
 
 def header(machine: str, settings: Any, seed: int, extra: Mapping[str, Any]) -> TraceRecord:
@@ -318,16 +314,27 @@ def replay_delivery(records: Iterable[TraceRecord], rng: RandomFactory) -> list[
     settings = decode(head["settings"])
     first = head.get("started_at", 0.0)
     delivery = _delivery.Delivery(settings, rng(head["seed"]), first)
+    wall_us = 0  # (version 1: a poll dates from the latest outcome's wall clock)
     mismatches: list[Mismatch] = []
     for number, record in enumerate(lines, start=2):
-        if record["t"] == "poll":
-            delivery.flushing = bool(record.get("flushing"))
-            action = encode(delivery.next_effect(record["now"]))
-            if not recorded_as(record["action"], action):
-                mismatches.append(Mismatch(number, "action", record["action"], action))
-                break  # the recorded outcomes answer the recorded actions, not these
-        elif record["t"] == "outcome":
-            delivery.handle(decode(record["outcome"]), record["now"], record["wall_us"])
+        kind = record["t"]
+        if kind == "input":
+            delivery.handle(decode(record["input"]))
+        elif kind == "outcome":
+            wall_us = record["wall_us"]
+            delivery.handle(_inputs.Tick(record["now"], wall_us))
+            delivery.handle(decode(record["outcome"]))
+        elif kind in ("effects", "poll"):
+            if kind == "poll":
+                delivery.handle(_delivery.Flushing(bool(record.get("flushing"))))
+                delivery.handle(_inputs.Tick(record["now"], wall_us))
+                recorded = [record["action"]]
+            else:
+                recorded = record["effects"]
+            effects = encode(delivery.effects())
+            if not recorded_as(recorded, effects):
+                mismatches.append(Mismatch(number, "effects", recorded, effects))
+                break  # the recorded inputs answer the recorded effects, not these
     return mismatches
 
 
@@ -344,8 +351,8 @@ def recorded_as(recorded: Any, actual: Any) -> bool:
 
 
 def _check_header(head: TraceRecord, machine: str) -> None:
-    if head.get("format") != FORMAT or head.get("version") != VERSION:
-        raise ValueError(f"not an {FORMAT} v{VERSION} trace: {head!r:.200}")
+    if head.get("format") != FORMAT or head.get("version") not in READS:
+        raise ValueError(f"not an {FORMAT} v1 or v2 trace: {head!r:.200}")
     if head.get("machine") != machine:
         raise ValueError(f"a {head.get('machine')} trace, not a {machine} trace")
 

@@ -1,7 +1,8 @@
 # GENERATED from outpost_async/_delivery.py by scripts/unasync.py: do not edit.
-"""The delivery loops: each moves events from the outbox streams to Polar's ingestion API, one
-effect of its sans-IO ``Delivery`` machine at a time (every effect is a request whose answer is
-the machine's next input). Also what ``flush()`` and ``close()`` ask of the outboxes.
+"""The delivery loops: each moves events from the outbox streams to Polar's ingestion API,
+driving its sans-IO ``Delivery`` machine as the session is driven (the time and the answers in
+through ``handle()``, what to do drained with ``effects()``: one effect a drain, a request whose
+answer is the machine's next input). Also what ``flush()`` and ``close()`` ask of the outboxes.
 
 ``_DELIVERY_EFFECTS`` (at the end) is the dispatch table: each effect a delivery machine can ask
 for, and the method that does it and returns what came of it.
@@ -25,10 +26,11 @@ from outpost_core import (
     CheckHeartbeats,
     ClaimStale,
     Delivery,
+    DeliveryAnswer,
     DeliveryEffect,
-    DeliveryInput,
     DeliverySettings,
     Done,
+    Flushing,
     FlushWatch,
     ForgetHeartbeat,
     GiveUp,
@@ -50,6 +52,7 @@ from outpost_core import (
     StreamEntry,
     SurveyConsumers,
     TakeRequest,
+    Tick,
     hand_back,
     last_entries,
     lost_its_data,
@@ -189,10 +192,14 @@ class Deliveries:
             delivery = self.machines[number]
             self._retrying(number, self._create_groups, None)  # Redis may be down at start
             while not ctx.closed:
-                delivery.flushing = ctx.flushing > 0
-                action = delivery.next_effect(time.monotonic())
+                flushing = ctx.flushing > 0
+                if flushing != delivery.flushing:
+                    delivery.handle(Flushing(flushing))
+                delivery.handle(Tick(time.monotonic(), ctx.now_us()))
+                (action,) = delivery.effects()
                 outcome = self._act(number, action)
-                delivery.handle(outcome, time.monotonic(), ctx.now_us())
+                delivery.handle(Tick(time.monotonic(), ctx.now_us()))
+                delivery.handle(outcome)
                 for report in delivery.reports():
                     log_report(ctx.log, report)
                 if isinstance(outcome, Settled) or isinstance(action, PostAndSettle):
@@ -233,7 +240,7 @@ class Deliveries:
         )
         return {stream: bool(left) for stream, left in zip(streams, raising(replies), strict=True)}
 
-    def _act(self, loop: int, action: DeliveryEffect) -> DeliveryInput:
+    def _act(self, loop: int, action: DeliveryEffect) -> DeliveryAnswer:
         """Do one delivery action of loop ``loop``. Redis failures are retried until they succeed
         (or the instance closes): settling must not be skipped, and a read can simply wait."""
         if not isinstance(action, _MOVES_ENTRIES):
@@ -247,7 +254,7 @@ class Deliveries:
             with ctx.lock:
                 ctx.recovery.read_ended()
 
-    def _act_retrying(self, loop: int, action: DeliveryEffect) -> DeliveryInput:
+    def _act_retrying(self, loop: int, action: DeliveryEffect) -> DeliveryAnswer:
         if isinstance(action, PostAndSettle):  # each script retried, never the post
             return self._post_and_settle(loop, action)
         if isinstance(action, SettleScripts):
@@ -291,8 +298,8 @@ class Deliveries:
             log_report(self._context.log, after.report)
         sleep(after.seconds)
 
-    def _act_once(self, action: DeliveryEffect) -> DeliveryInput:
-        result: DeliveryInput = _DELIVERY_EFFECTS[type(action)](self, action)
+    def _act_once(self, action: DeliveryEffect) -> DeliveryAnswer:
+        result: DeliveryAnswer = _DELIVERY_EFFECTS[type(action)](self, action)
         return result
 
     def _create_groups(self) -> None:
@@ -358,7 +365,7 @@ class Deliveries:
         reply = ctx.redis.execute_command(b"XREADGROUP", *command[1:])  # type: ignore[no-untyped-call]
         return OutboxRead(stream_entries(reply))
 
-    def _post_and_settle(self, loop: int, action: PostAndSettle) -> DeliveryInput:
+    def _post_and_settle(self, loop: int, action: PostAndSettle) -> DeliveryAnswer:
         """The next batch's post, and meanwhile the read of the batch after it (if asked) and the
         settle scripts of the batches before it, each retried until Redis answers (never the
         post: it changes nothing in Redis)."""
@@ -394,7 +401,7 @@ class Deliveries:
             log_report(ctx.log, report)
             return OutboxRead([])
 
-    def _settle_scripts(self, loop: int, action: SettleScripts) -> DeliveryInput:
+    def _settle_scripts(self, loop: int, action: SettleScripts) -> DeliveryAnswer:
         ctx = self._context
         ctx.settling += 1
         try:
@@ -418,14 +425,14 @@ class Deliveries:
             else:
                 self._effects.replied(reply)
 
-    def _post_and_settle_alone(self, action: PostAndSettle) -> DeliveryInput:
+    def _post_and_settle_alone(self, action: PostAndSettle) -> DeliveryAnswer:
         """The same outside a loop (the loops run these through ``_act``): as loop 0's."""
         return self._post_and_settle(0, action)
 
-    def _settle_scripts_alone(self, action: SettleScripts) -> DeliveryInput:
+    def _settle_scripts_alone(self, action: SettleScripts) -> DeliveryAnswer:
         return self._settle_scripts(0, action)
 
-    def _settle(self, action: SettleScript) -> DeliveryInput:
+    def _settle(self, action: SettleScript) -> DeliveryAnswer:
         ctx = self._context
         ctx.settling += 1
         try:
@@ -443,7 +450,7 @@ class Deliveries:
         self._effects.replied(reply)
         return Settled(reply)
 
-    def _report_dropped(self, action: ReportDropped) -> DeliveryInput:
+    def _report_dropped(self, action: ReportDropped) -> DeliveryAnswer:
         ctx = self._context
         if ctx.on_dropped is None:
             ctx.log.error("outpost dropped %d events: %s", len(action.events), action.reason)
@@ -454,7 +461,7 @@ class Deliveries:
                 ctx.log.exception("outpost: on_dropped raised")
         return Reported()
 
-    def _sleep(self, action: Sleep) -> DeliveryInput:
+    def _sleep(self, action: Sleep) -> DeliveryAnswer:
         signal = self._context.deliveries
         version = signal.version
         signal.wait(version, min(action.until - time.monotonic(), POLL))
@@ -467,15 +474,15 @@ a loop does one. (A ``ReadOutbox`` counts itself, once it knows which read it do
 
 
 def _with_context(
-    run: Callable[[DriverContext, Any], DeliveryInput],
-) -> Callable[[Deliveries, Any], DeliveryInput]:
+    run: Callable[[DriverContext, Any], DeliveryAnswer],
+) -> Callable[[Deliveries, Any], DeliveryAnswer]:
     """An effect that needs only the driver's context, in the table of ``Deliveries``' own."""
     return lambda deliveries, action: run(deliveries._context, action)
 
 
 # Each effect a delivery machine asks for, and the method that does it and returns what came of
 # it. An effect missing here fails at once (KeyError), in any test.
-_DELIVERY_EFFECTS: dict[type, Callable[[Deliveries, Any], DeliveryInput]] = {
+_DELIVERY_EFFECTS: dict[type, Callable[[Deliveries, Any], DeliveryAnswer]] = {
     ReadOutbox: Deliveries._read_outbox,
     PostBatch: _with_context(post_batch),
     PostAndSettle: Deliveries._post_and_settle_alone,

@@ -17,7 +17,7 @@ from outpost_core import (
     CheckHeartbeats,
     ClaimStale,
     ConsumersListed,
-    DeliveryInput,
+    DeliveryAnswer,
     Done,
     ForgetHeartbeat,
     HeartbeatsChecked,
@@ -52,14 +52,14 @@ def per_stream(
         return list(pipe.execute(raise_on_error=False))
 
 
-def refresh_claim(ctx: DriverContext, action: RefreshClaim) -> DeliveryInput:
+def refresh_claim(ctx: DriverContext, action: RefreshClaim) -> DeliveryAnswer:
     for stream, ids in action.by_stream().items():
         claimed: list[Any] = ids  # redis-py's stub wants a list of its own union
         ctx.redis.xclaim(stream, GROUP, ctx.consumer, 0, claimed, justid=True)
     return Done()
 
 
-def claim_stale(ctx: DriverContext, action: ClaimStale) -> DeliveryInput:
+def claim_stale(ctx: DriverContext, action: ClaimStale) -> DeliveryAnswer:
     replies = per_stream(
         ctx,
         ctx.outboxes,
@@ -78,29 +78,29 @@ def claim_stale(ctx: DriverContext, action: ClaimStale) -> DeliveryInput:
     return OutboxRead(entries)
 
 
-def beat(ctx: DriverContext, action: Beat) -> DeliveryInput:
+def beat(ctx: DriverContext, action: Beat) -> DeliveryAnswer:
     ctx.redis.set(action.key, b"1", px=action.ttl_ms)
     return Done()
 
 
-def survey(ctx: DriverContext, action: SurveyConsumers) -> DeliveryInput:
+def survey(ctx: DriverContext, action: SurveyConsumers) -> DeliveryAnswer:
     replies = per_stream(
         ctx, ctx.outboxes, lambda client, stream: client.xinfo_consumers(stream, GROUP)
     )
     return ConsumersListed(list(zip(ctx.outboxes, raising(replies), strict=True)))
 
 
-def check_heartbeats(ctx: DriverContext, action: CheckHeartbeats) -> DeliveryInput:
+def check_heartbeats(ctx: DriverContext, action: CheckHeartbeats) -> DeliveryAnswer:
     return HeartbeatsChecked(ctx.redis.mget(action.keys))
 
 
-def reclaim(ctx: DriverContext, action: Reclaim) -> DeliveryInput:
+def reclaim(ctx: DriverContext, action: Reclaim) -> DeliveryAnswer:
     args = [GROUP, action.taker, str(action.count), *action.consumers]
     reply = run_script(ctx, "reclaim", (action.stream,), args)
     return Reclaimed(action.stream, reply)
 
 
-def forget_heartbeat(ctx: DriverContext, action: ForgetHeartbeat) -> DeliveryInput:
+def forget_heartbeat(ctx: DriverContext, action: ForgetHeartbeat) -> DeliveryAnswer:
     ctx.redis.delete(action.key)
     return Done()
 

@@ -424,7 +424,7 @@ class OutpostModel(RuleBasedStateMachine):
             random.Random(0),
             now=0.0,
         )
-        self.delivery.flushing = True
+        self.delivery.handle(oc.Flushing(True))
         self.delivery_clock = 0.0
         self.waiting: oc.DeliveryEffect | None = None
         self.b.handle(oc.ConfigurationReceived(CONFIGURATION, from_cache=True))
@@ -478,11 +478,13 @@ class OutpostModel(RuleBasedStateMachine):
         action, self.waiting = self.waiting, None
         if action is None:
             self.delivery_clock += 1000.0  # past any backoff: the rules decide what happens
-            action = self.delivery.next_effect(self.delivery_clock)
+            self.delivery.handle(oc.Tick(self.delivery_clock, self.polar.now))
+            (action,) = self.delivery.effects()
         return action
 
-    def report(self, outcome: oc.DeliveryInput) -> None:
-        self.delivery.handle(outcome, self.delivery_clock, self.polar.now)
+    def report(self, outcome: oc.DeliveryAnswer) -> None:
+        self.delivery.handle(oc.Tick(self.delivery_clock, self.polar.now))
+        self.delivery.handle(outcome)
 
     def settle(self, action: oc.SettleScript) -> None:
         # A confirm may name an event Polar stored: a retried track() of an event a snapshot
@@ -529,7 +531,7 @@ class OutpostModel(RuleBasedStateMachine):
             else:  # pragma: no cover
                 raise AssertionError(f"unknown delivery action {action!r}")
 
-    def post(self, batch: oc.PostBatch, outcome: str) -> oc.DeliveryInput:
+    def post(self, batch: oc.PostBatch, outcome: str) -> oc.DeliveryAnswer:
         """What Polar makes of one attempt: store (or not), and what the SDK hears."""
         items = json.loads(batch.body)["events"]
         events = [self.tracked[item["external_id"]] for item in items]

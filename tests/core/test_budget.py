@@ -93,14 +93,14 @@ def test_a_request_is_taken_before_each_post_and_the_batch_grows_while_waiting()
     assert loop.step(OutboxRead(entries("c", "d"))) == ReadOutbox(count=2, block=0.5)
     assert loop.step(OutboxRead([]), now=0.2) == ReadOutbox(count=2, block=0.3)
     loop.now = 0.5
-    assert loop.next_effect() == PostBatch(body("b", "c", "d"), 3)
+    assert loop.effect() == PostBatch(body("b", "c", "d"), 3)
 
 
 def test_a_full_batch_waits_for_the_budget_without_reading() -> None:
     loop = budgeted_loop(batch_bytes=1024)
     loop.step(OutboxRead([big("a", 600), big("b", 600)]))
     assert loop.step(BudgetAnswered(b"2000000")) == TAKE
-    assert loop.next_effect() == Sleep(2.0)  # the buffer holds a batch's worth already
+    assert loop.effect() == Sleep(2.0)  # the buffer holds a batch's worth already
 
 
 def test_a_retry_takes_a_request_too() -> None:
@@ -110,7 +110,7 @@ def test_a_retry_takes_a_request_too() -> None:
     loop.step(BatchAnswered(500))  # retried after a backoff of 0.5 s
     loop.step(Done(), now=0.5)  # refresh the claim
     assert loop.step(BudgetAnswered(1_000_000)) == TAKE
-    assert loop.next_effect() == Sleep(1.5)  # a batch in flight does not read more
+    assert loop.effect() == Sleep(1.5)  # a batch in flight does not read more
 
 
 def test_an_unreadable_budget_reply_is_counted_and_the_request_goes() -> None:
@@ -118,17 +118,17 @@ def test_an_unreadable_budget_reply_is_counted_and_the_request_goes() -> None:
     loop.step(OutboxRead(entries("a")))
     loop.step(BudgetAnswered(b"junk"))
     assert loop.delivery.rejected_entries == 1
-    assert loop.next_effect() == PostBatch(body("a"), 1)
+    assert loop.effect() == PostBatch(body("a"), 1)
 
 
 def test_batches_stay_under_batch_bytes() -> None:
     loop = budgeted_loop(batch_bytes=2048, requests_per_minute=0.0)
     loop.step(OutboxRead([big(i, 900) for i in "abcd"]))
-    first = loop.next_effect()
+    first = loop.effect()
     assert first.size == 2 and len(first.body) <= 2048
     loop.report(BatchAnswered(200))
     loop.step(Settled())
-    assert loop.next_effect().size == 2
+    assert loop.effect().size == 2
 
 
 def test_an_event_too_large_for_any_batch_is_dropped_and_reported() -> None:
@@ -142,10 +142,10 @@ def test_an_event_too_large_for_any_batch_is_dropped_and_reported() -> None:
     assert isinstance(confirm, SettleScript) and confirm.script == "confirm"
     assert "1-huge" in confirm.args
     assert loop.step(BudgetAnswered(0)) == TAKE
-    assert loop.next_effect() == PostBatch(body("a"), 1)
+    assert loop.effect() == PostBatch(body("a"), 1)
 
 
 def test_without_a_budget_nothing_is_taken() -> None:
     loop = budgeted_loop(requests_per_minute=0.0)
     loop.step(OutboxRead(entries("a")))
-    assert loop.next_effect() == PostBatch(body("a"), 1)
+    assert loop.effect() == PostBatch(body("a"), 1)

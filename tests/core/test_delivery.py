@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from outpost_core import ConfigurationError, Report, UsageError
+from outpost_core import ConfigurationError, Report, Tick, UsageError
 from outpost_core import _keys as keys
 from outpost_core._delivery import (
     GROUP,
@@ -19,6 +19,7 @@ from outpost_core._delivery import (
     Delivery,
     DeliverySettings,
     Done,
+    Flushing,
     OutboxEntry,
     OutboxRead,
     PostBatch,
@@ -63,8 +64,8 @@ def body(*ids: str) -> bytes:
 
 
 class Loop:
-    """Drives a Delivery as a driver's loop does: the next effect, then what came of it.
-    (Shared by the budget and liveness tests.)"""
+    """Drives a Delivery as a driver's loop does: the time, the effect drained, the time and
+    what came of it. (Shared by the budget and liveness tests.)"""
 
     def __init__(
         self, settings: DeliverySettings | None = None, draw: float = 0.5, *, claimed: bool = True
@@ -73,32 +74,35 @@ class Loop:
         self.delivery = Delivery(settings, FixedRandom(draw), now=0.0)
         self.now = 0.0
         if claimed:  # the loop's first question, what dead consumers held: nothing
-            assert self.next_effect() == ClaimStale(min_idle=300.0, count=settings.batch_size)
+            assert self.effect() == ClaimStale(min_idle=300.0, count=settings.batch_size)
             self.report(Done())
 
-    def next_effect(self, now: float | None = None) -> Any:
+    def effect(self, now: float | None = None) -> Any:
         if now is not None:
             self.now = now
-        return self.delivery.next_effect(self.now)
+        self.delivery.handle(Tick(self.now, WALL))
+        (effect,) = self.delivery.effects()
+        return effect
 
     def report(self, outcome: Any) -> None:
-        self.delivery.handle(outcome, self.now, WALL)
+        self.delivery.handle(Tick(self.now, WALL))
+        self.delivery.handle(outcome)
 
     def step(self, outcome: Any, now: float | None = None) -> Any:
         """The next effect, answered with ``outcome``; returns the effect."""
-        action = self.next_effect(now)
+        action = self.effect(now)
         self.report(outcome)
         return action
 
     def read(self, *ids: str) -> None:
-        assert isinstance(self.next_effect(), ReadOutbox)
+        assert isinstance(self.effect(), ReadOutbox)
         self.report(OutboxRead(entries(*ids)))
 
     def post(self, now: float | None = None) -> PostBatch:
-        action = self.next_effect(now)
+        action = self.effect(now)
         if isinstance(action, RefreshClaim):
             self.report(Done())
-            action = self.next_effect()
+            action = self.effect()
         assert isinstance(action, PostBatch), action
         return action
 
@@ -106,7 +110,7 @@ class Loop:
         """Run the ``count`` settle scripts and reports a batch left."""
         out = []
         for _ in range(count):
-            action = self.next_effect()
+            action = self.effect()
             assert isinstance(action, SettleScript | ReportDropped), action
             out.append(action)
             self.report(Settled() if isinstance(action, SettleScript) else Reported())
@@ -154,39 +158,40 @@ def test_settings_refuse(arguments: dict[str, Any], message: str) -> None:
 
 def test_one_question_at_a_time() -> None:
     delivery = Delivery(DeliverySettings(), FixedRandom(), now=0.0)
+    delivery.handle(Tick(0.0, WALL))
     with pytest.raises(UsageError, match="no action outstanding"):
-        delivery.handle(Done(), 0.0, WALL)
-    delivery.next_effect(0.0)
+        delivery.handle(Done())
+    delivery.effects()
     with pytest.raises(UsageError, match="report the outcome of the last action first"):
-        delivery.next_effect(0.0)
+        delivery.effects()
     with pytest.raises(UsageError, match="not a delivery outcome"):
-        delivery.handle("done", 0.0, WALL)  # type: ignore[arg-type]
+        delivery.handle("done")  # type: ignore[arg-type]
 
 
 def test_an_outcome_for_another_action_is_a_usage_error() -> None:
     loop = Loop()
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     with pytest.raises(UsageError):
         loop.report(BatchAnswered(200))
 
 
 def test_reads_linger_then_post_then_acknowledge() -> None:
     loop = Loop()
-    assert loop.next_effect() == ReadOutbox(count=500, block=0.5)
+    assert loop.effect() == ReadOutbox(count=500, block=0.5)
     loop.report(OutboxRead([]))
     assert loop.delivery.idle
-    assert loop.next_effect(1.0) == ReadOutbox(count=500, block=0.5)
+    assert loop.effect(1.0) == ReadOutbox(count=500, block=0.5)
     loop.report(OutboxRead(entries("a", "b")))
     assert not loop.delivery.idle
     # Lingering, it reads what came every linger / 8 seconds, without blocking: not one read
     # (and one wake-up) per event.
-    assert loop.next_effect(1.01) == Sleep(1.025)
+    assert loop.effect(1.01) == Sleep(1.025)
     loop.report(Done())
-    assert loop.next_effect(1.05) == ReadOutbox(count=498, block=0.0)
+    assert loop.effect(1.05) == ReadOutbox(count=498, block=0.0)
     loop.report(OutboxRead(entries("c")))
-    assert loop.next_effect(1.06) == Sleep(1.075)
+    assert loop.effect(1.06) == Sleep(1.075)
     loop.report(Done())
-    assert loop.next_effect(1.2) == PostBatch(body=body("a", "b", "c"), size=3)
+    assert loop.effect(1.2) == PostBatch(body=body("a", "b", "c"), size=3)
     loop.report(BatchAnswered(200, b'{"inserted":3,"duplicates":0}'))
     assert loop.work(1) == [settle("acknowledge", ["a", "b", "c"], ["a", "b", "c"])]
     assert loop.delivery.idle
@@ -196,57 +201,57 @@ def test_reads_linger_then_post_then_acknowledge() -> None:
 def test_a_lingering_loop_sleeps_at_most_until_the_batch_is_due() -> None:
     loop = Loop(DeliverySettings(linger=0.08))
     loop.read("a")
-    assert loop.next_effect(0.0) == Sleep(0.01)
+    assert loop.effect(0.0) == Sleep(0.01)
     loop.report(Done())
-    assert loop.next_effect(0.075) == ReadOutbox(count=499, block=0.0)
+    assert loop.effect(0.075) == ReadOutbox(count=499, block=0.0)
     loop.report(OutboxRead([]))
-    assert loop.next_effect(0.076) == Sleep(0.08)  # due before the next read
+    assert loop.effect(0.076) == Sleep(0.08)  # due before the next read
 
 
 def test_a_long_linger_still_reads_every_read_block() -> None:
     loop = Loop(DeliverySettings(linger=3600.0, read_block=0.5))
     loop.read("a")
-    assert loop.next_effect(0.0) == Sleep(0.5)
+    assert loop.effect(0.0) == Sleep(0.5)
 
 
 def test_a_full_buffer_posts_at_once_and_keeps_the_rest() -> None:
     loop = Loop(DeliverySettings(batch_size=2))
     loop.read("a", "b", "c")
-    assert loop.next_effect() == PostBatch(body=body("a", "b"), size=2)
+    assert loop.effect() == PostBatch(body=body("a", "b"), size=2)
     loop.report(BatchAnswered(204))
     loop.work(1)
     # The rest has lingered as long as the first two: it goes next.
-    assert loop.next_effect(0.3) == PostBatch(body=body("c"), size=1)
+    assert loop.effect(0.3) == PostBatch(body=body("c"), size=1)
 
 
 def test_flushing_posts_without_lingering_and_reads_blocking_briefly() -> None:
     loop = Loop()
-    loop.delivery.flushing = True
+    loop.delivery.handle(Flushing(True))
     # Never 0 (no BLOCK at all): a read that returns at once would spin Redis during a flush.
-    assert loop.next_effect() == ReadOutbox(count=500, block=0.01)
+    assert loop.effect() == ReadOutbox(count=500, block=0.01)
     loop.report(OutboxRead(entries("a")))
     # Once more, without blocking: what was queued by the flush goes in the same batch.
-    assert loop.next_effect() == ReadOutbox(count=499, block=0.0)
+    assert loop.effect() == ReadOutbox(count=499, block=0.0)
     loop.report(OutboxRead(entries("b")))
-    assert loop.next_effect() == PostBatch(body=body("a", "b"), size=2)
+    assert loop.effect() == PostBatch(body=body("a", "b"), size=2)
 
 
 def test_a_flush_reads_once_more_before_a_batch_that_was_lingering() -> None:
     loop = Loop()
     loop.read("a")  # lingering: the next read is linger / 8 away
-    loop.delivery.flushing = True
-    assert loop.next_effect() == ReadOutbox(count=499, block=0.0)
+    loop.delivery.handle(Flushing(True))
+    assert loop.effect() == ReadOutbox(count=499, block=0.0)
     loop.report(OutboxRead(entries("b", "c")))
-    assert loop.next_effect() == PostBatch(body=body("a", "b", "c"), size=3)
+    assert loop.effect() == PostBatch(body=body("a", "b", "c"), size=3)
 
 
 def test_stale_entries_are_claimed_every_claim_interval() -> None:
     loop = Loop(DeliverySettings(claim_interval=30.0))
-    assert isinstance(loop.next_effect(29.9), ReadOutbox)
+    assert isinstance(loop.effect(29.9), ReadOutbox)
     loop.report(OutboxRead([]))
-    assert loop.next_effect(30.0) == ClaimStale(min_idle=300.0, count=500)
+    assert loop.effect(30.0) == ClaimStale(min_idle=300.0, count=500)
     loop.report(OutboxRead(entries("old")))
-    assert loop.next_effect(30.3) == PostBatch(body=body("old"), size=1)
+    assert loop.effect(30.3) == PostBatch(body=body("old"), size=1)
 
 
 REDIS_ID: Any = b"1-c"  # ids as Redis answers them: bytes
@@ -254,7 +259,7 @@ REDIS_ID: Any = b"1-c"  # ids as Redis answers them: bytes
 
 def test_entries_of_several_streams_and_identities_settle_per_stream() -> None:
     loop = Loop()
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     loop.report(
         OutboxRead(
             [
@@ -308,11 +313,11 @@ def test_entries_of_several_streams_and_identities_settle_per_stream() -> None:
 )
 def test_malformed_entries_are_counted_and_removed(bad: tuple[Any, Any, Any]) -> None:
     loop = Loop()
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     loop.report(OutboxRead([bad, *entries("ok")]))
     assert loop.delivery.rejected_entries == 1
     if isinstance(bad[1], str):  # an id Redis could have written: remove the entry
-        assert loop.next_effect() == SettleScript(
+        assert loop.effect() == SettleScript(
             script="confirm",
             keys=(STREAM,),
             args=(keys.channel(3), GROUP, str(WALL), "1", bad[1]),
@@ -323,7 +328,7 @@ def test_malformed_entries_are_counted_and_removed(bad: tuple[Any, Any, Any]) ->
 
 def test_entries_read_by_a_client_that_decodes_replies() -> None:
     loop = Loop()
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     decoded = {k.decode(): v.decode() for k, v in fields("a").items()}
     loop.report(OutboxRead([(STREAM, "1-a", decoded)]))
     assert loop.post(1.0) == PostBatch(body=body("a"), size=1)
@@ -331,18 +336,18 @@ def test_entries_read_by_a_client_that_decodes_replies() -> None:
 
 def test_an_event_that_is_not_json_inside_its_braces_is_dropped_as_it_reads() -> None:
     loop = Loop()
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     loop.report(OutboxRead([(STREAM, "1-a", {**fields("a"), b"e": b"{bad}"})]))
     loop.post(1.0)
     loop.report(BatchAnswered(400))  # Polar cannot parse the body
-    report = loop.next_effect()
+    report = loop.effect()
     assert report.events == ({"unreadable": "{bad}"},)
 
 
 @pytest.mark.parametrize("stream", [STREAM.encode(), "not-an-outbox"])
 def test_an_entry_of_an_unknown_or_undecoded_stream(stream: Any) -> None:
     loop = Loop()
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     loop.report(OutboxRead([(stream, "1-x", {b"e": b"{}"})]))
     assert loop.delivery.rejected_entries == 1
 
@@ -365,9 +370,9 @@ def test_a_422_that_names_its_events_drops_them_and_sends_the_rest_at_once() -> 
         settle("confirm", ["b"], ["b"]),
     ]
     assert loop.delivery.dropped == 1
-    assert loop.next_effect() == RefreshClaim(((STREAM, "1-a"), (STREAM, "1-c")))
+    assert loop.effect() == RefreshClaim(((STREAM, "1-a"), (STREAM, "1-c")))
     loop.report(Done())
-    assert loop.next_effect() == PostBatch(body=body("a", "c"), size=2)
+    assert loop.effect() == PostBatch(body=body("a", "c"), size=2)
     loop.report(BatchAnswered(200))
     assert loop.work(1) == [settle("acknowledge", ["a", "c"], ["a", "c"])]
 
@@ -378,19 +383,17 @@ def test_before_an_attempt_every_held_entry_is_claimed_again_and_none_is_read_tw
     # posted again.
     loop = Loop(DeliverySettings(batch_size=2, linger=5.0))
     loop.read("a", "b", "c")
-    assert loop.next_effect(1.0) == PostBatch(body=body("a", "b"), size=2)
+    assert loop.effect(1.0) == PostBatch(body=body("a", "b"), size=2)
     loop.report(BatchAnswered(503))
-    assert isinstance(loop.next_effect(), Sleep)
+    assert isinstance(loop.effect(), Sleep)
     loop.report(Done())
-    assert loop.next_effect(3.0) == RefreshClaim(
-        ((STREAM, "1-a"), (STREAM, "1-b"), (STREAM, "1-c"))
-    )
+    assert loop.effect(3.0) == RefreshClaim(((STREAM, "1-a"), (STREAM, "1-b"), (STREAM, "1-c")))
     loop.report(Done())
-    assert loop.next_effect() == PostBatch(body=body("a", "b"), size=2)
+    assert loop.effect() == PostBatch(body=body("a", "b"), size=2)
     loop.report(BatchAnswered(200))
     loop.work(1)
     # A claim of stale entries brings back one this loop holds: it is not buffered twice.
-    assert isinstance(loop.next_effect(400.0), ClaimStale)
+    assert isinstance(loop.effect(400.0), ClaimStale)
     loop.report(OutboxRead(entries("c", "d")))
     assert loop.post() == PostBatch(body=body("c", "d"), size=2)
 
@@ -404,7 +407,7 @@ def test_an_entry_claimed_back_as_bytes_is_not_buffered_twice() -> None:
     assert loop.post(1.0) == PostBatch(body=body("a", "b"), size=2)
     loop.report(BatchAnswered(200))
     loop.work(1)
-    assert isinstance(loop.next_effect(400.0), ClaimStale)
+    assert isinstance(loop.effect(400.0), ClaimStale)
     as_bytes = [(s.encode(), i.encode(), f) for s, i, f in entries("c", "d")]
     loop.report(OutboxRead(as_bytes))
     assert loop.post() == PostBatch(body=body("c", "d"), size=2)
@@ -418,12 +421,12 @@ def test_what_a_loop_holds_is_tracked_as_entries_come_and_go() -> None:
     assert loop.post(1.0) == PostBatch(body=body("a", "b", "c"), size=3)
     loop.report(BatchAnswered(422, unprocessable(0)))  # "a" is dropped, "b" and "c" go again
     assert [type(a) for a in loop.work(2)] == [ReportDropped, SettleScript]
-    assert isinstance(loop.next_effect(), RefreshClaim)
+    assert isinstance(loop.effect(), RefreshClaim)
     loop.report(Done())
-    assert loop.next_effect() == PostBatch(body=body("b", "c"), size=2)
+    assert loop.effect() == PostBatch(body=body("b", "c"), size=2)
     loop.report(BatchAnswered(200))
     loop.work(1)
-    assert isinstance(loop.next_effect(400.0), ClaimStale)
+    assert isinstance(loop.effect(400.0), ClaimStale)
     # "c" twice in one answer, "a" dropped and "b" acknowledged earlier, "d" new.
     loop.report(OutboxRead(entries("a", "b", "c", "c", "d")))
     assert loop.post() == PostBatch(body=body("a", "b", "c"), size=3)
@@ -505,7 +508,7 @@ def test_timestamps_in_polars_future_wait_for_its_clock_and_drop_nothing() -> No
     loop.report(BatchAnswered(422, too_early(0, 1)))
     assert loop.delivery.stalled is not None and "clock is ahead" in loop.delivery.stalled
     assert not loop.delivery.blocked  # it passes by itself: a flush may still succeed
-    assert loop.next_effect() == Sleep(2.0)
+    assert loop.effect() == Sleep(2.0)
     loop.report(Done())
     assert loop.post(2.0) == PostBatch(body=body("a", "b"), size=2)
     loop.report(BatchAnswered(200))
@@ -527,7 +530,7 @@ def test_other_refusals_of_a_timestamp_drop_the_event(answer: bytes) -> None:
     loop.read("a")
     loop.post(1.0)
     loop.report(BatchAnswered(422, answer))
-    assert isinstance(loop.next_effect(), ReportDropped)
+    assert isinstance(loop.effect(), ReportDropped)
     assert loop.delivery.dropped == 1
 
 
@@ -541,7 +544,7 @@ def test_a_configuration_mistake_stalls_without_using_attempts(status: int) -> N
         f"Polar answered {status}: check the access token and server URL"
     )
     assert loop.delivery.blocked  # only an operator ends it: a flush would only wait
-    assert loop.next_effect(2.0) == Sleep(31.0)
+    assert loop.effect(2.0) == Sleep(31.0)
     loop.report(Done())
     loop.post(31.0)
     loop.report(BatchAnswered(status))  # still no drop, whatever max_attempts says
@@ -558,7 +561,7 @@ def test_a_certificate_that_does_not_verify_stalls_without_using_attempts() -> N
     reason = "the TLS certificate of polar did not verify (self-signed certificate)"
     loop.report(BatchFailed(reason, maybe_sent=False, stalls=True))
     assert loop.delivery.stalled == reason and loop.delivery.blocked
-    assert loop.next_effect(2.0) == Sleep(31.0)
+    assert loop.effect(2.0) == Sleep(31.0)
     loop.report(Done())
     loop.post(31.0)
     loop.report(BatchFailed(reason, maybe_sent=False, stalls=True))
@@ -591,7 +594,7 @@ def test_a_stall_is_reported_at_every_refused_attempt_and_not_once_it_ends() -> 
 
 def test_unreadable_entries_are_reported_once_per_input() -> None:
     loop = Loop()
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     loop.report(OutboxRead([(STREAM, "1-x", {b"e": b"not json"}), (STREAM, "1-y", {})]))
     assert loop.delivery.reports() == [
         Report(logging.WARNING, "outpost removed 2 unreadable outbox entries (or rejected replies)")
@@ -603,11 +606,11 @@ def test_rate_limits_wait_for_retry_after_and_use_no_attempt() -> None:
     loop.read("a")
     loop.post(1.0)
     loop.report(BatchAnswered(429, b"", retry_after=7.0))
-    assert loop.next_effect() == Sleep(8.0)
+    assert loop.effect() == Sleep(8.0)
     loop.report(Done())
     loop.post(8.0)
     loop.report(BatchAnswered(429))  # no Retry-After: the backoff of a second wait
-    assert loop.next_effect() == Sleep(8.0 + 1.0 * 0.75)
+    assert loop.effect() == Sleep(8.0 + 1.0 * 0.75)
     assert loop.delivery.rate_limited == 2
     assert loop.delivery.dropped == 0
 
@@ -619,7 +622,7 @@ def test_server_errors_retry_with_backoff_then_drop() -> None:
     waits = []
     for _ in range(3):
         loop.report(BatchAnswered(500))
-        sleep = loop.next_effect()
+        sleep = loop.effect()
         assert isinstance(sleep, Sleep)
         waits.append(sleep.until - loop.now)
         loop.report(Done())
@@ -637,11 +640,11 @@ def test_retry_after_on_a_server_error_is_honoured_when_longer() -> None:
     loop.read("a")
     loop.post(1.0)
     loop.report(BatchAnswered(503, retry_after=10.0))
-    assert loop.next_effect() == Sleep(11.0)
+    assert loop.effect() == Sleep(11.0)
     loop.report(Done())
     loop.post(11.0)
     loop.report(BatchAnswered(503, retry_after=0.1))
-    assert loop.next_effect() == Sleep(11.0 + 2.0 * 0.75)
+    assert loop.effect() == Sleep(11.0 + 2.0 * 0.75)
 
 
 def second_attempt_after_a_timeout(max_attempts: int) -> Loop:
@@ -698,7 +701,7 @@ def test_an_outage_waits_as_long_as_it_takes_and_drops_nothing(
     waits = []
     for _ in range(12):
         loop.report(failure)
-        sleep = loop.next_effect()
+        sleep = loop.effect()
         assert isinstance(sleep, Sleep)
         waits.append(sleep.until - loop.now)
         loop.report(Done())
@@ -814,7 +817,7 @@ def test_nothing_done_is_what_a_closing_instance_reports() -> None:
 def test_a_loop_of_64_shards_delivers_and_settles_the_entries_of_shard_40() -> None:
     wide = keys.outbox_key(40)
     loop = Loop(DeliverySettings(shards=64))
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     loop.report(OutboxRead(entries("a", stream=wide)))
     assert loop.delivery.rejected_entries == 0
     assert loop.post(1.0) == PostBatch(body=body("a"), size=1)
@@ -826,7 +829,7 @@ def test_a_loop_of_64_shards_delivers_and_settles_the_entries_of_shard_40() -> N
 
 def test_a_loop_of_16_shards_takes_no_entry_of_a_stream_beyond_them() -> None:
     loop = Loop()
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     loop.report(OutboxRead([*entries("x", stream=keys.outbox_key(40)), *entries("ok")]))
     assert loop.delivery.rejected_entries == 1  # not one of its streams: not even removed
     assert loop.post(1.0) == PostBatch(body=body("ok"), size=1)

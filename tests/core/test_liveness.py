@@ -80,13 +80,13 @@ def test_a_loop_beats_surveys_and_takes_what_dead_instances_hold() -> None:
     assert loop.step(Reclaimed(OTHER, '{"e": {}, "d": {}}')) == Reclaim(OTHER, ME, 500, (DEAD,))
     assert loop.delivery.consumers_removed == 1
     assert isinstance(loop.step(Done()), ClaimStale)
-    action = loop.next_effect()  # the taken entries wait in the buffer
+    action = loop.effect()  # the taken entries wait in the buffer
     assert isinstance(action, Sleep)
     loop.report(Done())
     # Two seconds later (a quarter of the heartbeat): beat and survey again, before the batch.
     assert loop.step(Done(), now=2.0) == Beat(keys.heartbeat_key(ME), 8000)
     assert loop.step(listing((STREAM, [ME]))) == SurveyConsumers()  # nobody else: no check
-    assert isinstance(loop.next_effect(), PostBatch)
+    assert isinstance(loop.effect(), PostBatch)
 
 
 def test_beats_come_before_a_batch_waiting_for_polar() -> None:

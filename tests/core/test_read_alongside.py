@@ -12,6 +12,7 @@ from outpost_core._delivery import (
     BatchAnswered,
     BatchFailed,
     DeliverySettings,
+    Flushing,
     OutboxRead,
     PostAndSettle,
     PostBatch,
@@ -39,14 +40,14 @@ def test_off_by_default_a_read_asks_each_stream_for_a_whole_batch() -> None:
     assert not DeliverySettings().read_alongside
     loop = Loop(DeliverySettings(batch_size=32, linger=0.0))
     assert loop.step(OutboxRead(entries("a"))) == ReadOutbox(count=32, block=0.5)
-    assert loop.next_effect() == PostBatch(body("a"), 1)
+    assert loop.effect() == PostBatch(body("a"), 1)
 
 
 def test_the_first_read_asks_each_stream_for_its_share_of_a_batch() -> None:
     # 16 streams: a read for 32 asks each for 3 (an eighth more, as streams give unevenly), so
     # it brings about one batch, not 16.
     loop = pipelined(batch_size=32)
-    assert loop.next_effect() == ReadOutbox(count=3, block=0.5)
+    assert loop.effect() == ReadOutbox(count=3, block=0.5)
 
 
 def test_the_next_batch_is_read_while_one_is_posted() -> None:
@@ -69,16 +70,16 @@ def test_the_next_batch_is_read_while_one_is_posted() -> None:
     # Nothing more was found: the settle goes alone, with no second read for the next batch.
     assert loop.step(Settled()) == SettleScripts((settle("acknowledge", ["e", "f"], ["e", "f"]),))
     assert loop.delivery.idle
-    assert loop.next_effect() == ReadOutbox(count=4, block=0.5)  # none filled: spread kept
+    assert loop.effect() == ReadOutbox(count=4, block=0.5)  # none filled: spread kept
 
 
 def posting(loop: Loop, *ids: str) -> Any:
     """The post of ``ids``, read first (and found to be all there is)."""
     loop.read(*ids)
-    effect = loop.next_effect()
+    effect = loop.effect()
     if isinstance(effect, ReadOutbox):
         loop.report(OutboxRead([]))
-        effect = loop.next_effect()
+        effect = loop.effect()
     return effect
 
 
@@ -86,7 +87,7 @@ def test_a_buffer_holding_the_next_batch_already_posts_without_a_read() -> None:
     loop = pipelined(batch_size=2)
     loop.read("a", "b", "c", "d")
     assert loop.step(BatchAnswered(200)) == PostBatch(body("a", "b"), 2)
-    effect = loop.next_effect()
+    effect = loop.effect()
     assert isinstance(effect, PostAndSettle)
     assert effect.read is not None  # c and d are the last in the buffer: read for more
     loop.report(answered(200))
@@ -96,7 +97,7 @@ def test_a_post_that_failed_waits_with_what_was_read_beside_it() -> None:
     loop = pipelined(batch_size=2)
     assert isinstance(posting(loop, "a"), PostAndSettle)
     loop.report(PostedAlongside(BatchFailed("reset", maybe_sent=False), OutboxRead([])))
-    assert isinstance(loop.next_effect(), Sleep)  # Polar unreachable: the batch waits
+    assert isinstance(loop.effect(), Sleep)  # Polar unreachable: the batch waits
     assert not loop.delivery.idle
 
 
@@ -105,19 +106,19 @@ def test_reads_found_alongside_a_failed_post_join_the_buffer() -> None:
     assert isinstance(posting(loop, "a"), PostAndSettle)
     loop.report(PostedAlongside(BatchAnswered(503), OutboxRead(entries("b"))))
     loop.now = 10.0
-    effect = loop.next_effect()  # the batch of a, its claim refreshed before it goes again
+    effect = loop.effect()  # the batch of a, its claim refreshed before it goes again
     assert effect.entries == ((entries("a")[0][0], "1-a"), (entries("b")[0][0], "1-b"))
 
 
 def test_a_flush_posts_what_the_read_alongside_found() -> None:
     loop = pipelined(batch_size=5, linger=10.0)
-    loop.delivery.flushing = True
+    loop.delivery.handle(Flushing(True))
     loop.read("a")
     assert loop.step(OutboxRead([])) == ReadOutbox(count=4, block=0.0)  # the flush's read more
     assert loop.step(answered(200, "b")) == PostAndSettle(
         PostBatch(body("a"), 1), (), ReadOutbox(count=5, block=0.0)
     )
-    effect = loop.next_effect()
+    effect = loop.effect()
     assert isinstance(effect, PostAndSettle)
     assert effect.post == PostBatch(body("b"), 1)
 
@@ -128,7 +129,7 @@ def test_a_post_with_a_read_is_answered_with_what_the_read_found() -> None:
     with pytest.raises(UsageError, match="answered by a PostedAlongside"):
         loop.report(BatchAnswered(200))
     loop.report(answered(200, "b", "c", "d", "e"))  # the machine waits for the right answer
-    effect = loop.next_effect()  # b and c go; d and e are the next batch: no read
+    effect = loop.effect()  # b and c go; d and e are the next batch: no read
     assert isinstance(effect, PostAndSettle)
     assert effect.read is None
     with pytest.raises(UsageError, match="answered by the post's answer alone"):

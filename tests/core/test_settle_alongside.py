@@ -10,6 +10,7 @@ from outpost_core._delivery import (
     BatchAnswered,
     BatchFailed,
     DeliverySettings,
+    Flushing,
     OutboxRead,
     PostAndSettle,
     PostBatch,
@@ -38,7 +39,7 @@ def test_off_by_default_a_batch_settles_before_the_loop_reads_on() -> None:
     loop = Loop(DeliverySettings(batch_size=2, linger=0.0))
     loop.step(OutboxRead(entries("a", "b", "c", "d")))
     assert loop.step(BatchAnswered(200)) == PostBatch(body("a", "b"), 2)
-    assert loop.next_effect() == settle("acknowledge", ["a", "b"], ["a", "b"])
+    assert loop.effect() == settle("acknowledge", ["a", "b"], ["a", "b"])
 
 
 def test_the_next_batch_goes_while_the_last_one_settles() -> None:
@@ -56,7 +57,7 @@ def test_the_next_batch_goes_while_the_last_one_settles() -> None:
     assert loop.step(Settled()) == SettleScripts((second,))
     assert loop.delivery.idle
     assert loop.delivery.delivered == 4
-    assert loop.next_effect() == ReadOutbox(count=2, block=0.5)
+    assert loop.effect() == ReadOutbox(count=2, block=0.5)
 
 
 def test_a_batch_not_due_yet_never_holds_a_settle_back() -> None:
@@ -68,17 +69,17 @@ def test_a_batch_not_due_yet_never_holds_a_settle_back() -> None:
     # One read for a next batch finds b, which lingers: the settle goes alone, not after it.
     assert loop.step(OutboxRead(entries("b"))) == ReadOutbox(count=5, block=0.0)
     assert loop.step(Settled()) == SettleScripts((settle("acknowledge", ["a"], ["a"]),))
-    assert loop.next_effect() == Sleep(0.235)
+    assert loop.effect() == Sleep(0.235)
 
 
 def test_a_flush_posts_what_the_read_for_the_next_batch_found() -> None:
     loop = alongside(batch_size=5, linger=10.0)
-    loop.delivery.flushing = True
+    loop.delivery.handle(Flushing(True))
     loop.read("a")
     assert loop.step(OutboxRead([])) == ReadOutbox(count=4, block=0.0)  # the flush's read more
     loop.step(BatchAnswered(200))  # a
     assert loop.step(OutboxRead(entries("b"))) == ReadOutbox(count=5, block=0.0)
-    assert loop.next_effect() == PostAndSettle(
+    assert loop.effect() == PostAndSettle(
         PostBatch(body("b"), 1), (settle("acknowledge", ["a"], ["a"]),)
     )
 
@@ -89,7 +90,7 @@ def test_a_request_is_taken_from_the_budget_before_the_post_that_carries_the_set
     assert loop.step(BudgetAnswered(0)) == TAKE
     loop.step(BatchAnswered(200))  # a
     assert loop.step(BudgetAnswered(0)) == TAKE
-    assert loop.next_effect() == PostAndSettle(
+    assert loop.effect() == PostAndSettle(
         PostBatch(body("b"), 1), (settle("acknowledge", ["a"], ["a"]),)
     )
 
@@ -102,7 +103,7 @@ def test_when_the_budget_makes_the_next_batch_wait_the_settle_goes_first() -> No
     assert loop.step(BudgetAnswered(200_000)) == TAKE
     assert loop.step(Settled()) == SettleScripts((settle("acknowledge", ["a"], ["a"]),))
     # Having waited, the request carries all that was read meanwhile.
-    assert loop.next_effect(0.2) == PostBatch(body("b", "c"), 2)
+    assert loop.effect(0.2) == PostBatch(body("b", "c"), 2)
 
 
 def test_a_split_batch_settles_what_was_stored_before_it_goes_again() -> None:
@@ -111,9 +112,9 @@ def test_a_split_batch_settles_what_was_stored_before_it_goes_again() -> None:
     loop.step(BatchAnswered(413))  # bisected into [a], [b]
     assert loop.post() == PostBatch(body("a"), 1)  # its claim refreshed first
     loop.report(BatchAnswered(200))
-    assert isinstance(loop.next_effect(), SettleScripts)
+    assert isinstance(loop.effect(), SettleScripts)
     loop.report(Settled())
-    assert isinstance(loop.next_effect(), RefreshClaim)
+    assert isinstance(loop.effect(), RefreshClaim)
 
 
 def test_a_dropped_event_is_reported_before_its_settle_goes_alongside() -> None:
@@ -122,7 +123,7 @@ def test_a_dropped_event_is_reported_before_its_settle_goes_alongside() -> None:
     loop.step(BatchAnswered(422, b'{"detail": [{"loc": ["body", "events", 0, "name"]}]}'))
     assert isinstance(loop.step(Reported()), ReportDropped)
     confirm = settle("confirm", ["a"], ["a"])
-    assert loop.next_effect() == PostAndSettle(PostBatch(body("b"), 1), (confirm,))
+    assert loop.effect() == PostAndSettle(PostBatch(body("b"), 1), (confirm,))
 
 
 def test_nothing_done_while_closing() -> None:

@@ -60,7 +60,7 @@ def test_a_batch_waiting_to_be_retried_holds_no_settle_back() -> None:
     loop.read("a", "b", "c", "d")
     loop.step(BatchAnswered(200))  # a, b
     assert loop.step(BatchAnswered(503)) == PostBatch(body("c", "d"), 2)  # waits its backoff
-    assert loop.next_effect() == SettleScripts((settle("acknowledge", ["a", "b"], ["a", "b"]),))
+    assert loop.effect() == SettleScripts((settle("acknowledge", ["a", "b"], ["a", "b"]),))
 
 
 def test_a_request_the_budget_makes_wait_holds_no_settle_back() -> None:
@@ -70,14 +70,14 @@ def test_a_request_the_budget_makes_wait_holds_no_settle_back() -> None:
     loop.step(BatchAnswered(200))  # a, b
     assert loop.step(BudgetAnswered(10_000)) == TakeRequest(keys.BUDGET_KEY, 300.0, 20)
     assert loop.step(Settled()) == SettleScripts((settle("acknowledge", ["a", "b"], ["a", "b"]),))
-    assert not isinstance(loop.next_effect(), PostBatch)  # c and d wait for their request
+    assert not isinstance(loop.effect(), PostBatch)  # c and d wait for their request
 
 
 def test_each_post_carries_about_one_batch_of_settles_and_the_rest_go_beside_the_next() -> None:
     # Four batches' settles beside one post held the next post back (Redis settles four batches
     # slower than Polar stores one): they go a batch's worth at a time, a stream's script whole.
     loop = together(batch_size=2)
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     found = entries("a") + entries("b", stream=OTHER) + entries("c") + entries("d", stream=OTHER)
     loop.report(OutboxRead(found + entries("e", "f", "g", "h")))
     assert loop.step(BatchAnswered(200)) == PostBatch(body("a", "b"), 2)

@@ -360,43 +360,84 @@ def record_delivery(seed: int = 11) -> list[TraceRecord]:
         b"k": b"[]",
     }
     now = 0.0
-    delivery.next_effect(now)
-    delivery.handle(oc.Done(), now, WALL)
-    assert isinstance(delivery.next_effect(now), oc.ReadOutbox)
-    delivery.handle(oc.OutboxRead([(stream, "1-0", entry)]), now, WALL)
-    delivery.flushing = True  # forwarded to the delivery
-    assert delivery.flushing
-    assert isinstance(delivery.next_effect(now), oc.ReadOutbox)  # what came since, then post
-    delivery.handle(oc.OutboxRead([]), now, WALL)
-    assert isinstance(delivery.next_effect(now), oc.PostBatch)
-    delivery.handle(oc.BatchAnswered(503), now, WALL)  # a backoff with jitter from the generator
-    sleep = delivery.next_effect(now)
-    delivery.handle(oc.Done(), now, WALL)
+
+    def effect() -> Any:
+        delivery.handle(oc.Tick(now, WALL))
+        (drained,) = delivery.effects()
+        return drained
+
+    def answer(outcome: Any) -> None:
+        delivery.handle(oc.Tick(now, WALL))
+        delivery.handle(outcome)
+
+    effect()
+    answer(oc.Done())
+    assert isinstance(effect(), oc.ReadOutbox)
+    answer(oc.OutboxRead([(stream, "1-0", entry)]))
+    delivery.handle(oc.Flushing(True))
+    assert delivery.flushing  # read through to the delivery
+    assert isinstance(effect(), oc.ReadOutbox)  # what came since, then post
+    answer(oc.OutboxRead([]))
+    assert isinstance(effect(), oc.PostBatch)
+    answer(oc.BatchAnswered(503))  # a backoff with jitter from the generator
+    sleep = effect()
+    answer(oc.Done())
     now = sleep.until
-    assert isinstance(delivery.next_effect(now), oc.RefreshClaim)
-    delivery.handle(oc.Done(), now, WALL)
-    assert isinstance(delivery.next_effect(now), oc.PostBatch)
-    delivery.handle(oc.BatchAnswered(200), now, WALL)
-    delivery.next_effect(now)
-    delivery.handle(oc.Settled(), now, WALL)
+    assert isinstance(effect(), oc.RefreshClaim)
+    answer(oc.Done())
+    assert isinstance(effect(), oc.PostBatch)
+    answer(oc.BatchAnswered(200))
+    effect()
+    answer(oc.Settled())
     assert delivery.idle
     return records
 
 
+def as_version_1(records: list[TraceRecord]) -> list[TraceRecord]:
+    """The same loop as version 1 recorded it: a ``poll`` for each drain (at the time and flush
+    state of the latest inputs), an ``outcome`` for each answer (at the latest time)."""
+    out: list[TraceRecord] = [{**records[0], "version": 1}]
+    now, wall_us, flushing = 0.0, 0, False
+    for record in records[1:]:
+        if record["t"] == "effects":
+            (action,) = record["effects"]
+            out.append({"t": "poll", "now": now, "flushing": flushing, "action": action})
+            continue
+        event = record["input"]
+        if event["$kind"] == "Tick":
+            now, wall_us = event["now"], event["wall_us"]
+        elif event["$kind"] == "Flushing":
+            flushing = event["on"]
+        else:
+            out.append({"t": "outcome", "now": now, "wall_us": wall_us, "outcome": event})
+    return out
+
+
 def test_a_recorded_delivery_replays_without_mismatch() -> None:
     records = record_delivery()
-    assert [r["t"] for r in records[1:4]] == ["poll", "outcome", "poll"]
+    assert records[0]["version"] == VERSION == 2
+    assert [r["t"] for r in records[1:5]] == ["input", "effects", "input", "input"]
     assert replay_delivery(json.loads(json.dumps(records)), Random) == []
 
 
-def test_a_delivery_replay_with_another_seed_differs() -> None:
-    records = json.loads(json.dumps(record_delivery(seed=11)))
+def test_a_version_1_delivery_trace_replays_without_mismatch() -> None:
+    old = as_version_1(record_delivery())
+    assert [r["t"] for r in old[1:4]] == ["poll", "outcome", "poll"]
+    assert any(r.get("flushing") for r in old[1:])
+    del old[1]["flushing"]  # (the earliest recordings have none: not flushing)
+    assert replay_delivery(json.loads(json.dumps(old)), Random) == []
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_delivery_replay_with_another_seed_differs(version: int) -> None:
+    records = record_delivery(seed=11)
+    records = json.loads(json.dumps(records if version == 2 else as_version_1(records)))
     records[0]["seed"] = 12
     mismatches = replay_delivery(records, Random)
     first = mismatches[0]
-    assert first.what == "action"
-    assert first.expected["$kind"] == first.actual["$kind"] == "Sleep"
-    assert first.expected["until"] != first.actual["until"]
+    assert first.what == "effects"
+    assert first.expected[0]["$kind"] == first.actual[0]["$kind"] == "Sleep"
+    assert first.expected[0]["until"] != first.actual[0]["until"]
 
 
 def test_a_delivery_replay_checks_its_header() -> None:
@@ -420,3 +461,9 @@ def test_a_field_added_after_a_recording_matches_it_while_null() -> None:
     assert not recorded_as(recorded, {**recorded, "settles": [1]})  # lists: each item
     assert not recorded_as([recorded], [recorded, recorded])
     assert recorded_as([1, "a"], [1, "a"]) and not recorded_as(1, 2)
+
+
+def test_a_session_trace_of_version_1_still_replays() -> None:
+    """Version 2 changed only how delivery loops are recorded."""
+    old = {**header("session", oc.Settings(), 0, {}), "version": 1}
+    assert replay_session([old, {"t": "input", "input": encode(oc.Tick(1.0, WALL))}], Random) == []

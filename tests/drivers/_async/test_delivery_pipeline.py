@@ -29,10 +29,14 @@ from tests.support.refusing_port import RefusingPort
 EVENTS = 61
 
 
+def actions_of(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every effect a recorded delivery loop drained, in order."""
+    return [e for r in trace if r.get("t") == "effects" for e in r["effects"]]
+
+
 def posts_of(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The posts a recorded delivery loop made, with what each carried."""
-    actions = [r["action"] for r in trace if r.get("t") == "poll"]
-    return [a for a in actions if a["$kind"] in ("PostBatch", "PostAndSettle")]
+    return [a for a in actions_of(trace) if a["$kind"] in ("PostBatch", "PostAndSettle")]
 
 
 def size_of(post: dict[str, Any]) -> int:
@@ -65,7 +69,7 @@ async def test_a_backlog_goes_in_full_batches_each_read_while_the_last_is_posted
     assert all(size == 10 for size in sizes[1:-1]), sizes  # no request spent on a part
     assert any(post.get("read") for post in posts_of(trace))
     # Batches that followed each other settled together: fewer scripts than batches.
-    settles = [r["action"] for r in trace if r.get("t") == "poll" and r["action"].get("settles")]
+    settles = [action for action in actions_of(trace) if action.get("settles")]
     scripts = sum(len(action["settles"]) for action in settles)
     streams = {key for post in settles for s in post["settles"] for key in s["keys"][:1]}
     assert scripts < len(sizes) * len(streams)

@@ -231,15 +231,15 @@ async def test_a_waiting_delivery_loop_is_not_woken_by_each_change(
         await a.track("api_call", external_customer_id="c1")  # a's loops start; it lingers
         await a.balance(meter, external_customer_id="c1")  # a follows c1: it hears b's changes
         machine = a._delivery.machines[0]
-        next_effect = machine.next_effect
+        effects = machine.effects
         asked = 0
 
-        def counted(now: float) -> Any:
+        def counted() -> Any:
             nonlocal asked
             asked += 1
-            return next_effect(now)
+            return effects()
 
-        machine.next_effect = counted  # type: ignore[method-assign]
+        machine.effects = counted  # type: ignore[method-assign]
         tracks = 200
         for _ in range(tracks):
             await b.track("api_call", external_customer_id="c1")

@@ -1,8 +1,11 @@
 /** Delivery of the outbox to Polar's ingestion API: batching, retries, splitting, settling
  * (outpost_core/_delivery.py; its docstring explains the policy). Each delivery loop owns one
- * Delivery and repeats: effect = nextEffect(now); do it; handle(input, now, wallUs). */
+ * Delivery and drives it as the session is driven: handle(Tick) for the time; the one effect
+ * effects() drains; do it; handle(Tick), then handle(its answer); log reports(). */
 
 import type { Report } from "./outage.js";
+import type { Input } from "./inputs.js";
+import { Reports } from "./reports.js";
 import { isObject } from "./aggregate.js";
 import { backoff } from "./backoff.js";
 import { type BudgetAnswered, type TakeRequest, take, waitOf } from "./budget.js";
@@ -194,7 +197,8 @@ export type DeliveryEffect =
   | Reclaim
   | TakeRequest;
 
-export type DeliveryInput =
+/** What came of an effect: the input that answers it. */
+export type DeliveryAnswer =
   | OutboxRead
   | BatchAnswered
   | BatchFailed
@@ -208,7 +212,20 @@ export type DeliveryInput =
   | Reclaimed
   | BudgetAnswered;
 
-const ANSWERS: Record<DeliveryEffect["kind"], DeliveryInput["kind"][]> = {
+/** The time, as the session's Tick: the inputs after it, and the next effect, date from it. */
+export type Tick = Extract<Input, { kind: "Tick" }>;
+/** A flush began (on) or every flush ended: while one runs, a loop sends what is queued at once
+ * rather than linger, and reads with a short block. */
+export interface Flushing {
+  kind: "Flushing";
+  on: boolean;
+}
+
+/** Every input a Delivery takes: the time, a flush beginning or ending, the answers to its
+ * effects. */
+export type DeliveryInput = DeliveryAnswer | Tick | Flushing;
+
+const ANSWERS: Record<DeliveryEffect["kind"], DeliveryAnswer["kind"][]> = {
   ReadOutbox: ["OutboxRead"],
   ClaimStale: ["OutboxRead", "Done"],
   RefreshClaim: ["Done"],
@@ -286,14 +303,16 @@ export class Delivery {
   private reclaims: DeliveryEffect[] = [];
   /** Consumers of dead instances this loop removed from the outbox group. */
   consumersRemoved = 0;
+  /** Whether a flush runs (the latest Flushing). */
   flushing = false;
   delivered = 0;
   dropped = 0;
   rejectedEntries = 0;
   rateLimited = 0;
+  private now: number;
   private wallUs = 0;
+  private readonly pendingReports = new Reports();
   /** Why delivery is stalled (a 401/403/404), for operators; null when it is not. */
-  private pendingReports: Report[] = [];
   stalled: string | null = null;
   /** Stalled by what only an operator fixes (a token, a URL, a certificate, a proxy): the
    * queued events wait stallDelay between tries, and a flush can only time out. */
@@ -307,20 +326,22 @@ export class Delivery {
     private readonly rng: Random,
     now: number,
   ) {
-    this.nextClaim = this.nextBeat = this.nextSurvey = now;
+    this.nextClaim = this.nextBeat = this.nextSurvey = this.now = now;
     this.streams = new Map(allOutboxes(settings.shards).map((stream, shard) => [stream, shard]));
     this.budgeted = settings.requestsPerMinute > 0;
     this.live = Boolean(settings.consumer);
     this.spread = settings.shards;
   }
 
-  // -- the loop's questions -------------------------------------------------------------------
+  // -- what to do -----------------------------------------------------------------------------
 
-  nextEffect(now: number): DeliveryEffect {
+  /** Drain what the driver must do now (as of the latest Tick): one effect, a request whose
+   * answer handle() takes before the next drain. */
+  effects(): DeliveryEffect[] {
     if (this.awaiting !== null) throw new UsageError(`report the outcome of the last action first (${this.awaiting})`);
-    const action = this.choose(now);
+    const action = this.choose(this.now);
     this.awaiting = action.kind;
-    return action;
+    return [action];
   }
 
   private choose(now: number): DeliveryEffect {
@@ -521,12 +542,22 @@ export class Delivery {
 
   // -- outcomes -------------------------------------------------------------------------------
 
-  /** Report what came of the last action; now is monotonic seconds, wallUs the wall clock
-   * (acknowledgement times are compared with snapshot times). */
-  handle(outcome: DeliveryInput, now: number, wallUs: number): void {
+  /** Take one input: the time (a Tick: now monotonic seconds, which the inputs after it and the
+   * next effect date from; wallUs the wall clock, for acknowledgement times, which are compared
+   * with snapshot times), a flush beginning or ending, or what came of the effect last drained.
+   * Then drain reports() (and effects()). */
+  handle(event: DeliveryInput): void {
+    if (event.kind === "Tick") {
+      this.now = event.now;
+      this.wallUs = event.wallUs;
+    } else if (event.kind === "Flushing") this.flushing = event.on;
+    else this.answeredBy(event);
+  }
+
+  private answeredBy(outcome: DeliveryAnswer): void {
     const expected = this.awaiting;
+    const now = this.now;
     this.awaiting = null;
-    this.wallUs = wallUs;
     if (expected === null) throw new UsageError(`${outcome.kind} reported with no action outstanding`);
     if (!ANSWERS[expected].includes(outcome.kind)) {
       this.awaiting = expected;
@@ -542,22 +573,22 @@ export class Delivery {
     const answer = outcome.kind === "PostedAlongside" ? outcome.answer : outcome;
     if (this.rejectedEntries > rejected) {
       const message = `outpost removed ${this.rejectedEntries - rejected} unreadable outbox entries (or rejected replies)`;
-      this.pendingReports.push({ level: "warning", message });
+      this.pendingReports.add("warning", message);
     }
     const stalls = answer.kind === "BatchFailed" && answer.stalls === true;
     if (this.stalled && (answer.kind === "BatchAnswered" || stalls)) {
-      this.pendingReports.push({ level: "warning", message: `outpost delivery is stalled: ${this.stalled}` });
+      this.pendingReports.add("warning", `outpost delivery is stalled: ${this.stalled}`);
     }
   }
 
-  /** Drain what the loop must log (unreadable entries removed, a stall and why). */
+  /** Drain what the driver must log (unreadable entries removed, a stall and why), oldest first:
+   * at most the newest thousand lines, after one that counts those let go when nobody drained
+   * them in time. */
   reports(): Report[] {
-    const out = this.pendingReports;
-    this.pendingReports = [];
-    return out;
+    return this.pendingReports.drain();
   }
 
-  private take(outcome: DeliveryInput, now: number): void {
+  private take(outcome: DeliveryAnswer, now: number): void {
     if (outcome.kind === "OutboxRead") this.read(outcome.entries, now);
     else if (outcome.kind === "BatchAnswered") this.answered(outcome, now);
     else if (outcome.kind === "BatchFailed") this.failedBatch(outcome, now);
@@ -788,7 +819,7 @@ export function settleCall(
 
 /** The outcome a closing instance reports for an action it could not run (Redis failed while it
  * closed): nothing happened, so the work stays queued in Redis for another instance. */
-export function nothingDone(action: DeliveryEffect): DeliveryInput {
+export function nothingDone(action: DeliveryEffect): DeliveryAnswer {
   switch (action.kind) {
     case "ReadOutbox":
     case "ClaimStale":

@@ -7,7 +7,7 @@ export { backoff } from "./backoff.js";
 export { Balance, computeBalance, mergedState } from "./balance.js";
 export { type BudgetAnswered, type TakeRequest, capacity, take, waitOf } from "./budget.js";
 export { Configuration, parseConfiguration, type Reducer } from "./configuration.js";
-export { Delivery, makeDeliverySettings, nothingDone, withKnownRevs, retryAfter, GROUP, type DeliveryEffect, type DeliveryInput, type DeliverySettings, type OutboxEntry, type SettleScript, type PostAndSettle, type PostedAlongside, type ReadOutbox, type OutboxRead, type BatchAnswered, type BatchFailed } from "./delivery.js";
+export { Delivery, makeDeliverySettings, nothingDone, withKnownRevs, retryAfter, GROUP, type DeliveryAnswer, type DeliveryEffect, type DeliveryInput, type Flushing, type DeliverySettings, type OutboxEntry, type SettleScript, type PostAndSettle, type PostedAlongside, type ReadOutbox, type OutboxRead, type BatchAnswered, type BatchFailed } from "./delivery.js";
 export { DeliveryRecovery, LOST_DATA_WAIT, lostItsData, type AfterFailure, type Reread } from "./deliveryRecovery.js";
 export type { Effect, Fetch, RunScript } from "./effects.js";
 export { eventIdOf, timestampUsOf } from "./event.js";

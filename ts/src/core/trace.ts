@@ -18,7 +18,10 @@ import { isoPython } from "./time.js";
 import { acceptFor, decodeClientFrames } from "./websocket.js";
 
 export const FORMAT = "outpost-trace";
-export const VERSION = 1;
+/** The version recorded. 2: delivery loops recorded as sessions are (input, effects records);
+ * replays read 1 too (a delivery loop's poll and outcome records). */
+export const VERSION = 2;
+const READS = [1, 2];
 export type Record_ = Record<string, unknown>;
 
 const snake = (name: string): string => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
@@ -125,7 +128,7 @@ export interface Mismatch {
 }
 
 function checkHeader(head: Record_, machine: string): void {
-  if (head.format !== FORMAT || head.version !== VERSION) throw new Error(`not an ${FORMAT} v${VERSION} trace`);
+  if (head.format !== FORMAT || !READS.includes(head.version as number)) throw new Error(`not an ${FORMAT} v1 or v2 trace`);
   if (head.machine !== machine) throw new Error(`a ${String(head.machine)} trace, not a ${machine} trace`);
 }
 
@@ -214,16 +217,25 @@ export function replayDelivery(records: Record_[], rng: (seed: number) => Random
   const settings = settingsOf<DeliverySettings>(head.settings, makeDeliverySettings);
   const delivery = new Delivery(settings, rng(head.seed as number), (head.started_at as number | undefined) ?? 0);
   const mismatches: Mismatch[] = [];
+  let wallUs = 0; // (version 1: a poll dates from the latest outcome's wall clock)
   for (const [index, record] of lines.entries()) {
-    if (record.t === "poll") {
-      delivery.flushing = Boolean(record.flushing);
-      const action = encode(delivery.nextEffect(record.now as number));
-      if (!same(withoutLaterFields(action, record.action), record.action)) {
-        mismatches.push({ line: index + 2, what: "action", expected: record.action, actual: action });
-        break; // the recorded outcomes answer the recorded actions, not these
+    if (record.t === "input") delivery.handle(decode(record.input) as DeliveryInput);
+    else if (record.t === "outcome") {
+      wallUs = record.wall_us as number;
+      delivery.handle({ kind: "Tick", now: record.now as number, wallUs });
+      delivery.handle(decode(record.outcome) as DeliveryInput);
+    } else if (record.t === "effects" || record.t === "poll") {
+      if (record.t === "poll") {
+        delivery.handle({ kind: "Flushing", on: Boolean(record.flushing) });
+        delivery.handle({ kind: "Tick", now: record.now as number, wallUs });
       }
-    } else if (record.t === "outcome") {
-      delivery.handle(decode(record.outcome) as DeliveryInput, record.now as number, record.wall_us as number);
+      const recorded = (record.t === "poll" ? [record.action] : record.effects) as unknown[];
+      const effects = delivery.effects().map(encode);
+      const matches = effects.length === recorded.length && effects.every((effect, i) => same(withoutLaterFields(effect, recorded[i]), recorded[i]));
+      if (!matches) {
+        mismatches.push({ line: index + 2, what: "effects", expected: recorded, actual: effects });
+        break; // the recorded inputs answer the recorded effects, not these
+      }
     }
   }
   return mismatches;
@@ -315,18 +327,18 @@ export function recordSession(session: Session, sink: Sink): Session {
   return session;
 }
 
-/** Record a delivery loop's effects and inputs to `sink` (in place; the records keep the format's first names, "poll" and "outcome"). */
+/** Record a delivery loop's inputs and effects to `sink` (in place), as a session's are. */
 export function recordDelivery(delivery: Delivery, sink: Sink): Delivery {
-  const nextEffect = delivery.nextEffect.bind(delivery);
   const handle = delivery.handle.bind(delivery);
-  delivery.nextEffect = (now) => {
-    const action = nextEffect(now);
-    sink({ t: "poll", now, flushing: delivery.flushing, action: encode(action) });
-    return action;
+  const effects = delivery.effects.bind(delivery);
+  delivery.handle = (input) => {
+    sink({ t: "input", input: encode(input) });
+    handle(input);
   };
-  delivery.handle = (outcome, now, wallUs) => {
-    sink({ t: "outcome", now, wall_us: wallUs, outcome: encode(outcome) });
-    handle(outcome, now, wallUs);
+  delivery.effects = () => {
+    const out = effects();
+    sink({ t: "effects", effects: encode(out) });
+    return out;
   };
   return delivery;
 }

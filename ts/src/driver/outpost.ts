@@ -18,7 +18,7 @@ import {
   type DeliverySettings,
   GROUP,
   type DeliveryEffect,
-  type DeliveryInput,
+  type DeliveryAnswer,
   makeDeliverySettings,
   nothingDone,
   type OutboxRead,
@@ -1167,17 +1167,20 @@ export class Outpost {
   private async deliveryLoop(delivery: Delivery, connection: Redis | Cluster, number: number): Promise<void> {
     await this.retrying(number, () => this.createGroups(connection), undefined, connection); // Redis may be down at start
     while (!this.closed) {
-      delivery.flushing = this.flushing > 0;
-      const action = delivery.nextEffect(monotonic());
+      const flushing = this.flushing > 0;
+      if (flushing !== delivery.flushing) delivery.handle({ kind: "Flushing", on: flushing });
+      delivery.handle({ kind: "Tick", now: monotonic(), wallUs: this.nowUs() });
+      const [action] = delivery.effects() as [DeliveryEffect]; // one effect a drain
       const moves = MOVES_ENTRIES.has(action.kind);
       if (moves) this.recovery.readStarted(); // a re-read of this consumer's entries waits meanwhile
-      let outcome: DeliveryInput;
+      let outcome: DeliveryAnswer;
       try {
         outcome = await this.act(action, connection, number);
       } finally {
         if (moves) this.recovery.readEnded();
       }
-      delivery.handle(outcome, monotonic(), this.nowUs());
+      delivery.handle({ kind: "Tick", now: monotonic(), wallUs: this.nowUs() });
+      delivery.handle(outcome);
       for (const report of delivery.reports()) this.logReport(report);
       if (outcome.kind === "Settled" || action.kind === "PostAndSettle") {
         this.signal.fire(); // the ticks, and reads waiting on this instance's copies
@@ -1188,10 +1191,10 @@ export class Outpost {
 
   /** Do one delivery action. Redis failures are retried until they succeed (or the instance
    * closes): settling must not be skipped, and a read can simply wait. */
-  private act(action: DeliveryEffect, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
+  private act(action: DeliveryEffect, connection: Redis | Cluster, number: number): Promise<DeliveryAnswer> {
     if (action.kind === "PostAndSettle") return this.postAndSettle(action, connection, number);
     if (action.kind === "SettleScripts") return this.settleAll(action.settles, connection, number).then(() => SETTLED);
-    const nothing: DeliveryInput =
+    const nothing: DeliveryAnswer =
       action.kind === "PostBatch"
         ? { kind: "BatchFailed", reason: "closing", maybeSent: false }
         : action.kind === "ReportDropped"
@@ -1203,7 +1206,7 @@ export class Outpost {
   /** The next batch's post, and meanwhile the read of the batch after it (if asked) and the settle
    * scripts of the batches before it, each retried until Redis answers (never the post: it changes
    * nothing in Redis). */
-  private async postAndSettle(action: PostAndSettle, connection: Redis | Cluster, number: number): Promise<DeliveryInput> {
+  private async postAndSettle(action: PostAndSettle, connection: Redis | Cluster, number: number): Promise<DeliveryAnswer> {
     const ask = action.read ?? null;
     const meanwhile = async (): Promise<OutboxRead | null> => {
       // The read first: the loop needs it as soon as the post returns.
@@ -1296,7 +1299,7 @@ export class Outpost {
     }
   }
 
-  private async actOnce(action: DeliveryEffect | ForgetHeartbeat, connection: Redis | Cluster, number = -1): Promise<DeliveryInput> {
+  private async actOnce(action: DeliveryEffect | ForgetHeartbeat, connection: Redis | Cluster, number = -1): Promise<DeliveryAnswer> {
     switch (action.kind) {
       case "ReadOutbox":
         return this.readOutbox(action, connection);
@@ -1540,7 +1543,7 @@ export class Outpost {
 /** What changes this consumer's pending entries as a read does: a re-read of them waits while a
  * loop does one. (A ReadOutbox counts itself, once it knows which read it does.) */
 const MOVES_ENTRIES = new Set<DeliveryEffect["kind"]>(["ClaimStale", "Reclaim", "SettleScript", "SettleScripts", "PostAndSettle"]);
-const SETTLED: DeliveryInput = { kind: "Settled", reply: null };
+const SETTLED: DeliveryAnswer = { kind: "Settled", reply: null };
 
 function pairs(flat: string[]): Map<string, string> {
   const out = new Map<string, string>();

@@ -11,6 +11,7 @@ import { UsageError } from "../../src/core/errors.js";
 import { BUDGET_KEY, allOutboxes, heartbeatKey } from "../../src/core/keys.js";
 import { beat, check, consumersOf, handBack, reclaims, takenEntries } from "../../src/core/liveness.js";
 import { Outage } from "../../src/core/outage.js";
+import { answerAt, effectAt } from "../support/deliveryLoop.js";
 
 const STREAM = "outpost:v2:{3}:outbox";
 const fields = (n: number, item = JSON.stringify({ name: "a", external_id: `e${n}` })): Map<string, string> =>
@@ -23,9 +24,9 @@ const half = { random: () => 0.5 };
 
 /** Poll, check the action's kind, answer it. */
 function step(delivery: Delivery, now: number, kind: DeliveryEffect["kind"], outcome: DeliveryInput): DeliveryEffect {
-  const action = delivery.nextEffect(now);
+  const action = effectAt(delivery, now);
   assert.equal(action.kind, kind);
-  delivery.handle(outcome, now, 0);
+  answerAt(delivery, outcome, now, 0);
   return action;
 }
 
@@ -42,18 +43,18 @@ describe("liveness", () => {
     assert.equal(delivery.rejectedEntries, 1);
     const checked = step(delivery, 0, "CheckHeartbeats", { kind: "HeartbeatsChecked", values: [null, "1", null] });
     assert.deepEqual(checked, { kind: "CheckHeartbeats", keys: ["alive", "dead", "gone"].map(heartbeatKey) });
-    const [first, second] = [delivery.nextEffect(0), null];
+    const [first, second] = [effectAt(delivery, 0), null];
     assert.deepEqual(first, { kind: "Reclaim", stream: STREAM, taker: "me", count: 500, consumers: ["alive"] });
-    delivery.handle({ kind: "Reclaimed", stream: STREAM, reply: JSON.stringify({ e: [["1-0", ["e", '{"external_id":"e1"}', "f", "0:e1", "k", '["s"]']]], d: ["alive"] }) }, 0, 0);
+    answerAt(delivery, { kind: "Reclaimed", stream: STREAM, reply: JSON.stringify({ e: [["1-0", ["e", '{"external_id":"e1"}', "f", "0:e1", "k", '["s"]']]], d: ["alive"] }) }, 0, 0);
     assert.equal(delivery.consumersRemoved, 1);
     assert.equal(second, null);
     step(delivery, 0, "Reclaim", { kind: "Reclaimed", stream: "outpost:v2:{4}:outbox", reply: "not json" });
     assert.equal(delivery.rejectedEntries, 2);
-    assert.equal(delivery.nextEffect(0).kind, "ClaimStale"); // then delivery as usual, with the taken entry
-    delivery.handle({ kind: "OutboxRead", entries: [] }, 0, 0);
-    assert.equal(delivery.nextEffect(0).kind, "PostBatch");
-    delivery.handle({ kind: "BatchFailed", reason: "x", maybeSent: false }, 0, 0);
-    assert.equal(delivery.nextEffect(1).kind, "Beat"); // a quarter of the heartbeat later
+    assert.equal(effectAt(delivery, 0).kind, "ClaimStale"); // then delivery as usual, with the taken entry
+    answerAt(delivery, { kind: "OutboxRead", entries: [] }, 0, 0);
+    assert.equal(effectAt(delivery, 0).kind, "PostBatch");
+    answerAt(delivery, { kind: "BatchFailed", reason: "x", maybeSent: false }, 0, 0);
+    assert.equal(effectAt(delivery, 1).kind, "Beat"); // a quarter of the heartbeat later
   });
 
   it("takes nothing on a wrong answer, and reads reclaim's replies strictly", () => {
@@ -112,31 +113,31 @@ describe("the request budget", () => {
     step(delivery, 0, "ReadOutbox", { kind: "OutboxRead", entries: [[STREAM, "1-0", fields(1)]] });
     step(delivery, 0, "TakeRequest", { kind: "BudgetAnswered", reply: "garbage" }); // counted, then it goes
     assert.equal(delivery.rejectedEntries, 1);
-    assert.equal(delivery.nextEffect(0).kind, "PostBatch");
-    delivery.handle({ kind: "BatchAnswered", status: 503, body: new Uint8Array(), retryAfter: null }, 0, 0);
-    assert.deepEqual(delivery.nextEffect(0), { kind: "Sleep", until: 0.375 });
-    delivery.handle({ kind: "Done" }, 0.375, 0);
+    assert.equal(effectAt(delivery, 0).kind, "PostBatch");
+    answerAt(delivery, { kind: "BatchAnswered", status: 503, body: new Uint8Array(), retryAfter: null }, 0, 0);
+    assert.deepEqual(effectAt(delivery, 0), { kind: "Sleep", until: 0.375 });
+    answerAt(delivery, { kind: "Done" }, 0.375, 0);
     step(delivery, 0.375, "RefreshClaim", { kind: "Done" });
     step(delivery, 0.375, "TakeRequest", { kind: "BudgetAnswered", reply: 2_000_000 });
-    assert.deepEqual(delivery.nextEffect(1), { kind: "Sleep", until: 2.375 }); // a batch waits: sleep
-    delivery.handle({ kind: "Done" }, 2.375, 0);
-    assert.equal(delivery.nextEffect(2.375).kind, "PostBatch");
-    delivery.handle({ kind: "BatchAnswered", status: 200, body: new Uint8Array(), retryAfter: null }, 2.375, 0);
+    assert.deepEqual(effectAt(delivery, 1), { kind: "Sleep", until: 2.375 }); // a batch waits: sleep
+    answerAt(delivery, { kind: "Done" }, 2.375, 0);
+    assert.equal(effectAt(delivery, 2.375).kind, "PostBatch");
+    answerAt(delivery, { kind: "BatchAnswered", status: 200, body: new Uint8Array(), retryAfter: null }, 2.375, 0);
     step(delivery, 2.375, "SettleScript", { kind: "Settled", reply: null });
     // A buffer waiting for its request reads on, until the batch is full.
     step(delivery, 3, "ReadOutbox", { kind: "OutboxRead", entries: [[STREAM, "2-0", fields(2)]] });
     step(delivery, 3, "TakeRequest", { kind: "BudgetAnswered", reply: 1_000_000 });
-    const read = delivery.nextEffect(3.25);
+    const read = effectAt(delivery, 3.25);
     assert.deepEqual(read, { kind: "ReadOutbox", count: 500, block: 0.5 });
     const big = (n: number, pad: number) => JSON.stringify({ external_id: `e${n}`, pad: "x".repeat(pad) });
-    delivery.handle({ kind: "OutboxRead", entries: [[STREAM, "3-0", fields(3, big(3, 980))], [STREAM, "4-0", fields(4, big(4, 1100))]] }, 3.25, 0);
-    const report = delivery.nextEffect(3.25); // too large for any batch: dropped, reported
+    answerAt(delivery, { kind: "OutboxRead", entries: [[STREAM, "3-0", fields(3, big(3, 980))], [STREAM, "4-0", fields(4, big(4, 1100))]] }, 3.25, 0);
+    const report = effectAt(delivery, 3.25); // too large for any batch: dropped, reported
     assert.equal(report.kind === "ReportDropped" && report.reason, "larger than an ingestion request may be (1024 bytes)");
-    delivery.handle({ kind: "Reported" }, 3.25, 0);
+    answerAt(delivery, { kind: "Reported" }, 3.25, 0);
     step(delivery, 3.25, "SettleScript", { kind: "Settled", reply: null });
-    assert.deepEqual(delivery.nextEffect(3.5), { kind: "Sleep", until: 4 }); // full: no more reading
-    delivery.handle({ kind: "Done" }, 4, 0);
-    const post = delivery.nextEffect(4); // as many as the bytes allow: the first, then the big one alone
+    assert.deepEqual(effectAt(delivery, 3.5), { kind: "Sleep", until: 4 }); // full: no more reading
+    answerAt(delivery, { kind: "Done" }, 4, 0);
+    const post = effectAt(delivery, 4); // as many as the bytes allow: the first, then the big one alone
     assert.equal(post.kind === "PostBatch" && post.size, 1);
   });
 
@@ -147,12 +148,12 @@ describe("the request budget", () => {
     step(delivery, 0, "PostBatch", { kind: "BatchFailed", reason: "certificate", maybeSent: false, stalls: true });
     assert.equal(delivery.stalled, "certificate");
     assert.ok(delivery.blocked);
-    assert.deepEqual(delivery.nextEffect(0), { kind: "Sleep", until: 30 });
-    delivery.handle({ kind: "Done" }, 30, 0);
-    assert.equal(delivery.nextEffect(30).kind, "RefreshClaim");
-    delivery.handle({ kind: "Done" }, 30, 0);
+    assert.deepEqual(effectAt(delivery, 0), { kind: "Sleep", until: 30 });
+    answerAt(delivery, { kind: "Done" }, 30, 0);
+    assert.equal(effectAt(delivery, 30).kind, "RefreshClaim");
+    answerAt(delivery, { kind: "Done" }, 30, 0);
     step(delivery, 30, "PostBatch", { kind: "BatchAnswered", status: 400, body: new Uint8Array(), retryAfter: null });
-    const report = delivery.nextEffect(30);
+    const report = effectAt(delivery, 30);
     assert.deepEqual(report.kind === "ReportDropped" && report.events, [{ unreadable: "{not json}" }]);
   });
 

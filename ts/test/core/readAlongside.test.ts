@@ -20,6 +20,7 @@ import {
 } from "../../src/core/delivery.js";
 import { UsageError } from "../../src/core/errors.js";
 import { ackedKey, allOutboxes, channel } from "../../src/core/keys.js";
+import { answerAt, effectAt } from "../support/deliveryLoop.js";
 
 const STREAM = allOutboxes()[3] as string;
 const OTHER = allOutboxes()[7] as string;
@@ -59,10 +60,10 @@ class Loop {
     this.report({ kind: "Done" });
   }
   next(): DeliveryEffect {
-    return this.delivery.nextEffect(this.now);
+    return effectAt(this.delivery, this.now);
   }
   report(outcome: DeliveryInput): void {
-    this.delivery.handle(outcome, this.now, WALL);
+    answerAt(this.delivery, outcome, this.now, WALL);
   }
   /** The next effect, answered with `outcome`; returns the effect. */
   step(outcome: DeliveryInput): DeliveryEffect {
@@ -160,7 +161,7 @@ describe("reading the next batch while one is posted", () => {
 
   it("has a flush post what the read alongside found", () => {
     const loop = pipelined({ batchSize: 5, linger: 10 });
-    loop.delivery.flushing = true;
+    loop.delivery.handle({ kind: "Flushing", on: true });
     loop.read("a");
     assert.deepEqual(loop.step(outboxRead()), readOutbox(4, 0)); // the flush's read more
     assert.deepEqual(loop.step(answered(200, ["b"])), { kind: "PostAndSettle", post: post("a"), settles: [], read: readOutbox(5, 0) });

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { AlongsideLoop, ok, posted, read, SETTLED } from "../support/alongsideLoop.js";
 import { type DeliveryEffect, makeDeliverySettings, nothingDone } from "../../src/core/delivery.js";
+import { answerAt, effectAt } from "../support/deliveryLoop.js";
 
 const te = new TextEncoder();
 
@@ -48,7 +49,7 @@ describe("settling alongside the next post", () => {
   it("never holds a settle back for a batch not due yet", () => {
     const loop = new Loop({ batchSize: 5, linger: 0.2 });
     loop.next();
-    loop.delivery.handle(read("a"), 0, 1);
+    answerAt(loop.delivery, read("a"), 0, 1);
     loop.now = 0.2;
     assert.deepEqual(posted(loop.next()), ["a"]);
     loop.now = 0.21;
@@ -70,7 +71,7 @@ describe("settling alongside the next post", () => {
     const alone = loop.step({ kind: "BudgetAnswered", reply: 200_000 });
     assert.equal(alone.kind, "SettleScripts");
     assert.deepEqual(settled(alone), [["a"]]);
-    loop.delivery.handle(SETTLED, 0, 1);
+    answerAt(loop.delivery, SETTLED, 0, 1);
     loop.now = 0.2;
     assert.deepEqual(posted(loop.next()), ["b", "c"]); // having waited, it carries all that was read
   });

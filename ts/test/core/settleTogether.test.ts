@@ -7,6 +7,7 @@ import { AlongsideLoop, answer, entry, ok, posted, read, SETTLED, STREAM } from 
 import { type DeliveryEffect, makeDeliverySettings } from "../../src/core/delivery.js";
 import { UsageError } from "../../src/core/errors.js";
 import { BUDGET_KEY } from "../../src/core/keys.js";
+import { answerAt, effectAt } from "../support/deliveryLoop.js";
 
 const OTHER = "outpost:v2:{5}:outbox";
 
@@ -50,7 +51,7 @@ describe("settling acknowledged entries together", () => {
     assert.equal(both.kind, "PostAndSettle");
     assert.deepEqual(posted(both), ["e", "f"]);
     assert.deepEqual(settled(both), [["acknowledge", STREAM, ids("a", "b", "c", "d"), ["a", "b", "c", "d"]]]);
-    loop.delivery.handle(ok, loop.now, 1);
+    answerAt(loop.delivery, ok, loop.now, 1);
     assert.equal(loop.delivery.delivered, 6);
   });
 
@@ -77,7 +78,7 @@ describe("settling acknowledged entries together", () => {
     const alone = loop.step({ kind: "OutboxRead", entries: [] });
     assert.equal(alone.kind, "SettleScripts");
     assert.deepEqual(settled(alone), [["acknowledge", STREAM, ids("a", "b"), ["a", "b"]]]);
-    loop.delivery.handle(SETTLED, loop.now, 1);
+    answerAt(loop.delivery, SETTLED, loop.now, 1);
     assert.equal(loop.delivery.idle, true);
   });
 
@@ -119,7 +120,7 @@ describe("settling acknowledged entries together", () => {
     assert.equal(next.kind, "PostAndSettle");
     assert.deepEqual(posted(next), ["g", "h"]);
     assert.deepEqual(settled(next), [["acknowledge", OTHER, ids("b", "d"), ["b", "d"]]]);
-    loop.delivery.handle(ok, loop.now, 1);
+    answerAt(loop.delivery, ok, loop.now, 1);
     assert.equal(loop.delivery.delivered, 8);
   });
 });

@@ -8,6 +8,7 @@ import { ConfigurationError } from "../../src/core/errors.js";
 import { Customer, MAX_SHARDS, SHARDS_KEY, channel, outboxKey, stateKey } from "../../src/core/keys.js";
 import { Session, makeSettings } from "../../src/core/session.js";
 import { checkedShards, firstCount, parseShards, shardsDisagreement } from "../../src/core/shards.js";
+import { answerAt, effectAt } from "../support/deliveryLoop.js";
 
 const te = new TextEncoder();
 const CONFIGURATION = {
@@ -79,15 +80,15 @@ describe("the deployment's shard count", () => {
     ];
     for (const shards of [64, 16]) {
       const delivery = new Delivery(makeDeliverySettings({ linger: 0, shards }), { random: () => 0.5 }, 0);
-      assert.equal(delivery.nextEffect(0).kind, "ClaimStale");
-      delivery.handle({ kind: "OutboxRead", entries: [] }, 0, 0);
-      assert.equal(delivery.nextEffect(0).kind, "ReadOutbox");
-      delivery.handle({ kind: "OutboxRead", entries: [entry] }, 0, 0);
+      assert.equal(effectAt(delivery, 0).kind, "ClaimStale");
+      answerAt(delivery, { kind: "OutboxRead", entries: [] }, 0, 0);
+      assert.equal(effectAt(delivery, 0).kind, "ReadOutbox");
+      answerAt(delivery, { kind: "OutboxRead", entries: [entry] }, 0, 0);
       assert.equal(delivery.rejectedEntries, shards === 64 ? 0 : 1);
       if (shards === 16) continue;
-      assert.equal(delivery.nextEffect(0).kind, "PostBatch");
-      delivery.handle({ kind: "BatchAnswered", status: 200, body: te.encode(""), retryAfter: null }, 0, 0);
-      const settle = delivery.nextEffect(0);
+      assert.equal(effectAt(delivery, 0).kind, "PostBatch");
+      answerAt(delivery, { kind: "BatchAnswered", status: 200, body: te.encode(""), retryAfter: null }, 0, 0);
+      const settle = effectAt(delivery, 0);
       assert.ok(settle.kind === "SettleScript" && settle.keys[0] === wide && settle.args[0] === channel(40));
     }
   });

@@ -276,12 +276,12 @@ describe("the driver against the emulator", () => {
     const customer = uniqueCustomer("lingering");
     await a.track("api_call", { externalCustomerId: customer }); // a's loops start; it lingers
     await a.balance(w.calls, { externalCustomerId: customer }); // a follows the customer
-    const machine = (a as unknown as { deliveries: { nextEffect: (now: number) => unknown }[] }).deliveries[0]!;
-    const nextEffect = machine.nextEffect.bind(machine);
+    const machine = (a as unknown as { deliveries: { effects: () => unknown[] }[] }).deliveries[0]!;
+    const effects = machine.effects.bind(machine);
     let asked = 0;
-    machine.nextEffect = (now) => {
+    machine.effects = () => {
       asked += 1;
-      return nextEffect(now);
+      return effects();
     };
     const tracks = 200;
     for (let n = 0; n < tracks; n += 1) await b.track("api_call", { externalCustomerId: customer });

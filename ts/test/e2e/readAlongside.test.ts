@@ -14,7 +14,7 @@ import { world } from "../support/world.js";
 /** What these tests look at inside an instance. */
 interface Inside {
   ensureStarted(): Promise<void>;
-  deliveries: { nextEffect: (now: number) => DeliveryEffect }[];
+  deliveries: { effects: () => DeliveryEffect[] }[];
   connections: Redis[];
 }
 const inside = (outpost: Outpost): Inside => outpost as unknown as Inside;
@@ -40,13 +40,13 @@ describe("reading the next batch while one is posted", () => {
     const outpost = connect(options);
     await inside(outpost).ensureStarted();
     const machine = inside(outpost).deliveries[0]!;
-    const nextEffect = machine.nextEffect.bind(machine);
+    const effects = machine.effects.bind(machine);
     const actions: DeliveryEffect[] = [];
-    machine.nextEffect = (now) => {
-      const action = nextEffect(now);
-      actions.push(action);
-      seen(action);
-      return action;
+    machine.effects = () => {
+      const drained = effects();
+      actions.push(...drained);
+      drained.forEach(seen);
+      return drained;
     };
     return [outpost, actions];
   }

@@ -14,7 +14,7 @@ type Act = (...args: unknown[]) => Promise<DeliveryInput>;
 /** What these tests look at inside an instance. */
 interface Inside {
   ensureStarted(): Promise<void>;
-  deliveries: { nextEffect: (now: number) => DeliveryEffect }[];
+  deliveries: { effects: () => DeliveryEffect[] }[];
   act: Act;
 }
 const inside = (outpost: Outpost): Inside => outpost as unknown as Inside;
@@ -36,12 +36,12 @@ describe("settling batches that follow each other together", () => {
     };
     await o.ensureStarted();
     const machine = o.deliveries[0]!;
-    const nextEffect = machine.nextEffect.bind(machine);
+    const effects = machine.effects.bind(machine);
     const actions: DeliveryEffect[] = [];
-    machine.nextEffect = (now) => {
-      const action = nextEffect(now);
-      actions.push(action);
-      return action;
+    machine.effects = () => {
+      const drained = effects();
+      actions.push(...drained);
+      return drained;
     };
     return [outpost, actions, release];
   }

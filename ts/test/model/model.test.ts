@@ -35,6 +35,7 @@ import { SCRIPT_TEXT } from "../../src/core/scripts.generated.js";
 import { composeScript } from "../../scripts/gen-scripts.js";
 import { CONFORMANCE, REPO } from "../support/paths.js";
 import { RedisServer, waitFor } from "../support/redisServer.js";
+import { answerAt, effectAt } from "../support/deliveryLoop.js";
 
 const MINUTE = 60_000_000;
 const CUSTOMERS = ["c1", "c2"];
@@ -192,8 +193,8 @@ class World {
     const a = this.sessions[0] as Session;
     const remaining = [...fates];
     for (let polls = 0; polls < 40; polls++) {
-      this.delivery.flushing = true;
-      const action = this.delivery.nextEffect(this.seconds);
+      this.delivery.handle({ kind: "Flushing", on: true });
+      const action = effectAt(this.delivery, this.seconds);
       let outcome: DeliveryInput;
       let stop = false;
       switch (action.kind) {
@@ -263,7 +264,7 @@ class World {
         default:
           throw new Error(`no liveness or budget in this model: ${action.kind}`);
       }
-      this.delivery.handle(outcome, this.seconds, this.nowUs);
+      answerAt(this.delivery, outcome, this.seconds, this.nowUs);
       if (stop) return;
     }
   }

@@ -4,6 +4,7 @@
 
 import assert from "node:assert/strict";
 import { Delivery, type DeliveryEffect, type DeliveryInput, type DeliverySettings, makeDeliverySettings } from "../../src/core/delivery.js";
+import { answerAt, effectAt } from "./deliveryLoop.js";
 
 export const STREAM = "outpost:v2:{3}:outbox";
 
@@ -35,14 +36,14 @@ export class AlongsideLoop {
   constructor(overrides: Partial<DeliverySettings> = {}) {
     this.delivery = new Delivery(makeDeliverySettings({ linger: 0, settleAlongside: true, ...overrides }), { random: () => 0.5 }, 0);
     assert.equal(this.next().kind, "ClaimStale");
-    this.delivery.handle({ kind: "OutboxRead", entries: [] }, 0, 0);
+    answerAt(this.delivery, { kind: "OutboxRead", entries: [] }, 0, 0);
   }
   next(): DeliveryEffect {
-    return this.delivery.nextEffect(this.now);
+    return effectAt(this.delivery, this.now);
   }
   /** Report `input` for the action outstanding, and say what comes next. */
   step(input: DeliveryInput): DeliveryEffect {
-    this.delivery.handle(input, this.now, 1);
+    answerAt(this.delivery, input, this.now, 1);
     return this.next();
   }
 }
