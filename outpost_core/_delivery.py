@@ -484,7 +484,7 @@ class Delivery:
             due = self._buffer_since + s.linger
             ready = self._topped_up or (now >= due and not self.flushing)
             if self._full or (ready and not self._more):
-                return self._gate(now, reading=True) or self._with_read(self._start_batch(), ())
+                return self._gate(now, reading=True) or self._next_post()
             if self.flushing:  # one read first: a flush sends what is queued in one batch
                 self._topped_up = True
             elif now < self._next_read and not self._more:
@@ -543,19 +543,33 @@ class Delivery:
         from the budget first; ``None`` when the budget makes it wait."""
         gate = self._gate(now, reading=False)
         if gate is None:
-            settles = self._settles_for_one_post()
-            self._read_ahead = False
-            return self._with_read(self._start_batch(), settles)
+            return self._next_post()
         return gate if isinstance(gate, TakeRequest) else None
 
-    def _settles_for_one_post(self) -> tuple[SettleScript, ...]:
+    def _next_post(self) -> DeliveryEffect:
+        """The next batch's post, carrying the settle scripts its turn takes
+        (``_settles_for_one_post``), and the read of the batch after it."""
+        post = self._start_batch()
+        last = not self._buffer and not self._more and self.settings.settle_alongside
+        if last and self._acked:
+            # No batch is known to follow this one: what waited to settle with the next batches
+            # settles beside it, rather than alone after it (the end of a flush waited for that).
+            acked, self._acked = self._acked, []
+            self._settle(acked, "acknowledge")
+        settles = self._settles_for_one_post(every=last)
+        if settles:
+            self._read_ahead = False
+        return self._with_read(post, settles)
+
+    def _settles_for_one_post(self, *, every: bool) -> tuple[SettleScript, ...]:
         """The queued settle scripts to run beside the next post: all of them, or with
         ``settle_every``, about one batch's entries (at least one script), the rest beside the
         posts after it. Several batches settled beside one post held the next post back: Redis
-        takes longer to settle four batches than Polar to store one."""
+        takes longer to settle four batches than Polar to store one. ``every``: the post is the
+        last one known, and no post after it would carry the rest."""
         settles = [w for w in self._work if isinstance(w, SettleScript)]  # all the work, here
         taken, entries = len(settles), 0
-        if self.settings.settle_every:
+        if self.settings.settle_every and not every:
             taken = 0
             while taken < len(settles) and (taken == 0 or entries < self.settings.batch_size):
                 entries += int(settles[taken].args[3])  # the count of entry ids it settles
