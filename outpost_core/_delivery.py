@@ -746,31 +746,38 @@ class Delivery:
     def _read(self, outcome: OutboxRead, now: float) -> None:
         malformed: list[tuple[str, str]] = []
         too_large: list[OutboxEntry] = []
-        held = self._held_keys
+        held, streams, buffer = self._held_keys, self._streams, self._buffer
+        was_empty = not buffer
+        largest = self.settings.batch_bytes - _BODY_OVERHEAD  # the largest item a body holds
+        added = 0  # what the entries buffered add to a body
         names: dict[object, str | None] = {}  # each stream's name decoded once a read
         taken: dict[str | None, int] = {}  # entries each stream answered
+        # The loop runs for every entry read (thousands a second): locals, one key tuple each.
         for stream, entry_id, fields in outcome.entries:
             stream_s = names.get(stream, _UNSEEN) if type(stream) is bytes else text_of(stream)
             if stream_s is _UNSEEN:
                 stream_s = names[stream] = text_of(stream)
             taken[stream_s] = taken.get(stream_s, 0) + 1
             id_s = text_of(entry_id)
-            if (stream_s, id_s) in held:  # held as text, answered as bytes
+            key = (stream_s, id_s)
+            if key in held:  # held as text, answered as bytes
                 continue  # claimed back while this loop still holds it: it is here already
-            entry = _entry(stream_s, id_s, fields, self._streams)
+            entry = _entry(stream_s, id_s, fields, streams)
             if entry is None:
-                if stream_s in self._streams and id_s is not None:
+                if stream_s in streams and id_s is not None:
                     malformed.append((stream_s, id_s))  # removed, so it is not read again
                 self.rejected_entries += 1
                 continue
-            if _BODY_OVERHEAD + len(entry.item) > self.settings.batch_bytes:
+            size = len(entry[2])  # the item's
+            if size > largest:
                 too_large.append(entry)  # no batch can carry it: Polar would refuse it (413)
                 continue
-            if not self._buffer:
-                self._buffer_since = now
-            self._buffer.append(entry)
-            self._buffer_bytes += len(entry.item) + 1
-            held.add((entry.stream, entry.id))
+            buffer.append(entry)
+            added += size + 1
+            held.add(key)
+        self._buffer_bytes += added
+        if was_empty and buffer:
+            self._buffer_since = now
         self._next_read = now + min(self.settings.linger / _LINGER_READS, self.settings.read_block)
         if self._asked is not None:
             # Streams that gave all that was asked may hold more; when none did, what comes
