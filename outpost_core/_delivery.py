@@ -774,7 +774,7 @@ class Delivery:
                 continue
             buffer.append(entry)
             added += size + 1
-            held.add(key)
+            held.add(key)  # type: ignore[arg-type]  # text both, once _entry took them
         self._buffer_bytes += added
         if was_empty and buffer:
             self._buffer_since = now
