@@ -294,13 +294,8 @@ def alongside(main: Callable[[], _T], side: Callable[[], None]) -> _T:
     when this returns. A failure of ``side`` raises once ``main`` is done (the async twin also
     cancels ``side`` when ``main`` fails: a thread is waited for instead)."""
     failures: list[BaseException] = []
-    go = threading.Event()
 
     def run() -> None:
-        # Not before main() has begun: a thread started runs its first Python work at once,
-        # holding the GIL while start() waits for it, so main()'s request went out only after
-        # side()'s (0.5 to 3 ms later, a post beside settles).
-        go.wait()
         try:
             side()
         except BaseException as exc:  # raised again in the caller's thread
@@ -308,7 +303,6 @@ def alongside(main: Callable[[], _T], side: Callable[[], None]) -> _T:
 
     thread = threading.Thread(target=run, name="outpost-alongside", daemon=True)
     thread.start()
-    go.set()
     try:
         result = main()
     finally:
