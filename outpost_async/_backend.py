@@ -139,6 +139,24 @@ class CommandBatches:
             await asyncio.gather(*(self.execute(*c) for c in commands), return_exceptions=True)
         )
 
+    async def first_then_scripts(
+        self,
+        first: tuple[Any, ...],
+        read: Callable[[Any], _T],
+        commands: Sequence[tuple[Any, ...]],
+    ) -> tuple[_T | BaseException, list[Any]]:
+        """``first`` (its reply as Redis sent it, made into ``read(reply)``) and the scripts
+        ``commands`` behind it, sent together: Redis runs the scripts while ``read`` works on the
+        first reply. Each result, or the error it met (never raised)."""
+
+        async def first_read() -> _T:
+            return read(await self.execute(*first, parsed=False))
+
+        done = await asyncio.gather(
+            first_read(), *(self.execute(*c) for c in commands), return_exceptions=True
+        )
+        return done[0], list(done[1:])
+
     async def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Each command's reply, in order, sent together (one pipeline, or in the next one);
         the first error raises."""

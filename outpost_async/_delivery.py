@@ -42,7 +42,7 @@ from outpost_async._outbox import (
     refresh_claim,
     survey,
 )
-from outpost_async._scripts import run_script, run_scripts, take_request
+from outpost_async._scripts import read_then_scripts, run_script, run_scripts, take_request
 from outpost_async._supervisor import Supervisor
 from outpost_core import (
     GROUP,
@@ -313,6 +313,15 @@ class Deliveries:
 
     async def _read_outbox(self, action: ReadOutbox) -> OutboxRead:
         """New entries, or this consumer's pending ones again when the recovery says so."""
+        read, _ = await self._read_outbox_settling(action, ())
+        return read
+
+    async def _read_outbox_settling(
+        self, action: ReadOutbox, settles: tuple[SettleScript, ...]
+    ) -> tuple[OutboxRead, list[Any] | None]:
+        """The same, with the ``settles`` scripts sent right behind a read of new entries that
+        does not block: their replies too, or ``None`` when they did not go (the caller runs
+        them)."""
         ctx = self._context
         with ctx.lock:
             reread = ctx.recovery.next_read(all_idle=self._holding_nothing)
@@ -320,17 +329,19 @@ class Deliveries:
         waiting = reread == "waiting" and action.block > 0
         try:
             if reread == "now":
-                return await self._read_own_pending(action)
+                return await self._read_own_pending(action), None
             # Due to re-read while another loop reads or holds entries: read what is there
             # without blocking (a blocking read here would keep that loop from the re-read, each
             # loop in turn), then rest uncounted as reading below, so one finds none reading.
-            read = await self._read_new(ReadOutbox(action.count, 0.0) if waiting else action)
+            read, settled = await self._read_new(
+                ReadOutbox(action.count, 0.0) if waiting else action, settles
+            )
         finally:
             with ctx.lock:
                 ctx.recovery.read_ended()
         if waiting and not read.entries:
             await ctx.deliveries.wait(ctx.deliveries.version, min(action.block, POLL))
-        return read
+        return read, settled
 
     async def _read_own_pending(self, action: ReadOutbox) -> OutboxRead:
         """``XREADGROUP ... 0``: the entries delivered to this consumer and not acknowledged, one
@@ -348,21 +359,32 @@ class Deliveries:
                 break
         return OutboxRead(entries)
 
-    async def _read_new(self, action: ReadOutbox) -> OutboxRead:
+    async def _read_new(
+        self, action: ReadOutbox, settles: tuple[SettleScript, ...] = ()
+    ) -> tuple[OutboxRead, list[Any] | None]:
+        """The read, and the replies of ``settles`` when they went behind it (else ``None``)."""
         ctx = self._context
         if ctx.cluster is not None:
-            return await read_outboxes_one_by_one(ctx, action)
+            return await read_outboxes_one_by_one(ctx, action), None
         block = int(action.block * 1000)
         if block <= 0:  # a lingering batch's read for more: with the scripts, read as it came
-            reply = await ctx.batches.execute(
-                *read_command(ctx.consumer, action.count, ctx.outboxes), parsed=False
-            )
-            return OutboxRead(stream_entries(reply))
+            command = read_command(ctx.consumer, action.count, ctx.outboxes)
+            if settles:
+                # The scripts in the read's round trip: Redis settles while this process parses
+                # what the read found, rather than wait for the next command meanwhile.
+                with ctx.lock:
+                    calls = [with_known_revs(s, ctx.session.known_rev) for s in settles]
+                read, settled = await read_then_scripts(ctx, command, _found, calls)
+                if isinstance(read, BaseException):
+                    raise read  # the scripts' replies are dropped: they run again (harmless)
+                return read, settled
+            reply = await ctx.batches.execute(*command, parsed=False)
+            return OutboxRead(stream_entries(reply)), None
         # On a connection of its own (it blocks), unparsed: the name in bytes finds no reply
         # callback in redis-py, whose parsing cost more than the read.
         command = read_command(ctx.consumer, action.count, ctx.outboxes, block)
         reply = await ctx.redis.execute_command(b"XREADGROUP", *command[1:])  # type: ignore[no-untyped-call]
-        return OutboxRead(stream_entries(reply))
+        return OutboxRead(stream_entries(reply)), None
 
     async def _post_and_settle(self, loop: int, action: PostAndSettle) -> DeliveryAnswer:
         """The next batch's post, and meanwhile the read of the batch after it (if asked) and the
@@ -373,9 +395,11 @@ class Deliveries:
         found: list[OutboxRead] = []
 
         async def meanwhile() -> None:
+            settled = None
             if action.read is not None:  # first: the loop needs it as soon as the post returns
-                found.append(await self._read_alongside(loop, action.read))
-            await self._settle_all(loop, action.settles)
+                read, settled = await self._read_alongside(loop, action.read, action.settles)
+                found.append(read)
+            await self._settle_all(loop, action.settles, settled)
 
         ctx.settling += 1
         try:
@@ -384,11 +408,14 @@ class Deliveries:
             ctx.settling -= 1
         return PostedAlongside(answer, found[0]) if found else answer
 
-    async def _read_alongside(self, loop: int, action: ReadOutbox) -> OutboxRead:
-        """A read beside a post, tried once: on a Redis failure it found nothing, and what it
-        may have taken is read again from this consumer's pending entries later."""
+    async def _read_alongside(
+        self, loop: int, action: ReadOutbox, settles: tuple[SettleScript, ...]
+    ) -> tuple[OutboxRead, list[Any] | None]:
+        """A read beside a post (``settles`` behind it where they may go: their replies too),
+        tried once: on a Redis failure it found nothing, and what it may have taken is read
+        again from this consumer's pending entries later."""
         try:
-            return await self._read_outbox(action)
+            return await self._read_outbox_settling(action, settles)
         except Exception as exc:
             if not failed_in_redis(exc):
                 raise
@@ -398,7 +425,7 @@ class Deliveries:
                     loop, time.monotonic(), str(exc), random.random(), closing=ctx.closed
                 )
             log_report(ctx.log, report)
-            return OutboxRead([])
+            return OutboxRead([]), None
 
     async def _settle_scripts(self, loop: int, action: SettleScripts) -> DeliveryAnswer:
         ctx = self._context
@@ -409,13 +436,17 @@ class Deliveries:
             ctx.settling -= 1
         return Settled()
 
-    async def _settle_all(self, loop: int, settles: tuple[SettleScript, ...]) -> None:
-        """Every script of ``settles`` in one round trip (on one Redis); one that failed is
-        tried again alone until Redis answers."""
+    async def _settle_all(
+        self, loop: int, settles: tuple[SettleScript, ...], replies: list[Any] | None = None
+    ) -> None:
+        """Every script of ``settles`` in one round trip (on one Redis), unless ``replies`` came
+        already (they went behind a read); one that failed is tried again alone until Redis
+        answers."""
         ctx = self._context
-        with ctx.lock:
-            calls = [with_known_revs(s, ctx.session.known_rev) for s in settles]
-        replies = await run_scripts(ctx, calls)
+        if replies is None:
+            with ctx.lock:
+                calls = [with_known_revs(s, ctx.session.known_rev) for s in settles]
+            replies = await run_scripts(ctx, calls) if calls else []
         for settle, reply in zip(settles, replies, strict=True):
             if isinstance(reply, BaseException):
                 if not failed_in_redis(reply):
@@ -465,6 +496,10 @@ class Deliveries:
         version = signal.version
         await signal.wait(version, min(action.until - time.monotonic(), POLL))
         return Done()
+
+
+def _found(reply: object) -> OutboxRead:
+    return OutboxRead(stream_entries(reply))
 
 
 _MOVES_ENTRIES = (ClaimStale, Reclaim, SettleScript, SettleScripts, PostAndSettle)

@@ -8,8 +8,8 @@ shared request budget).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import NoScriptError
 
@@ -29,6 +29,8 @@ from outpost_core import (
     SettleScript,
     TakeRequest,
 )
+
+_T = TypeVar("_T")
 
 
 async def run_script(ctx: DriverContext, name: str, keys: Any, args: Any) -> Any:
@@ -88,13 +90,15 @@ async def run_echoed(
     return reply, durability.shortfall(acknowledged)
 
 
+def _evalsha(call: SettleScript) -> tuple[Any, ...]:
+    return ("EVALSHA", SCRIPT_SHA1[call.script], len(call.keys), *call.keys, *call.args)
+
+
 async def run_scripts(ctx: DriverContext, calls: Sequence[SettleScript]) -> list[Any]:
     """Each call's reply, or the error it met (never raised): in one round trip on one Redis;
     on a cluster, each on the node owning its keys, all at once where the driver can."""
     if ctx.cluster is None:
-        return await ctx.batches.scripts(
-            [("EVALSHA", SCRIPT_SHA1[c.script], len(c.keys), *c.keys, *c.args) for c in calls]
-        )
+        return await ctx.batches.scripts([_evalsha(c) for c in calls])
     replies: list[Any] = [None] * len(calls)
 
     async def one(index: int, call: SettleScript) -> None:
@@ -105,6 +109,19 @@ async def run_scripts(ctx: DriverContext, calls: Sequence[SettleScript]) -> list
 
     await all_of([functools.partial(one, n, call) for n, call in enumerate(calls)])
     return replies
+
+
+async def read_then_scripts(
+    ctx: DriverContext,
+    read: tuple[Any, ...],
+    parse: Callable[[Any], _T],
+    calls: Sequence[SettleScript],
+) -> tuple[_T | BaseException, list[Any]]:
+    """A read (``parse`` makes its reply, as Redis sent it, into what it found), then each
+    call's script behind it in the same round trip, on one Redis (not a cluster): Redis runs the
+    scripts while this process parses the read. Each result, or the error it met (never
+    raised)."""
+    return await ctx.batches.first_then_scripts(read, parse, [_evalsha(c) for c in calls])
 
 
 async def script_calls(

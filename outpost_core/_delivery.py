@@ -506,7 +506,7 @@ class Delivery:
             due = self._buffer_since + s.linger
             ready = self._topped_up or (now >= due and not self.flushing)
             if self._full or (ready and not self._more):
-                return self._gate(now, reading=True) or self._with_read(self._start_batch(), ())
+                return self._gate(now, reading=True) or self._next_post()
             if self.flushing:  # one read first: a flush sends what is queued in one batch
                 self._topped_up = True
             elif now < self._next_read and not self._more:
@@ -565,19 +565,33 @@ class Delivery:
         from the budget first; ``None`` when the budget makes it wait."""
         gate = self._gate(now, reading=False)
         if gate is None:
-            settles = self._settles_for_one_post()
-            self._read_ahead = False
-            return self._with_read(self._start_batch(), settles)
+            return self._next_post()
         return gate if isinstance(gate, TakeRequest) else None
 
-    def _settles_for_one_post(self) -> tuple[SettleScript, ...]:
+    def _next_post(self) -> DeliveryEffect:
+        """The next batch's post, carrying the settle scripts its turn takes
+        (``_settles_for_one_post``), and the read of the batch after it."""
+        post = self._start_batch()
+        last = not self._buffer and not self._more and self.settings.settle_alongside
+        if last and self._acked:
+            # No batch is known to follow this one: what waited to settle with the next batches
+            # settles beside it, rather than alone after it (the end of a flush waited for that).
+            acked, self._acked = self._acked, []
+            self._settle(acked, "acknowledge")
+        settles = self._settles_for_one_post(every=last)
+        if settles:
+            self._read_ahead = False
+        return self._with_read(post, settles)
+
+    def _settles_for_one_post(self, *, every: bool) -> tuple[SettleScript, ...]:
         """The queued settle scripts to run beside the next post: all of them, or with
         ``settle_every``, about one batch's entries (at least one script), the rest beside the
         posts after it. Several batches settled beside one post held the next post back: Redis
-        takes longer to settle four batches than Polar to store one."""
+        takes longer to settle four batches than Polar to store one. ``every``: the post is the
+        last one known, and no post after it would carry the rest."""
         settles = [w for w in self._work if isinstance(w, SettleScript)]  # all the work, here
         taken, entries = len(settles), 0
-        if self.settings.settle_every:
+        if self.settings.settle_every and not every:
             taken = 0
             while taken < len(settles) and (taken == 0 or entries < self.settings.batch_size):
                 entries += int(settles[taken].args[3])  # the count of entry ids it settles
@@ -764,31 +778,38 @@ class Delivery:
     def _read(self, outcome: OutboxRead, now: float) -> None:
         malformed: list[tuple[str, str]] = []
         too_large: list[OutboxEntry] = []
-        held = self._held_keys
+        held, streams, buffer = self._held_keys, self._streams, self._buffer
+        was_empty = not buffer
+        largest = self.settings.batch_bytes - _BODY_OVERHEAD  # the largest item a body holds
+        added = 0  # what the entries buffered add to a body
         names: dict[object, str | None] = {}  # each stream's name decoded once a read
         taken: dict[str | None, int] = {}  # entries each stream answered
+        # The loop runs for every entry read (thousands a second): locals, one key tuple each.
         for stream, entry_id, fields in outcome.entries:
             stream_s = names.get(stream, _UNSEEN) if type(stream) is bytes else text_of(stream)
             if stream_s is _UNSEEN:
                 stream_s = names[stream] = text_of(stream)
             taken[stream_s] = taken.get(stream_s, 0) + 1
             id_s = text_of(entry_id)
-            if (stream_s, id_s) in held:  # held as text, answered as bytes
+            key = (stream_s, id_s)
+            if key in held:  # held as text, answered as bytes
                 continue  # claimed back while this loop still holds it: it is here already
-            entry = _entry(stream_s, id_s, fields, self._streams)
+            entry = _entry(stream_s, id_s, fields, streams)
             if entry is None:
-                if stream_s in self._streams and id_s is not None:
+                if stream_s in streams and id_s is not None:
                     malformed.append((stream_s, id_s))  # removed, so it is not read again
                 self.rejected_entries += 1
                 continue
-            if _BODY_OVERHEAD + len(entry.item) > self.settings.batch_bytes:
+            size = len(entry[2])  # the item's
+            if size > largest:
                 too_large.append(entry)  # no batch can carry it: Polar would refuse it (413)
                 continue
-            if not self._buffer:
-                self._buffer_since = now
-            self._buffer.append(entry)
-            self._buffer_bytes += len(entry.item) + 1
-            held.add((entry.stream, entry.id))
+            buffer.append(entry)
+            added += size + 1
+            held.add(key)  # type: ignore[arg-type]  # text both, once _entry took them
+        self._buffer_bytes += added
+        if was_empty and buffer:
+            self._buffer_since = now
         self._next_read = now + min(self.settings.linger / _LINGER_READS, self.settings.read_block)
         if self._asked is not None:
             # Streams that gave all that was asked may hold more; when none did, what comes

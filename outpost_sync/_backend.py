@@ -139,6 +139,42 @@ class CommandBatches:
         self._keep(connection)
         return replies
 
+    def first_then_scripts(
+        self,
+        first: tuple[Any, ...],
+        read: Callable[[Any], _T],
+        commands: Sequence[tuple[Any, ...]],
+    ) -> tuple[_T | BaseException, list[Any]]:
+        """``first`` (its reply as Redis sent it, made into ``read(reply)``) and the scripts
+        ``commands`` behind it, in one round trip: Redis runs the scripts while ``read`` works on
+        the first reply. Each result, or the error it met (never raised)."""
+        unparsed = (str(first[0]).encode(), *first[1:])  # no reply callback in redis-py
+        connection = self._borrow() if self._pool is not None else None
+        if connection is None:
+            try:
+                replies = self._pipelined([unparsed, *commands], raise_on_error=False)
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                return exc, [exc] * len(commands)
+            return _read_or_error(read, replies[0]), replies[1:]
+        results: list[Any] = []  # the first's, then each script's
+        try:
+            connection.send_packed_command([hiredis.pack_command(c) for c in (first, *commands)])
+            for n in range(len(commands) + 1):
+                try:
+                    reply = connection.read_response()
+                except ResponseError as exc:  # this command's: the line is fine
+                    reply = exc
+                results.append(reply if n else _read_or_error(read, reply))
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            self._drop(connection)
+            results += [exc] * (len(commands) + 1 - len(results))
+        except BaseException:
+            self._drop(connection)
+            raise
+        else:
+            self._keep(connection)
+        return results[0], results[1:]
+
     def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Each command's reply, in order, in one pipeline; the first error raises."""
         return self._pipelined(commands, raise_on_error=True)
@@ -223,6 +259,12 @@ class Worker:
 
 
 _T = TypeVar("_T")
+
+
+def _read_or_error(read: Callable[[Any], _T], reply: Any) -> _T | BaseException:
+    return reply if isinstance(reply, BaseException) else read(reply)
+
+
 _CONNECTIONS = 100  # at most this many connections, as redis-py 8's pool
 _CONNECTION_WAIT = 20.0  # seconds a call waits for one of them before it fails
 

@@ -302,3 +302,79 @@ def _in_use_per_node(client: redis.RedisCluster) -> dict[str, int]:
         for node in client.get_nodes()  # type: ignore[no-untyped-call,unused-ignore]
         if node.redis_connection is not None
     }
+
+
+_ADD = "return redis.call('XADD', KEYS[1], '*', 'n', ARGV[1])"
+_READ = ("XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", "s", ">")
+
+
+def _names(entries: Any) -> list[bytes]:
+    return [fields[b"n"] for _, _, fields in stream_entries(entries)]
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept connection", "redis-py pipeline"])
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_sync_twin_sends_a_read_and_scripts_behind_it_in_one_trip(
+    redis_server: RedisServer, protocol: int, kept: bool
+) -> None:
+    client = redis.Redis.from_url(redis_server.url, protocol=protocol)
+    client.xgroup_create("s", "g", id="0", mkstream=True)
+    client.xadd("s", {"n": "0"})
+    sha = client.script_load(_ADD)
+    batches = SyncCommandBatches(client)
+    if not kept:
+        batches._pool = None  # as without hiredis
+    missing = ("EVALSHA", "0" * 40, 0)
+    scripts = [("EVALSHA", sha, 1, "s", "1"), missing, ("EVALSHA", sha, 1, "s", "2")]
+    read, replies = batches.first_then_scripts(_READ, _names, scripts)
+    assert read == [b"0"]  # read as Redis sent it, before the scripts added theirs
+    assert isinstance(replies[0], bytes) and isinstance(replies[2], bytes)
+    assert isinstance(replies[1], NoScriptError)  # its own error: the others ran
+    assert _names(client.xreadgroup("g", "c", {"s": ">"})) == [b"1", b"2"]
+    # A read Redis refuses (no such group) is its error; the scripts behind it still run.
+    refused, replies = batches.first_then_scripts(
+        ("XREADGROUP", "GROUP", "none", "c", "STREAMS", "s", ">"), _names, scripts[:1]
+    )
+    assert isinstance(refused, ResponseError) and isinstance(replies[0], bytes)
+    assert len(batches._idle) == (1 if kept else 0)
+    batches.close()
+    client.close()
+
+
+def test_the_sync_twin_gives_the_errors_of_a_lost_connection_for_a_read_and_its_scripts(
+    redis_server: RedisServer,
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.xgroup_create("s", "g", id="0", mkstream=True)
+    batches = SyncCommandBatches(client)
+    assert batches.execute("EVAL", "return 1", 0) == 1
+    kept = batches._idle[0]
+    kept.send_command("CLIENT", "ID")
+    client.client_kill_filter(_id=str(kept.read_response()))
+    read, replies = batches.first_then_scripts(_READ, _names, [("EVAL", "return 1", 0)])
+    assert isinstance(read, RedisConnectionError)
+    assert len(replies) == 1 and isinstance(replies[0], RedisConnectionError)
+    assert batches._idle == []  # dropped, not kept
+    client.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("shared", [True, False], ids=["shared connection", "redis-py"])
+async def test_a_read_and_scripts_behind_it_go_together(client: Any, shared: bool) -> None:
+    await client.xgroup_create("s", "g", id="0", mkstream=True)
+    await client.xadd("s", {"n": "0"})
+    sha = await client.script_load(_ADD)
+    batches = CommandBatches(client, shared_connection=shared)
+    # Without the shared connection the calls go at once on connections of their own, in no
+    # promised order: the script writes another stream than the one read.
+    scripts = [("EVALSHA", sha, 1, "t", "1"), ("EVALSHA", "0" * 40, 0)]
+    read, replies = await batches.first_then_scripts(_READ, _names, scripts)
+    assert read == [b"0"]  # made by _names from the reply as Redis sent it
+    assert isinstance(replies[0], bytes) and isinstance(replies[1], NoScriptError)
+    assert await client.xlen("t") == 1
+    refused, _ = await batches.first_then_scripts(
+        ("XREADGROUP", "GROUP", "none", "c", "STREAMS", "s", ">"), _names, ()
+    )
+    assert isinstance(refused, ResponseError)
+    await batches.aclose()
+    await client.aclose()

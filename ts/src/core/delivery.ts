@@ -384,7 +384,7 @@ export class Delivery {
     if (this.buffer.length) {
       const due = (this.bufferSince as number) + s.linger;
       const ready = this.toppedUp || (now >= due && !this.flushing);
-      if (this.full || (ready && !this.more)) return this.gate(now, true) ?? this.withRead(this.startBatch(), []);
+      if (this.full || (ready && !this.more)) return this.gate(now, true) ?? this.nextPost();
       if (this.flushing) this.toppedUp = true; // one read first: a flush sends what is queued in one batch
       else if (now < this.nextRead && !this.more) return { kind: "Sleep", until: Math.min(this.nextRead, due) };
       return this.readOf(s.batchSize - this.buffer.length, 0);
@@ -438,22 +438,36 @@ export class Delivery {
    * budget first; null when the budget makes it wait. */
   private alongside(now: number): DeliveryEffect | null {
     const gate = this.gate(now, false);
-    if (gate === null) {
-      const settles = this.settlesForOnePost();
-      this.readAhead = false;
-      return this.withRead(this.startBatch(), settles);
-    }
+    if (gate === null) return this.nextPost();
     return gate.kind === "TakeRequest" ? gate : null;
+  }
+
+  /** The next batch's post, carrying the settle scripts its turn takes (settlesForOnePost), and
+   * the read of the batch after it. */
+  private nextPost(): DeliveryEffect {
+    const post = this.startBatch();
+    const last = !this.buffer.length && !this.more && this.settings.settleAlongside;
+    if (last && this.acked.length) {
+      // No batch is known to follow this one: what waited to settle with the next batches
+      // settles beside it, rather than alone after it (the end of a flush waited for that).
+      const acked = this.acked;
+      this.acked = [];
+      this.settle(acked, "acknowledge");
+    }
+    const settles = this.settlesForOnePost(last);
+    if (settles.length) this.readAhead = false;
+    return this.withRead(post, settles);
   }
 
   /** The queued settle scripts that go beside the next post: every one, or with settleEvery,
    * scripts in order until they settle a batch's worth of entries (one script at least); the
    * others wait for the posts after it. Settling several batches beside one post kept the next
-   * post waiting: Redis settles four batches more slowly than Polar stores one. */
-  private settlesForOnePost(): SettleScript[] {
+   * post waiting: Redis settles four batches more slowly than Polar stores one. `every`: the post
+   * is the last one known, and no post after it would carry the rest. */
+  private settlesForOnePost(every: boolean): SettleScript[] {
     const settles = this.work as SettleScript[]; // only settle scripts are queued here
     let taken = settles.length;
-    if (this.settings.settleEvery) {
+    if (this.settings.settleEvery && !every) {
       let entries = 0;
       taken = 0;
       while (taken < settles.length && (taken === 0 || entries < this.settings.batchSize)) {

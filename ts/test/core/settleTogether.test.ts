@@ -85,8 +85,10 @@ describe("settling acknowledged entries together", () => {
   it("holds no settle back behind a batch waiting to be retried", () => {
     const loop = new Loop({ batchSize: 2 });
     loop.next();
-    assert.deepEqual(posted(loop.step(read("a", "b", "c", "d"))), ["a", "b"]);
-    assert.deepEqual(posted(loop.step(ok)), ["c", "d"]);
+    assert.deepEqual(posted(loop.step(read("a", "b", "c", "d", "e", "f"))), ["a", "b"]);
+    const second = loop.step(ok);
+    assert.equal(second.kind, "PostBatch");
+    assert.deepEqual(posted(second), ["c", "d"]);
     const alone = loop.step(answer(503)); // c and d wait their backoff
     assert.equal(alone.kind, "SettleScripts");
     assert.deepEqual(settled(alone), [["acknowledge", STREAM, ids("a", "b"), ["a", "b"]]]);
@@ -109,7 +111,7 @@ describe("settling acknowledged entries together", () => {
     // slowly than Polar stores a batch): a batch's worth goes at a time, each stream's script whole.
     const loop = new Loop({ batchSize: 2 });
     assert.equal(loop.next().kind, "ReadOutbox");
-    const found = [entry("a"), entry("b", OTHER), entry("c"), entry("d", OTHER), ...["e", "f", "g", "h"].map((n) => entry(n))];
+    const found = [entry("a"), entry("b", OTHER), entry("c"), entry("d", OTHER), ...["e", "f", "g", "h", "i", "j"].map((n) => entry(n))];
     assert.deepEqual(posted(loop.step({ kind: "OutboxRead", entries: found })), ["a", "b"]);
     assert.deepEqual(posted(loop.step(ok)), ["c", "d"]);
     const first = loop.step(ok);
@@ -122,5 +124,52 @@ describe("settling acknowledged entries together", () => {
     assert.deepEqual(settled(next), [["acknowledge", OTHER, ids("b", "d"), ["b", "d"]]]);
     answerAt(loop.delivery, ok, loop.now, 1);
     assert.equal(loop.delivery.delivered, 8);
+  });
+
+  it("carries every settle left beside the last batch known", () => {
+    // A flush ended with the entries of its last few batches settling alone after its last post:
+    // a batch that empties the buffer, with no read finding more, carries every settle queued and
+    // every acknowledged entry held (no later post would carry them).
+    const loop = new Loop({ batchSize: 2 });
+    loop.next();
+    const found = [entry("a"), entry("b", OTHER), entry("c"), entry("d", OTHER), ...["e", "f", "g", "h"].map((n) => entry(n))];
+    assert.deepEqual(posted(loop.step({ kind: "OutboxRead", entries: found })), ["a", "b"]);
+    loop.step(ok); // c, d
+    loop.step(ok); // e, f: four held, two scripts queued, the first beside e and f
+    const last = loop.step(ok);
+    assert.equal(last.kind, "PostAndSettle");
+    assert.deepEqual(posted(last), ["g", "h"]);
+    assert.deepEqual(settled(last), [
+      ["acknowledge", OTHER, ids("b", "d"), ["b", "d"]],
+      ["acknowledge", STREAM, ids("e", "f"), ["e", "f"]],
+    ]);
+    // Only the last batch's own settle is left once its answer came.
+    assert.deepEqual(loop.step(ok), { kind: "ReadOutbox", count: 2, block: 0 });
+    const alone = loop.step({ kind: "OutboxRead", entries: [] });
+    assert.deepEqual(settled(alone), [["acknowledge", STREAM, ids("g", "h"), ["g", "h"]]]);
+    loop.delivery.handle(SETTLED, loop.now, 1);
+    assert.equal(loop.delivery.idle, true);
+  });
+
+  it("carries one batch of settles beside a batch after which a read found more", () => {
+    const loop = new Loop({ batchSize: 2, readAlongside: true });
+    assert.deepEqual(loop.next(), { kind: "ReadOutbox", count: 1, block: 0.5 }); // each stream's share
+    const first = loop.step(read("a", "b")); // its stream gave all it was asked: more may wait
+    assert.equal(first.kind, "PostAndSettle");
+    assert.deepEqual(posted(first), ["a", "b"]);
+    const next = loop.step({ kind: "PostedAlongside", answer: { kind: "BatchAnswered", status: 200, body: new Uint8Array(), retryAfter: null }, read: { kind: "OutboxRead", entries: [entry("c"), entry("d")] } });
+    // c and d empty the buffer, but the read gave all it was asked: a and b wait for more.
+    assert.equal(next.kind, "PostAndSettle");
+    assert.deepEqual(posted(next), ["c", "d"]);
+    assert.deepEqual(settled(next), []);
+  });
+
+  it("carries nothing beside the last batch without settling alongside", () => {
+    const loop = new Loop({ batchSize: 2, settleAlongside: false });
+    loop.next();
+    assert.deepEqual(posted(loop.step(read("a", "b", "c", "d"))), ["a", "b"]);
+    const next = loop.step(ok); // a, b: held to settle with the next
+    assert.equal(next.kind, "PostBatch");
+    assert.deepEqual(posted(next), ["c", "d"]);
   });
 });
