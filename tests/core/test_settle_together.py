@@ -95,7 +95,7 @@ def test_the_last_batch_known_carries_every_settle_left() -> None:
     # a batch that empties the buffer, with no read finding more, carries every settle queued
     # and every acknowledged entry held (no later post would carry them).
     loop = together(batch_size=2)
-    assert isinstance(loop.next_effect(), ReadOutbox)
+    assert isinstance(loop.effect(), ReadOutbox)
     found = entries("a") + entries("b", stream=OTHER) + entries("c") + entries("d", stream=OTHER)
     loop.report(OutboxRead(found + entries("e", "f", "g", "h")))
     loop.step(BatchAnswered(200))  # a, b
@@ -114,13 +114,13 @@ def test_the_last_batch_known_carries_every_settle_left() -> None:
 
 def test_a_batch_after_which_a_read_found_more_carries_one_batch_of_settles() -> None:
     loop = together(batch_size=2, read_alongside=True)
-    assert loop.next_effect() == ReadOutbox(count=1, block=0.5)  # each stream's share
+    assert loop.effect() == ReadOutbox(count=1, block=0.5)  # each stream's share
     loop.report(OutboxRead(entries("a", "b")))  # its stream gave all it was asked: more may wait
-    post = loop.next_effect()
+    post = loop.effect()
     assert post == PostAndSettle(PostBatch(body("a", "b"), 2), (), ReadOutbox(count=2, block=0.0))
     loop.report(PostedAlongside(BatchAnswered(200), OutboxRead(entries("c", "d"))))
     # c and d empty the buffer, but the read gave all it was asked: a and b wait for more.
-    assert loop.next_effect() == PostAndSettle(
+    assert loop.effect() == PostAndSettle(
         PostBatch(body("c", "d"), 2), (), ReadOutbox(count=2, block=0.0)
     )
 
@@ -129,4 +129,4 @@ def test_without_settling_alongside_the_last_batch_carries_nothing() -> None:
     loop = Loop(DeliverySettings(batch_size=2, linger=0.0, settle_every=4))
     loop.read("a", "b", "c", "d")
     loop.step(BatchAnswered(200))  # a, b: held to settle with the next
-    assert loop.next_effect() == PostBatch(body("c", "d"), 2)
+    assert loop.effect() == PostBatch(body("c", "d"), 2)

@@ -147,7 +147,7 @@ describe("settling acknowledged entries together", () => {
     assert.deepEqual(loop.step(ok), { kind: "ReadOutbox", count: 2, block: 0 });
     const alone = loop.step({ kind: "OutboxRead", entries: [] });
     assert.deepEqual(settled(alone), [["acknowledge", STREAM, ids("g", "h"), ["g", "h"]]]);
-    loop.delivery.handle(SETTLED, loop.now, 1);
+    answerAt(loop.delivery, SETTLED, loop.now, 1);
     assert.equal(loop.delivery.idle, true);
   });
 
