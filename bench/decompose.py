@@ -16,7 +16,8 @@ measures in interleaved rounds, each step's median per call:
    namespace's channels): no echo, in Redis or in the instance (a diagnostic patch);
 8. ``Outpost.track()`` as shipped.
 
-Redis's own time per call (INFO commandstats) is shown for the steps that run a script.
+Redis's own time per call (INFO commandstats) is shown for the steps that run a script, and
+last, steps 7 and 8 over step 3 taken round by round (the target is on step 8 over step 3).
 """
 
 from __future__ import annotations
@@ -199,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         p50 = statistics.median(values)
         own = f"{statistics.median(server[name]):13.1f}" if name in server else ""
         print(f"{name.ljust(width)}  {p50:6.1f}  {p50 / base:7.2f}  {own}")
+    # The figure the target is on, round by round: both sides of a ratio ran a few milliseconds
+    # apart, so a machine that slows down for a while slows both (the medians above do not pair).
+    bare = steps["3 EVALSHA track.lua, bare"]
+    for name in ("7 Outpost.track(), hearing no echo", "8 Outpost.track() as shipped"):
+        ratios = sorted(a / b for a, b in zip(steps[name], bare, strict=True))
+        middle, spread = statistics.median(ratios), f"{ratios[0]:.2f}-{ratios[-1]:.2f}"
+        print(f"step {name[0]} / step 3, per round: median {middle:.2f} ({spread})")
     return 0
 
 
