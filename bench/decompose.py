@@ -202,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name.ljust(width)}  {p50:6.1f}  {p50 / base:7.2f}  {own}")
     # The figure the target is on, round by round: both sides of a ratio ran a few milliseconds
     # apart, so a machine that slows down for a while slows both (the medians above do not pair).
-    bare = steps["3 EVALSHA track.lua, bare"]
+    bare_script = steps["3 EVALSHA track.lua, bare"]
     for name in ("7 Outpost.track(), hearing no echo", "8 Outpost.track() as shipped"):
-        ratios = sorted(a / b for a, b in zip(steps[name], bare, strict=True))
+        ratios = sorted(a / b for a, b in zip(steps[name], bare_script, strict=True))
         middle, spread = statistics.median(ratios), f"{ratios[0]:.2f}-{ratios[-1]:.2f}"
         print(f"step {name[0]} / step 3, per round: median {middle:.2f} ({spread})")
     return 0

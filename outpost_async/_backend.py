@@ -277,6 +277,12 @@ async def sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
+async def after_own_echoes() -> None:
+    """A subscription's read brought only this instance's own echoes. Nothing to do here: the
+    push listener drops them as they arrive, without waking the subscriber's task (the sync
+    twin rests its thread)."""
+
+
 async def all_of(calls: Sequence[Callable[[], Awaitable[Any]]]) -> None:
     """Each of ``calls``, all at once (their commands go out together); the first failure
     raises once every call is done."""

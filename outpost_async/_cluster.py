@@ -22,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from outpost_async._backend import (
     Worker,
+    after_own_echoes,
     close_node_pubsub,
     open_node_pubsub,
     run_on_node,
@@ -266,8 +267,10 @@ class ClusterSubscriber(Subscriber):
 
     async def _take_node_messages(self, node: NodeSubscription, address: str) -> None:
         """What one node's subscription brought, to the session, as on a single Redis."""
-        news, _ = await self.hear(node.pubsub, _NODE_POLL)
+        news, heard = await self.hear(node.pubsub, _NODE_POLL)
         if not news:
+            if heard:  # only echoes
+                await after_own_echoes()
             return
         reached, effects = self._effects.heard(
             news, functools.partial(self._node_inputs_of, address)

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from outpost_async._backend import (
     Signal,
+    after_own_echoes,
     close_pubsub,
     interrupt_pubsub,
     open_pubsub,
@@ -80,8 +81,9 @@ class Subscriber:
                 await pubsub.ssubscribe(*ctx.channels)
                 while not ctx.closed:
                     news, heard = await self.hear(pubsub, POLL)
-                    if heard and not news:
-                        continue  # only echoes
+                    if heard and not news:  # only echoes
+                        await after_own_echoes()
+                        continue
                     self._to_core(news, heard)
             except (RedisError, OSError) as exc:
                 if ctx.closed:

@@ -44,6 +44,7 @@ from outpost_core import (
 )
 from outpost_sync._backend import (
     Worker,
+    after_own_echoes,
     close_node_pubsub,
     open_node_pubsub,
     run_on_node,
@@ -267,8 +268,10 @@ class ClusterSubscriber(Subscriber):
 
     def _take_node_messages(self, node: NodeSubscription, address: str) -> None:
         """What one node's subscription brought, to the session, as on a single Redis."""
-        news, _ = self.hear(node.pubsub, _NODE_POLL)
+        news, heard = self.hear(node.pubsub, _NODE_POLL)
         if not news:
+            if heard:  # only echoes
+                after_own_echoes()
             return
         reached, effects = self._effects.heard(
             news, functools.partial(self._node_inputs_of, address)

@@ -27,6 +27,7 @@ from outpost_core import (
 )
 from outpost_sync._backend import (
     Signal,
+    after_own_echoes,
     close_pubsub,
     interrupt_pubsub,
     open_pubsub,
@@ -81,8 +82,9 @@ class Subscriber:
                 pubsub.ssubscribe(*ctx.channels)
                 while not ctx.closed:
                     news, heard = self.hear(pubsub, POLL)
-                    if heard and not news:
-                        continue  # only echoes
+                    if heard and not news:  # only echoes
+                        after_own_echoes()
+                        continue
                     self._to_core(news, heard)
             except (RedisError, OSError) as exc:
                 if ctx.closed:
