@@ -16,6 +16,7 @@ from outpost_async import (
 )
 from outpost_core import SHARDS_KEY, Aggregate, Customer
 from outpost_core import _keys as keys
+from tests.drivers._async._concurrency import run_concurrently
 from tests.drivers._async._helpers import (
     CONFIGURATION,
     COUNT,
@@ -99,6 +100,45 @@ async def test_an_instance_drops_the_echo_of_its_own_change(redis_server: RedisS
 
         await eventually(dropped, what="the echoes of its own changes recognised")
         assert await consumed(a, COUNT, "c1") == 5
+
+
+@pytest.mark.anyio
+async def test_an_instance_tracking_without_pause_still_hears_the_others(
+    redis_server: RedisServer,
+) -> None:
+    """A busy instance's own echoes come one after the other (the sync driver's subscriber rests
+    a moment after a read of only those): another instance's changes still reach its copies."""
+    prepare(redis_server, Customer("external", "busy"), Customer("external", "watched"))
+    async with make(redis_server) as a, make(redis_server) as b:
+        await consumed(a, COUNT, "busy")
+        assert await consumed(a, COUNT, "watched") == 0
+        done = False
+        tracked = 0
+
+        async def track_flat_out() -> None:
+            nonlocal tracked
+            while not done:
+                await a.track("api_call", external_customer_id="busy")
+                tracked += 1
+
+        async def others_heard() -> None:
+            nonlocal done
+            try:
+                # Once the busy instance's subscriber has heard nothing but its echoes a while.
+                await eventually(holds(lambda: tracked >= 200), what="a tracking flat out")
+                for _ in range(5):
+                    await b.track("api_call", external_customer_id="watched")
+
+                async def from_memory() -> bool:
+                    read = await a.balance(COUNT, external_customer_id="watched")
+                    return read.consumed == 5 and read.source == "memory"
+
+                await eventually(from_memory, what="the busy instance hearing b's events")
+            finally:
+                done = True
+
+        await run_concurrently([track_flat_out, others_heard])
+        assert await consumed(a, COUNT, "busy") > 0
 
 
 @pytest.mark.anyio
