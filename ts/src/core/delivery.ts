@@ -591,7 +591,7 @@ export class Delivery {
     }
     const stalls = answer.kind === "BatchFailed" && answer.stalls === true;
     if (this.stalled && (answer.kind === "BatchAnswered" || stalls)) {
-      this.pendingReports.add("warning", `outpost delivery is stalled: ${this.stalled}`);
+      this.pendingReports.add("error", `outpost delivery is stalled: ${this.stalled}`);
     }
   }
 

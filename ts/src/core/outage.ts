@@ -13,7 +13,7 @@ export interface Report {
 }
 
 /** The levels of a Report, least severe first. */
-export const REPORT_LEVELS = ["debug", "info", "warning"] as const;
+export const REPORT_LEVELS = ["debug", "info", "warning", "error"] as const;
 export type ReportLevel = (typeof REPORT_LEVELS)[number];
 
 export class Outage {

@@ -249,7 +249,7 @@ export class Session {
             // A refused token is the merchant's to fix: say it loudly, once per cause (the
             // refusal is one sentence that names its cause).
             // A 404 is Polar serving only its public API: the driver's mode "auto" takes it.
-            this.lines.add(remote.link.refusedStatus === 404 ? "info" : "warning", `outpost: ${remote.link.refused}`);
+            this.lines.add(remote.link.refusedStatus === 404 ? "info" : "error", `outpost: ${remote.link.refused}`);
           }
           if (remote.link.connections > connections) this.lines.relay(this.polarOutage.succeeded(event.now));
         } else if (event.kind === "ConnectionOpened") remote.opened(event.now);

@@ -44,7 +44,7 @@ import { SCRIPT_SHA1, SCRIPT_TEXT } from "../core/scripts.generated.js";
 import { Session, type TrackArgs, makeSettings } from "../core/session.js";
 import { toUs } from "../core/time.js";
 import type { RawFields } from "../core/inputs.js";
-import { type Logger, logReport } from "./logger.js";
+import { type Logger, logError, logReport } from "./logger.js";
 import { ClusterSubscriptions } from "./cluster.js";
 import { cleartextWarnings, scrubbing, urlSecrets } from "./redact.js";
 import { cannotConnect, describe, isCluster, ownClient, reachable, redisUnavailable, unreachable, watched } from "./connections.js";
@@ -191,6 +191,7 @@ const MAX_ANSWER = 1 << 20;
 const CONSOLE: Logger = {
   debug: () => {},
   warn: (message) => console.warn(message),
+  error: (message) => console.error(message),
 };
 
 interface LinkSocket {
@@ -371,7 +372,7 @@ export class Outpost {
     this.workers.push(this.supervised("tick", () => this.tickLoop()));
     this.workers.push(
       this.public.run().catch((exc: unknown) => {
-        this.log.warn(`outpost: the public mode's loop failed: ${String(exc)}`);
+        logError(this.log, `outpost: the public mode's loop failed: ${String(exc)}`);
       }),
     );
     if (this.accessToken) {
@@ -869,7 +870,7 @@ export class Outpost {
     const now = monotonic();
     if (now - (this.bugsLogged.get(where) ?? -Infinity) < REMINDER_S) return;
     this.bugsLogged.set(where, now);
-    this.log.warn(`outpost: ${where} failed (a bug of ours): ${stackOf(exc)}`);
+    logError(this.log, `outpost: ${where} failed (a bug of ours): ${stackOf(exc)}`);
   }
 
   /** What the core asks for now. What it reported meanwhile is logged first: the core never
@@ -923,7 +924,7 @@ export class Outpost {
         failures = now - startedAt >= REMINDER_S ? 1 : failures + 1; // a long run starts over
         if (failures === 1 || now - remindedAt >= REMINDER_S) {
           remindedAt = now;
-          this.log.warn(`outpost: the ${name} loop failed (${failures} in a row; restarted): ${stackOf(exc)}`);
+          logError(this.log, `outpost: the ${name} loop failed (${failures} in a row; restarted): ${stackOf(exc)}`);
         }
         await this.pause(Math.min(RESTART_CAP_S, RESTART_BASE_S * 2 ** (failures - 1)));
         startedAt = monotonic();

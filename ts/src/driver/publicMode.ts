@@ -50,7 +50,7 @@ import { type CustomerMetersRequest, type Followed, KINDS, PollPlanner, type Qua
 import { followedOf, parseQuantities, probeAnchor, probeParams, quantitiesPath } from "../core/publicProbes.js";
 import { MAX_BODY_BYTES, parseCustomerMeters, parseStateChanged } from "../core/publicReadings.js";
 import type { Session } from "../core/session.js";
-import type { Logger } from "./logger.js";
+import { type Logger, logError } from "./logger.js";
 import { secretKey, verify } from "../core/webhookSignature.js";
 import { redisUnavailable } from "./connections.js";
 import { readAtMost } from "./http.js";
@@ -252,7 +252,7 @@ export class PublicMode {
       } catch (exc) {
         // The loop never dies: Redis failing is retried; anything else is a bug, said and retried.
         if (exc instanceof RedisUnavailable) this.failed(exc.message, "Redis");
-        else hooks.log.warn(`outpost: the public mode's poll loop failed (retried): ${exc instanceof Error ? (exc.stack ?? exc.message) : String(exc)}`);
+        else logError(hooks.log, `outpost: the public mode's poll loop failed (retried): ${exc instanceof Error ? (exc.stack ?? exc.message) : String(exc)}`);
         await hooks.pause(RETRY);
       }
       await this.wake.wait(version, PLAN_EVERY); // a read waiting wakes it at once

@@ -114,10 +114,11 @@ function loopback(host: string): boolean {
 export function scrubbing(logger: Logger, secrets: (string | null)[]): Logger {
   const known = secrets.filter((s): s is string => !!s);
   const clean = (message: string): string => scrub(message, known);
-  const info = logger.info;
+  const { info, error } = logger;
   return {
     debug: (message) => logger.debug(clean(message)),
     warn: (message) => logger.warn(clean(message)),
     ...(info === undefined ? {} : { info: (message: string) => info.call(logger, clean(message)) }),
+    ...(error === undefined ? {} : { error: (message: string) => error.call(logger, clean(message)) }),
   };
 }

@@ -105,8 +105,8 @@ describe("the core's corners", () => {
     session.handle({ kind: "Tick", now: 0, wallUs: 0 });
     session.handle({ kind: "ConnectionOpened", now: 0 });
     session.handle({ kind: "BytesReceived", now: 0, data: te.encode("HTTP/1.1 401 No\r\ncontent-length: 0\r\n\r\n") });
-    const warnings = session.reports().filter((r) => r.level === "warning");
-    assert.deepEqual(warnings, [{ level: "warning", message: "outpost: Polar refused the WebSocket with HTTP 401" }]); // one sentence
+    const loud = session.reports().filter((r) => r.level === "error" || r.level === "warning");
+    assert.deepEqual(loud, [{ level: "error", message: "outpost: Polar refused the WebSocket with HTTP 401" }]); // one sentence, at ERROR as in Python
     assert.equal(session.notReadyReason("m", "c1", null), "no configuration from Polar yet (WebSocket disconnected: Polar refused the WebSocket with HTTP 401)");
   });
 

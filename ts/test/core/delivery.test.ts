@@ -165,7 +165,7 @@ describe("the delivery policy", () => {
     assert.match(delivery.stalled ?? "", /401/);
     assert.ok(delivery.blocked, "only an operator ends it: a flush would only wait");
     assert.deepEqual(delivery.reports(), [
-      { level: "warning", message: "outpost delivery is stalled: Polar answered 401: check the access token and server URL" },
+      { level: "error", message: "outpost delivery is stalled: Polar answered 401: check the access token and server URL" },
     ]);
     assert.deepEqual(delivery.reports(), []);
     assert.deepEqual(effectAt(delivery, 1), { kind: "Sleep", until: 31 });

@@ -21,12 +21,16 @@ describe("redaction", () => {
     assert.deepEqual(urlSecrets("::"), []);
     assert.equal(scrub("p@ss and t1 at redis://x:y@h", ["p@ss", "t1", null, ""]), "*** and *** at redis://x:***@h");
     const lines: string[] = [];
-    const logger = scrubbing({ debug: (m) => lines.push(m), warn: (m) => lines.push(m), info: (m) => lines.push(m) }, ["secret", null]);
+    const push = (m: string) => lines.push(m);
+    const logger = scrubbing({ debug: push, warn: push, info: push, error: push }, ["secret", null]);
     logger.debug("a secret");
     logger.warn("secret!");
     logger.info?.("no secret here");
-    assert.deepEqual(lines, ["a ***", "***!", "no *** here"]);
-    assert.equal(scrubbing({ debug: () => {}, warn: () => {} }, []).info, undefined);
+    logger.error?.("secret, loudly");
+    assert.deepEqual(lines, ["a ***", "***!", "no *** here", "***, loudly"]);
+    const bare = scrubbing({ debug: () => {}, warn: () => {} }, []);
+    assert.equal(bare.info, undefined);
+    assert.equal(bare.error, undefined);
   });
 
   it("warns about a token over plain http:// to a host that is not this machine", () => {

@@ -66,7 +66,7 @@ describe("the driver against the emulator", () => {
     for (let i = 0; i < 3; i++) await outpost.track("api_call", { externalCustomerId: customer, metadata: { i } });
     assert.equal(await outpost.flush(10), true, lines.text);
     assert.notEqual(machines[0], first);
-    const failed = lines.at("warn").filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): Error: a bug of ours"));
+    const failed = lines.at("error").filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): Error: a bug of ours"));
     assert.equal(failed.length, 1, lines.text);
     assert.match(failed[0] as string, /\n\s+at /); // its stack
     assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 3);
@@ -94,7 +94,7 @@ describe("the driver against the emulator", () => {
     assert.equal(thrown > 1, true, lines.text); // it threw, and the script ran again after the restart
     const warnings = lines.at("warn");
     assert.deepEqual(warnings.filter((l) => l.includes("Redis unreachable")), [], lines.text);
-    const failed = warnings.filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): TypeError: Cannot read properties of undefined"));
+    const failed = lines.at("error").filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): TypeError: Cannot read properties of undefined"));
     assert.equal(failed.length, 1, lines.text);
     assert.match(failed[0] as string, /\n\s+at /); // its stack
     assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 3);
@@ -138,7 +138,7 @@ describe("the driver against the emulator", () => {
     assert.equal(await outpost.flush(15), true, lines.text);
     assert.ok(thrown > 2, lines.text); // one threw, at least one other was held
     assert.equal(rereadWhileSettling, false);
-    assert.equal(lines.at("warn").filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): TypeError")).length, 1, lines.text);
+    assert.equal(lines.at("error").filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): TypeError")).length, 1, lines.text);
     for (const customer of customers) assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 1);
   });
 

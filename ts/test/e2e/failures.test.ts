@@ -118,9 +118,10 @@ describe("failures", () => {
     }
   });
 
-  it("a refused token is named in NotReady", async () => {
+  it("a refused token is named in NotReady, and said once at ERROR", async () => {
     const redis = await RedisServer.start();
-    const outpost = new Outpost(testOptions(emulator, redis, { accessToken: "polar_oat_wrong", snapshotTimeout: 1 }));
+    const lines = new Lines();
+    const outpost = new Outpost(testOptions(emulator, redis, { accessToken: "polar_oat_wrong", snapshotTimeout: 1, logger: lines.logger }));
     try {
       const read = await rejection(outpost.balance(calls, { externalCustomerId: "c1" }));
       assert.ok(read instanceof NotReady);
@@ -128,6 +129,9 @@ describe("failures", () => {
       const tracked = await rejection(outpost.track("api_call", { externalCustomerId: "c1" }));
       assert.ok(tracked instanceof NotReady);
       assert.match(tracked.message, /HTTP 401/);
+      const said = lines.at("error").filter((l) => /HTTP 401/.test(l));
+      assert.equal(said.length, 1, lines.text);
+      assert.ok(!lines.at("warn").some((l) => /HTTP 401/.test(l)), lines.text);
     } finally {
       await outpost.close(2);
       await redis.stop();

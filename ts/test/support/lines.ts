@@ -7,6 +7,7 @@ export class Lines {
     debug: (message: string) => this.lines.push({ level: "debug", message }),
     info: (message: string) => this.lines.push({ level: "info", message }),
     warn: (message: string) => this.lines.push({ level: "warn", message }),
+    error: (message: string) => this.lines.push({ level: "error", message }),
   };
   at(level: string): string[] {
     return this.lines.filter((l) => l.level === level).map((l) => l.message);
