@@ -1517,7 +1517,7 @@ export class Outpost {
       } catch (exc) {
         const unavailable = redisUnavailable("reading the outboxes", exc, this.redis);
         if (attempt >= FLUSH_READS) throw unavailable;
-        await new Promise((resolve) => setTimeout(resolve, POLL * 1000));
+        await this.pause(POLL);
       }
     }
   }
