@@ -254,9 +254,10 @@ def log_report(log: logging.Logger, report: Report | None) -> None:
 
 def failed_in_redis(exc: BaseException) -> bool:
     """Whether ``exc`` is Redis (or the way to it) failing, not a bug of ours: a redis-py error,
-    a socket error, or an ``AttributeError``/``TypeError`` raised inside redis-py itself (its
-    cluster client, under a fail-over, closes connections other calls are using)."""
-    if isinstance(exc, RedisError | OSError):
+    a socket error, our own :class:`RedisUnavailable` (what a caller's path made of one), or an
+    ``AttributeError``/``TypeError`` raised inside redis-py itself (its cluster client, under a
+    fail-over, closes connections other calls are using)."""
+    if isinstance(exc, RedisError | OSError | RedisUnavailable):
         return True
     if not isinstance(exc, AttributeError | TypeError):
         return False

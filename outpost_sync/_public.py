@@ -32,7 +32,6 @@ from outpost_core import (
     Customer,
     InvalidEvent,
     LinkState,
-    RedisUnavailable,
 )
 from outpost_core.public_mode import (
     ID_PARAMS,
@@ -206,7 +205,7 @@ class PublicMode:
                 for probe in probes:
                     self._probe(probe)
             except Exception as exc:
-                if not failed_in_redis(exc) and not isinstance(exc, RedisUnavailable):
+                if not failed_in_redis(exc):
                     raise  # a bug: the supervisor logs it with its traceback and restarts
                 error = redacted(str(exc), self._context.access_token)
                 self._failed(error, "Redis")  # an outage: said once, retried
