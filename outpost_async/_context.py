@@ -28,7 +28,8 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
-from outpost_async._backend import CallLimit, CommandBatches, CoreLock, Signal, Stream, own_client
+from outpost_async._backend import CallLimit, CoreLock, Signal, Stream, own_client
+from outpost_async._batches import CommandBatches
 from outpost_async._departed import DepartedNodes
 from outpost_core import (
     ConfigurationError,

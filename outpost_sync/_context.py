@@ -47,7 +47,8 @@ from outpost_core import (
 )
 from outpost_io.telemetry import Telemetry
 from outpost_io.traces import Traces
-from outpost_sync._backend import CallLimit, CommandBatches, CoreLock, Signal, Stream, own_client
+from outpost_sync._backend import CallLimit, CoreLock, Signal, Stream, own_client
+from outpost_sync._batches import CommandBatches
 from outpost_sync._departed import DepartedNodes
 
 POLL = 0.25  # seconds a loop blocks on Redis or the socket before it looks at deadlines again

@@ -31,7 +31,6 @@ from outpost_core import (
     DeliverySettings,
     Done,
     Flushing,
-    FlushWatch,
     ForgetHeartbeat,
     GiveUp,
     OutboxRead,
@@ -41,7 +40,6 @@ from outpost_core import (
     ReadOutbox,
     Reclaim,
     RecreateGroups,
-    RedisUnavailable,
     RefreshClaim,
     ReportDropped,
     Reported,
@@ -54,7 +52,6 @@ from outpost_core import (
     TakeRequest,
     Tick,
     hand_back,
-    last_entries,
     lost_its_data,
     nothing_done,
     stream_entries,
@@ -67,9 +64,9 @@ from outpost_sync._context import (
     DriverContext,
     failed_in_redis,
     log_report,
-    redis_unavailable,
 )
 from outpost_sync._effects import SessionEffects
+from outpost_sync._flushing import flush_outboxes
 from outpost_sync._ingest import open_ingestion, post_batch
 from outpost_sync._outbox import (
     beat,
@@ -88,7 +85,6 @@ from outpost_sync._scripts import read_then_scripts, run_script, run_scripts, ta
 from outpost_sync._supervisor import Supervisor
 
 _T = TypeVar("_T")
-_FLUSH_READS = 3  # attempts of a flush's outbox read before it raises RedisUnavailable
 
 
 class Deliveries:
@@ -138,42 +134,11 @@ class Deliveries:
     def flush(self, timeout: float) -> bool:
         """Wait until every event queued now is delivered or dropped (``True``), at most
         ``timeout`` seconds (``False``)."""
-        ctx = self._context
-        marks = self._read_outboxes(self._outbox_marks)
-        watch = FlushWatch(marks, time.monotonic(), timeout)
-        ctx.flushing += 1
-        ctx.deliveries.fire()
-        try:
-            while True:
-                version = ctx.deliveries.version
-                settling, idle = ctx.settling > 0, self._holding_nothing
-                if watch.look_now(time.monotonic(), settling=settling, holding_nothing=idle):
-                    left = self._read_outboxes(functools.partial(self._outbox_left, watch))
-                    if watch.looked(left):
-                        return True
-                wait = watch.wait(time.monotonic())
-                if wait is None:
-                    return False
-                ctx.deliveries.wait(version, wait)  # a settle of this instance wakes it
-        finally:
-            ctx.flushing -= 1
+        return flush_outboxes(self._context, timeout, lambda: self._holding_nothing)
 
     @property
     def _holding_nothing(self) -> bool:
         return all(m.idle for m in self.machines)
-
-    def _read_outboxes(self, read: Callable[[], _T]) -> _T:
-        """``read()`` for a flush, tried again a few times on a Redis failure: after Redis came
-        back, a connection the pool kept from before fails once (on some redis-py releases its
-        own retry does not recover it); past that, ``RedisUnavailable``."""
-        for _ in range(_FLUSH_READS - 1):
-            try:
-                with redis_unavailable("reading the outboxes"):
-                    return read()
-            except RedisUnavailable:
-                sleep(POLL)
-        with redis_unavailable("reading the outboxes"):
-            return read()
 
     def loop(self, number: int) -> Callable[[], Any]:
         """The worker of delivery machine ``number``."""
@@ -220,25 +185,6 @@ class Deliveries:
                 "heartbeat expires): %s",
                 exc,
             )
-
-    def _outbox_marks(self) -> dict[str, object]:
-        """The last entry of each outbox now: what a flush waits to see delivered."""
-        streams = self._context.outboxes
-        replies = per_stream(
-            self._context, streams, lambda client, stream: client.xrevrange(stream, count=1)
-        )
-        return last_entries(streams, raising(replies))
-
-    def _outbox_left(self, watch: FlushWatch) -> dict[str, bool]:
-        """Per stream the flush still waits for, whether an entry up to its mark is left."""
-        marks = watch.marks
-        streams = list(marks)
-        replies = per_stream(
-            self._context,
-            streams,
-            lambda client, stream: client.xrange(stream, max=marks[stream], count=1),
-        )
-        return {stream: bool(left) for stream, left in zip(streams, raising(replies), strict=True)}
 
     def _act(self, loop: int, action: DeliveryEffect) -> DeliveryAnswer:
         """Do one delivery action of loop ``loop``. Redis failures are retried until they succeed

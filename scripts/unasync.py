@@ -26,9 +26,16 @@ ROOT = Path(__file__).resolve().parent.parent
 ASYNC_PACKAGE = ROOT / "outpost_async"
 SYNC_PACKAGE = ROOT / "outpost_sync"
 # Each driver writes these by hand (as httpcore keeps its ``_backends/``): what asyncio or threads
-# do differently (``_backend.py``), the async-only shared connection and its push reader, and the
-# package's front page. Everything else in ``outpost_async/`` is generated into ``outpost_sync/``.
-HAND_WRITTEN_DRIVER = {"__init__.py", "_backend.py", "_multiplexed.py", "_listener.py"}
+# do differently (``_backend.py``, ``_batches.py``), the async-only shared connection and its push
+# reader, and the package's front page. Everything else in ``outpost_async/`` is generated into
+# ``outpost_sync/``.
+HAND_WRITTEN_DRIVER = {
+    "__init__.py",
+    "_backend.py",
+    "_batches.py",
+    "_multiplexed.py",
+    "_listener.py",
+}
 TEST_SOURCE = ROOT / "tests" / "drivers" / "_async"
 TEST_TARGET = ROOT / "tests" / "drivers" / "_sync"
 HAND_WRITTEN_TESTS = {"__init__.py", "_concurrency.py"}  # twins that no substitution can produce

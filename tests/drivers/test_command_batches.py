@@ -23,11 +23,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from outpost_async import AsyncOutpost
-from outpost_async._backend import CommandBatches
+from outpost_async._batches import CommandBatches
 from outpost_core import Customer
 from outpost_core._replies import stream_entries
 from outpost_sync import Outpost
-from outpost_sync._backend import CommandBatches as SyncCommandBatches
+from outpost_sync._batches import CommandBatches as SyncCommandBatches
 from tests.drivers._async._helpers import COUNT, shards_of
 from tests.drivers._async.test_local_state import consumed, prepare
 from tests.support.redis_cluster import RedisCluster

@@ -18,7 +18,8 @@ from redis.exceptions import DataError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from outpost_async import _multiplexed
-from outpost_async._backend import CommandBatches, open_pubsub, read_pubsub
+from outpost_async._backend import open_pubsub, read_pubsub
+from outpost_async._batches import CommandBatches
 from outpost_core._replies import stream_entries, text_of
 from tests.support.redis_cluster import RedisReplica
 from tests.support.redis_server import RedisServer, free_port
