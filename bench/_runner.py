@@ -86,6 +86,8 @@ EXPECTED = (
     "lag.async.new_instance",
     "lag_under_load.sync",
     "lag_under_load.async",
+    "lag_under_load.sync.reader_tracks",
+    "lag_under_load.async.reader_tracks",
     "fresh.sync",
     "fresh.async",
     "memory.process",

@@ -10,6 +10,13 @@ poller in the reader reads both PROBE balances in a loop; the k-th PROBE event i
 PROBE's consumed count reaches k. The lag of a probe is the poller's first sight minus the
 tracker's return (``perf_counter_ns``: CLOCK_MONOTONIC, one clock for every process); a probe never
 seen within ``TIMEOUT_S`` of the round's end counts as ``TIMEOUT_S``.
+
+Each round runs twice, one after the other: as above, then with the reader tracking flat out too
+(``lag_under_load.*.reader_tracks``), for a customer of its own, as an application that both
+tracks and reads: its own tracks' echoes reach its subscriber beside the others' changes (and, in
+the sync driver, its tracking thread shares the GIL with the subscriber and the poller). That
+figure's baseline is the first run of the same round, so its ratio is what the reader's own
+tracking adds to the lag.
 """
 
 from __future__ import annotations
@@ -46,17 +53,26 @@ SETUP = (
     "customers' balance() in a loop, yielding between reads. Baseline: redis-py GET round trips "
     "from the reader's process during the same load, 1-3 ms apart."
 )
+READER_TRACKS = (
+    " Here the reader also tracks back to back ({how}) for a customer of its own during "
+    "the run; baseline: the run just before it, the same round, where it only read."
+)
 
 
 def run(env: Env) -> list[Figure]:
     emu, meter = env.start()
     sync = _sync(env, emu, meter)
     asynchronous = asyncio.run(_async(env, emu, meter))
-    return [sync, asynchronous]
+    return [sync[0], asynchronous[0], sync[1], asynchronous[1]]
 
 
 def _names(driver: str) -> tuple[str, list[str]]:
     return f"bench-load-hot-{driver}", [f"bench-load-probe-{driver}-{n}" for n in range(TRACKERS)]
+
+
+def _own(driver: str) -> str:
+    """The customer the reader tracks for in the rounds where it tracks too."""
+    return f"bench-load-own-{driver}"
 
 
 def _arguments(driver: str, env: Env, emu: EmulatorProcess, meter: str, probe: str) -> list[str]:
@@ -134,6 +150,7 @@ class _Round:
         self.seconds = 0.0
         self.timeouts = 0
         self.probes = 0
+        self.own_tracks = 0  # the reader's own, in the rounds where it tracks too
 
     def add(
         self, sight: _Sight, probes: list[str], answers: list[dict[str, Any]], trips: list[float]
@@ -151,6 +168,29 @@ class _Round:
         self.probes += len(lags)
         self.lags.append(lags)
         self.trips.append(trips)
+
+    def reader_tracks_figure(self, driver: str, quiet: _Round, how: str) -> Figure:
+        """The lag of these rounds, where the reader tracked too, against ``quiet``'s (the same
+        rounds' runs where it only read)."""
+        subject = [x for r in self.lags for x in r]
+        return Figure(
+            key=f"lag_under_load.{driver}.reader_tracks",
+            title=f"the same, the reader tracking flat out too, {driver}",
+            unit="µs",
+            subject=Side(f"lag under load, reader tracking {driver}", subject),
+            baseline=Side(f"lag under load {driver}", [x for r in quiet.lags for x in r]),
+            ratios=[round_ratio(s, b) for s, b in zip(self.lags, quiet.lags, strict=True)],
+            ratio_meaning="lag p50 with the reader tracking / without, per round",
+            setup=how,
+            extra={
+                "lag_max_us": max(subject) if subject else float("nan"),
+                "lag_p90_us": percentile(subject, 90),
+                "probes": self.probes,
+                "timeouts": self.timeouts,
+                "reader_tracks": self.own_tracks,
+                "reader_tracks_per_s": self.own_tracks / self.seconds if self.seconds else 0.0,
+            },
+        )
 
     def figure(self, driver: str, sight: _Sight, how: str) -> Figure:
         subject = [x for r in self.lags for x in r]
@@ -209,15 +249,15 @@ class _Loader(ChildProcess):
         return answer
 
 
-def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
+def _sync(env: Env, emu: EmulatorProcess, meter: str) -> tuple[Figure, Figure]:
     scale = env.scale
     hot, probes = _names("sync")
     loaders = [_Loader(_arguments("sync", env, emu, meter, p)) for p in probes]
-    gathered = _Round()
+    gathered, busy = _Round(), _Round()
     progress = threading.Event()
     sight = _Sight(probes, progress.set)
     client = env.client()
-    stop = threading.Event()
+    stop, tracking = threading.Event(), threading.Event()
     try:
         for loader in loaders:
             loader.ready()
@@ -234,44 +274,64 @@ def _sync(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
                         sight.look(probe, reader.balance(meter, external_customer_id=probe))
                     time.sleep(0)  # hand the GIL over: the subscriber thread must run
 
-            poller = threading.Thread(target=poll, name="bench-load-poller", daemon=True)
-            poller.start()
+            def own_tracks() -> None:  # the reader's own traffic, in the rounds that want it
+                while not stop.is_set():
+                    if tracking.wait(0.05):
+                        reader.track("api_call", external_customer_id=_own("sync"))
+                        busy.own_tracks += 1
+
+            workers = [
+                threading.Thread(target=poll, name="bench-load-poller", daemon=True),
+                threading.Thread(target=own_tracks, name="bench-load-own", daemon=True),
+            ]
+            for worker in workers:
+                worker.start()
             try:
                 for _ in range(scale.load_rounds):
-                    gc.collect()
-                    for loader in loaders:
-                        loader.go(scale.load_seconds)
-                    started = time.monotonic()
-                    trips = _get_round_trips(lambda: client.get("bench:load"), scale.load_seconds)
-                    answers = [loader.answer() for loader in loaders]
-                    gathered.seconds += time.monotonic() - started
-                    for remaining in _until_seen(sight, probes, answers, progress):
-                        progress.wait(remaining)
-                    gathered.add(sight, probes, answers, trips)
+                    for rounds in (gathered, busy):
+                        gc.collect()
+                        if rounds is busy:
+                            tracking.set()
+                        for loader in loaders:
+                            loader.go(scale.load_seconds)
+                        started = time.monotonic()
+                        trips = _get_round_trips(
+                            lambda: client.get("bench:load"), scale.load_seconds
+                        )
+                        answers = [loader.answer() for loader in loaders]
+                        tracking.clear()
+                        rounds.seconds += time.monotonic() - started
+                        for remaining in _until_seen(sight, probes, answers, progress):
+                            progress.wait(remaining)
+                        rounds.add(sight, probes, answers, trips)
             finally:
                 stop.set()
-                poller.join(5)
+                for worker in workers:
+                    worker.join(5)
     finally:
         for loader in loaders:
             loader.close()
     how = SETUP.format(how="one thread", poller="a thread")
-    return gathered.figure("sync", sight, how)
+    return (
+        gathered.figure("sync", sight, how),
+        busy.reader_tracks_figure("sync", gathered, how + READER_TRACKS.format(how="a thread")),
+    )
 
 
 # -- async -----------------------------------------------------------------------------------
 
 
-async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
+async def _async(env: Env, emu: EmulatorProcess, meter: str) -> tuple[Figure, Figure]:
     scale = env.scale
     hot, probes = _names("async")
     children = [
         await AsyncChildProcess.start(_arguments("async", env, emu, meter, p)) for p in probes
     ]
-    gathered = _Round()
+    gathered, busy = _Round(), _Round()
     progress = asyncio.Event()
     sight = _Sight(probes, progress.set)
     client = env.async_client()
-    stopped = False
+    stopped, tracking = False, False
 
     async def trips(seconds: float) -> list[float]:
         pc = time.perf_counter_ns
@@ -300,26 +360,42 @@ async def _async(env: Env, emu: EmulatorProcess, meter: str) -> Figure:
                         sight.look(probe, await reader.balance(meter, external_customer_id=probe))
                     await asyncio.sleep(0)
 
-            poller = asyncio.get_running_loop().create_task(poll())
+            async def own_tracks() -> None:  # the reader's own traffic, in the rounds that want it
+                while not stopped:
+                    if tracking:
+                        await reader.track("api_call", external_customer_id=_own("async"))
+                        busy.own_tracks += 1
+                    else:
+                        await asyncio.sleep(0.01)
+
+            loop = asyncio.get_running_loop()
+            workers = [loop.create_task(poll()), loop.create_task(own_tracks())]
             try:
                 for _ in range(scale.load_rounds):
-                    gc.collect()
-                    for child in children:
-                        await child.send(f"go {scale.load_seconds}")
-                    started = time.monotonic()
-                    taken = await trips(scale.load_seconds)
-                    answers = [json.loads(await child.line()) for child in children]
-                    gathered.seconds += time.monotonic() - started
-                    for remaining in _until_seen(sight, probes, answers, progress):
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(progress.wait(), remaining)
-                    gathered.add(sight, probes, answers, taken)
+                    for rounds in (gathered, busy):
+                        gc.collect()
+                        tracking = rounds is busy
+                        for child in children:
+                            await child.send(f"go {scale.load_seconds}")
+                        started = time.monotonic()
+                        taken = await trips(scale.load_seconds)
+                        answers = [json.loads(await child.line()) for child in children]
+                        tracking = False
+                        rounds.seconds += time.monotonic() - started
+                        for remaining in _until_seen(sight, probes, answers, progress):
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(progress.wait(), remaining)
+                        rounds.add(sight, probes, answers, taken)
             finally:
                 stopped = True
-                await poller
+                for worker in workers:
+                    await worker
     finally:
         for child in children:
             await child.close()
         await client.aclose()
     how = SETUP.format(how=f"{TASKS} tasks", poller="a task in the reader's event loop")
-    return gathered.figure("async", sight, how)
+    reader_how = how + READER_TRACKS.format(how="one task in its event loop")
+    return gathered.figure("async", sight, how), busy.reader_tracks_figure(
+        "async", gathered, reader_how
+    )
