@@ -12,11 +12,7 @@
  *   the budget every instance shares (budget.lua), and applies the answers;
  * - webhooks (handleWebhook) apply the figures Polar pushes.
  *
- * Applying a figure reads the state hash and the identity's pending events, lets the core decide
- * (core/publicAnchoring.ts: the prune rule), and runs apply_anchor.lua with the revision it read.
- * A track, an acknowledgement or another instance's anchor that lands in between moves the
- * revision: the script writes nothing and the figure is read and decided again, a few times; one
- * lost to conflicts every time is counted, and the next poll brings it again.
+ * Applying a figure to Redis, and verifying a webhook, is anchors.ts's.
  *
  * mode "auto" starts like the snapshot protocol and switches to this mode when Polar answers the
  * WebSocket's upgrade with a 404. */
@@ -24,16 +20,14 @@
 import type { Cluster, Redis } from "ioredis";
 import { type BudgetAnswered, take, waitOf } from "../core/budget.js";
 import type { Effect } from "../core/effects.js";
-import { ConfigurationError, InvalidWebhook, RedisUnavailable, UsageError } from "../core/errors.js";
+import { ConfigurationError, RedisUnavailable } from "../core/errors.js";
 import { customerOf } from "../core/event.js";
-import { CONFIGURATION_KEY, Customer, type CustomerKind, FLEET_TAG, ackedKey, bucketKey, channel, encodeComponent, stateKey } from "../core/keys.js";
+import { CONFIGURATION_KEY, Customer, type CustomerKind } from "../core/keys.js";
 import { LinkState } from "../core/link.js";
 import {
-  type Anchoring,
   type Meter,
   type Mode,
   type RunningMode,
-  anchor,
   cachedMode,
   checkMode,
   chooseMode,
@@ -45,26 +39,20 @@ import {
   publicConfiguration,
   urgentRequests,
 } from "../core/publicAnchoring.js";
-import type { Outcome, PolarReading } from "../core/publicLedger.js";
 import { type CustomerMetersRequest, type Followed, KINDS, PollPlanner, type QuantitiesProbe, requestCustomers, requestKind, requestParams } from "../core/publicPolls.js";
 import { followedOf, parseQuantities, probeAnchor, probeParams, quantitiesPath } from "../core/publicProbes.js";
-import { MAX_BODY_BYTES, parseCustomerMeters, parseStateChanged } from "../core/publicReadings.js";
+import { MAX_BODY_BYTES, parseCustomerMeters } from "../core/publicReadings.js";
 import type { Session } from "../core/session.js";
 import { type Logger, logError } from "./logger.js";
-import { secretKey, verify } from "../core/webhookSignature.js";
+import { secretKey } from "../core/webhookSignature.js";
 import { redisUnavailable } from "./connections.js";
+import { Anchors } from "./anchors.js";
 import { readAtMost } from "./http.js";
 import { Signal, monotonic } from "./signal.js";
 
-/** Reads and decisions of one figure before it is given up to conflicts (the next poll brings
- * it again). */
-export const ATTEMPTS = 5;
-/** A delivery id is remembered for a day: Polar retries for less. */
-const WEBHOOK_TTL_MS = 86_400_000;
 const RETRY = 1.0; // seconds before a failed request to Polar is tried again
 const POLL = 0.25; // seconds between two looks at whether auto found the mode
 const PLAN_EVERY = 1.0; // seconds between two looks at what is due (each walks the followed copies)
-const CONFLICT = '{"conflict":';
 /** Seconds a customer asked for at once is not asked again while its read still waits (the
  * answer is being applied). */
 const ASKED_AGAIN = 2.0;
@@ -102,18 +90,17 @@ export interface PublicOptions {
 
 export type Headers = Record<string, string | string[] | undefined>;
 
-/** What the core decides of a state hash and its pending events (a figure, a probe's answer). */
-type Decide = (aggregation: string, fields: Record<string, string>, events: Record<string, string>) => Anchoring;
-
 /** The mode an instance runs, and the public mode's loop. */
 export class PublicMode {
   readonly requested: Mode;
   mode: Mode;
   reason: string;
   readonly planner: PollPlanner;
+  /** Applying figures to Redis, and webhooks. */
+  readonly anchors: Anchors;
   /** Figures applied, by outcome (first, accepted, rejected, reset, stale, no_watermark; probes
    * probed, probe_rejected, probe_unused), and conflicts given up. */
-  readonly outcomes = new Map<string, number>();
+  readonly outcomes: Map<string, number>;
   lastError: string | null = null;
   /** Requests sent to Polar's public API (meters, customer meters, quantities). */
   requests = 0;
@@ -121,15 +108,11 @@ export class PublicMode {
   private sentAtUs = 0;
   /** What the planner last learnt of each followed copy, by the copy's revision. */
   private views = new Map<string, [number, Followed]>();
-  private readonly marginUs: number;
-  private readonly key: Uint8Array | null;
   /** Customers a read waits for (by tag: external:<id> or customer:<id>), and when each was. */
   private readonly urgent = new Map<string, Customer>();
   private readonly askedAt = new Map<string, number>();
   private readonly wake = new Signal();
   private seen = new Map<string, number | null>();
-  /** State key -> the figure being applied to it (the next waits for it). */
-  private readonly applying = new Map<string, Promise<Outcome | null>>();
 
   constructor(
     private readonly hooks: PublicHooks,
@@ -138,8 +121,9 @@ export class PublicMode {
     this.requested = PublicMode.check(options);
     this.mode = this.requested;
     this.reason = this.requested === "auto" ? "waiting for Polar's answer on /v1/outpost/" : `mode=${JSON.stringify(this.requested)} was asked`;
-    this.marginUs = Math.round(options.margin * 1_000_000);
-    this.key = options.webhookSecret ? secretKey(options.webhookSecret) : null; // throws if malformed
+    const key = options.webhookSecret ? secretKey(options.webhookSecret) : null; // throws if malformed
+    this.anchors = new Anchors(hooks, Math.round(options.margin * 1_000_000), key);
+    this.outcomes = this.anchors.outcomes;
     const share = options.requestsPerMinute > 0 ? options.requestsPerMinute / 2 : 300;
     this.planner = new PollPlanner({ perMinute: share, pollEveryS: options.pollInterval });
   }
@@ -364,10 +348,10 @@ export class PublicMode {
     for (const reading of readings) {
       const named = customerOfReading(reading, kind);
       if (named === null || !wanted.has(JSON.stringify([named, reading.meterId]))) continue;
-      await this.apply(new Customer(kind, named), reading);
+      await this.anchors.apply(new Customer(kind, named), reading);
     }
     for (const [id, meterId] of missingRows(asked, readings, kind)) {
-      await this.apply(new Customer(kind, id), kind === "external" ? noRow(id, null, meterId) : noRow(null, id, meterId));
+      await this.anchors.apply(new Customer(kind, id), kind === "external" ? noRow(id, null, meterId) : noRow(null, id, meterId));
     }
     // Heard, whatever the figures were (an urgent request's customer is not polled again next).
     const now = this.hooks.nowUs();
@@ -391,7 +375,7 @@ export class PublicMode {
     }
     const [consumed, sentAtUs] = [answer.total, this.sentAtUs];
     const customer = new Customer(probe.kind, probe.customer);
-    await this.write(customer, probe.meterId, true, (func, fields, events) => probeAnchor(func, this.marginUs, fields, events, probe.meterId, consumed, sentAtUs));
+    await this.anchors.write(customer, probe.meterId, true, (func, fields, events) => probeAnchor(func, this.anchors.marginUs, fields, events, probe.meterId, consumed, sentAtUs));
   }
 
   /** A GET to Polar's API, its request taken from the shared budget first; null when it failed
@@ -438,131 +422,8 @@ export class PublicMode {
     this.lastError = error;
   }
 
-  // -- applying a figure ------------------------------------------------------------------------
-
-  /** Apply one figure to the customer's state for its meter (null: the meter is not in the
-   * configuration, the figure was lost to conflicts, or `existing` asked for an identity whose
-   * state Redis holds, and it holds none: nobody follows it). Rejects with RedisUnavailable. */
-  async apply(customer: Customer, reading: PolarReading, existing = false): Promise<Outcome | null> {
-    return this.write(customer, reading.meterId, existing, (func, fields, events) => anchor(func, this.marginUs, fields, events, reading));
+  /** Verify a webhook delivery and apply what it carries (anchors.ts); the HTTP status to answer. */
+  handleWebhook(body: Uint8Array, headers: Headers): Promise<number> {
+    return this.anchors.handleWebhook(body, headers, this.mode);
   }
-
-  /** Read, let the core decide, and run apply_anchor.lua with the revision read. */
-  private async write(customer: Customer, meterId: string, existing: boolean, decide: Decide): Promise<Outcome | null> {
-    const core = this.hooks.core;
-    const reducer = core.configuration?.reducerFor(meterId) ?? null;
-    if (reducer === null || !reducer.aggregation.bucketed()) return null;
-    const state = stateKey(customer, reducer.id, this.hooks.core.shards);
-    // One write of a customer meter at a time on this instance: figures applied at once (a
-    // burst of webhooks) would only make each other read again.
-    const before = this.applying.get(state);
-    const func = reducer.aggregation.func;
-    const turn = (before ?? Promise.resolve()).then(
-      () => this.writeNow(customer, existing, state, func, decide),
-      () => this.writeNow(customer, existing, state, func, decide),
-    );
-    this.applying.set(state, turn);
-    try {
-      return await turn;
-    } finally {
-      if (this.applying.get(state) === turn) this.applying.delete(state);
-    }
-  }
-
-  private async writeNow(customer: Customer, existing: boolean, state: string, aggregation: string, decide: Decide): Promise<Outcome | null> {
-    const core = this.hooks.core;
-    const shardChannel = channel(core.shardOf(customer), core.settings.channelNamespace);
-    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
-      const [fields, events] = await this.read(state);
-      if (existing && Object.keys(fields).length === 0) return null;
-      const decided = decide(aggregation, fields, events);
-      for (const problem of decided.problems) core.reject("public", `${state}: ${problem}`);
-      if (decided.write === null) {
-        this.count(decided.outcome);
-        return decided.outcome;
-      }
-      const args = decided.write.args(shardChannel, core.knownRev(state));
-      const reply = await this.hooks.script("apply_anchor", [state, ackedKey(state)], args);
-      if (typeof reply === "string" && reply.startsWith(CONFLICT)) continue; // the revision moved: read and decide again
-      core.handle({ kind: "ScriptReplied", reply, tag: null }); // its echo is dropped when it comes
-      await this.hooks.run(this.hooks.drain());
-      this.count(decided.outcome);
-      return decided.outcome;
-    }
-    this.count("conflicts");
-    return null;
-  }
-
-  private count(what: string): void {
-    this.outcomes.set(what, (this.outcomes.get(what) ?? 0) + 1);
-  }
-
-  /** The state hash and every pending event of the identity (events field -> value). */
-  private async read(state: string): Promise<[Record<string, string>, Record<string, string>]> {
-    const redis = this.hooks.redis;
-    try {
-      const fields = await redis.hgetall(state);
-      const buckets = Object.keys(fields).filter((name) => name.startsWith("a:")).map((name) => name.slice(2));
-      const replies = await Promise.all(buckets.map((bucket) => redis.hgetall(bucketKey(state, bucket))));
-      return [fields, Object.assign({}, ...replies) as Record<string, string>];
-    } catch (exc) {
-      throw redisUnavailable(`reading ${state}`, exc, redis);
-    }
-  }
-
-  // -- webhooks ---------------------------------------------------------------------------------
-
-  /** Verify a webhook delivery, take it once for the fleet, apply the figures it carries to the
-   * identities some instance follows; resolve to the HTTP status to answer. Verified in every
-   * mode; applied only in the public one (204 in the snapshot protocol, 503 while auto has not
-   * found out which runs: Polar delivers it again). */
-  async handleWebhook(body: Uint8Array, headers: Headers): Promise<number> {
-    const hooks = this.hooks;
-    if (this.key === null) {
-      throw new UsageError("handleWebhook() needs the endpoint's secret: the webhookSecret option or the environment variable POLAR_WEBHOOK_SECRET");
-    }
-    if (!(body instanceof Uint8Array)) throw new UsageError("handleWebhook() takes the request's body as bytes (a Buffer), unparsed");
-    const verdict = verify(this.key, plainHeaders(headers), body, hooks.nowUs() / 1e6);
-    if (!verdict.genuine) {
-      hooks.core.rejections.set("webhook", (hooks.core.rejections.get("webhook") ?? 0) + 1);
-      hooks.log.warn(`outpost refused a webhook delivery: ${verdict.reason}`);
-      throw new InvalidWebhook(`webhook refused: ${verdict.reason}`);
-    }
-    if (this.mode === "auto") return 503; // the mode is not known yet: Polar delivers it again later
-    if (this.mode === "snapshots") return 204; // snapshots bring the figures: taken, nothing applied
-    if (hooks.core.configuration === null) return 503; // no meter known yet: Polar delivers it again later
-    const taken = `${FLEET_TAG}webhook:${encodeComponent(verdict.messageId)}`;
-    try {
-      if ((await hooks.redis.set(taken, "1", "PX", WEBHOOK_TTL_MS, "NX")) === null) return 204; // another instance (or this one) took it already
-    } catch (exc) {
-      throw redisUnavailable("taking a webhook delivery", exc, hooks.redis);
-    }
-    const [readings, rejected] = parseStateChanged(body);
-    for (const problem of rejected) hooks.core.reject("webhook", problem.reason);
-    try {
-      for (const reading of readings) {
-        for (const customer of identities(reading)) await this.apply(customer, reading, true);
-      }
-    } catch (exc) {
-      // Not applied: let Polar's retry bring it again (to this instance or another).
-      await hooks.redis.del(taken).catch(() => {});
-      throw exc;
-    }
-    return 204;
-  }
-}
-
-/** The names a reading gives its customer: by external id, by Polar's id, or both. */
-export function identities(reading: PolarReading): Customer[] {
-  const out: Customer[] = [];
-  if (reading.externalCustomerId !== null) out.push(new Customer("external", reading.externalCustomerId));
-  if (reading.customerId !== null) out.push(new Customer("customer", reading.customerId));
-  return out;
-}
-
-/** Headers as Node gives them (a repeated one as a list) as the verifier reads them. */
-function plainHeaders(headers: Headers): Record<string, string | undefined> {
-  const out: Record<string, string | undefined> = {};
-  for (const [name, value] of Object.entries(headers)) out[name] = Array.isArray(value) ? value.join(" ") : value;
-  return out;
 }

@@ -18,9 +18,9 @@ export interface AdmissionHooks {
   readonly oneSlot: boolean;
   readonly telemetry: Telemetry;
   ensureStarted(): Promise<void>;
-  /** The core's track script (Outpost.trackScript: it waits for Polar's configuration first). */
+  /** The core's track script (tracking.ts's trackScript: it waits for Polar's configuration first). */
   trackScript(args: TrackArgs): Promise<RunScript>;
-  /** Run a script as track() runs its own (Outpost.writeScript): `replied` gets its reply and the
+  /** Run a script as track() runs its own (tracking.ts's writeScript): `replied` gets its reply and the
    * ticket the core gave it (the core's ScriptReplied must carry it); resolves to why it is less
    * durable than asked (null: it is not). */
   writeScript(run: RunScript, replied: (reply: unknown, ticket: number) => void): Promise<string | null>;

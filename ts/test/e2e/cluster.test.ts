@@ -90,7 +90,7 @@ describe("on a Redis Cluster (4 primaries, 4 replicas, 64 shards)", () => {
     const a = connect();
     const customer = uniqueCustomer("idle");
     await a.track("api_call", { externalCustomerId: customer }); // starts the loops
-    const signal = (a as unknown as { deliveryWake: { wait: (version: number, timeout: number) => Promise<void> } }).deliveryWake;
+    const signal = (a as unknown as { ctx: { deliveryWake: { wait: (version: number, timeout: number) => Promise<void> } } }).ctx.deliveryWake;
     const waits: number[] = [];
     const wait = signal.wait.bind(signal);
     signal.wait = (version, timeout) => {

@@ -57,7 +57,7 @@ describe("the driver against the emulator", () => {
     const outpost = connect({ logger: lines.logger, maxInFlight: 1 });
     const customer = uniqueCustomer();
     await outpost.balance(w.calls, { externalCustomerId: customer });
-    const machines = (outpost as unknown as { deliveries: { handle: (...args: unknown[]) => void }[] }).deliveries;
+    const machines = (outpost as unknown as { ctx: { deliveries: { handle: (...args: unknown[]) => void }[] } }).ctx.deliveries;
     const first = machines[0];
     assert.ok(first !== undefined);
     first.handle = () => {
@@ -79,7 +79,7 @@ describe("the driver against the emulator", () => {
     await outpost.balance(w.calls, { externalCustomerId: customer });
     // The delivery loop's own connection: its settle script, after Polar took the batch, meets
     // a bug of ours once (the events are posted, and still pending in Redis).
-    const [connection] = (outpost as unknown as { connections: Redis[] }).connections;
+    const [connection] = (outpost as unknown as { ctx: { connections: Redis[] } }).ctx.connections;
     assert.ok(connection !== undefined);
     const evalsha = connection.evalsha.bind(connection) as (...args: unknown[]) => Promise<unknown>;
     let thrown = 0;
@@ -106,7 +106,7 @@ describe("the driver against the emulator", () => {
     const outpost = connect({ logger: lines.logger, maxInFlight: 1, linger: 5 });
     const customers = Array.from({ length: 8 }, () => uniqueCustomer()); // in several shards
     for (const customer of customers) await outpost.balance(w.calls, { externalCustomerId: customer });
-    const [connection] = (outpost as unknown as { connections: Redis[] }).connections;
+    const [connection] = (outpost as unknown as { ctx: { connections: Redis[] } }).ctx.connections;
     assert.ok(connection !== undefined);
     const methods = connection as unknown as Record<"evalsha" | "xreadgroup", (...args: unknown[]) => Promise<unknown>>;
     const [evalsha, xreadgroup] = [methods.evalsha.bind(connection), methods.xreadgroup.bind(connection)];
@@ -276,7 +276,7 @@ describe("the driver against the emulator", () => {
     const customer = uniqueCustomer("lingering");
     await a.track("api_call", { externalCustomerId: customer }); // a's loops start; it lingers
     await a.balance(w.calls, { externalCustomerId: customer }); // a follows the customer
-    const machine = (a as unknown as { deliveries: { effects: () => unknown[] }[] }).deliveries[0]!;
+    const machine = (a as unknown as { ctx: { deliveries: { effects: () => unknown[] }[] } }).ctx.deliveries[0]!;
     const effects = machine.effects.bind(machine);
     let asked = 0;
     machine.effects = () => {

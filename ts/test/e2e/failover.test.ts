@@ -121,7 +121,7 @@ describe("after a Redis failure", () => {
         // and never replicated leaves it on the promoted replica (a does not know).
         const client = redis.client();
         for (const stream of allOutboxes()) await client.xgroup("CREATE", stream, GROUP, "0", "MKSTREAM").catch(() => {});
-        const consumer = (a as unknown as { consumer: string }).consumer;
+        const consumer = (a as unknown as { ctx: { consumer: string } }).ctx.consumer;
         const read = (await client.xreadgroup("GROUP", GROUP, consumer, "STREAMS", ...allOutboxes(), ...allOutboxes().map(() => ">"))) as [string, unknown[]][];
         assert.equal(read.reduce((n, [, entries]) => n + entries.length, 0), 1);
         assert.equal((await a.balance(calls, { externalCustomerId: customer })).consumed, 1); // a starts
@@ -151,7 +151,7 @@ describe("after a Redis failure", () => {
       await writer.track("api_call", { externalCustomerId: customer });
       // Delivered to a's consumer and never settled, as a settlement Redis lost leaves it.
       const client = redis.client();
-      const consumer = (a as unknown as { consumer: string }).consumer;
+      const consumer = (a as unknown as { ctx: { consumer: string } }).ctx.consumer;
       const read = (await client.xreadgroup("GROUP", GROUP, consumer, "STREAMS", ...allOutboxes(), ...allOutboxes().map(() => ">"))) as [string, unknown[]][];
       assert.equal(read.reduce((n, [, entries]) => n + entries.length, 0), 1);
       assert.equal((await a.balance(calls, { externalCustomerId: customer })).consumed, 1); // a starts

@@ -161,7 +161,7 @@ describe("the public-API mode", () => {
     const figures = Array.from({ length: 20 }, (_, n) => a.handleWebhook(...figure(n + 1)));
     await Promise.all([tracking, ...figures]);
     // A figure lost to conflicts every time is counted (the next poll brings it again).
-    const outcomes = (a as unknown as { public: { outcomes: Map<string, number> } }).public.outcomes;
+    const outcomes = (a as unknown as { ctx: { public: { outcomes: Map<string, number> } } }).ctx.public.outcomes;
     const lost = outcomes.get("conflicts") ?? 0;
     // The first read's figure and the 20 figures; a quantities probe (the balance of 0 after the
     // first read may be probed by the poll loop meanwhile) is an outcome of its own.
@@ -178,14 +178,14 @@ describe("the public-API mode", () => {
   /** An instance whose figure for `customer` is read, then (once, or every time) a track of
    * another instance lands before its script runs. */
   function trackAfterRead(a: Outpost, b: Outpost, customer: string, every: boolean): { reads: number } {
-    const mode = (a as unknown as { public: { read: (state: string) => Promise<unknown>; planner: { probeBand: number } } }).public;
+    const mode = (a as unknown as { ctx: { public: { anchors: { read: (state: string) => Promise<unknown> }; planner: { probeBand: number } } } }).ctx.public;
     // No quantities probe of the balance the tracks drive to zero and below: its write would read
     // the state too (the poll loop plans one each second), one more read than the figure's.
     mode.planner.probeBand = -Infinity;
-    const read = mode.read.bind(mode);
+    const read = mode.anchors.read.bind(mode.anchors);
     const seen = { reads: 0 };
     const ours = stateKey(new Customer("external", customer), calls);
-    mode.read = async (state: string) => {
+    mode.anchors.read = async (state: string) => {
       const found = await read(state);
       if (state !== ours) return found; // (the figure names Polar's id too: nobody follows that one)
       seen.reads += 1;
@@ -228,7 +228,7 @@ describe("the public-API mode", () => {
     const seen = trackAfterRead(a, b, customer, true);
     assert.equal(await a.handleWebhook(...signedFigure(secret, customer, 9, 0)), 204);
     assert.equal(seen.reads, 5);
-    assert.equal((a as unknown as { public: { outcomes: Map<string, number> } }).public.outcomes.get("conflicts"), 1);
+    assert.equal((a as unknown as { ctx: { public: { outcomes: Map<string, number> } } }).ctx.public.outcomes.get("conflicts"), 1);
     const read = await a.balance(calls, { ...who, fresh: true });
     assert.deepEqual([read.credited, read.consumed], [0, 5]);
   });
@@ -261,7 +261,7 @@ describe("the public-API mode", () => {
       assert.equal((await a.balance(calls, { externalCustomerId: "before-outage" })).credited, 2);
       await durable.halt();
       // The loop meets the outage (its configuration's refresh takes a request from the budget).
-      const mode = (a as unknown as { public: { lastError: string | null } }).public;
+      const mode = (a as unknown as { ctx: { public: { lastError: string | null } } }).ctx.public;
       await eventually(() => mode.lastError !== null && mode.lastError.includes("Redis"), "the poll loop meeting the outage", 20);
       const said = warnings.filter((w) => w.includes(mode.lastError as string));
       assert.ok(said.length > 0 && said.every((w) => w.includes(": Redis failed") && !w.includes("Polar")), said.join("\n"));

@@ -56,7 +56,7 @@ describe("the public-API mode's probes", () => {
     assert.equal(await a.flush(10), true);
     await advance(30); // both acknowledged well before the replica's lag
     await a.track("api_call", who); // the balance reaches 0
-    const outcomes = (a as unknown as { public: Probing }).public.outcomes;
+    const outcomes = (a as unknown as { ctx: { public: Probing } }).ctx.public.outcomes;
     await eventually(async () => (outcomes.get("probed") ?? 0) >= 1 && (await a.balance(calls, who)).pending === 1, "the probe dropping the two events it counts");
     const read = await a.balance(calls, who);
     const truth = await emulator.customerMeter(calls, customer);

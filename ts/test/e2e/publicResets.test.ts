@@ -50,7 +50,7 @@ describe("the public-API mode's resets", () => {
       assert.equal(await current.flush(10), true);
       await eventually(() => reads(45), "the new window's balance", 20);
       assert.equal((await emulator.customerMeter(calls, customer)).balance, 45);
-      const outcomes = (current as unknown as { public: { outcomes: Map<string, number> } }).public.outcomes;
+      const outcomes = (current as unknown as { ctx: { public: { outcomes: Map<string, number> } } }).ctx.public.outcomes;
       assert.equal(outcomes.get("reset"), 1);
     } finally {
       server.close();

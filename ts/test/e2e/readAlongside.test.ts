@@ -14,8 +14,7 @@ import { world } from "../support/world.js";
 /** What these tests look at inside an instance. */
 interface Inside {
   ensureStarted(): Promise<void>;
-  deliveries: { effects: () => DeliveryEffect[] }[];
-  connections: Redis[];
+  ctx: { deliveries: { effects: () => DeliveryEffect[] }[]; connections: Redis[] };
 }
 const inside = (outpost: Outpost): Inside => outpost as unknown as Inside;
 /** XREADGROUP's reply when it found nothing (RESP2). */
@@ -39,7 +38,7 @@ describe("reading the next batch while one is posted", () => {
   async function delivering(options: OutpostOptions, seen: (action: DeliveryEffect) => void = () => {}): Promise<[Outpost, DeliveryEffect[]]> {
     const outpost = connect(options);
     await inside(outpost).ensureStarted();
-    const machine = inside(outpost).deliveries[0]!;
+    const machine = inside(outpost).ctx.deliveries[0]!;
     const effects = machine.effects.bind(machine);
     const actions: DeliveryEffect[] = [];
     machine.effects = () => {
@@ -72,7 +71,7 @@ describe("reading the next batch while one is posted", () => {
       if (lost || socket !== null || action.kind !== "PostAndSettle" || !action.read) return;
       // The loop's next command is this read: once it is written, its reply is held back (the
       // socket paused) until the test decides below.
-      const held = inside(outpost).connections[0]!.stream;
+      const held = inside(outpost).ctx.connections[0]!.stream;
       const write = held.write.bind(held) as (...args: unknown[]) => boolean;
       held.write = ((...args: unknown[]) => {
         const written = write(...args);

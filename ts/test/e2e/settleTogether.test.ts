@@ -14,8 +14,9 @@ type Act = (...args: unknown[]) => Promise<DeliveryInput>;
 /** What these tests look at inside an instance. */
 interface Inside {
   ensureStarted(): Promise<void>;
-  deliveries: { effects: () => DeliveryEffect[] }[];
-  act: Act;
+  ctx: { deliveries: { effects: () => DeliveryEffect[] }[] };
+  /** The delivery loops (delivery.ts): each action goes through act(). */
+  delivery: { act: Act };
 }
 const inside = (outpost: Outpost): Inside => outpost as unknown as Inside;
 
@@ -27,15 +28,15 @@ describe("settling batches that follow each other together", () => {
   async function held(options: OutpostOptions): Promise<[Outpost, DeliveryEffect[], () => void]> {
     const outpost = w.connect({ requestsPerMinute: 0, ...options });
     const o = inside(outpost);
-    const act = o.act.bind(outpost) as Act;
+    const act = o.delivery.act.bind(o.delivery) as Act;
     let release = (): void => {};
     const gate = new Promise<void>((resolve) => (release = resolve));
-    o.act = async (...args) => {
+    o.delivery.act = async (...args) => {
       await gate;
       return act(...args);
     };
     await o.ensureStarted();
-    const machine = o.deliveries[0]!;
+    const machine = o.ctx.deliveries[0]!;
     const effects = machine.effects.bind(machine);
     const actions: DeliveryEffect[] = [];
     machine.effects = () => {

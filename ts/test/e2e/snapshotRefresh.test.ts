@@ -31,7 +31,7 @@ describe("asking Polar again", () => {
     const clock = { now: () => new Date(nowUs / 1000) };
     const a = new Outpost(testOptions(emulator, redis, { clock }));
     try {
-      const core = (a as unknown as { core: { settings: Settings } }).core;
+      const core = (a as unknown as { ctx: { core: { settings: Settings } } }).ctx.core;
       core.settings = { ...core.settings, refreshAfter: 1 }; // a second, not ten minutes
       const who = { externalCustomerId: "c1" };
       const first = await a.balance(calls, who);
