@@ -169,31 +169,39 @@ class _Round:
         self.lags.append(lags)
         self.trips.append(trips)
 
+    @property
+    def _subject(self) -> list[float]:
+        return [x for r in self.lags for x in r]
+
+    def _lag_extra(self) -> dict[str, Any]:
+        """What both figures tell of their lags beside the percentiles."""
+        subject = self._subject
+        return {
+            "lag_max_us": max(subject) if subject else float("nan"),
+            "lag_p90_us": percentile(subject, 90),
+            "probes": self.probes,
+            "timeouts": self.timeouts,
+        }
+
     def reader_tracks_figure(self, driver: str, quiet: _Round, how: str) -> Figure:
         """The lag of these rounds, where the reader tracked too, against ``quiet``'s (the same
         rounds' runs where it only read)."""
-        subject = [x for r in self.lags for x in r]
+        per_s = self.own_tracks / self.seconds if self.seconds else 0.0
         return Figure(
             key=f"lag_under_load.{driver}.reader_tracks",
             title=f"the same, the reader tracking flat out too, {driver}",
             unit="µs",
-            subject=Side(f"lag under load, reader tracking {driver}", subject),
-            baseline=Side(f"lag under load {driver}", [x for r in quiet.lags for x in r]),
+            subject=Side(f"lag under load, reader tracking {driver}", self._subject),
+            baseline=Side(f"lag under load {driver}", quiet._subject),
             ratios=[round_ratio(s, b) for s, b in zip(self.lags, quiet.lags, strict=True)],
             ratio_meaning="lag p50 with the reader tracking / without, per round",
             setup=how,
-            extra={
-                "lag_max_us": max(subject) if subject else float("nan"),
-                "lag_p90_us": percentile(subject, 90),
-                "probes": self.probes,
-                "timeouts": self.timeouts,
-                "reader_tracks": self.own_tracks,
-                "reader_tracks_per_s": self.own_tracks / self.seconds if self.seconds else 0.0,
-            },
+            extra=self._lag_extra()
+            | {"reader_tracks": self.own_tracks, "reader_tracks_per_s": per_s},
         )
 
     def figure(self, driver: str, sight: _Sight, how: str) -> Figure:
-        subject = [x for r in self.lags for x in r]
+        subject = self._subject
         reads = sum(sight.sources.values())
         from_redis = sight.sources["redis"] / reads if reads else 0.0
         return Figure(
@@ -206,15 +214,12 @@ class _Round:
             ratio_meaning="lag p50 / GET round-trip p50 per round, both under the same load",
             setup=how,
             target=TARGET,
-            extra={
-                "lag_max_us": max(subject) if subject else float("nan"),
-                "lag_p90_us": percentile(subject, 90),
-                "probes": self.probes,
+            extra=self._lag_extra()
+            | {
                 "negative_lags": sum(1 for x in subject if x < 0),
                 "negative_note": "a lag is negative when the reader saw the event before the "
                 "tracker's track() call returned: the tracking process was busy (its other "
                 "tracks, its subscriber) or descheduled between Redis's reply and the return",
-                "timeouts": self.timeouts,
                 "timeout_s": TIMEOUT_S,
                 "tracks_per_s_both_trackers": self.tracks / self.seconds if self.seconds else 0.0,
                 "reader_reads": reads,
