@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-
-import attrs
+from typing import NamedTuple
 
 from ._peer import Unreadable, peer_json
 
 
-@attrs.frozen(slots=True)
-class Change:
+class Change(NamedTuple):
+    # A named tuple, not an attrs class: every reply and followed message makes one, and a
+    # tuple's constructor costs half of a frozen attrs class's.
     key: str
     rev: int
     set: tuple[tuple[str, str], ...] | None
@@ -58,10 +58,16 @@ def parse_changes(raw: object, wanted: Callable[[str], bool] | None = None) -> l
         raise MalformedChange("not a JSON object")
     if obj.get("dup") == 1:
         return None
-    items = _list(obj.get("c"), "c")
-    if wanted is None:
-        return [_change(item) for item in items]
-    return [_change(item) for item in items if wanted(_key_of(item))]
+    items = obj.get("c")
+    if type(items) is not list:
+        items = _not_list(items, "c")
+    # A loop rather than comprehensions: most texts hold one change, and a comprehension's own
+    # frame costs more than its loop saves.
+    changes = []
+    for item in items:
+        if wanted is None or wanted(_key_of(item)):
+            changes.append(_change(item))
+    return changes
 
 
 def _none_wanted(text: str, wanted: Callable[[str], bool]) -> bool:
@@ -70,7 +76,9 @@ def _none_wanted(text: str, wanted: Callable[[str], bool]) -> bool:
     each cost ten times this look). Only when every key is plain text, without escapes: else the
     parse decides."""
     keys = _KEY.findall(text)
-    return bool(keys) and len(keys) == len(_KEY_NAME.findall(text)) and not any(map(wanted, keys))
+    if not keys or any(map(wanted, keys)):
+        return False  # (a reply to this instance's track: its key is wanted, told by one search)
+    return len(keys) == len(_KEY_NAME.findall(text))
 
 
 _KEY = re.compile(r'"k"\s*:\s*"([^"\\]*)"')
@@ -80,28 +88,31 @@ _KEY_NAME = re.compile(r'"k"\s*:')
 def published_of(reply: object) -> object:
     """What the script published, as its reply says it: the first of a pair, else the reply
     itself (the same text when the caller held every previous revision)."""
-    if isinstance(reply, list | tuple) and len(reply) == 2:
+    if isinstance(reply, _PAIRS) and len(reply) == 2:
         return reply[0]
     return reply
 
 
 def reply_of(reply: object) -> object:
     """The changes part of a reply: the second of a pair, else the reply itself."""
-    if isinstance(reply, list | tuple) and len(reply) == 2:
+    if isinstance(reply, _PAIRS) and len(reply) == 2:
         return reply[1]
     return reply
 
 
-def _list(value: object, where: str) -> list[object]:
+_PAIRS = (list, tuple)  # a tuple of types: isinstance() reads it faster than a union
+
+
+def _not_list(value: object, where: str) -> list[object]:
+    """What is not a list where a list goes (JSON gives exact types, so callers tell a list by
+    ``type() is``): the empty object is the empty list, as cjson writes it; else malformed."""
     if isinstance(value, dict) and not value:
         return []
-    if not isinstance(value, list):
-        raise MalformedChange(f"{where!r} is not a list")
-    return value
+    raise MalformedChange(f"{where!r} is not a list")
 
 
 def _strings(value: object, where: str) -> list[str]:
-    items = _list(value, where)
+    items = value if type(value) is list else _not_list(value, where)
     try:
         "".join(items)  # type: ignore[arg-type]  # a check in C: every reply is read here
     except TypeError:
@@ -129,10 +140,15 @@ def _change(item: object) -> Change:
     flat = _strings(raw_set, "s")
     if len(flat) % 2:
         raise MalformedChange("'s' holds an odd number of items")
-    pairs = tuple(zip(flat[::2], flat[1::2], strict=True))
-    deleted = tuple(_strings(item.get("d", _NO_ITEMS), "d"))
-    return Change(key, rev, pairs, deleted, item.get("full") == 1)
+    each = iter(flat)  # zipped with itself: (field, value) pairs
+    raw_deleted = item.get("d", _NO_ITEMS)
+    if type(raw_deleted) in _EMPTY_TYPES and not raw_deleted:  # cjson writes [] as {}
+        deleted: tuple[str, ...] = ()
+    else:
+        deleted = tuple(_strings(raw_deleted, "d"))
+    return Change(key, rev, tuple(zip(each, each, strict=True)), deleted, item.get("full") == 1)
 
 
 _ABSENT = object()
 _NO_ITEMS: list[object] = []
+_EMPTY_TYPES = (dict, list)
