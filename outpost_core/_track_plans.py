@@ -84,8 +84,9 @@ class TrackPlan:
 def item(plan: TrackPlan, event_id: str, timestamp: str) -> str:
     """The event as an item of the ingestion body, byte for byte as the session's encoder
     writes it without metadata."""
-    tail = f',"timestamp":"{timestamp}","metadata":{{}}}}'
-    return f"{plan.item_head}{encode_basestring(event_id)}{tail}"
+    return (
+        f'{plan.item_head}{encode_basestring(event_id)},"timestamp":"{timestamp}","metadata":{{}}}}'
+    )
 
 
 def key_of(name: object, external_customer_id: object, customer_id: object) -> PlanKey | None:
