@@ -40,7 +40,8 @@ def parse_changes(raw: object, wanted: Callable[[str], bool] | None = None) -> l
     With ``wanted``, only the changes of the keys it accepts: the others are checked for a key
     and left unread (every instance hears every change of a shard, and follows few of them).
     """
-    raw = reply_of(raw)
+    if type(raw) is not bytes:  # (bytes: a reply or message as Redis sent it, not a pair)
+        raw = reply_of(raw)
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
@@ -146,7 +147,11 @@ def _change(item: object) -> Change:
     raw_set = item.get("s", _ABSENT)
     if raw_set is _ABSENT:
         return Change(key, rev, None)
-    flat = _strings(raw_set, "s")
+    flat: list[str] = raw_set if type(raw_set) is list else _not_list(raw_set, "s")  # type: ignore[assignment]
+    try:
+        "".join(flat)  # as _strings() checks, inlined: every reply is read here
+    except TypeError:
+        raise MalformedChange("'s' holds a non-string") from None
     if len(flat) % 2:
         raise MalformedChange("'s' holds an odd number of items")
     each = iter(flat)  # zipped with itself: (field, value) pairs
