@@ -160,9 +160,11 @@ def _change(item: object) -> Change:
         deleted: tuple[str, ...] = ()
     else:
         deleted = tuple(_strings(raw_deleted, "d"))
-    return Change(key, rev, tuple(zip(each, each, strict=True)), deleted, item.get("full") == 1)
+    pairs = tuple(zip(each, each, strict=True))
+    return _new(Change, (key, rev, pairs, deleted, item.get("full") == 1))
 
 
 _ABSENT = object()
+_new = tuple.__new__  # Change(...) without its own __new__'s frame: every change read makes one
 _NO_ITEMS: list[object] = []
 _EMPTY_TYPES = (dict, list)
