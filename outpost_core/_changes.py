@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-
-import attrs
+from typing import NamedTuple
 
 from ._peer import Unreadable, peer_json
 
 
-@attrs.frozen(slots=True)
-class Change:
+class Change(NamedTuple):
+    # A named tuple, not an attrs class: every reply and followed message makes one, and a
+    # tuple's constructor costs half of a frozen attrs class's.
     key: str
     rev: int
     set: tuple[tuple[str, str], ...] | None
@@ -40,7 +40,8 @@ def parse_changes(raw: object, wanted: Callable[[str], bool] | None = None) -> l
     With ``wanted``, only the changes of the keys it accepts: the others are checked for a key
     and left unread (every instance hears every change of a shard, and follows few of them).
     """
-    raw = reply_of(raw)
+    if type(raw) is not bytes:  # (bytes: a reply or message as Redis sent it, not a pair)
+        raw = reply_of(raw)
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
@@ -58,10 +59,16 @@ def parse_changes(raw: object, wanted: Callable[[str], bool] | None = None) -> l
         raise MalformedChange("not a JSON object")
     if obj.get("dup") == 1:
         return None
-    items = _list(obj.get("c"), "c")
-    if wanted is None:
-        return [_change(item) for item in items]
-    return [_change(item) for item in items if wanted(_key_of(item))]
+    items = obj.get("c")
+    if type(items) is not list:
+        items = _not_list(items, "c")
+    # A loop rather than comprehensions: most texts hold one change, and a comprehension's own
+    # frame costs more than its loop saves.
+    changes = []
+    for item in items:
+        if wanted is None or wanted(_key_of(item)):
+            changes.append(_change(item))
+    return changes
 
 
 def _none_wanted(text: str, wanted: Callable[[str], bool]) -> bool:
@@ -69,8 +76,19 @@ def _none_wanted(text: str, wanted: Callable[[str], bool]) -> bool:
     (an instance hears every change of its shards and follows few of their identities: parsing
     each cost ten times this look). Only when every key is plain text, without escapes: else the
     parse decides."""
+    at = text.find('"k":"')
+    if at >= 0 and text.count('"k"') == 1:
+        # One change, its key written as our scripts write it (the usual text, and a reply to
+        # this instance's track among them): read by searches of the text, cheaper than the
+        # expressions below, which would find this one key.
+        end = text.find('"', at + 5)
+        key = text[at + 5 : end]
+        if end >= 0 and "\\" not in key:
+            return not wanted(key)
     keys = _KEY.findall(text)
-    return bool(keys) and len(keys) == len(_KEY_NAME.findall(text)) and not any(map(wanted, keys))
+    if not keys or any(map(wanted, keys)):
+        return False  # (a reply to this instance's track: its key is wanted, told by one search)
+    return len(keys) == len(_KEY_NAME.findall(text))
 
 
 _KEY = re.compile(r'"k"\s*:\s*"([^"\\]*)"')
@@ -80,28 +98,31 @@ _KEY_NAME = re.compile(r'"k"\s*:')
 def published_of(reply: object) -> object:
     """What the script published, as its reply says it: the first of a pair, else the reply
     itself (the same text when the caller held every previous revision)."""
-    if isinstance(reply, list | tuple) and len(reply) == 2:
+    if isinstance(reply, _PAIRS) and len(reply) == 2:
         return reply[0]
     return reply
 
 
 def reply_of(reply: object) -> object:
     """The changes part of a reply: the second of a pair, else the reply itself."""
-    if isinstance(reply, list | tuple) and len(reply) == 2:
+    if isinstance(reply, _PAIRS) and len(reply) == 2:
         return reply[1]
     return reply
 
 
-def _list(value: object, where: str) -> list[object]:
+_PAIRS = (list, tuple)  # a tuple of types: isinstance() reads it faster than a union
+
+
+def _not_list(value: object, where: str) -> list[object]:
+    """What is not a list where a list goes (JSON gives exact types, so callers tell a list by
+    ``type() is``): the empty object is the empty list, as cjson writes it; else malformed."""
     if isinstance(value, dict) and not value:
         return []
-    if not isinstance(value, list):
-        raise MalformedChange(f"{where!r} is not a list")
-    return value
+    raise MalformedChange(f"{where!r} is not a list")
 
 
 def _strings(value: object, where: str) -> list[str]:
-    items = _list(value, where)
+    items = value if type(value) is list else _not_list(value, where)
     try:
         "".join(items)  # type: ignore[arg-type]  # a check in C: every reply is read here
     except TypeError:
@@ -126,13 +147,24 @@ def _change(item: object) -> Change:
     raw_set = item.get("s", _ABSENT)
     if raw_set is _ABSENT:
         return Change(key, rev, None)
-    flat = _strings(raw_set, "s")
+    flat: list[str] = raw_set if type(raw_set) is list else _not_list(raw_set, "s")  # type: ignore[assignment]
+    try:
+        "".join(flat)  # as _strings() checks, inlined: every reply is read here
+    except TypeError:
+        raise MalformedChange("'s' holds a non-string") from None
     if len(flat) % 2:
         raise MalformedChange("'s' holds an odd number of items")
-    pairs = tuple(zip(flat[::2], flat[1::2], strict=True))
-    deleted = tuple(_strings(item.get("d", _NO_ITEMS), "d"))
-    return Change(key, rev, pairs, deleted, item.get("full") == 1)
+    each = iter(flat)  # zipped with itself: (field, value) pairs
+    raw_deleted = item.get("d", _NO_ITEMS)
+    if type(raw_deleted) in _EMPTY_TYPES and not raw_deleted:  # cjson writes [] as {}
+        deleted: tuple[str, ...] = ()
+    else:
+        deleted = tuple(_strings(raw_deleted, "d"))
+    pairs = tuple(zip(each, each, strict=True))
+    return _new(Change, (key, rev, pairs, deleted, item.get("full") == 1))
 
 
 _ABSENT = object()
+_new = tuple.__new__  # Change(...) without its own __new__'s frame: every change read makes one
 _NO_ITEMS: list[object] = []
+_EMPTY_TYPES = (dict, list)

@@ -124,7 +124,8 @@ def build_event(
 def check_event_id(event_id: str) -> None:
     if not event_id or len(event_id) > MAX_EVENT_ID:
         raise InvalidEvent(f"event_id must be 1 to {MAX_EVENT_ID} characters")
-    _encodable(event_id, "event_id")
+    if not (type(event_id) is str and event_id.isascii()) or "\x00" in event_id:
+        _encodable(event_id, "event_id")  # (ASCII text without a NUL passes it: UTF-8 carries it)
 
 
 def _text(value: object, field: str) -> str:

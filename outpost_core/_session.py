@@ -85,10 +85,11 @@ from ._reports import Reports, error_text
 from ._shards import checked as checked_shards
 from ._status import Status
 from ._telemetry import ReadKey
-from ._time import HOUR_US, floor_bucket, iso
+from ._time import BUCKET_US, HOUR_US, floor_bucket, iso
 from ._track_plans import TrackPlan, TrackPlans, item, key_of
 from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError
 
+_IGNORED, _GAP = Offer.IGNORED, Offer.GAP
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -691,31 +692,27 @@ class Session:
     def _planned(self, plan: TrackPlan, timestamp_us: int, now_us: int, event_id: str) -> RunScript:
         """``track()`` for a name and customer with a plan: only the event's id, its time and
         the revisions held are new (the same checks, the same call as without the plan)."""
-        _check_timestamp(timestamp_us, now_us)
+        if timestamp_us > now_us or timestamp_us < 0:
+            _check_timestamp(timestamp_us, now_us)
         check_event_id(event_id)
-        bucket = floor_bucket(timestamp_us)
-        keys = [plan.outbox]
+        bucket = timestamp_us - timestamp_us % BUCKET_US  # floor_bucket(), inlined
+        if bucket != plan.bucket:
+            plan.at(bucket)
         values: list[str] = []
         mirrors = self._mirrors
-        for state, value in zip(plan.states, plan.values, strict=True):
+        for state, value in plan.pairs:
             mirror = mirrors.get(state)
-            keys += (state, f"{state}:ev:{bucket}")
-            values += (str(mirror.rev if mirror is not None and mirror.loaded else -1), value)
+            values += (str(mirror.rev) if mirror is not None and mirror.loaded else "-1", value)
+        bucket_text = plan.bucket_text
         args = (
             plan.channel,
-            f"{bucket}:{event_id}",
-            str(bucket),
+            f"{bucket_text}:{event_id}",
+            bucket_text,
             item(plan, event_id, iso(timestamp_us)),
             plan.states_json,
             *values,
         )
-        return RunScript(
-            script="track",
-            keys=tuple(keys),
-            args=args,
-            meter_ids=plan.meter_ids,
-            buckets=len(plan.states),
-        )
+        return RunScript("track", plan.keys, args, None, plan.meter_ids, plan.buckets)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -1077,13 +1074,16 @@ class Session:
         except MalformedChange as exc:
             self._reject("change", f"unreadable change from Redis: {exc}")
             return
-        for change in changes or ():  # only those of followed keys
-            mirror = self._mirrors[change.key]
+        if not changes:  # a duplicate track, or none of the keys followed
+            return
+        mirrors = self._mirrors
+        for change in changes:  # only those of followed keys
+            mirror = mirrors[change.key]
             outcome = mirror.offer(change)
-            if outcome is not Offer.IGNORED:
+            if outcome is not _IGNORED and mirror.read_keys:
                 # Applied, or waiting behind a load: either way the cached balance is stale.
                 self._invalidate(mirror)
-            if outcome is Offer.GAP:
+            if outcome is _GAP:
                 self._load(mirror)
 
     def _loaded(self, key: str, fields: Mapping[object, object], load_id: int) -> None:

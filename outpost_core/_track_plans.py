@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from json.encoder import encode_basestring  # the C encoder's, as the session's encoder uses
 
-import attrs
-
 from ._configuration import Configuration
 from ._filters import Clause, Filter
+from ._keys import bucket_key
 
 MOST = 4096
 """Plans kept at once (a few hundred bytes each)."""
@@ -26,24 +25,68 @@ PlanKey = tuple[str, str | None, str | None]
 """(event name, external customer id, customer id) as the caller passed them."""
 
 
-@attrs.frozen(slots=True)
 class TrackPlan:
-    outbox: str
-    channel: str
-    states: tuple[str, ...]
-    values: tuple[str, ...]
-    """Each identity's contribution, formatted as the script takes it."""
-    meter_ids: tuple[str, ...]
-    item_head: str
-    """The event's JSON up to its id: ``{"name":…,"external_customer_id":…,"external_id":``."""
-    states_json: str
+    """What ``track()`` built for one name and customer. A plain class: the keys of the latest
+    bucket an event fell in are kept on it, as most events of a plan fall in the same bucket."""
+
+    __slots__ = (
+        "bucket",
+        "bucket_text",
+        "buckets",
+        "channel",
+        "item_head",
+        "keys",
+        "meter_ids",
+        "outbox",
+        "pairs",
+        "states",
+        "states_json",
+        "values",
+    )
+
+    def __init__(
+        self,
+        *,
+        outbox: str,
+        channel: str,
+        states: tuple[str, ...],
+        values: tuple[str, ...],
+        meter_ids: tuple[str, ...],
+        item_head: str,
+        states_json: str,
+    ) -> None:
+        self.outbox = outbox
+        self.channel = channel
+        self.states = states
+        self.values = values
+        """Each identity's contribution, formatted as the script takes it."""
+        self.pairs = tuple(zip(states, values, strict=True))
+        self.meter_ids = meter_ids
+        self.item_head = item_head
+        """The event's JSON up to its id: ``{"name":…,"external_customer_id":…,"external_id":``."""
+        self.states_json = states_json
+        self.buckets = len(states)
+        self.bucket = -1
+        """The bucket of :attr:`keys` and :attr:`bucket_text` (none yet)."""
+        self.keys: tuple[str, ...] = ()
+        self.bucket_text = ""
+
+    def at(self, bucket: int) -> None:
+        """Make :attr:`keys` and :attr:`bucket_text` those of ``bucket``."""
+        keys = [self.outbox]
+        for state in self.states:
+            keys += (state, bucket_key(state, bucket))
+        self.keys = tuple(keys)
+        self.bucket_text = str(bucket)
+        self.bucket = bucket
 
 
 def item(plan: TrackPlan, event_id: str, timestamp: str) -> str:
     """The event as an item of the ingestion body, byte for byte as the session's encoder
     writes it without metadata."""
-    tail = f',"timestamp":"{timestamp}","metadata":{{}}}}'
-    return f"{plan.item_head}{encode_basestring(event_id)}{tail}"
+    return (
+        f'{plan.item_head}{encode_basestring(event_id)},"timestamp":"{timestamp}","metadata":{{}}}}'
+    )
 
 
 def key_of(name: object, external_customer_id: object, customer_id: object) -> PlanKey | None:

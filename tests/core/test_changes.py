@@ -6,7 +6,16 @@ import json
 
 import pytest
 
-from outpost_core._changes import Change, MalformedChange, parse_changes, published_of, reply_of
+from outpost_core._changes import (
+    _KEY,
+    _KEY_NAME,
+    Change,
+    MalformedChange,
+    _none_wanted,
+    parse_changes,
+    published_of,
+    reply_of,
+)
 
 DELTA = {"k": "s1", "r": 4, "s": ["a:0", "1 1 1 1", "n", "1"], "d": ["a:300"]}
 
@@ -151,3 +160,26 @@ def test_a_change_of_keys_not_followed_is_left_unparsed() -> None:
     assert parse_changes(escaped, followed) == [Change("a/b", 3, None)]
     # No key found: the parse says what it is.
     assert parse_changes('{"dup":1}', followed) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"c":[{"k":"theirs","r":1}]}',
+        '{"c":[{"k":"mine","r":1}]}',
+        '{"c":[{"k" : "theirs","r":1}]}',  # spaced: not our scripts' spelling
+        '{"c":[{"k":"the\\"irs","r":1}]}',
+        '{"c":[{"k":"theirs',  # cut short
+        '{"c":[{"k":"theirs","r":1},{"k":"other","r":2}]}',
+        '{"c":[{"k":"theirs","r":1,"s":["k","1"]}]}',
+        '{"dup":1}',
+    ],
+)
+def test_the_look_at_one_key_agrees_with_the_full_look(text: str) -> None:
+    """A text with one plain key is told by searching for it; the expressions find the same."""
+    followed = {"mine"}.__contains__
+    keys = _KEY.findall(text)
+    full_look = (
+        bool(keys) and len(keys) == len(_KEY_NAME.findall(text)) and not any(map(followed, keys))
+    )
+    assert _none_wanted(text, followed) is full_look
