@@ -660,7 +660,8 @@ export class Delivery {
       const streamS = textOf(stream);
       taken.set(streamS, (taken.get(streamS) ?? 0) + 1);
       const idS = textOf(entryId);
-      if (held.has(`${streamS}\n${idS}`)) continue; // claimed back while this loop holds it
+      const key = `${streamS}\n${idS}`;
+      if (held.has(key)) continue; // claimed back while this loop holds it
       const entry = parseEntry(streamS, idS, fields, this.streams);
       if (entry === null) {
         if (streamS !== null && this.streams.has(streamS) && idS !== null) malformed.push([streamS, idS]);
@@ -674,7 +675,7 @@ export class Delivery {
       if (!this.buffer.length) this.bufferSince = now;
       this.buffer.push(entry);
       this.bufferBytes += entry.size + 1;
-      held.add(`${entry.stream}\n${entry.id}`);
+      held.add(key);
     }
     this.nextRead = now + Math.min(this.settings.linger / LINGER_READS, this.settings.readBlock);
     if (this.asked !== null) {
@@ -930,15 +931,27 @@ function parseEntry(
   streams: Map<string, number>,
 ): OutboxEntry | null {
   if (stream === null || !streams.has(stream) || id === null) return null;
-  const text = new Map<string, string | null>();
-  const pairs = fields instanceof Map ? [...fields.entries()] : Object.entries(fields);
-  for (const [k, v] of pairs) {
-    const key = textOf(k);
-    if (key !== null) text.set(key, textOf(v));
+  let item: string | null, field: string | null, states: string | null;
+  const map = fields instanceof Map ? fields : null;
+  const e = map?.get("e");
+  const f = map?.get("f");
+  const k = map?.get("k");
+  if (typeof e === "string" && typeof f === "string" && typeof k === "string") {
+    // Text, as the driver reads it: the three fields straight (a read holds hundreds).
+    item = e;
+    field = f;
+    states = k;
+  } else {
+    const text = new Map<string, string | null>();
+    const pairs = fields instanceof Map ? [...fields.entries()] : Object.entries(fields);
+    for (const [key, value] of pairs) {
+      const name = textOf(key);
+      if (name !== null) text.set(name, textOf(value));
+    }
+    item = text.get("e") ?? null;
+    field = text.get("f") ?? null;
+    states = text.get("k") ?? null;
   }
-  const item = text.get("e") ?? null;
-  const field = text.get("f") ?? null;
-  const states = text.get("k") ?? null;
   if (item === null || field === null || states === null) return null;
   const stateList = statesOf(states);
   if (stateList === null || !(item.startsWith("{") && item.endsWith("}"))) return null;

@@ -63,6 +63,21 @@ export function isCluster(client: Redis | Cluster): client is Cluster {
   return client instanceof Cluster || (client as { isCluster?: boolean }).isCluster === true;
 }
 
+/** `send()`, with `client`'s socket corked meanwhile: the commands it sends before its first
+ * await go out in one write once it returned (one system call, and Redis reads them together),
+ * in the order sent, each with its own reply. On a cluster (commands go to several nodes), or a
+ * connection not ready (ioredis queues the commands), it is send() as it is. */
+export function together<T>(client: Redis | Cluster, send: () => T): T {
+  const stream = isCluster(client) || client.status !== "ready" ? null : (client as Redis).stream;
+  if (!stream?.writable) return send();
+  stream.cork();
+  try {
+    return send();
+  } finally {
+    stream.uncork();
+  }
+}
+
 /** Remember why `client` could not connect, for describe(); an error listener also keeps a
  * failing connection from being an unhandled "error" event (each failed command reports it). */
 export function watched<C extends Redis | Cluster>(client: C): C {

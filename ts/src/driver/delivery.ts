@@ -7,7 +7,7 @@ import type { Cluster, Redis } from "ioredis";
 import { Delivery, type DeliveryAnswer, type DeliveryEffect, GROUP, type OutboxRead, type PostAndSettle, type ReadOutbox, type SettleScript, nothingDone, withKnownRevs } from "../core/delivery.js";
 import { type AfterFailure, lostItsData } from "../core/deliveryRecovery.js";
 import { type ForgetHeartbeat, handBack } from "../core/liveness.js";
-import { describe, watched } from "./connections.js";
+import { describe, together, watched } from "./connections.js";
 import { type DriverContext, POLL, errorText } from "./context.js";
 import type { SessionEffects } from "./effects.js";
 import { post } from "./ingest.js";
@@ -108,12 +108,14 @@ export class Deliveries {
    * nothing in Redis). */
   private async postAndSettle(action: PostAndSettle, connection: Redis | Cluster, number: number): Promise<DeliveryAnswer> {
     const ask = action.read ?? null;
-    const meanwhile = async (): Promise<OutboxRead | null> => {
-      // The read first: the loop needs it as soon as the post returns.
-      const found = ask === null ? null : await this.readAlongside(ask, connection, number);
-      await this.settleAll(action.settles, connection, number);
-      return found;
-    };
+    // The read first: the loop needs it as soon as the post returns. The settle scripts go in
+    // the same write, right behind it: Redis runs them while this process reads what the read
+    // found, rather than wait for their commands.
+    const meanwhile = (): Promise<OutboxRead | null> =>
+      together(connection, () => {
+        const found = ask === null ? Promise.resolve(null) : this.readAlongside(ask, connection, number);
+        return allEnded([found, this.settleAll(action.settles, connection, number)]).then(() => found);
+      });
     // Both end before a failure of one ends the loop: nothing of a failed loop is left in flight
     // when its restart re-reads this consumer's pending entries.
     const work = [post(this.ctx, action.post.body), meanwhile()] as const;
@@ -135,10 +137,11 @@ export class Deliveries {
     }
   }
 
-  /** Every script of `settles`, at once (their commands go out together), each retried until Redis
-   * answers; a bug in one throws once the others ended. */
+  /** Every script of `settles`, at once (their commands go out together, in one write), each
+   * retried until Redis answers; a bug in one throws once the others ended. */
   private async settleAll(settles: SettleScript[], connection: Redis | Cluster, number: number): Promise<void> {
-    await allEnded(settles.map((settle) => this.retrying(number, () => this.actOnce(settle, connection, number), SETTLED, connection)));
+    const all = together(connection, () => settles.map((settle) => this.retrying(number, () => this.actOnce(settle, connection, number), SETTLED, connection)));
+    await allEnded(all);
   }
 
   /** call() until Redis answers, doing what the instance's recovery says after each failure of

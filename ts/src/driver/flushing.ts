@@ -2,7 +2,7 @@
  * to look again whether any up to those marks is left. */
 
 import { type EntryId, FlushWatch, lastEntries } from "../core/flushWatch.js";
-import { reachable, redisUnavailable } from "./connections.js";
+import { reachable, redisUnavailable, together } from "./connections.js";
 import { type DriverContext, POLL } from "./context.js";
 import { monotonic } from "./signal.js";
 
@@ -36,8 +36,8 @@ function holdingNothing(ctx: DriverContext): boolean {
 
 /** The last entry of each outbox now: what a flush waits to see delivered. */
 async function outboxMarks(ctx: DriverContext): Promise<Map<string, EntryId>> {
-  // All at once: one connection writes the commands back to back (a cluster: each to its node).
-  const replies = await readOutboxes(ctx, () => Promise.all(ctx.outboxes.map((stream) => ctx.redis.xrevrange(stream, "+", "-", "COUNT", 1))));
+  // All at once, in one write (a cluster: each to its node).
+  const replies = await readOutboxes(ctx, () => together(ctx.redis, () => Promise.all(ctx.outboxes.map((stream) => ctx.redis.xrevrange(stream, "+", "-", "COUNT", 1)))));
   return lastEntries(ctx.outboxes, replies);
 }
 
@@ -60,6 +60,6 @@ async function readOutboxes<T>(ctx: DriverContext, read: () => Promise<T>): Prom
  * once, as the marks are). */
 async function outboxLeft(ctx: DriverContext, marks: ReadonlyMap<string, EntryId>): Promise<Map<string, boolean>> {
   const streams = [...marks];
-  const replies = await readOutboxes(ctx, () => Promise.all(streams.map(([stream, mark]) => ctx.redis.xrange(stream, "-", mark, "COUNT", 1))));
+  const replies = await readOutboxes(ctx, () => together(ctx.redis, () => Promise.all(streams.map(([stream, mark]) => ctx.redis.xrange(stream, "-", mark, "COUNT", 1)))));
   return new Map(streams.map(([stream], i) => [stream, (replies[i] ?? []).length > 0]));
 }
