@@ -48,6 +48,7 @@ SUBSTITUTIONS = [
     (r"\bAsyncClient\b", "Client"),
     (r"\bAsyncIterator\b", "Iterator"),
     (r"\bAsyncGenerator\b", "Generator"),
+    (r"\basynccontextmanager\b", "contextmanager"),
     (r"\bAwaitable\[([^\[\]]+)\]", r"\1"),
     (r"\bfrom redis\.asyncio import\b", "from redis import"),
     (r"\bredis\.asyncio\b", "redis"),

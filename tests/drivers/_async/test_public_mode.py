@@ -10,6 +10,8 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -26,7 +28,7 @@ from outpost_async import (
 from outpost_core import CONFIGURATION_KEY, keys
 from outpost_core._webhook_signature import secret_key, sign
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import CALLS_FILTER, eventually, holds
+from tests.drivers._async._helpers import CALLS_FILTER, connect, eventually, holds
 from tests.support.redis_server import RedisServer
 from tests.support.webhook_receiver import Receiver
 
@@ -35,19 +37,29 @@ POLL = 0.5
 
 
 def public(server: RedisServer, emulator: Emulator, **options: Any) -> AsyncOutpost:
-    options.setdefault("snapshot_timeout", 5.0)
-    options.setdefault("telemetry", False)
-    options.setdefault("linger", 0.02)
-    options.setdefault("retry_base", 0.05)
     options.setdefault("public_margin", MARGIN)
     options.setdefault("poll_interval", POLL)
-    return AsyncOutpost(
-        access_token=emulator.token,
-        server_url=emulator.url,
-        redis_url=server.url,
-        clock=emulator.clock,
-        **options,
-    )
+    return connect(server, emulator, **options)
+
+
+@asynccontextmanager
+async def running(
+    server: RedisServer, emulator: Emulator, credits: int, **options: Any
+) -> AsyncIterator[tuple[str, AsyncOutpost]]:
+    """A counting meter granting ``credits`` to c1, then one instance started on it."""
+    meter = calls_meter(emulator, credits)
+    async with public(server, emulator, **options) as instance:
+        yield meter, instance
+
+
+@asynccontextmanager
+async def running_pair(
+    server: RedisServer, emulator: Emulator, credits: int
+) -> AsyncIterator[tuple[str, AsyncOutpost, AsyncOutpost]]:
+    """As ``running``, with two instances sharing the Redis."""
+    meter = calls_meter(emulator, credits)
+    async with public(server, emulator) as a, public(server, emulator) as b:
+        yield meter, a, b
 
 
 def by_webhook(
@@ -101,12 +113,20 @@ async def check_promise(emulator: Emulator, meter: str, *instances: AsyncOutpost
         assert local <= true, (local, true)
 
 
-async def converge(emulator: Emulator, meter: str, *instances: AsyncOutpost) -> None:
-    """Traffic stopped: once Polar recomputed, every instance reads Polar's balance."""
+async def converge(
+    emulator: Emulator,
+    meter: str,
+    *instances: AsyncOutpost,
+    each_look: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Traffic stopped: once Polar recomputed, every instance reads Polar's balance
+    (``each_look`` runs before each look: handing the instances the webhooks come meanwhile)."""
     for instance in instances:
         assert await instance.flush()
 
     async def equal() -> bool:
+        if each_look is not None:
+            await each_look()
         polar, true = reported(emulator, meter), truth(emulator, meter)
         readings = [await settled(instance, meter, polar) for instance in instances]
         return polar == true and all(readings)
@@ -128,8 +148,7 @@ async def pump(receiver: Receiver, taken: list[int], *instances: AsyncOutpost) -
 async def test_auto_selects_the_public_mode_on_a_404(
     redis_server: RedisServer, public_emulator: Emulator
 ) -> None:
-    meter = calls_meter(public_emulator, 100)
-    async with public(redis_server, public_emulator) as instance:
+    async with running(redis_server, public_emulator, 100) as (meter, instance):
         first = await instance.balance(meter, external_customer_id="c1")
         assert (first.credited, first.balance, first.snapshot_id) == (100, 100, "public")
         status = instance.status
@@ -146,8 +165,7 @@ async def test_auto_selects_the_public_mode_on_a_404(
 async def test_a_customer_polar_has_no_row_for_reads_nothing_credited(
     redis_server: RedisServer, public_emulator: Emulator
 ) -> None:
-    meter = calls_meter(public_emulator, 5)
-    async with public(redis_server, public_emulator, mode="public") as instance:
+    async with running(redis_server, public_emulator, 5, mode="public") as (meter, instance):
         unknown = await instance.balance(meter, external_customer_id="nobody")
         assert (unknown.credited, unknown.balance) == (0, 0)
 
@@ -156,8 +174,7 @@ async def test_a_customer_polar_has_no_row_for_reads_nothing_credited(
 async def test_a_mode_that_differs_from_the_cached_one_is_refused(
     redis_server: RedisServer, public_emulator: Emulator
 ) -> None:
-    meter = calls_meter(public_emulator, 5)
-    async with public(redis_server, public_emulator) as instance:
+    async with running(redis_server, public_emulator, 5) as (meter, instance):
         await instance.balance(meter, external_customer_id="c1")
     other = public(redis_server, public_emulator, mode="snapshots")
     with pytest.raises(ConfigurationError, match="public mode"):
@@ -169,9 +186,7 @@ async def test_a_mode_that_differs_from_the_cached_one_is_refused(
 async def test_two_instances_tracking_stay_at_or_below_polar_then_equal_it(
     redis_server: RedisServer, public_emulator: Emulator
 ) -> None:
-    meter = calls_meter(public_emulator, 1_000)
-    a, b = public(redis_server, public_emulator), public(redis_server, public_emulator)
-    async with a, b:
+    async with running_pair(redis_server, public_emulator, 1_000) as (meter, a, b):
         for round_ in range(30):
             for instance in (a, b):
                 await instance.track("api_call", external_customer_id="c1")
@@ -204,16 +219,11 @@ async def test_webhooks_on_late_or_lost(
             await pump(receiver, taken, a, b)
             if round_ % 4 == 0:
                 await check_promise(public_emulator, meter, a, b)
-        for instance in (a, b):
-            assert await instance.flush()
 
-        async def equal() -> bool:
+        async def pumped() -> None:
             await pump(receiver, taken, a, b)
-            polar = reported(public_emulator, meter)
-            readings = [await settled(instance, meter, polar) for instance in (a, b)]
-            return polar == truth(public_emulator, meter) and all(readings)
 
-        await eventually(equal, timeout=20.0, what="every instance reading Polar's balance")
+        await converge(public_emulator, meter, a, b, each_look=pumped)
         assert await balance(a, meter) == 500 - 40
         if fault != "lost":
             assert taken[0] > 0  # the webhooks brought the figures (polls are a minute apart)
@@ -225,8 +235,7 @@ async def test_webhooks_on_late_or_lost(
 async def test_a_cycle_reads_the_new_credits_less_the_usage_after_it(
     redis_server: RedisServer, public_emulator: Emulator
 ) -> None:
-    meter = calls_meter(public_emulator, 100)
-    async with public(redis_server, public_emulator) as instance:
+    async with running(redis_server, public_emulator, 100) as (meter, instance):
         for _ in range(10):
             await instance.track("api_call", external_customer_id="c1")
         await converge(public_emulator, meter, instance)
@@ -258,8 +267,7 @@ async def test_a_cycle_reads_the_new_credits_less_the_usage_after_it(
 async def test_admission_in_the_public_mode(
     redis_server: RedisServer, public_emulator: Emulator
 ) -> None:
-    meter = calls_meter(public_emulator, 3)
-    async with public(redis_server, public_emulator) as instance:
+    async with running(redis_server, public_emulator, 3) as (meter, instance):
         async with await instance.reserve(meter, 2, external_customer_id="c1"):
             seen = await instance.balance(meter, external_customer_id="c1")
             assert (seen.balance, seen.held) == (3, 2)
@@ -313,9 +321,7 @@ async def _reads(instance: AsyncOutpost, meter: str, expected: float) -> bool:
 async def test_a_track_during_an_anchor_conflicts_and_loses_nothing(
     redis_server: RedisServer, public_emulator: Emulator
 ) -> None:
-    meter = calls_meter(public_emulator, 100)
-    a, b = public(redis_server, public_emulator), public(redis_server, public_emulator)
-    async with a, b:
+    async with running_pair(redis_server, public_emulator, 100) as (meter, a, b):
         await balance(a, meter)
         anchors = a._public.anchors
         read = anchors._read
@@ -362,9 +368,8 @@ async def test_a_first_read_polar_does_not_answer_says_why(
 async def test_the_snapshot_protocol_takes_webhooks_and_applies_nothing(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = calls_meter(emulator, 10)
     secret = "whsec_" + base64.b64encode(b"a secret of the test").decode()
-    async with public(redis_server, emulator, webhook_secret=secret) as instance:
+    async with running(redis_server, emulator, 10, webhook_secret=secret) as (meter, instance):
         before = await instance.balance(meter, external_customer_id="c1")
         assert instance.status.mode == "snapshots" and before.snapshot_id != "public"
         row = {"meter_id": meter, "consumed_units": 0, "credited_units": 999, "balance": 999}
@@ -386,8 +391,7 @@ async def test_the_snapshot_protocol_takes_webhooks_and_applies_nothing(
 async def test_an_unreadable_ledger_in_redis_is_counted_and_the_loop_goes_on(
     redis_server: RedisServer, public_emulator: Emulator
 ) -> None:
-    meter = calls_meter(public_emulator, 10)
-    async with public(redis_server, public_emulator) as instance:
+    async with running(redis_server, public_emulator, 10) as (meter, instance):
         first = await instance.balance(meter, external_customer_id="c1")
         state = keys.state_key(first.customer, meter)
         redis_server.client().hset(state, "pub", '{"v": 1, "a": [1, "x"')  # a peer's garbage
