@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { createServer, type Server, type Socket } from "node:net";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { allOutboxes } from "../../src/core/index.js";
 import { NotReady, Outpost, type OutpostOptions, RedisUnavailable } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
@@ -14,6 +14,7 @@ import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { rejection, untilTrackWorks } from "../support/failing.js";
 import { Lines } from "../support/lines.js";
 import { RedisServer, freePort } from "../support/redisServer.js";
+import { sharedEmulator } from "../support/sharedEmulator.js";
 import { testOptions } from "../support/testOptions.js";
 
 const MARGIN = 1.0; // seconds over close()'s timeout allowed for this shared, loaded machine
@@ -33,23 +34,14 @@ async function queued(redis: RedisServer): Promise<number> {
 }
 
 describe("failures", () => {
-  let emulator: Emulator;
-  let calls: string;
-
-  before(async () => {
-    emulator = await Emulator.start();
-    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
-  });
-  after(async () => {
-    await emulator.stop();
-  });
+  const shared = sharedEmulator();
 
   it("with Redis at a closed port, track() rejects naming the refused connection, and a first read's NotReady names it", async () => {
     const lines = new Lines();
     const port = await freePort();
     const outpost = new Outpost({
-      accessToken: emulator.token,
-      serverUrl: emulator.url,
+      accessToken: shared.emulator.token,
+      serverUrl: shared.emulator.url,
       redisUrl: `redis://127.0.0.1:${port}/0`,
       telemetry: false,
       snapshotTimeout: 1,
@@ -60,7 +52,7 @@ describe("failures", () => {
       assert.ok(tracked instanceof RedisUnavailable, String(tracked));
       assert.match(tracked.message, new RegExp(`127\\.0\\.0\\.1:${port}: connection refused`));
       assert.doesNotMatch(tracked.message, CLIENT_WORDS);
-      const read = await rejection(outpost.balance(calls, { externalCustomerId: "c1" }));
+      const read = await rejection(outpost.balance(shared.calls, { externalCustomerId: "c1" }));
       assert.ok(read instanceof NotReady, String(read));
       assert.match(read.message, /could not be loaded from Redis.*connection refused/);
     } finally {
@@ -75,11 +67,11 @@ describe("failures", () => {
     const redis = await RedisServer.start(true);
     const lines = new Lines();
     const customer = uniqueCustomer();
-    const outpost = new Outpost(testOptions(emulator, redis, { logger: lines.logger, retryBase: 0.05 }));
+    const outpost = new Outpost(testOptions(shared.emulator, redis, { logger: lines.logger, retryBase: 0.05 }));
     try {
-      await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 100 });
+      await shared.emulator.admin("credits", { meter_id: shared.calls, external_customer_id: customer, units: 100 });
       await outpost.track("api_call", { externalCustomerId: customer });
-      assert.equal((await outpost.balance(calls, { externalCustomerId: customer })).consumed, 1);
+      assert.equal((await outpost.balance(shared.calls, { externalCustomerId: customer })).consumed, 1);
       assert.equal(await outpost.flush(10), true);
       await redis.halt();
       // Every call fails with RedisUnavailable; once the connection's first attempt to reconnect
@@ -92,7 +84,7 @@ describe("failures", () => {
       const flushed = await rejection(outpost.flush(1));
       assert.ok(flushed instanceof RedisUnavailable && /connection refused/.test(flushed.message), String(flushed));
       // Polar pushes a snapshot the instance cannot apply: its flow backs off, it does not spin.
-      await emulator.admin("credits", { meter_id: calls, external_customer_id: customer, units: 5 });
+      await shared.emulator.admin("credits", { meter_id: shared.calls, external_customer_id: customer, units: 5 });
       await eventually(() => ["the change subscription", "delivery 0"].every((what) => lines.at("warn").some((l) => l.includes(what))), "the subscription and delivery saying Redis is down");
       const down = lines.at("warn");
       // One line per loop that met the outage, none repeated within a minute.
@@ -102,14 +94,14 @@ describe("failures", () => {
       await untilTrackWorks(outpost, customer, "track() working again");
       await eventually(
         async () => {
-          const found = await outpost.balance(calls, { externalCustomerId: customer });
+          const found = await outpost.balance(shared.calls, { externalCustomerId: customer });
           return found.credited === 105 && found.consumed === 2 && found.source === "memory";
         },
         "reads exact and warm again",
         20,
       );
       assert.equal(await outpost.flush(20), true);
-      assert.equal((await emulator.customerMeter(calls, customer)).consumed_units, 2);
+      assert.equal((await shared.emulator.customerMeter(shared.calls, customer)).consumed_units, 2);
       assert.ok(lines.at("info").some((l) => l.includes("Redis is back")), JSON.stringify(lines.at("info")));
       for (const line of lines.lines) assert.doesNotMatch(line.message, CLIENT_WORDS);
     } finally {
@@ -121,9 +113,9 @@ describe("failures", () => {
   it("a refused token is named in NotReady, and said once at ERROR", async () => {
     const redis = await RedisServer.start();
     const lines = new Lines();
-    const outpost = new Outpost(testOptions(emulator, redis, { accessToken: "polar_oat_wrong", snapshotTimeout: 1, logger: lines.logger }));
+    const outpost = new Outpost(testOptions(shared.emulator, redis, { accessToken: "polar_oat_wrong", snapshotTimeout: 1, logger: lines.logger }));
     try {
-      const read = await rejection(outpost.balance(calls, { externalCustomerId: "c1" }));
+      const read = await rejection(outpost.balance(shared.calls, { externalCustomerId: "c1" }));
       assert.ok(read instanceof NotReady);
       assert.match(read.message, /no configuration from Polar yet.*HTTP 401/);
       const tracked = await rejection(outpost.track("api_call", { externalCustomerId: "c1" }));
@@ -140,7 +132,7 @@ describe("failures", () => {
 
   it("a server URL where nothing listens is named in NotReady", async () => {
     const redis = await RedisServer.start();
-    const outpost = new Outpost(testOptions(emulator, redis, { serverUrl: `http://127.0.0.1:${await freePort()}`, snapshotTimeout: 1 }));
+    const outpost = new Outpost(testOptions(shared.emulator, redis, { serverUrl: `http://127.0.0.1:${await freePort()}`, snapshotTimeout: 1 }));
     try {
       const read = await rejection(outpost.balance("m", { externalCustomerId: "c1" }));
       assert.ok(read instanceof NotReady);
@@ -207,11 +199,11 @@ describe("failures", () => {
       await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
       const address = silent.address();
       const url = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`;
-      // A configuration cached in Redis by an instance that talked to the emulator.
-      const seeding = new Outpost(testOptions(emulator, redis));
-      await seeding.balance(calls, { externalCustomerId: "c1" });
+      // A configuration cached in Redis by an instance that talked to the shared.emulator.
+      const seeding = new Outpost(testOptions(shared.emulator, redis));
+      await seeding.balance(shared.calls, { externalCustomerId: "c1" });
       await seeding.close(2);
-      const outpost = new Outpost(testOptions(emulator, redis, { serverUrl: url, linger: 0.01 }));
+      const outpost = new Outpost(testOptions(shared.emulator, redis, { serverUrl: url, linger: 0.01 }));
       try {
         await outpost.track("api_call", { externalCustomerId: "c1" });
         await eventually(() => held.length >= 2, "the WebSocket and a delivery waiting on Polar");

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { CONFIGURATION_KEY } from "../../src/core/index.js";
 import { ConfigurationError, NotReady, Outpost, OutpostError } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
@@ -15,6 +15,7 @@ import { eventually } from "../support/eventually.js";
 import { rejection } from "../support/failing.js";
 import { Lines } from "../support/lines.js";
 import { RedisServer, freePort } from "../support/redisServer.js";
+import { sharedEmulator } from "../support/sharedEmulator.js";
 import { testOptions } from "../support/testOptions.js";
 
 const REDIS_PASSWORD = "redis-pw-7f3a";
@@ -71,16 +72,7 @@ class FloodingServer {
 }
 
 describe("hostile input and secrets", () => {
-  let emulator: Emulator;
-  let calls: string;
-
-  before(async () => {
-    emulator = await Emulator.start();
-    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
-  });
-  after(async () => {
-    await emulator.stop();
-  });
+  const shared = sharedEmulator();
 
   it("no output of a session holds a secret (a Redis password, a token, a refused token)", async () => {
     const redis = await RedisServer.start();
@@ -91,14 +83,14 @@ describe("hostile input and secrets", () => {
       const lines = new Lines();
       const outputs: string[] = [];
       const show = (value: unknown) => outputs.push(String(value), JSON.stringify(value) ?? "", (value as Error)?.stack ?? "");
-      const good = new Outpost(testOptions(emulator, redis, { redisUrl: locked, logger: lines.logger }));
-      await good.balance(calls, { externalCustomerId: "c1" });
+      const good = new Outpost(testOptions(shared.emulator, redis, { redisUrl: locked, logger: lines.logger }));
+      await good.balance(shared.calls, { externalCustomerId: "c1" });
       await good.track("api_call", { externalCustomerId: "c1" });
       assert.ok(await good.flush(5));
       show([good.deliveryStalled, good.rejections, good.connected, good.subscribed]);
       await good.close(2);
-      const wrong = new Outpost(testOptions(emulator, redis, { redisUrl: locked, accessToken: wrongToken, logger: lines.logger, snapshotTimeout: 0.5 }));
-      const refused = await rejection(wrong.balance(calls, { externalCustomerId: "c2" }));
+      const wrong = new Outpost(testOptions(shared.emulator, redis, { redisUrl: locked, accessToken: wrongToken, logger: lines.logger, snapshotTimeout: 0.5 }));
+      const refused = await rejection(wrong.balance(shared.calls, { externalCustomerId: "c2" }));
       assert.ok(refused instanceof NotReady, String(refused));
       show(refused);
       await wrong.track("api_call", { externalCustomerId: "c1" });
@@ -106,16 +98,16 @@ describe("hostile input and secrets", () => {
       show([wrong.deliveryStalled, wrong.rejections]);
       await wrong.close(1);
       const down = `redis://:${REDIS_PASSWORD}@127.0.0.1:${await freePort()}/0`;
-      const unreachable = new Outpost(testOptions(emulator, redis, { redisUrl: down, logger: lines.logger, snapshotTimeout: 0.5 }));
+      const unreachable = new Outpost(testOptions(shared.emulator, redis, { redisUrl: down, logger: lines.logger, snapshotTimeout: 0.5 }));
       show(await rejection(unreachable.track("api_call", { externalCustomerId: "c1" })));
-      show(await rejection(unreachable.balance(calls, { externalCustomerId: "c1" })));
+      show(await rejection(unreachable.balance(shared.calls, { externalCustomerId: "c1" })));
       await unreachable.close(1);
-      const badPassword = new Outpost(testOptions(emulator, redis, { redisUrl: `redis://:not-${REDIS_PASSWORD}@127.0.0.1:${redis.port}/0`, logger: lines.logger }));
+      const badPassword = new Outpost(testOptions(shared.emulator, redis, { redisUrl: `redis://:not-${REDIS_PASSWORD}@127.0.0.1:${redis.port}/0`, logger: lines.logger }));
       show(await rejection(badPassword.track("api_call", { externalCustomerId: "c1" })));
       await badPassword.close(1);
       outputs.push(lines.text);
       assert.ok(lines.at("debug").length > 0 && lines.at("warn").length > 0, lines.text); // what was searched
-      assertNoSecret(outputs.join("\n"), [emulator.token, wrongToken, REDIS_PASSWORD]);
+      assertNoSecret(outputs.join("\n"), [shared.emulator.token, wrongToken, REDIS_PASSWORD]);
     } finally {
       await redis.stop();
     }
@@ -154,7 +146,7 @@ describe("hostile input and secrets", () => {
     const server = new FloodingServer(64 << 20);
     try {
       await redis.client().set(CONFIGURATION_KEY, JSON.stringify(CONFIGURATION));
-      const outpost = new Outpost(testOptions(emulator, redis, { serverUrl: await server.listen(), linger: 0.01, retryBase: 0.05 }));
+      const outpost = new Outpost(testOptions(shared.emulator, redis, { serverUrl: await server.listen(), linger: 0.01, retryBase: 0.05 }));
       await outpost.track("api_call", { externalCustomerId: "c1" });
       await eventually(() => server.sent.length >= 1, "an ingestion answer", 30);
       await outpost.close(0.5);
@@ -169,11 +161,11 @@ describe("hostile input and secrets", () => {
   it("close() does not wait on a flush that a refused token stalls, and says so once", async () => {
     const redis = await RedisServer.start();
     try {
-      const good = new Outpost(testOptions(emulator, redis)); // leaves Polar's configuration in Redis
-      await good.balance(calls, { externalCustomerId: "c1" });
+      const good = new Outpost(testOptions(shared.emulator, redis)); // leaves Polar's configuration in Redis
+      await good.balance(shared.calls, { externalCustomerId: "c1" });
       await good.close(2);
       const lines = new Lines();
-      const wrong = new Outpost(testOptions(emulator, redis, { accessToken: "polar_oat_wrong", logger: lines.logger }));
+      const wrong = new Outpost(testOptions(shared.emulator, redis, { accessToken: "polar_oat_wrong", logger: lines.logger }));
       await wrong.track("api_call", { externalCustomerId: "c1" });
       await eventually(() => wrong.deliveryStalled !== null, "a stall");
       await wrong.close(10);
@@ -188,11 +180,11 @@ describe("hostile input and secrets", () => {
   it("a refused token over a configuration cached in Redis is named in NotReady, not UnknownMeter", async () => {
     const redis = await RedisServer.start();
     try {
-      const good = new Outpost(testOptions(emulator, redis));
-      await good.balance(calls, { externalCustomerId: "c1" });
+      const good = new Outpost(testOptions(shared.emulator, redis));
+      await good.balance(shared.calls, { externalCustomerId: "c1" });
       await good.close(2);
-      const newer = await emulator.createMeter("newer", CALLS_FILTER, { func: "count" }); // not in Redis's copy
-      const wrong = new Outpost(testOptions(emulator, redis, { accessToken: "polar_oat_wrong", snapshotTimeout: 1 }));
+      const newer = await shared.emulator.createMeter("newer", CALLS_FILTER, { func: "count" }); // not in Redis's copy
+      const wrong = new Outpost(testOptions(shared.emulator, redis, { accessToken: "polar_oat_wrong", snapshotTimeout: 1 }));
       try {
         await rejection(wrong.balance(newer, { externalCustomerId: "c1" })); // starts it
         await eventually(async () => /HTTP 401/.test((await rejection(wrong.balance(newer, { externalCustomerId: "c1" }))).message), "the refusal");
