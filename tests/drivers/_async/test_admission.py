@@ -34,6 +34,15 @@ def polar_consumed(emulator: Emulator, meter: str, customer: str = "c1") -> floa
     return float(emulator.customer_meter(meter, external_customer_id=customer)["consumed_units"])
 
 
+async def delivered(
+    emulator: Emulator, meter: str, consumed: float, *instances: AsyncOutpost
+) -> None:
+    """Every instance flushes (within 10 s each), then Polar counts ``consumed`` for c1."""
+    for instance in instances:
+        assert await instance.flush(10)
+    assert polar_consumed(emulator, meter) == consumed
+
+
 async def held_on(instance: AsyncOutpost, meter: str, held: float) -> None:
     async def reads_it() -> bool:
         return (await instance.balance(meter, external_customer_id="c1")).held == held
@@ -64,8 +73,7 @@ async def test_a_hold_is_seen_by_every_instance_and_limits_what_others_admit(
         await held_on(b, meter, 0)
         after = await b.balance(meter, external_customer_id="c1")
         assert (after.consumed, after.available) == (5, 5)
-        assert await a.flush(10)
-    assert polar_consumed(emulator, meter) == 5
+        await delivered(emulator, meter, 5, a)
 
 
 @pytest.mark.anyio
@@ -129,8 +137,7 @@ async def test_track_with_require_balance_admits_exactly(
         )
         seen = await a.balance(meter, external_customer_id="c1")
         assert (seen.consumed, seen.available) == (10, 0)
-        assert await a.flush(10)
-    assert polar_consumed(emulator, meter) == 10
+        await delivered(emulator, meter, 10, a)
 
 
 @pytest.mark.anyio
@@ -170,5 +177,4 @@ async def test_concurrent_reservations_admit_exactly_the_balance(
             await r.commit("api_call")
 
         await run_concurrently([functools.partial(commit, r) for r in admitted])
-        assert all([await i.flush(10) for i in instances])
-    assert polar_consumed(emulator, meter) == 100
+        await delivered(emulator, meter, 100, *instances)
