@@ -4,33 +4,22 @@
 import { after, before } from "node:test";
 import { CALLS_FILTER, Emulator } from "./emulator.js";
 
-export interface SharedEmulator {
-  readonly emulator: Emulator;
+/** Set in `before`: read them inside a test. */
+class SharedEmulator {
+  emulator!: Emulator;
   /** The id of the meter counting `api_call` events. */
-  readonly calls: string;
+  calls!: string;
 }
 
 /** Call inside `describe`: registers the hooks that start and stop the emulator. */
 export function sharedEmulator(): SharedEmulator {
-  let emulator: Emulator | undefined;
-  let calls: string | undefined;
+  const shared = new SharedEmulator();
   before(async () => {
-    emulator = await Emulator.start();
-    calls = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
+    shared.emulator = await Emulator.start();
+    shared.calls = await shared.emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
   });
   after(async () => {
-    await emulator?.stop();
+    await shared.emulator?.stop();
   });
-  const started = <T>(value: T | undefined): T => {
-    if (value === undefined) throw new Error("the emulator starts in `before`: use it inside a test");
-    return value;
-  };
-  return {
-    get emulator() {
-      return started(emulator);
-    },
-    get calls() {
-      return started(calls);
-    },
-  };
+  return shared;
 }
