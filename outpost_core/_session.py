@@ -85,7 +85,7 @@ from ._reports import Reports, error_text
 from ._shards import checked as checked_shards
 from ._status import Status
 from ._telemetry import ReadKey
-from ._time import BUCKET_US, HOUR_US, floor_bucket, iso
+from ._time import HOUR_US, floor_bucket, iso
 from ._track_plans import TrackPlan, TrackPlans, item, key_of
 from .errors import InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError
 
@@ -692,10 +692,9 @@ class Session:
     def _planned(self, plan: TrackPlan, timestamp_us: int, now_us: int, event_id: str) -> RunScript:
         """``track()`` for a name and customer with a plan: only the event's id, its time and
         the revisions held are new (the same checks, the same call as without the plan)."""
-        if timestamp_us > now_us or timestamp_us < 0:
-            _check_timestamp(timestamp_us, now_us)
+        _check_timestamp(timestamp_us, now_us)
         check_event_id(event_id)
-        bucket = timestamp_us - timestamp_us % BUCKET_US  # floor_bucket(), inlined
+        bucket = floor_bucket(timestamp_us)
         if bucket != plan.bucket:
             plan.at(bucket)
         values: list[str] = []

@@ -41,7 +41,6 @@ class TrackPlan:
         "pairs",
         "states",
         "states_json",
-        "values",
     )
 
     def __init__(
@@ -58,9 +57,8 @@ class TrackPlan:
         self.outbox = outbox
         self.channel = channel
         self.states = states
-        self.values = values
-        """Each identity's contribution, formatted as the script takes it."""
         self.pairs = tuple(zip(states, values, strict=True))
+        """Each identity's state key and its contribution, formatted as the script takes it."""
         self.meter_ids = meter_ids
         self.item_head = item_head
         """The event's JSON up to its id: ``{"name":…,"external_customer_id":…,"external_id":``."""

@@ -319,8 +319,7 @@ class Deliveries:
             if settles:
                 # The scripts in the read's round trip: Redis settles while this process parses
                 # what the read found, rather than wait for the next command meanwhile.
-                with ctx.lock:
-                    calls = [with_known_revs(s, ctx.session.known_rev) for s in settles]
+                calls = self._with_known_revs(settles)
                 read, settled = read_then_scripts(ctx, command, _found, calls)
                 if isinstance(read, BaseException):
                     raise read  # the scripts' replies are dropped: they run again (harmless)
@@ -391,8 +390,7 @@ class Deliveries:
         answers."""
         ctx = self._context
         if replies is None:
-            with ctx.lock:
-                calls = [with_known_revs(s, ctx.session.known_rev) for s in settles]
+            calls = self._with_known_revs(settles)
             replies = run_scripts(ctx, calls) if calls else []
         for settle, reply in zip(settles, replies, strict=True):
             if isinstance(reply, BaseException):
@@ -419,13 +417,17 @@ class Deliveries:
 
     def _run_settle(self, action: SettleScript) -> Settled:
         ctx = self._context
-        # Told which revisions this instance holds, the script replies with what changed, so
-        # this instance's copies (and a flush() waiting on them) see it at once.
-        with ctx.lock:
-            action = with_known_revs(action, ctx.session.known_rev)
+        (action,) = self._with_known_revs((action,))
         reply = run_script(ctx, action.script, action.keys, action.args)
         self._effects.replied(reply)
         return Settled(reply)
+
+    def _with_known_revs(self, settles: tuple[SettleScript, ...]) -> list[SettleScript]:
+        """``settles`` told which revisions this instance holds: each script then replies with
+        what changed, so this instance's copies (and a flush() waiting on them) see it at once."""
+        ctx = self._context
+        with ctx.lock:
+            return [with_known_revs(s, ctx.session.known_rev) for s in settles]
 
     def _report_dropped(self, action: ReportDropped) -> DeliveryAnswer:
         ctx = self._context
