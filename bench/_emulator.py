@@ -130,10 +130,13 @@ class EmulatorProcess:
         return self._admin("clock", {"advance": seconds})
 
     def pause_syncs(self) -> Any:
-        return self._admin("faults", {"syncs": "pause"})
+        return self.set_faults({"syncs": "pause"})
+
+    def set_faults(self, faults: dict[str, Any]) -> Any:
+        return self._admin("faults", faults)
 
     def resume_syncs(self) -> Any:
-        return self._admin("faults", {"syncs": "resume"})
+        return self.set_faults({"syncs": "resume"})
 
     def ingest(self, body: bytes) -> httpx.Response:
         """A raw ``POST /v1/events/ingest``, as the baseline of delivery throughput."""

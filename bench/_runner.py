@@ -94,6 +94,8 @@ EXPECTED = (
     "memory.redis_identity_hour",
     "delivery.sync",
     "delivery.async",
+    "delivery.sync.polar_20ms",
+    "delivery.async.polar_20ms",
     "snapshot.apply.1",
     "snapshot.apply.100",
     "snapshot.apply.10000",

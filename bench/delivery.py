@@ -1,6 +1,11 @@
 """Delivery throughput: events per second from the outbox to the emulator, against the
 emulator's raw ingest rate (the same events, posted bare in batches of the same size).
 
+Twice: against the emulator as it answers on this machine, whose cores it shares with Redis and
+the SDK (the SDK's work per batch then competes with Polar's own), and against the emulator
+answering each ingest request :data:`DISTANT` seconds late, as Polar does across a network
+(the SDK's work per batch then overlaps the wait for the previous post).
+
 Each round queues fresh events in the outbox (the track script, pipelined, as ``track()`` would
 write them: one identity update and one outbox entry each, over many customers), then times an
 instance with an access token from its start until ``flush()`` returns (every event posted,
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -31,6 +37,7 @@ from outpost_core import (
 from outpost_sync import Outpost
 
 CUSTOMERS = 100
+DISTANT = 0.02  # seconds each ingest request waits in the "Polar across a network" rounds
 TARGET = Target(on="ratio", op=">=", value=0.8)
 BATCH = 500  # the SDK's default batch_size
 SETUP = (
@@ -179,41 +186,76 @@ async def _async(env: Env, count: int, cpu: CpuMeter) -> float:
         await sdk.close()
 
 
+@dataclass
+class _Sides:
+    """Per round: events/s of the bare posts and of delivery, per driver; CPU per side."""
+
+    raw: list[float] = field(default_factory=list)
+    sync: list[float] = field(default_factory=list)
+    raw_async: list[float] = field(default_factory=list)
+    asynchronous: list[float] = field(default_factory=list)
+    cpu: dict[str, CpuMeter] = field(default_factory=dict)
+
+
+def _rounds(env: Env, configuration: dict[str, Any], tag: str, rounds: int) -> _Sides:
+    client = env.client()
+    events = env.scale.delivery_events
+    sides = _Sides(
+        cpu={side: CpuMeter(env, client) for side in ("raw", "sync", "raw_async", "async")}
+    )
+    cpu = sides.cpu
+    with httpx.Client(base_url=env.emulator.url, headers=_headers(env), timeout=_TIMEOUT) as http:
+        for r in range(rounds):
+            bare = _runs(configuration, f"{tag}raw{r}", events)
+            sides.raw.append(_raw(env, http, bare, cpu["raw"]))
+            _queue(client, _runs(configuration, f"{tag}sync{r}", events))
+            client.delete(keys.BUDGET_KEY)
+            sides.sync.append(_sync(env, events, cpu["sync"]))
+            bare = _runs(configuration, f"{tag}ra{r}", events)
+            sides.raw_async.append(asyncio.run(_raw_async(env, bare, cpu["raw_async"])))
+            _queue(client, _runs(configuration, f"{tag}async{r}", events))
+            client.delete(keys.BUDGET_KEY)
+            sides.asynchronous.append(asyncio.run(_async(env, events, cpu["async"])))
+    return sides
+
+
 def run(env: Env) -> list[Figure]:
     env.reset()
     scale = env.scale
     emu = env.emulator
     configuration = configuration_of(emu)
-    client = env.client()
-    client.script_load(SCRIPT_TEXT["track"])
-    events = scale.delivery_events
-    raw: list[float] = []
-    raw_async: list[float] = []
-    sync: list[float] = []
-    asynchronous: list[float] = []
-    cpu = {side: CpuMeter(env, client) for side in ("raw", "sync", "raw_async", "async")}
-    with httpx.Client(base_url=emu.url, headers=_headers(env), timeout=_TIMEOUT) as http:
-        for r in range(scale.delivery_rounds):
-            raw.append(_raw(env, http, _runs(configuration, f"raw{r}", events), cpu["raw"]))
-            _queue(client, _runs(configuration, f"sync{r}", events))
-            client.delete(keys.BUDGET_KEY)
-            sync.append(_sync(env, events, cpu["sync"]))
-            bare = _runs(configuration, f"ra{r}", events)
-            raw_async.append(asyncio.run(_raw_async(env, bare, cpu["raw_async"])))
-            _queue(client, _runs(configuration, f"async{r}", events))
-            client.delete(keys.BUDGET_KEY)
-            asynchronous.append(asyncio.run(_async(env, events, cpu["async"])))
+    env.client().script_load(SCRIPT_TEXT["track"])
+    near = _rounds(env, configuration, "", scale.delivery_rounds)
+    # Every ingest request (bare or the SDK's) waits DISTANT seconds before the emulator reads
+    # it: the emulator's fault, with a count no round reaches, cleared afterwards.
+    emu.set_faults({"ingest_hang": {"seconds": DISTANT, "count": 1_000_000}})
+    try:
+        far = _rounds(env, configuration, "far", max(2, scale.delivery_rounds - 2))
+    finally:
+        emu.set_faults({"clear": True})
+    return _figures(env, near, "") + _figures(env, far, f".polar_{round(DISTANT * 1000)}ms")
+
+
+def _figures(env: Env, sides: _Sides, suffix: str) -> list[Figure]:
+    events = env.scale.delivery_events
+    cpu = sides.cpu
     setup = SETUP.format(e=events, c=CUSTOMERS, b=BATCH)
+    if suffix:
+        setup += (
+            f" Here every ingest request, bare or the SDK's, waits {DISTANT * 1000:.0f} ms in the "
+            "emulator before it is read (as if Polar answered across a network)."
+        )
     extra = {
         "events_per_round": events,
         "customers": CUSTOMERS,
         "batch_size": BATCH,
         "cpu_ms_per_1000_events": {side: meter.per_thousand() for side, meter in cpu.items()},
     }
+    where = f", Polar {DISTANT * 1000:.0f} ms away" if suffix else ""
     return [
         Figure(
-            key=f"delivery.{driver}",
-            title=f"delivery outbox → emulator, {driver}",
+            key=f"delivery.{driver}{suffix}",
+            title=f"delivery outbox → emulator{where}, {driver}",
             unit="events/s",
             subject=Side(f"delivery {driver}", rates, higher_is_better=True),
             baseline=Side(f"raw ingest ({client_name}, sequential)", bare, higher_is_better=True),
@@ -225,7 +267,7 @@ def run(env: Env) -> list[Figure]:
             target=TARGET,
         )
         for driver, rates, bare, client_name in (
-            ("sync", sync, raw, "httpx.Client"),
-            ("async", asynchronous, raw_async, "httpx.AsyncClient"),
+            ("sync", sides.sync, sides.raw, "httpx.Client"),
+            ("async", sides.asynchronous, sides.raw_async, "httpx.AsyncClient"),
         )
     ]
