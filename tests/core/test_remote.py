@@ -45,7 +45,15 @@ from outpost_core._observations import LinkChanged, SnapshotApplied
 from outpost_core._remote import REQUEST_TIMEOUT, RETRY_BASE, RETRY_CAP, STEP_TIMEOUT, Remote
 from outpost_core._session import _PortForRemote
 from outpost_core._snapshots import CustomerFlow, Step
-from tests.core._payloads import COUNT, STANDARD, TOKENS, UNIQUE, configuration, reducer
+from tests.core._payloads import (
+    COUNT,
+    STANDARD,
+    TOKENS,
+    UNIQUE,
+    configuration,
+    reducer,
+    snapshot_message,
+)
 from tests.core._polar import FixedRandom, Peer
 from tests.core._reports import said
 
@@ -140,10 +148,7 @@ class Polar:
         return effect.load_id
 
     def snapshot(self, request_id: str | None = None, **overrides: Any) -> list[Effect]:
-        message = {
-            "request_id": request_id,
-            "snapshot_id": "snap-1",
-            "external_customer_id": "c1",
+        fields: dict[str, Any] = {
             "as_of": WALL - 1,
             "cold_until": HOT,
             "reducers": {
@@ -152,8 +157,7 @@ class Polar:
             },
             "credited": {COUNT: 10, TOKENS: 0},
         }
-        message.update(overrides)
-        return self.send({"type": "snapshot", "payload": message})
+        return self.send(snapshot_message(request_id, "c1", **(fields | overrides)))
 
 
 def remote(polar: Polar) -> Remote:
