@@ -31,8 +31,8 @@ from outpost_core._effects import Effect, ListPending, OpenConnection
 from outpost_core._following import Following, Pacer
 from outpost_core._inputs import BytesReceived, ConnectionOpened, PendingListed, SubscriberLost
 from outpost_core._link import LinkSettings
-from tests.core._payloads import COUNT, snapshot_message
-from tests.core._polar import Peer
+from tests.core._payloads import COUNT
+from tests.core._polar import Peer, snapshot_message
 from tests.core.test_remote import HOT, WALL, Polar
 from tests.core.test_session import configured
 

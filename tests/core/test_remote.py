@@ -45,16 +45,8 @@ from outpost_core._observations import LinkChanged, SnapshotApplied
 from outpost_core._remote import REQUEST_TIMEOUT, RETRY_BASE, RETRY_CAP, STEP_TIMEOUT, Remote
 from outpost_core._session import _PortForRemote
 from outpost_core._snapshots import CustomerFlow, Step
-from tests.core._payloads import (
-    COUNT,
-    STANDARD,
-    TOKENS,
-    UNIQUE,
-    configuration,
-    reducer,
-    snapshot_message,
-)
-from tests.core._polar import FixedRandom, Peer
+from tests.core._payloads import COUNT, STANDARD, TOKENS, UNIQUE, configuration, reducer
+from tests.core._polar import FixedRandom, Peer, snapshot_message
 from tests.core._reports import said
 
 TARGET = Target(host="polar.test", port=443, tls=True)

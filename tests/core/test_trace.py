@@ -27,8 +27,8 @@ from outpost_core._trace import (
     replay_delivery,
     replay_session,
 )
-from tests.core._payloads import COUNT, STANDARD, snapshot_message
-from tests.core._polar import Peer
+from tests.core._payloads import COUNT, STANDARD
+from tests.core._polar import Peer, snapshot_message
 
 C1 = oc.Customer("external", "c1")
 COLD = 1_796_223_600_000_000
