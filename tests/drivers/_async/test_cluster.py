@@ -7,6 +7,8 @@ each, ``cluster-node-timeout`` 200 ms): it kills or reshards nodes.
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 import redis
@@ -130,27 +132,47 @@ async def test_a_killed_primary_fails_over_and_nothing_track_returned_for_is_los
     await _polar_counted(emulator, meter, spared, returned[spared])
 
 
+MOVED = Customer("external", "moved")
+
+
+@asynccontextmanager
+async def _tracking_moved(
+    cluster: RedisCluster, emulator: Emulator
+) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """Instance a tracks events of ``MOVED`` on a count meter, instance b follows them: one is
+    tracked and followed; yields a's ``track`` for more. On exit b has followed every event
+    tracked, a has flushed them, and Polar counts them all."""
+    meter = count_meter(emulator)
+    tracked = 0
+    async with connect(cluster, emulator) as a, connect(cluster, emulator) as b:
+
+        async def track() -> None:
+            nonlocal tracked
+            await a.track("api_call", external_customer_id=MOVED.id)
+            tracked += 1
+
+        await track()
+        await _follows(b, meter, MOVED, 1)
+        yield track
+        await _follows(b, meter, MOVED, tracked)
+        assert await a.flush(10)
+    await _polar_counted(emulator, meter, MOVED, tracked)
+
+
 @pytest.mark.anyio
 async def test_a_migrated_slot_is_followed_and_loses_nothing(
     own_redis_cluster: RedisCluster, emulator: Emulator
 ) -> None:
     cluster = own_redis_cluster
-    meter = count_meter(emulator)
-    moved = Customer("external", "moved")
-    slot = cluster.slot_of(moved)
+    slot = cluster.slot_of(MOVED)
     target = next(p for p in cluster.primary_ports() if p != cluster.port_for_slot(slot))
-    async with connect(cluster, emulator) as a, connect(cluster, emulator) as b:
-        await a.track("api_call", external_customer_id=moved.id)
-        await _follows(b, meter, moved, 1)
+    async with _tracking_moved(cluster, emulator) as track:
         cluster.begin_migration(slot, target)
-        await a.track("api_call", external_customer_id=moved.id)  # keys still on the source
+        await track()  # keys still on the source
         cluster.move_keys(slot, target)
-        await a.track("api_call", external_customer_id=moved.id)  # the source answers ASK
+        await track()  # the source answers ASK
         cluster.end_migration(slot, target)
-        await a.track("api_call", external_customer_id=moved.id)  # MOVED, then the target
-        await _follows(b, meter, moved, 4)
-        assert await a.flush(10)
-    await _polar_counted(emulator, meter, moved, 4)
+        await track()  # MOVED, then the target
 
 
 def _subscribers_on(node: redis.Redis) -> list[str]:
@@ -164,16 +186,12 @@ async def test_a_primary_that_gave_every_shard_away_is_let_go_and_copies_follow(
     own_redis_cluster: RedisCluster, emulator: Emulator
 ) -> None:
     cluster = own_redis_cluster
-    meter = count_meter(emulator)
-    moved = Customer("external", "moved")
-    source = cluster.port_of(moved)
+    source = cluster.port_of(MOVED)
     target = next(p for p in cluster.primary_ports() if p != source)
     node = cluster.node_client(source)
     slots = {key_slot(c.encode()) for c in keys.all_channels("", cluster.shards)}
     leaving = sorted(slot for slot in slots if cluster.port_for_slot(slot) == source)
-    async with connect(cluster, emulator) as a, connect(cluster, emulator) as b:
-        await a.track("api_call", external_customer_id=moved.id)
-        await _follows(b, meter, moved, 1)
+    async with _tracking_moved(cluster, emulator) as track:
         assert _subscribers_on(node)  # a's and b's
         for slot in leaving:
             cluster.migrate_slot(slot, target)
@@ -182,10 +200,7 @@ async def test_a_primary_that_gave_every_shard_away_is_let_go_and_copies_follow(
             return not _subscribers_on(node)
 
         await eventually(let_go, 10, "both instances closing their subscriptions to the source")
-        await a.track("api_call", external_customer_id=moved.id)
-        await _follows(b, meter, moved, 2)
-        assert await a.flush(10)
-    await _polar_counted(emulator, meter, moved, 2)
+        await track()
 
 
 @pytest.mark.anyio
