@@ -101,8 +101,7 @@ class Bounded(Polar):
 
 def bounded(**settings: Any) -> Bounded:
     quiet = LinkSettings(ping_interval=1e9, dead_after=1e9)  # the clock jumps far here
-    polar = Bounded(Settings(**settings), quiet)
-    polar.connect()
+    polar = Bounded(Settings(**settings), quiet).connect()
     return polar
 
 
