@@ -98,3 +98,28 @@ class Peer:
     def take(self) -> list[Any]:
         out, self.messages = self.messages, []
         return out
+
+
+def snapshot_message(
+    request_id: str | None,
+    customer: str,
+    *,
+    as_of: int,
+    cold_until: int,
+    reducers: dict[str, Any],
+    credited: dict[str, float],
+    **extra: Any,
+) -> dict[str, Any]:
+    """Polar's ``snapshot`` message for the external ``customer`` (``snap-1``); ``extra`` adds
+    fields or replaces them."""
+    payload = {
+        "request_id": request_id,
+        "snapshot_id": "snap-1",
+        "external_customer_id": customer,
+        "as_of": as_of,
+        "cold_until": cold_until,
+        "reducers": reducers,
+        "credited": credited,
+        **extra,
+    }
+    return {"type": "snapshot", "payload": payload}

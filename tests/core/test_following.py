@@ -32,7 +32,7 @@ from outpost_core._following import Following, Pacer
 from outpost_core._inputs import BytesReceived, ConnectionOpened, PendingListed, SubscriberLost
 from outpost_core._link import LinkSettings
 from tests.core._payloads import COUNT
-from tests.core._polar import Peer
+from tests.core._polar import Peer, snapshot_message
 from tests.core.test_remote import HOT, WALL, Polar
 from tests.core.test_session import configured
 
@@ -101,8 +101,7 @@ class Bounded(Polar):
 
 def bounded(**settings: Any) -> Bounded:
     quiet = LinkSettings(ping_interval=1e9, dead_after=1e9)  # the clock jumps far here
-    polar = Bounded(Settings(**settings), quiet)
-    polar.connect()
+    polar = Bounded(Settings(**settings), quiet).connect()
     return polar
 
 
@@ -167,17 +166,16 @@ def test_a_customer_never_followed_still_waits_for_polar() -> None:
 
 def snapshot_of_a(request: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """Polar's answer to ``request``, a's snapshot: 3 calls counted, 10 credited."""
-    payload = {
-        "request_id": request["payload"]["request_id"],
-        "snapshot_id": "snap-1",
-        "external_customer_id": "a",
-        "as_of": WALL - 1,
-        "cold_until": HOT,
-        "reducers": {"r-count": {"count": 3, "sum": 3, "min": 1, "max": 1}},
-        "credited": {COUNT: 10},
+    counted = {"r-count": {"count": 3, "sum": 3, "min": 1, "max": 1}}
+    return snapshot_message(
+        request["payload"]["request_id"],
+        "a",
+        as_of=WALL - 1,
+        cold_until=HOT,
+        reducers=counted,
+        credited={COUNT: 10},
         **extra,
-    }
-    return {"type": "snapshot", "payload": payload}
+    )
 
 
 def test_the_aliases_of_a_customer_let_go_are_kept_for_its_next_read() -> None:

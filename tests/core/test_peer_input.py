@@ -84,8 +84,7 @@ def test_a_cached_configuration_as_text_is_parsed() -> None:
 
 
 def test_a_websocket_frame_of_nested_brackets_is_counted_and_survived() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     frame = "[" * 200_000  # under the 1 MiB cap
     polar.session.handle(BytesReceived(polar.now, polar.peer.send_text(frame)))
     assert polar.effects() == []
@@ -229,8 +228,7 @@ def test_fuzz_peer_inputs_are_counted_never_raised(text: str) -> None:
 @_FUZZ
 @given(_texts)
 def test_fuzz_websocket_frames_are_counted_never_raised(text: str) -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.session.handle(BytesReceived(polar.now, polar.peer.send_text(text[:900_000])))
     polar.effects()
     assert polar.session.rejections["peer"] == 0
@@ -268,8 +266,7 @@ _snapshot_fields = st.sampled_from(["as_of", "cold_until", "snapshot_id", "reduc
 def test_fuzz_snapshots_and_counted_answers_are_counted_never_raised(
     fields: dict[str, Any], digits: str
 ) -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     for kind in ("snapshot", "counted", "configuration"):
         payload = {"request_id": None, "external_customer_id": "c1", **fields}

@@ -26,6 +26,17 @@ def ledger(aggregation: str = "sum") -> MeterLedger:
     return MeterLedger(aggregation, margin_us=MARGIN)
 
 
+def acknowledged_e1(
+    aggregation: str, anchor: PolarReading, acknowledged_s: int, value: float = 1.0
+) -> MeterLedger:
+    """A ledger anchored on Polar's ``anchor`` that recorded e1, acknowledged at that second."""
+    book = ledger(aggregation)
+    book.observe(anchor)
+    book.record("e1", value)
+    book.acknowledged(["e1"], acknowledged_s * S)
+    return book
+
+
 def test_no_balance_before_polar_reported() -> None:
     book = ledger()
     book.record("e1", 3)
@@ -82,10 +93,7 @@ def test_a_grant_recounting_fresh_events_does_not_count_them_twice() -> None:
 
 
 def test_the_cap_never_lifts_the_balance_above_polars() -> None:
-    book = ledger("count")
-    book.observe(reading(0, 100, 1000))
-    book.record("e1")
-    book.acknowledged(["e1"], 1001 * S)
+    book = acknowledged_e1("count", reading(0, 100, 1000), 1001)
     book.record("e2")  # in flight
     # Usage from elsewhere (9 units): more than the ledger holds.
     assert book.observe(reading(10, 100, 1002)) is Outcome.ACCEPTED
@@ -96,30 +104,19 @@ def test_the_cap_never_lifts_the_balance_above_polars() -> None:
 
 
 def test_a_reset_or_a_max_meter_has_no_cap() -> None:
-    book = ledger("count")
-    book.observe(reading(5, 100, 1000))
-    book.record("e1")
-    book.acknowledged(["e1"], 1001 * S)
+    book = acknowledged_e1("count", reading(5, 100, 1000), 1001)
     assert book.observe(reading(6, 100, 1002)) is Outcome.ACCEPTED and book.cap == 5
     assert book.observe(reading(0, 100, 1003)) is Outcome.RESET and book.cap is None
-    highest = ledger("max")
-    highest.observe(reading(5, 100, 1000))
-    highest.record("e1", 7)
-    highest.acknowledged(["e1"], 1001 * S)
+    highest = acknowledged_e1("max", reading(5, 100, 1000), 1001, 7)
     assert highest.observe(reading(7, 100, 1002)) is Outcome.ACCEPTED and highest.cap is None
-    first = ledger("count")
-    first.observe(reading(0, 100, None))  # no watermark: its consumed bounds nothing
-    first.record("e1")
-    first.acknowledged(["e1"], 1001 * S)
+    # No watermark: the first reading's consumed bounds nothing.
+    first = acknowledged_e1("count", reading(0, 100, None), 1001)
     assert first.observe(reading(1, 100, 1002)) is Outcome.ACCEPTED and first.cap is None
     assert first.balance().balance == 98
 
 
 def test_activation_moves_modified_at_without_the_events() -> None:
-    book = ledger("count")
-    book.observe(reading(0, 10, None))
-    book.record("e1")
-    book.acknowledged(["e1"], 1000 * S)
+    book = acknowledged_e1("count", reading(0, 10, None), 1000)
     # The row is activated at 2000 s: modified_at moves, consumed stays 0.
     assert book.observe(reading(0, 10, 2000)) is Outcome.REJECTED
     assert book.rejections == 1
@@ -143,10 +140,7 @@ def test_first_reading_without_modified_at_anchors() -> None:
     book.record("e1", 2)
     assert book.balance().balance == -2
     # A never-updated row that somehow reports usage, then less: a reset with no floor known.
-    odd = ledger()
-    odd.observe(reading(5, 10, None))
-    odd.record("e1", 1)
-    odd.acknowledged(["e1"], 1000 * S)
+    odd = acknowledged_e1("sum", reading(5, 10, None), 1000, 1)
     assert odd.observe(reading(1, 10, 2000)) is Outcome.RESET
     assert odd.entries == {}  # the check passed on the new window
 
@@ -279,10 +273,7 @@ def test_a_probe_re_anchors_consumed_and_drops_what_it_includes() -> None:
 
 
 def test_a_reading_below_a_probe_it_does_not_cover_keeps_the_probe_consumed() -> None:
-    book = ledger("count")
-    book.observe(reading(0, 100, 1000))
-    book.record("e1")
-    book.acknowledged(["e1"], 1100 * S)
+    book = acknowledged_e1("count", reading(0, 100, 1000), 1100)
     book.record("e2")
     assert book.observe_probe(2, 1200 * S, 0) is Outcome.PROBED  # (e2 of another producer)
     assert book.observe(reading(1, 100, 1210)) is Outcome.ACCEPTED
@@ -291,10 +282,7 @@ def test_a_reading_below_a_probe_it_does_not_cover_keeps_the_probe_consumed() ->
 
 
 def test_a_reset_keeps_a_probe_it_does_not_cover() -> None:
-    book = ledger()
-    book.observe(reading(5, 100, 1000))
-    book.record("e1", 3)
-    book.acknowledged(["e1"], 1900 * S)
+    book = acknowledged_e1("sum", reading(5, 100, 1000), 1900, 3)
     assert book.observe_probe(8, 2000 * S, 0) is Outcome.PROBED
     # The cycle's reading comes right after: what the probe dropped may be of the new window.
     assert book.observe(reading(0, 50, 2010)) is Outcome.RESET

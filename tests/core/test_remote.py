@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -46,7 +46,7 @@ from outpost_core._remote import REQUEST_TIMEOUT, RETRY_BASE, RETRY_CAP, STEP_TI
 from outpost_core._session import _PortForRemote
 from outpost_core._snapshots import CustomerFlow, Step
 from tests.core._payloads import COUNT, STANDARD, TOKENS, UNIQUE, configuration, reducer
-from tests.core._polar import FixedRandom, Peer
+from tests.core._polar import FixedRandom, Peer, snapshot_message
 from tests.core._reports import said
 
 TARGET = Target(host="polar.test", port=443, tls=True)
@@ -92,7 +92,8 @@ class Polar:
         """The session's effects; the bytes for Polar go to the peer, the rest is returned."""
         return self.peer.receive(self.session.effects())
 
-    def connect(self) -> None:
+    def connect(self) -> Self:
+        """The session opens its WebSocket to Polar, which accepts; returns this ``Polar``."""
         self.session.handle(Tick(self.now, WALL))
         assert self.effects() == [OpenConnection(host="polar.test", port=443, tls=True)]
         self.session.handle(ConnectionOpened(self.now))
@@ -103,6 +104,7 @@ class Polar:
         assert self.effects() == []
         assert self.peer.take()[0] == {"type": "configuration"}
         assert self.session.observations() == [LinkChanged("open", None, 1)]
+        return self
 
     def send(self, message: Any) -> list[Effect]:
         self.session.handle(BytesReceived(self.now, self.peer.send(message)))
@@ -140,10 +142,7 @@ class Polar:
         return effect.load_id
 
     def snapshot(self, request_id: str | None = None, **overrides: Any) -> list[Effect]:
-        message = {
-            "request_id": request_id,
-            "snapshot_id": "snap-1",
-            "external_customer_id": "c1",
+        fields: dict[str, Any] = {
             "as_of": WALL - 1,
             "cold_until": HOT,
             "reducers": {
@@ -152,8 +151,7 @@ class Polar:
             },
             "credited": {COUNT: 10, TOKENS: 0},
         }
-        message.update(overrides)
-        return self.send({"type": "snapshot", "payload": message})
+        return self.send(snapshot_message(request_id, "c1", **(fields | overrides)))
 
 
 def remote(polar: Polar) -> Remote:
@@ -228,8 +226,7 @@ def test_a_session_with_a_link() -> None:
 
 
 def test_the_earliest_deadline_wins() -> None:
-    polar = Polar(Settings(reload_retry=1.0))
-    polar.connect()
+    polar = Polar(Settings(reload_retry=1.0)).connect()
     polar.session.handle(Tick(polar.now, WALL))
     polar.session.read(COUNT, "c1")
     polar.session.handle(LoadFailed(state("r-count"), polar.load_asked(state("r-count"))))
@@ -238,8 +235,7 @@ def test_the_earliest_deadline_wins() -> None:
 
 
 def test_close_connection_effects_and_connection_failures() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.session.handle(ConnectionFailed(polar.now, "reset by peer"))
     assert polar.session.effects() == []
     assert not polar.session.connected
@@ -256,8 +252,7 @@ def test_a_connection_that_never_opened_fails_quietly() -> None:
 
 
 def test_polar_configures_the_session_and_the_cache_is_updated() -> None:
-    polar = Polar(payload=None)
-    polar.connect()
+    polar = Polar(payload=None).connect()
     effects = polar.send({"type": "configuration", "payload": STANDARD})
     assert effects == [
         StoreConfiguration(
@@ -316,8 +311,7 @@ def test_link_inputs_need_a_link_only_when_they_are_link_inputs() -> None:
 
 
 def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     # Redis already holds a snapshot (another instance applied it): not enough on its own.
     request_id = polar.follow(fields={"rev": "4", **SNAPSHOT_FIELDS})
     assert polar.session.read(COUNT, "c1") is None
@@ -413,8 +407,7 @@ def test_first_read_waits_for_a_snapshot_this_instance_applied() -> None:
 
 
 def test_a_snapshot_without_pending_events_applies_at_once() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
     polar.session.handle(PendingListed(listed.tag, {state("r-count"): [], state("r-tokens"): []}))
@@ -432,8 +425,7 @@ def test_a_snapshot_without_pending_events_applies_at_once() -> None:
 def test_hot_buckets_are_never_listed() -> None:
     """However many events the hot buckets hold, the snapshot lists none of them: only the
     state hashes, and (here) no cold bucket, so it applies at once."""
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
     hot = {state("r-count"): [f"a:{HOT}", f"a:{HOT + 300_000_000}"], state("r-tokens"): ["rev"]}
@@ -444,8 +436,7 @@ def test_hot_buckets_are_never_listed() -> None:
 
 def test_cold_buckets_without_events_apply_at_once() -> None:
     """A cold bucket whose hash is empty (its events expired with it) asks Polar nothing."""
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     listed = cold_listing(polar, listing(polar.snapshot(None)), "r-count", "r-tokens")
     polar.session.handle(PendingListed(listed.tag, {events("r-count"): [], events("r-tokens"): []}))
@@ -455,8 +446,7 @@ def test_cold_buckets_without_events_apply_at_once() -> None:
 
 
 def test_a_copy_loaded_during_the_apply_has_no_consumption_before_it() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     assert polar.session.read(COUNT, "c1") is None
     load_id = polar.load_asked(state("r-count"))  # not answered yet
     listed = listing(polar.snapshot(None))
@@ -477,8 +467,7 @@ def test_a_copy_loaded_during_the_apply_has_no_consumption_before_it() -> None:
 
 
 def test_many_pending_events_are_asked_in_chunks() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
     names = [f"{COLD}:e{i:05d}" for i in range(10_001)]
@@ -494,8 +483,7 @@ def test_many_pending_events_are_asked_in_chunks() -> None:
 
 
 def test_a_snapshot_arriving_during_another_waits_and_the_newest_follows() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     first = listing(polar.snapshot(None))
     assert polar.snapshot(None, snapshot_id="snap-2", as_of=WALL) == []
@@ -510,8 +498,7 @@ def test_a_snapshot_arriving_during_another_waits_and_the_newest_follows() -> No
 
 
 def test_an_unasked_for_snapshot_is_applied_but_never_asked_again() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     listed = listing(polar.snapshot(None, external_customer_id="c2"))
     polar.session.handle(PendingListed(listed.tag, {}))
     run = applying(polar.effects())
@@ -538,8 +525,7 @@ def pushed_listing(polar: Polar) -> ListPending:
 
 
 def test_an_unasked_for_snapshot_that_fails_is_given_up_without_asking_polar() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     listed = pushed_listing(polar)
     polar.session.handle(ListFailed(listed.tag))
     assert polar.effects() == []
@@ -549,8 +535,7 @@ def test_an_unasked_for_snapshot_that_fails_is_given_up_without_asking_polar() -
 
 
 def test_an_unasked_for_snapshot_stuck_in_a_step_is_given_up_without_asking_polar() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     pushed_listing(polar)
     assert polar.tick(polar.now + STEP_TIMEOUT + 1) == []
     assert C2 not in remote(polar).flows
@@ -558,8 +543,7 @@ def test_an_unasked_for_snapshot_stuck_in_a_step_is_given_up_without_asking_pola
 
 
 def test_an_unasked_for_snapshot_in_progress_when_the_link_drops_is_given_up() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     pushed_listing(polar)
     polar.session.handle(BytesReceived(polar.now, b""))  # Polar hung up
@@ -568,8 +552,7 @@ def test_an_unasked_for_snapshot_in_progress_when_the_link_drops_is_given_up() -
 
 
 def test_a_customer_read_while_its_unasked_for_snapshot_applies_is_asked_for() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     pushed_listing(polar)
     flow = remote(polar).follow(C2)  # as a first read of c2 does
     assert not flow.pushed
@@ -579,8 +562,7 @@ def test_a_customer_read_while_its_unasked_for_snapshot_applies_is_asked_for() -
 
 
 def test_an_unanswered_request_is_sent_again() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     first = polar.follow()
     assert polar.tick(polar.now + REQUEST_TIMEOUT - 0.01) == []
     assert polar.take() == []
@@ -590,8 +572,7 @@ def test_an_unanswered_request_is_sent_again() -> None:
 
 
 def test_a_stale_answer_to_a_request_does_not_clear_the_newer_one() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     polar.tick(polar.now + REQUEST_TIMEOUT + 1)
     [again] = polar.take()
@@ -601,8 +582,7 @@ def test_a_stale_answer_to_a_request_does_not_clear_the_newer_one() -> None:
 
 
 def test_reconnecting_asks_again_for_every_followed_customer() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     listing(polar.snapshot(None))
     polar.session.handle(BytesReceived(polar.now, b""))  # Polar hung up mid-flow
@@ -628,8 +608,7 @@ def test_reconnecting_asks_again_for_every_followed_customer() -> None:
 
 
 def test_a_dead_connection_found_by_tick_is_closed() -> None:
-    polar = Polar(link_settings=LinkSettings(dead_after=40.0, ping_interval=100.0))
-    polar.connect()
+    polar = Polar(link_settings=LinkSettings(dead_after=40.0, ping_interval=100.0)).connect()
     assert polar.tick(polar.now + 41.0) == [CloseConnection()]
     assert polar.session.observations() == [
         LinkChanged("closed", "no frame from Polar for 40 s", 1)
@@ -646,15 +625,13 @@ def test_a_handshake_that_times_out_closes_the_connection() -> None:
 
 
 def test_a_broken_open_connection_is_observed() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.session.handle(ConnectionFailed(polar.now, "reset"))
     assert polar.session.observations() == [LinkChanged("closed", "reset", 1)]
 
 
 def test_a_drop_during_a_flow_step_closes_the_connection_even_before_open() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
     polar.session.handle(ConnectionFailed(polar.now, "reset"))
@@ -683,8 +660,7 @@ def test_a_drop_during_a_flow_step_closes_the_connection_even_before_open() -> N
     ],
 )
 def test_bad_frames_are_counted_and_survived(frame: str, kind: str) -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.session.handle(BytesReceived(polar.now, polar.peer.send_text(frame)))
     assert polar.effects() == []
     assert polar.session.rejections == {kind: 1}
@@ -695,8 +671,7 @@ def test_bad_frames_are_counted_and_survived(frame: str, kind: str) -> None:
     "field", [b"\xff\xfe:e1", "\u00b2:e1", "\u00b2:e1".encode(), b"junk", b"-5:e9", f"{COLD}:"]
 )
 def test_unreadable_pending_fields_are_counted_and_skipped(field: bytes | str) -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     listed = listing(polar.snapshot(polar.follow()))
     fields: dict[str, list[Any]] = {events("r-count"): [field, f"{COLD}:e1"]}
     list_events(polar, listed, fields)
@@ -706,8 +681,7 @@ def test_unreadable_pending_fields_are_counted_and_skipped(field: bytes | str) -
 
 
 def test_a_snapshot_with_an_integer_beyond_floats_is_counted_and_survived() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     huge = {"count": 1, "sum": 10**400, "min": 1, "max": 1}
     assert polar.snapshot(None, reducers={"r-count": huge}) == []
@@ -756,8 +730,7 @@ def test_an_answer_without_a_list_of_ids_restarts_the_flow() -> None:
 
 
 def test_a_failed_listing_asks_again_after_a_backoff() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
     flow = remote(polar).flows[C1]
@@ -776,8 +749,7 @@ def test_a_failed_listing_asks_again_after_a_backoff() -> None:
 
 
 def test_a_failed_apply_asks_again_after_a_backoff() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
     polar.session.handle(PendingListed(listed.tag, {}))
@@ -811,8 +783,7 @@ def fail_once_more(polar: Polar, flow: CustomerFlow, *, apply: bool) -> float:
 
 @pytest.mark.parametrize("apply", [False, True])
 def test_failures_in_a_row_back_off_further_up_to_the_cap(apply: bool) -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     flow = remote(polar).flows[C1]
     delays = []
@@ -832,8 +803,7 @@ def test_failures_in_a_row_back_off_further_up_to_the_cap(apply: bool) -> None:
 
 
 def test_a_snapshot_arriving_during_the_backoff_starts_at_once() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     flow = remote(polar).flows[C1]
     fail_once_more(polar, flow, apply=False)
@@ -845,8 +815,7 @@ def test_a_snapshot_arriving_during_the_backoff_starts_at_once() -> None:
 def test_a_flow_stuck_in_a_step_asks_polar_again_and_ignores_the_late_answer(
     stuck: Step,
 ) -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     polar.now = 50.0
     listed = listing(polar.snapshot(None))
@@ -889,8 +858,7 @@ def test_a_flow_stuck_in_a_step_asks_polar_again_and_ignores_the_late_answer(
 
 
 def test_a_step_that_moves_on_in_time_is_not_stuck() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     polar.now = 50.0
     listed = listing(polar.snapshot(None))
@@ -905,8 +873,7 @@ def test_a_step_that_moves_on_in_time_is_not_stuck() -> None:
 
 
 def test_the_earliest_flow_deadline_wins() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     assert polar.tick(5.0) == []
     polar.follow()
     other = Customer("external", "c2")
@@ -928,8 +895,7 @@ def test_the_earliest_flow_deadline_wins() -> None:
 
 
 def test_the_link_closing_for_good_mid_listing_restarts_quietly() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     listed = listing(polar.snapshot(None))
     listed = cold_listing(polar, listed, "r-count")
@@ -942,8 +908,7 @@ def test_the_link_closing_for_good_mid_listing_restarts_quietly() -> None:
 def test_an_unsupported_meter_is_refused_before_following() -> None:
     from outpost_core import UnsupportedMeter
 
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     with pytest.raises(UnsupportedMeter):
         polar.session.read(UNIQUE, "c1")
     assert remote(polar).flows == {}
@@ -1001,8 +966,7 @@ def test_a_404_is_polar_serving_its_public_api_not_an_error() -> None:
 
 
 def test_bytes_that_are_not_a_refusal_log_nothing() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.send({"type": "configuration", "payload": STANDARD})
     assert said(polar.session, logging.WARNING) == []
     assert polar.session.link_status() == ("open", None)
@@ -1030,8 +994,7 @@ def test_waiting_for_a_configuration_says_how_the_websocket_is() -> None:
 
 
 def test_a_fetched_hash_that_lost_its_snapshot_asks_polar_again() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     snapshot_applied(polar)
     polar.session.handle(SubscriberLost())
@@ -1065,8 +1028,7 @@ def test_a_meter_missing_from_the_cache_while_polar_refuses_names_the_refusal() 
 
 
 def test_closing_says_goodbye_and_never_reconnects() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.session.handle(Closing())
     polar.effects()
     assert polar.peer.closes == [1000]
@@ -1082,8 +1044,7 @@ def test_closing_a_session_without_a_link_does_nothing() -> None:
 
 
 def test_a_state_that_lost_its_snapshot_asks_polar_again() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     polar.follow()
     snapshot_applied(polar)
     assert polar.session.read(COUNT, "c1") is not None
@@ -1105,8 +1066,7 @@ def test_a_state_that_lost_its_snapshot_asks_polar_again() -> None:
 
 
 def test_polar_unreachable_is_one_warning_a_reminder_a_minute_and_one_line_when_back() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     said(polar.session)
     for now in (2.0, 3.0, 30.0, 63.0, 64.0):  # every try to reconnect fails
         polar.session.handle(ConnectionFailed(now, "cannot connect: connection refused"))
@@ -1133,8 +1093,7 @@ def test_polar_unreachable_is_one_warning_a_reminder_a_minute_and_one_line_when_
 
 
 def test_an_unreachable_polar_cannot_forge_a_log_line() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     reason = "the proxy refused the tunnel: 407 denied\nERROR outpost: forged \x1b[2J"
     said(polar.session)
     polar.session.handle(ConnectionFailed(2.0, reason))

@@ -41,8 +41,7 @@ def applied_leaving(polar: Polar, pending: int, undelivered: int, rev: int = 1) 
 
 
 def followed(settings: Settings | None = None) -> Polar:
-    polar = Polar(settings or Settings(refresh_after=REFRESH))
-    polar.connect()
+    polar = Polar(settings or Settings(refresh_after=REFRESH)).connect()
     request_id = polar.follow()
     listed = listing(polar.snapshot(request_id))
     polar.session.handle(PendingListed(listed.tag, {}))
@@ -151,8 +150,7 @@ def test_refresh_after_must_be_positive_and_finite(value: float) -> None:
 
 
 def test_what_the_session_tells_polars_side() -> None:
-    polar = Polar()
-    polar.connect()
+    polar = Polar().connect()
     port = _PortForRemote(polar.session)
     assert polar.session.read("m-count", "c1") is None
     assert port.unsettled(C1) == (0, 0)  # followed, not loaded yet

@@ -28,7 +28,7 @@ from outpost_core._trace import (
     replay_session,
 )
 from tests.core._payloads import COUNT, STANDARD
-from tests.core._polar import Peer
+from tests.core._polar import Peer, snapshot_message
 
 C1 = oc.Customer("external", "c1")
 COLD = 1_796_223_600_000_000
@@ -215,16 +215,11 @@ def record_session(seed: int = 7) -> tuple[list[TraceRecord], RecordingSession]:
     [load] = to_polar()
     state = keys.state_key(C1, "r-count")
     recording.handle(oc.IdentityLoaded(state, {"rev": "0"}, load.load_id))
-    snapshot = {
-        "request_id": None,
-        "snapshot_id": "snap-1",
-        "external_customer_id": "c1",
-        "as_of": WALL - 1,
-        "cold_until": COLD,
-        "reducers": {"r-count": {"count": 1, "sum": 1, "min": 1, "max": 1}},
-        "credited": {COUNT: 5},
-    }
-    recording.handle(oc.BytesReceived(2.0, peer.send({"type": "snapshot", "payload": snapshot})))
+    counted = {"r-count": {"count": 1, "sum": 1, "min": 1, "max": 1}}
+    snapshot = snapshot_message(
+        None, "c1", as_of=WALL - 1, cold_until=COLD, reducers=counted, credited={COUNT: 5}
+    )
+    recording.handle(oc.BytesReceived(2.0, peer.send(snapshot)))
     [listing] = to_polar()
     recording.handle(oc.PendingListed(listing.tag, {state: [b"rev"]}))  # no bucket: nothing to list
     [apply] = to_polar()

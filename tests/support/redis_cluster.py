@@ -12,8 +12,10 @@ import time
 from collections.abc import Iterator
 
 import redis
+from redis.crc import key_slot
 
-from outpost_core import DEFAULT_SHARDS, SHARDS_KEY
+from outpost_core import DEFAULT_SHARDS, SHARDS_KEY, Customer
+from outpost_core import _keys as keys
 from outpost_emulator.redis_server import REDIS_SERVER, RedisServer
 
 
@@ -209,6 +211,14 @@ class RedisCluster:
         finally:
             client.close()
         raise LookupError(slot)
+
+    def slot_of(self, customer: Customer) -> int:
+        """The slot of the customer's keys in this deployment (its ``shards``)."""
+        return key_slot(keys.tag_of(keys.shard_of(customer, self.shards)).encode())
+
+    def port_of(self, customer: Customer) -> int:
+        """The port of the primary that serves the customer's keys now."""
+        return self.port_for_slot(self.slot_of(customer))
 
     def node(self, port: int) -> _ClusterNode:
         return next(node for node in self.nodes if node.port == port)

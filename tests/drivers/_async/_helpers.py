@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -134,3 +135,24 @@ def _granted(emulator: Emulator, meter: str, credits: int, customer: str) -> str
     if credits:
         emulator.grant_credits(meter, credits, external_customer_id=customer)
     return meter
+
+
+@asynccontextmanager
+async def metered(
+    server: RedisServer | RedisCluster,
+    emulator: Emulator,
+    *,
+    credits: int = 0,
+    customer: str = "c1",
+    kind: Callable[..., str] = count_meter,
+    warm: bool = False,
+    **options: Any,
+) -> AsyncIterator[tuple[str, AsyncOutpost]]:
+    """A meter of ``kind`` (``count_meter`` or ``sum_meter``) with ``credits`` granted to
+    ``customer``, then an instance ``connect`` opens with ``options``: yields both. ``warm``: the
+    instance has read the customer first and seen the credits (its first snapshot applied)."""
+    meter = kind(emulator, credits=credits, customer=customer)
+    async with connect(server, emulator, **options) as instance:
+        if warm:
+            assert await credited(instance, meter, customer) == credits
+        yield meter, instance

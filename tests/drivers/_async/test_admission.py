@@ -22,6 +22,7 @@ from tests.drivers._async._helpers import (
     connect,
     count_meter,
     eventually,
+    metered,
     on_redis_and_cluster,
     sum_meter,
 )
@@ -80,8 +81,7 @@ async def test_a_hold_is_seen_by_every_instance_and_limits_what_others_admit(
 async def test_the_block_releases_unless_committed(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator, credits=3)
-    async with connect(redis_server, emulator) as a:
+    async with metered(redis_server, emulator, credits=3) as (meter, a):
         with pytest.raises(RuntimeError):
             async with await a.reserve(meter, 2, external_customer_id="c1"):
                 raise RuntimeError("the request failed")
@@ -98,8 +98,7 @@ async def test_the_block_releases_unless_committed(
 async def test_a_hold_expires_and_committing_after_it_still_records(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator, credits=2)
-    async with connect(redis_server, emulator) as a:
+    async with metered(redis_server, emulator, credits=2) as (meter, a):
         late = await a.reserve(meter, 2, external_customer_id="c1", ttl=0.3)
         with pytest.raises(InsufficientBalance):
             await a.reserve(meter, 1, external_customer_id="c1")
@@ -116,8 +115,7 @@ async def test_a_hold_expires_and_committing_after_it_still_records(
 async def test_track_with_require_balance_admits_exactly(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = sum_meter(emulator, credits=10)
-    async with connect(redis_server, emulator) as a:
+    async with metered(redis_server, emulator, credits=10, kind=sum_meter) as (meter, a):
         await a.track(
             "api_call", external_customer_id="c1", metadata={"tokens": 6}, require_balance=True
         )

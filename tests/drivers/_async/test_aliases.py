@@ -9,7 +9,7 @@ import pytest
 from outpost_async import AsyncOutpost, Balance
 from outpost_emulator import Emulator
 from tests.drivers._async._concurrency import run_concurrently
-from tests.drivers._async._helpers import connect, count_meter, eventually
+from tests.drivers._async._helpers import connect, count_meter, eventually, metered
 from tests.support.redis_server import RedisServer
 
 EXTERNAL = "acme"
@@ -89,8 +89,7 @@ async def test_events_tracked_under_either_name_count_in_reads_of_both(
 async def test_a_customer_created_for_a_followed_external_id_is_merged_from_its_push(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    async with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
+    async with metered(redis_server, emulator) as (meter, a), connect(redis_server, emulator) as b:
         before = await a.balance(meter, external_customer_id="later")
         assert before.aliases == ()
         customer_id = str(emulator.create_customer(external_id="later")["id"])

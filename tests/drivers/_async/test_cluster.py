@@ -6,33 +6,29 @@ each, ``cluster-node-timeout`` 200 ms): it kills or reshards nodes.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 import redis
 from redis.crc import key_slot
 
 from outpost_async import AsyncOutpost, NotDurable, RedisUnavailable
-from outpost_core import GROUP, Customer
+from outpost_core import Customer
 from outpost_core import _keys as keys
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import connect, count_meter, eventually, make, shards_of
+from tests.drivers._async._helpers import connect, count_meter, eventually
+from tests.drivers._async._lost_settlement import settlement_lost
 from tests.support.redis_cluster import RedisCluster
-
-
-def _slot(cluster: RedisCluster, customer: Customer) -> int:
-    """The slot of the customer's keys in the cluster's deployment (its shard count)."""
-    return key_slot(keys.tag_of(keys.shard_of(customer, cluster.shards)).encode())
 
 
 def _customer_elsewhere(cluster: RedisCluster, than: Customer) -> Customer:
     """A customer whose shard another primary owns."""
-    port = cluster.port_for_slot(_slot(cluster, than))
+    port = cluster.port_of(than)
     for n in range(1000):
         customer = Customer("external", f"spared-{n}")
-        if cluster.port_for_slot(_slot(cluster, customer)) != port:
+        if cluster.port_of(customer) != port:
             return customer
     raise LookupError("every shard on one primary")
 
@@ -97,7 +93,7 @@ async def test_a_killed_primary_fails_over_and_nothing_track_returned_for_is_los
             return hit_read == (1, "memory") and await _reads(b, meter, spared) == (1, "memory")
 
         await eventually(b_follows, 10, "b following both customers")
-        killed = cluster.port_for_slot(_slot(cluster, hit))
+        killed = cluster.port_of(hit)
         cluster.kill(killed)
         # The hit shard's events are refused (its primary is gone, then its promoted replica
         # has no replica of its own) until the killed node is back as that replica, and every
@@ -113,10 +109,7 @@ async def test_a_killed_primary_fails_over_and_nothing_track_returned_for_is_los
                 returned[hit] += 1
                 written_after_kill += 1
             except RedisUnavailable:  # NotDurable too: the event may be written, not returned
-                if (
-                    not cluster.node(killed).running
-                    and cluster.port_for_slot(_slot(cluster, hit)) != killed
-                ):
+                if not cluster.node(killed).running and cluster.port_of(hit) != killed:
                     cluster.restart(killed)  # it rejoins as the promoted replica's replica
             attempted += 1
             try:  # refused too while the cluster is down (it requires full coverage)
@@ -139,27 +132,47 @@ async def test_a_killed_primary_fails_over_and_nothing_track_returned_for_is_los
     await _polar_counted(emulator, meter, spared, returned[spared])
 
 
+MOVED = Customer("external", "moved")
+
+
+@asynccontextmanager
+async def _tracking_moved(
+    cluster: RedisCluster, emulator: Emulator
+) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """Instance a tracks events of ``MOVED`` on a count meter, instance b follows them: one is
+    tracked and followed; yields a's ``track`` for more. On exit b has followed every event
+    tracked, a has flushed them, and Polar counts them all."""
+    meter = count_meter(emulator)
+    tracked = 0
+    async with connect(cluster, emulator) as a, connect(cluster, emulator) as b:
+
+        async def track() -> None:
+            nonlocal tracked
+            await a.track("api_call", external_customer_id=MOVED.id)
+            tracked += 1
+
+        await track()
+        await _follows(b, meter, MOVED, 1)
+        yield track
+        await _follows(b, meter, MOVED, tracked)
+        assert await a.flush(10)
+    await _polar_counted(emulator, meter, MOVED, tracked)
+
+
 @pytest.mark.anyio
 async def test_a_migrated_slot_is_followed_and_loses_nothing(
     own_redis_cluster: RedisCluster, emulator: Emulator
 ) -> None:
     cluster = own_redis_cluster
-    meter = count_meter(emulator)
-    moved = Customer("external", "moved")
-    slot = _slot(cluster, moved)
+    slot = cluster.slot_of(MOVED)
     target = next(p for p in cluster.primary_ports() if p != cluster.port_for_slot(slot))
-    async with connect(cluster, emulator) as a, connect(cluster, emulator) as b:
-        await a.track("api_call", external_customer_id=moved.id)
-        await _follows(b, meter, moved, 1)
+    async with _tracking_moved(cluster, emulator) as track:
         cluster.begin_migration(slot, target)
-        await a.track("api_call", external_customer_id=moved.id)  # keys still on the source
+        await track()  # keys still on the source
         cluster.move_keys(slot, target)
-        await a.track("api_call", external_customer_id=moved.id)  # the source answers ASK
+        await track()  # the source answers ASK
         cluster.end_migration(slot, target)
-        await a.track("api_call", external_customer_id=moved.id)  # MOVED, then the target
-        await _follows(b, meter, moved, 4)
-        assert await a.flush(10)
-    await _polar_counted(emulator, meter, moved, 4)
+        await track()  # MOVED, then the target
 
 
 def _subscribers_on(node: redis.Redis) -> list[str]:
@@ -173,16 +186,12 @@ async def test_a_primary_that_gave_every_shard_away_is_let_go_and_copies_follow(
     own_redis_cluster: RedisCluster, emulator: Emulator
 ) -> None:
     cluster = own_redis_cluster
-    meter = count_meter(emulator)
-    moved = Customer("external", "moved")
-    source = cluster.port_for_slot(_slot(cluster, moved))
+    source = cluster.port_of(MOVED)
     target = next(p for p in cluster.primary_ports() if p != source)
     node = cluster.node_client(source)
     slots = {key_slot(c.encode()) for c in keys.all_channels("", cluster.shards)}
     leaving = sorted(slot for slot in slots if cluster.port_for_slot(slot) == source)
-    async with connect(cluster, emulator) as a, connect(cluster, emulator) as b:
-        await a.track("api_call", external_customer_id=moved.id)
-        await _follows(b, meter, moved, 1)
+    async with _tracking_moved(cluster, emulator) as track:
         assert _subscribers_on(node)  # a's and b's
         for slot in leaving:
             cluster.migrate_slot(slot, target)
@@ -191,10 +200,7 @@ async def test_a_primary_that_gave_every_shard_away_is_let_go_and_copies_follow(
             return not _subscribers_on(node)
 
         await eventually(let_go, 10, "both instances closing their subscriptions to the source")
-        await a.track("api_call", external_customer_id=moved.id)
-        await _follows(b, meter, moved, 2)
-        assert await a.flush(10)
-    await _polar_counted(emulator, meter, moved, 2)
+        await track()
 
 
 @pytest.mark.anyio
@@ -208,26 +214,9 @@ async def test_after_a_fail_over_no_call_saw_fail_a_lost_settlement_is_redone_wi
     delivery loops re-read their own pending entries, as a Redis failure does."""
     cluster = own_redis_cluster
     meter = count_meter(emulator)
-    customer = Customer("external", "c1")
-    async with connect(cluster, emulator) as first:  # caches Polar's configuration in Redis
-        await first.balance(meter, external_customer_id=customer.id)
-    writer = make(cluster)  # no token: its event stays in the outbox for the others
-    a = connect(cluster, emulator)  # claim_idle: the default 300 s
-    try:
-        await writer.track("api_call", external_customer_id=customer.id)
-        # Delivered to a's consumer and never settled, as the lost settlement leaves it.
-        stream = keys.outbox_key(keys.shard_of(customer, shards_of(cluster)))
-        client: Any = cluster.client()
-        with contextlib.suppress(redis.ResponseError):
-            client.xgroup_create(stream, GROUP, id="0", mkstream=True)
-        read = client.xreadgroup(GROUP, a._context.consumer, {stream: ">"})
-        assert sum(len(entries) for _, entries in read) == 1
-        assert (await a.balance(meter, external_customer_id=customer.id)).consumed == 1
-        cluster.fail_over(cluster.port_for_slot(_slot(cluster, customer)))
+    async with settlement_lost(cluster, emulator, meter, "c1") as a:
+        cluster.fail_over(cluster.port_of(Customer("external", "c1")))
         # Not a speed assertion: without the re-read, the entry waits for claim_idle (300 s).
         assert await a.flush(30)
-        counted = emulator.customer_meter(meter, external_customer_id=customer.id)
+        counted = emulator.customer_meter(meter, external_customer_id="c1")
         assert counted["consumed_units"] == 1
-    finally:
-        await a.close()
-        await writer.close()

@@ -10,7 +10,7 @@ import pytest
 
 from outpost_core import Tick
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import connect, count_meter, eventually, holds
+from tests.drivers._async._helpers import connect, count_meter, eventually, holds, metered
 from tests.support.redis_cluster import RedisCluster
 
 
@@ -18,8 +18,7 @@ from tests.support.redis_cluster import RedisCluster
 async def test_idle_rounds_wait_longer_each_time_and_entries_start_again_from_50_ms(
     redis_cluster: RedisCluster, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    async with connect(redis_cluster, emulator) as instance:
+    async with metered(redis_cluster, emulator) as (meter, instance):
         await instance.track("api_call", external_customer_id="c1")  # starts the loops
         signal = instance._context.deliveries
         waits: list[float] = []

@@ -9,35 +9,24 @@ lose the last moments' events, which is what that setting allows)."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import time
-from typing import Any
 
 import pytest
-import redis
 from redis.asyncio.cluster import ClusterNode
-from redis.crc import key_slot
 
 from outpost_async import RedisUnavailable
 from outpost_async._backend import run_blocking
 from outpost_core import Customer
-from outpost_core import _keys as keys
-from outpost_core._delivery import GROUP
 from outpost_emulator import Emulator
 from tests.drivers._async._concurrency import run_concurrently
-from tests.drivers._async._helpers import connect, count_meter, eventually, make
+from tests.drivers._async._helpers import connect, count_meter, eventually
+from tests.drivers._async._lost_settlement import settlement_lost
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
 
 CALLERS = 64
 FAIL_OVERS = 3
-
-
-def _port_of(cluster: RedisCluster, customer: Customer) -> int:
-    return cluster.port_for_slot(
-        key_slot(keys.tag_of(keys.shard_of(customer, cluster.shards)).encode())
-    )
 
 
 def _nodes_left_open(cluster: RedisCluster) -> list[str]:
@@ -87,13 +76,13 @@ async def test_fail_overs_under_64_tracks_answer_ids_or_redis_unavailable_and_fl
         async def fail_over_several_times() -> None:
             try:
                 for round_ in range(FAIL_OVERS):
-                    victim = _port_of(cluster, customers[round_])
+                    victim = cluster.port_of(customers[round_])
                     before = sum(returned)
                     cluster.kill(victim)
 
                     async def promoted(victim: int = victim, round_: int = round_) -> bool:
                         try:
-                            owner = await run_blocking(_port_of, cluster, customers[round_])
+                            owner = await run_blocking(cluster.port_of, customers[round_])
                         except Exception:  # the cluster is reconfiguring
                             return False
                         return bool(owner != victim)
@@ -128,30 +117,10 @@ async def test_fail_overs_under_64_tracks_answer_ids_or_redis_unavailable_and_fl
 async def test_after_a_redis_failure_a_settlement_redis_lost_is_redone_within_seconds(
     durable_redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    server = durable_redis_server
     meter = count_meter(emulator)
-    async with connect(server, emulator) as first:  # caches Polar's configuration in Redis
-        await first.balance(meter, external_customer_id="c1")
-    writer = make(server)  # no token: its event stays in the outbox for the others
-    a = connect(server, emulator)  # claim_idle: the default 300 s
-    try:
-        await writer.track("api_call", external_customer_id="c1")
-        # Delivered to a's consumer and never settled, as a settlement the old primary
-        # acknowledged and never replicated leaves it on the promoted replica (a does not know).
-        client: Any = server.client()
-        for stream in keys.all_outboxes():
-            with contextlib.suppress(redis.ResponseError):
-                client.xgroup_create(stream, GROUP, id="0", mkstream=True)
-        read = client.xreadgroup(
-            GROUP, a._context.consumer, dict.fromkeys(keys.all_outboxes(), ">")
-        )
-        assert sum(len(entries) for _, entries in read) == 1
-        client.close()
-        assert (await a.balance(meter, external_customer_id="c1")).consumed == 1  # a starts
-        server.restart()  # a Redis failure every loop meets
+    # As on the promoted replica after a primary that never replicated the settlement failed.
+    async with settlement_lost(durable_redis_server, emulator, meter) as a:
+        durable_redis_server.restart()  # a Redis failure every loop meets
         # Not a speed assertion: without the re-read, the entry waits for claim_idle (300 s).
         assert await a.flush(30)
         assert emulator.customer_meter(meter, external_customer_id="c1")["consumed_units"] == 1
-    finally:
-        await a.close()
-        await writer.close()

@@ -14,12 +14,11 @@ from outpost_core import _keys as keys
 from outpost_emulator import Emulator
 from tests.drivers._async._helpers import (
     COUNT,
-    connect,
-    count_meter,
     credited,
     eventually,
     holds,
     make,
+    metered,
 )
 from tests.drivers._async.test_local_state import prepare
 from tests.support.redis_server import RedisServer
@@ -68,9 +67,7 @@ async def test_a_state_field_of_five_thousand_digits_is_counted(
 async def test_a_nested_websocket_frame_is_counted(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator, credits=10)
-    async with connect(redis_server, emulator) as a:
-        assert await credited(a, meter, "c1") == 10
+    async with metered(redis_server, emulator, credits=10, warm=True) as (meter, a):
         emulator.fault_send_frames(["[" * 200_000])
         await eventually(holds(lambda: a.rejections.get("frame", 0) >= 1), what="a rejection")
         emulator.grant_credits(meter, 5, external_customer_id="c1")

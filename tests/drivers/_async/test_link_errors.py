@@ -10,7 +10,7 @@ import pytest
 
 from outpost_async import AsyncOutpost, ConfigurationError, NotReady, OutpostError
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import connect, count_meter, eventually, holds
+from tests.drivers._async._helpers import connect, count_meter, eventually, holds, metered
 from tests.support.redis_server import RedisServer, free_port
 
 
@@ -111,8 +111,8 @@ async def test_polar_unreachable_mid_run_is_one_warning(
 async def test_close_does_not_wait_on_a_flush_that_a_refused_token_stalls(
     redis_server: RedisServer, emulator: Emulator, caplog: pytest.LogCaptureFixture
 ) -> None:
-    meter = count_meter(emulator, credits=3)
-    async with connect(redis_server, emulator) as good:  # leaves Polar's configuration in Redis
+    # The first instance leaves Polar's configuration in Redis.
+    async with metered(redis_server, emulator, credits=3) as (meter, good):
         await good.balance(meter, external_customer_id="c1")
     wrong = AsyncOutpost(
         access_token="polar_oat_wrong",

@@ -18,6 +18,7 @@ from tests.drivers._async._helpers import (
     count_meter,
     eventually,
     holds,
+    metered,
     on_redis_and_cluster,
     shards_of,
 )
@@ -63,8 +64,7 @@ redis_server = on_redis_and_cluster
 async def test_delivered_events_are_acknowledged(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    async with connect(redis_server, emulator) as a:
+    async with metered(redis_server, emulator) as (meter, a):
         await a.balance(meter, external_customer_id="c1")
         for _ in range(50):
             await a.track("api_call", external_customer_id="c1")

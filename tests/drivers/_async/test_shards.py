@@ -12,7 +12,7 @@ from outpost_async import AsyncOutpost, ConfigurationError
 from outpost_core import SHARDS_KEY, Customer, keys
 from outpost_emulator import Emulator
 from tests.drivers._async._concurrency import run_concurrently
-from tests.drivers._async._helpers import connect, count_meter, eventually, make
+from tests.drivers._async._helpers import connect, eventually, make, metered
 from tests.support.redis_server import RedisServer
 
 C2 = Customer("external", "c2")  # shard 0 of 16, shard 48 of 64
@@ -34,8 +34,7 @@ async def test_the_first_instance_stores_the_default_count(redis_server: RedisSe
 async def test_a_deployment_of_64_shards_writes_reads_and_delivers_under_them(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator, credits=10, customer="c2")
-    async with connect(redis_server, emulator, shards=64) as a:
+    async with metered(redis_server, emulator, credits=10, customer="c2", shards=64) as (meter, a):
         assert redis_server.client().get(SHARDS_KEY) == b"64"
         await a.balance(meter, external_customer_id="c2")
         for _ in range(3):

@@ -16,10 +16,10 @@ from outpost_emulator import Emulator
 from tests.drivers._async._concurrency import run_concurrently
 from tests.drivers._async._helpers import (
     connect,
-    count_meter,
     credited,
     eventually,
     holds,
+    metered,
     on_redis_and_cluster,
     sum_meter,
     until_credited,
@@ -33,8 +33,7 @@ redis_server = on_redis_and_cluster
 async def test_first_read_waits_for_the_snapshot_then_reads_from_memory(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator, credits=100)
-    async with connect(redis_server, emulator) as a:
+    async with metered(redis_server, emulator, credits=100) as (meter, a):
         first = await a.balance(meter, external_customer_id="c1")
         assert (first.credited, first.consumed, first.balance) == (100, 0, 100)
         assert first.cold_until is not None and first.snapshot_as_of is not None
@@ -52,8 +51,7 @@ async def test_first_read_waits_for_the_snapshot_then_reads_from_memory(
 async def test_a_late_snapshot_raises_not_ready_then_arrives(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator)
-    async with connect(redis_server, emulator, snapshot_timeout=0.3) as a:
+    async with metered(redis_server, emulator, snapshot_timeout=0.3) as (meter, a):
         await eventually(holds(lambda: a.connected), what="the WebSocket opening")
         emulator.fault_snapshot_delay(1.0)
         with pytest.raises(NotReady, match="no snapshot from Polar"):
@@ -73,8 +71,7 @@ async def test_a_late_snapshot_raises_not_ready_then_arrives(
 async def test_a_snapshot_replaces_the_local_buckets_it_covers(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = sum_meter(emulator, credits=1000)
-    async with connect(redis_server, emulator) as a:
+    async with metered(redis_server, emulator, credits=1000, kind=sum_meter) as (meter, a):
         for tokens in (3, 4, 5):
             await a.track("api_call", external_customer_id="c1", metadata={"tokens": tokens})
         local = await a.balance(meter, external_customer_id="c1")
@@ -95,9 +92,8 @@ async def test_a_snapshot_replaces_the_local_buckets_it_covers(
 async def test_a_pending_cold_event_stays_counted_until_a_snapshot_counts_it(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator, credits=100)
     emulator.fault_ingest_error(503, count=10_000)  # Polar takes no event for now
-    async with connect(redis_server, emulator, max_attempts=1000) as a:
+    async with metered(redis_server, emulator, credits=100, max_attempts=1000) as (meter, a):
         await a.balance(meter, external_customer_id="c1")
         await a.track("api_call", external_customer_id="c1")
         await a.track("api_call", external_customer_id="c1")
@@ -136,8 +132,7 @@ async def test_late_events_a_pushed_snapshot_left_hot_are_counted_by_asking_agai
     Polar pushes a snapshot, but its close-sync of that bucket has not run yet, so the snapshot
     leaves them pending; nothing of the customer's moves after that, so Polar pushes nothing
     more. The instance asks again once its wait is over, and the events stop being pending."""
-    meter = count_meter(emulator, credits=100)
-    async with connect(redis_server, emulator) as a:
+    async with metered(redis_server, emulator, credits=100) as (meter, a):
         session = a._context.session
         with a._context.lock:  # a second's wait, not ten minutes (the session's clock is real)
             session.settings = attrs.evolve(session.settings, refresh_after=1.0)
@@ -174,9 +169,10 @@ async def test_late_events_a_pushed_snapshot_left_hot_are_counted_by_asking_agai
 async def test_a_credit_grant_reaches_every_instance(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator, credits=100)
-    async with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
-        assert await credited(a, meter, "c1") == 100
+    async with (
+        metered(redis_server, emulator, credits=100, warm=True) as (meter, a),
+        connect(redis_server, emulator) as b,
+    ):
         assert await credited(b, meter, "c1") == 100
         emulator.grant_credits(meter, 50, external_customer_id="c1")
 
@@ -193,8 +189,7 @@ async def test_a_credit_grant_reaches_every_instance(
 async def test_reconnects_and_asks_again_after_the_websockets_drop(
     redis_server: RedisServer, emulator: Emulator, mode: str
 ) -> None:
-    meter = count_meter(emulator, credits=10)
-    async with connect(redis_server, emulator) as a:
+    async with metered(redis_server, emulator, credits=10) as (meter, a):
         await check_reconnection(a, emulator, meter, mode)
 
 
@@ -251,9 +246,7 @@ async def test_two_instances_converge_to_polars_customer_meters(
 async def test_malformed_and_unexpected_frames_are_counted_and_survived(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator, credits=10)
-    async with connect(redis_server, emulator) as a:
-        assert await credited(a, meter, "c1") == 10
+    async with metered(redis_server, emulator, credits=10, warm=True) as (meter, a):
         junk: list[str | bytes] = [
             "not json",
             "[1, 2]",
@@ -286,8 +279,7 @@ async def test_a_reader_racing_pushed_snapshots_never_leaves_a_flow_hanging(
     """A read drains the core's effects; those queued by another thread (a flow's next step)
     must still run, or the customer's flow waits for good (it hung so in 3
     runs of 6 once)."""
-    meter = count_meter(emulator, credits=1000)
-    async with connect(redis_server, emulator) as a:
+    async with metered(redis_server, emulator, credits=1000) as (meter, a):
         await a.balance(meter, external_customer_id="c1")
         done: list[bool] = []
 

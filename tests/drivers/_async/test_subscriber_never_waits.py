@@ -16,11 +16,11 @@ from outpost_emulator import Emulator
 from tests.drivers._async._helpers import (
     COUNT,
     connect,
-    count_meter,
     credited,
     eventually,
     holds,
     make,
+    metered,
 )
 from tests.drivers._async.test_local_state import consumed, prepare
 from tests.support.redis_server import RedisServer
@@ -83,9 +83,11 @@ async def test_a_copy_follows_changes_while_another_copys_load_is_slow(
 async def test_a_copy_follows_changes_while_a_snapshots_listing_is_slow(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator, credits=10)
-    async with connect(redis_server, emulator) as a, connect(redis_server, emulator) as b:
-        assert await credited(a, meter, "c1") == 10  # a follows c1, its first snapshot applied
+    # a follows c1, its first snapshot applied
+    async with (
+        metered(redis_server, emulator, credits=10, warm=True) as (meter, a),
+        connect(redis_server, emulator) as b,
+    ):
         gate = Gate()
         execute_all = a._context.batches.execute_all
 

@@ -20,7 +20,7 @@ from outpost_core import (
     SubscriptionConfirmed,
 )
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import connect, count_meter, eventually, holds
+from tests.drivers._async._helpers import connect, count_meter, eventually, holds, metered
 from tests.support.redis_server import RedisServer
 
 
@@ -51,8 +51,7 @@ async def test_a_subscriber_that_dies_restarts_and_reads_fall_back_to_redis_mean
 ) -> None:
     """On a cluster, each node's reader dies; the topology loop starts it again."""
     server = redis_or_cluster
-    meter = count_meter(emulator, credits=100)
-    async with connect(server, emulator) as a, connect(server, emulator) as b:
+    async with metered(server, emulator, credits=100) as (meter, a), connect(server, emulator) as b:
         assert (await a.balance(meter, external_customer_id="c1")).source == "memory"
         with caplog.at_level(logging.INFO, logger="outpost"):
             breakable = Breakable(a, _subscriber_news)
@@ -105,9 +104,7 @@ async def test_a_subscriber_that_dies_restarts_and_reads_fall_back_to_redis_mean
 async def test_a_websocket_loop_that_dies_restarts_and_status_says_so(
     redis_server: RedisServer, emulator: Emulator
 ) -> None:
-    meter = count_meter(emulator, credits=100)
-    async with connect(redis_server, emulator) as a:
-        assert (await a.balance(meter, external_customer_id="c1")).credited == 100
+    async with metered(redis_server, emulator, credits=100, warm=True) as (meter, a):
         await eventually(holds(lambda: a.connected), what="the WebSocket open")
         breakable = Breakable(a, lambda event: isinstance(event, BytesReceived))
         emulator.fault_send_frames(["not json"])  # any frame reaches the session: it raises

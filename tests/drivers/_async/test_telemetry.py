@@ -15,11 +15,13 @@ from outpost_async import AsyncOutpost, InvalidEvent
 from outpost_core import semconv
 from outpost_emulator import Emulator
 from tests.conftest import Otel
-from tests.drivers._async._helpers import connect, count_meter, eventually, holds
+from tests.drivers._async._helpers import connect, count_meter, eventually, holds, metered
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.relay import relayed_customers
 
 SECRET = "s3cr3t-metadata-value"
+# Telemetry on, its records handed to the application's OpenTelemetry providers too.
+OTEL: dict[str, Any] = {"telemetry": True, "telemetry_to_app": True}
 
 
 def unique(name: str) -> str:
@@ -62,8 +64,7 @@ async def _work(instance: AsyncOutpost, meter: str, customer: str) -> None:
 async def test_each_record_has_its_name_attributes_and_outcome(
     redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    meter = count_meter(emulator, credits=5, customer=customer)
-    async with connect(redis_server, emulator, telemetry=True, telemetry_to_app=True) as a:
+    async with metered(redis_server, emulator, credits=5, customer=customer, **OTEL) as (meter, a):
         await _work(a, meter, customer)
         emulator.grant_credits(meter, 5, external_customer_id=customer)
 
@@ -104,8 +105,7 @@ async def test_each_record_has_its_name_attributes_and_outcome(
 async def test_admissions_are_recorded_with_their_operation_and_outcome(
     redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    meter = count_meter(emulator, credits=2, customer=customer)
-    async with connect(redis_server, emulator, telemetry=True, telemetry_to_app=True) as a:
+    async with metered(redis_server, emulator, credits=2, customer=customer, **OTEL) as (meter, a):
         async with await a.reserve(meter, 1, external_customer_id=customer):
             pass  # released on exit
         reservation = await a.reserve(meter, 1, external_customer_id=customer)
@@ -144,8 +144,7 @@ async def test_telemetry_is_recorded_off_the_subscriber_and_the_event_loop(
     """Recording a second's tracks takes milliseconds (about 8 µs each), and starting the
     relay's exporters longer: done by the subscriber (or on the event loop), the changes it was
     to apply waited meanwhile."""
-    meter = count_meter(emulator, credits=5, customer=customer)
-    async with connect(redis_server, emulator, telemetry=True, telemetry_to_app=True) as a:
+    async with metered(redis_server, emulator, credits=5, customer=customer, **OTEL) as (meter, a):
         threads: list[str] = []
         flush = a._context.telemetry.flush
 
@@ -165,8 +164,7 @@ async def test_telemetry_is_recorded_off_the_subscriber_and_the_event_loop(
 async def test_a_reconnection_is_a_span(
     redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
-    meter = count_meter(emulator)
-    async with connect(redis_server, emulator, telemetry=True, telemetry_to_app=True) as a:
+    async with metered(redis_server, emulator, **OTEL) as (meter, a):
         await a.balance(meter, external_customer_id=customer)
         before = len(spans_of(otel, semconv.SPAN_RECONNECTION))
         emulator.fault_drop_websockets()

@@ -23,6 +23,7 @@ from tests.drivers._async._helpers import (
     credited,
     eventually,
     holds,
+    metered,
     until_credited,
 )
 from tests.drivers._async.test_snapshots import check_reconnection
@@ -65,8 +66,7 @@ async def test_reconnects_over_wss_after_the_connection_drops(
 async def test_events_are_delivered_over_https(
     redis_server: RedisServer, tls_emulator: Emulator, authority: CertificateAuthority
 ) -> None:
-    meter = count_meter(tls_emulator)
-    async with connect(redis_server, tls_emulator, verify=authority.bundle) as a:
+    async with metered(redis_server, tls_emulator, verify=authority.bundle) as (meter, a):
         await a.balance(meter, external_customer_id="c1")
         for _ in range(20):
             await a.track("api_call", external_customer_id="c1")
