@@ -183,6 +183,22 @@ async def test_a_mode_that_differs_from_the_cached_one_is_refused(
 
 
 @pytest.mark.anyio
+async def test_a_start_refused_for_a_conflicting_mode_is_tried_again_by_the_next_call(
+    redis_server: RedisServer, public_emulator: Emulator
+) -> None:
+    meter = calls_meter(public_emulator, 2)
+    redis_server.client().set(CONFIGURATION_KEY, "{}")  # as a snapshots-mode instance caches it
+    instance = public(redis_server, public_emulator, mode="public")
+    try:
+        with pytest.raises(ConfigurationError, match="snapshots mode"):
+            await instance.balance(meter, external_customer_id="c1")
+        redis_server.client().delete(CONFIGURATION_KEY)  # that mode's instances gone, Redis wiped
+        assert (await instance.balance(meter, external_customer_id="c1")).credited == 2
+    finally:
+        await instance.close()
+
+
+@pytest.mark.anyio
 async def test_two_instances_tracking_stay_at_or_below_polar_then_equal_it(
     redis_server: RedisServer, public_emulator: Emulator
 ) -> None:

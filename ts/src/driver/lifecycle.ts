@@ -42,11 +42,11 @@ export class Lifecycle {
     const ctx = this.ctx;
     try {
       await this.agreeOnShards(); // nothing is written before the count is agreed
+      await ctx.public.beforeStart(); // the mode asked for against the one Redis caches
     } catch (exc) {
       this.starting = null; // refused or Redis down: nothing runs, the next call tries again
       throw exc;
     }
-    await ctx.public.beforeStart();
     await this.effects.readCachedConfiguration();
     this.subscriber.start();
     this.workers.push(supervised(ctx, "tick", () => tickLoop(ctx, this.effects)));

@@ -324,6 +324,22 @@ describe("the public-API mode", () => {
     await assert.rejects(b.balance(calls, { externalCustomerId: "c1" }), ConfigurationError);
   });
 
+  it("a start refused for a conflicting mode is tried again by the next call once the conflict is gone", async () => {
+    const url = redis.url.replace(/\/0$/, "/2"); // database 2: this test's own cached configuration
+    const database = new Redis(url);
+    try {
+      await database.set(CONFIGURATION_KEY, "{}"); // as a snapshots-mode instance caches it
+      const b = connect({ mode: "public", redisUrl: url });
+      const customer = uniqueCustomer("retry");
+      await assert.rejects(b.balance(calls, { externalCustomerId: customer }), ConfigurationError);
+      await database.del(CONFIGURATION_KEY); // the other mode's instances are gone, their Redis wiped
+      await emulator.admin("credits", { meter_id: calls, units: 2, external_customer_id: customer });
+      assert.equal((await b.balance(calls, { externalCustomerId: customer })).credited, 2);
+    } finally {
+      database.disconnect();
+    }
+  });
+
   it("without an answer from Polar, NotReady says what the public mode waits for", async () => {
     const down = `http://127.0.0.1:${await freePort()}`; // nothing listens there
     // database 1: no configuration cached there
