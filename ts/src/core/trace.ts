@@ -289,10 +289,9 @@ function recordMachine<I, E>(
   };
 }
 
-/** Record a session's inputs, effects and calls to `sink` (in place: the same object, recorded);
- * an empty effects() leaves no record. */
+/** Record a session's inputs, effects and calls to `sink` (in place: the same object, recorded). */
 export function recordSession(session: Session, sink: Sink): Session {
-  recordMachine(session, sink, false);
+  recordMachine(session, sink, false); // an empty effects() leaves no record
   const track = session.track.bind(session);
   const read = session.read.bind(session);
   const readFetched = session.readFetched.bind(session);
