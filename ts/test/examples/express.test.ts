@@ -4,12 +4,12 @@
 import assert from "node:assert/strict";
 import { type Server, createServer } from "node:http";
 import type { Express } from "express";
-import { once } from "node:events";
 import { after, before, describe, it } from "node:test";
 import { createApp } from "../../examples/express/app.js";
 import { Outpost } from "../../src/index.js";
 import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
+import { listenOnLoopback } from "../support/loopback.js";
 import { RedisServer } from "../support/redisServer.js";
 
 describe("the Express example", () => {
@@ -23,10 +23,8 @@ describe("the Express example", () => {
     [redis, emulator] = await Promise.all([RedisServer.start(), Emulator.start()]);
     const meter = await emulator.createMeter("calls", CALLS_FILTER, { func: "count" });
     outpost = new Outpost({ accessToken: emulator.token, serverUrl: emulator.url, redisUrl: redis.url, telemetry: false, logger: { debug: () => {}, warn: () => {} } });
-    server = createApp(outpost, meter).listen(0, "127.0.0.1");
-    await once(server, "listening");
-    const address = server.address();
-    base = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`;
+    server = createServer(createApp(outpost, meter));
+    base = await listenOnLoopback(server);
     // Credits for one customer: two calls
     await emulator.admin("credits", { meter_id: meter, external_customer_id: "paying", units: 2 });
   });
@@ -67,10 +65,7 @@ describe("the Express example where Polar serves only its public API", () => {
     // The endpoint's secret comes from Polar when it is registered: the app starts with it.
     let app: Express | null = null;
     server = createServer((request, response) => (app === null ? response.writeHead(503).end() : app(request, response)));
-    server.listen(0, "127.0.0.1");
-    await once(server, "listening");
-    const address = server.address();
-    base = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`;
+    base = await listenOnLoopback(server);
     const { secret } = (await emulator.admin("webhooks", { url: `${base}/webhooks/polar` })) as { secret: string };
     outpost = new Outpost({ accessToken: emulator.token, serverUrl: emulator.url, redisUrl: redis.url, telemetry: false, webhookSecret: secret, logger: { debug: () => {}, warn: () => {} } });
     app = createApp(outpost, meter);
