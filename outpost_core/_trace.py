@@ -193,23 +193,13 @@ class RecordingSession(_RecordingMachine):
         *,
         fresh: bool = False,
     ) -> Any:
-        args = {
-            "meter_id": meter_id,
-            "external_customer_id": external_customer_id,
-            "customer_id": customer_id,
-            "fresh": fresh,
-        }
+        args = _read_args(meter_id, external_customer_id, customer_id, fresh=fresh)
         return self._call("read", args)
 
     def read_fetched(
         self, meter_id: str, external_customer_id: Any, customer_id: Any, fields: Any
     ) -> Any:
-        args = {
-            "meter_id": meter_id,
-            "external_customer_id": external_customer_id,
-            "customer_id": customer_id,
-            "fields": fields,
-        }
+        args = _read_args(meter_id, external_customer_id, customer_id, fields=fields)
         return self._call("read_fetched", args)
 
     def script_sent(self) -> Any:
@@ -226,6 +216,18 @@ class RecordingSession(_RecordingMachine):
         record["result"] = encode(result)
         self._sink(record)
         return result
+
+
+def _read_args(
+    meter_id: str, external_customer_id: Any, customer_id: Any, **more: Any
+) -> dict[str, Any]:
+    """A read's arguments, in the order a trace records them."""
+    return {
+        "meter_id": meter_id,
+        "external_customer_id": external_customer_id,
+        "customer_id": customer_id,
+        **more,
+    }
 
 
 class RecordingDelivery(_RecordingMachine):
