@@ -152,25 +152,35 @@ def _frames(data: bytes) -> list[list[Any]]:
     return out
 
 
-class RecordingSession:
-    """A ``Session`` that records its inputs, calls and effects to a sink."""
+class _RecordingMachine:
+    """A sans-IO machine that records its inputs and effects to a sink; other attributes pass
+    through to the machine."""
 
-    def __init__(self, session: Any, sink: Sink) -> None:
-        self._session = session
+    records_no_effects = True  # whether an empty effects() is recorded too
+
+    def __init__(self, machine: Any, sink: Sink) -> None:
+        self._machine = machine
         self._sink = sink
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._session, name)
+        return getattr(self._machine, name)
 
     def handle(self, event: Any) -> None:
         self._sink({"t": "input", "input": encode(event)})
-        self._session.handle(event)
+        self._machine.handle(event)
 
     def effects(self) -> list[Any]:
-        out: list[Any] = self._session.effects()
-        if out:
+        out: list[Any] = self._machine.effects()
+        if out or self.records_no_effects:
             self._sink({"t": "effects", "effects": encode(out)})
         return out
+
+
+class RecordingSession(_RecordingMachine):
+    """A ``Session`` that records its inputs, calls and effects to a sink (an empty effects()
+    leaves no record)."""
+
+    records_no_effects = False
 
     def track(self, **args: Any) -> Any:
         return self._call("track", args)
@@ -183,23 +193,13 @@ class RecordingSession:
         *,
         fresh: bool = False,
     ) -> Any:
-        args = {
-            "meter_id": meter_id,
-            "external_customer_id": external_customer_id,
-            "customer_id": customer_id,
-            "fresh": fresh,
-        }
+        args = _read_args(meter_id, external_customer_id, customer_id, fresh=fresh)
         return self._call("read", args)
 
     def read_fetched(
         self, meter_id: str, external_customer_id: Any, customer_id: Any, fields: Any
     ) -> Any:
-        args = {
-            "meter_id": meter_id,
-            "external_customer_id": external_customer_id,
-            "customer_id": customer_id,
-            "fields": fields,
-        }
+        args = _read_args(meter_id, external_customer_id, customer_id, fields=fields)
         return self._call("read_fetched", args)
 
     def script_sent(self) -> Any:
@@ -208,7 +208,7 @@ class RecordingSession:
     def _call(self, method: str, args: dict[str, Any]) -> Any:
         record: TraceRecord = {"t": "call", "method": method, "args": encode(args)}
         try:
-            result = getattr(self._session, method)(**args)
+            result = getattr(self._machine, method)(**args)
         except OutpostError as exc:
             record["error"] = [type(exc).__name__, str(exc)]
             self._sink(record)
@@ -218,24 +218,20 @@ class RecordingSession:
         return result
 
 
-class RecordingDelivery:
+def _read_args(
+    meter_id: str, external_customer_id: Any, customer_id: Any, **more: Any
+) -> dict[str, Any]:
+    """A read's arguments, in the order a trace records them."""
+    return {
+        "meter_id": meter_id,
+        "external_customer_id": external_customer_id,
+        "customer_id": customer_id,
+        **more,
+    }
+
+
+class RecordingDelivery(_RecordingMachine):
     """A ``Delivery`` that records its inputs and effects to a sink."""
-
-    def __init__(self, delivery: Any, sink: Sink) -> None:
-        self._delivery = delivery
-        self._sink = sink
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._delivery, name)
-
-    def handle(self, event: Any) -> None:
-        self._sink({"t": "input", "input": encode(event)})
-        self._delivery.handle(event)
-
-    def effects(self) -> list[Any]:
-        out: list[Any] = self._delivery.effects()
-        self._sink({"t": "effects", "effects": encode(out)})
-        return out
 
 
 def header(machine: str, settings: Any, seed: int, extra: Mapping[str, Any]) -> TraceRecord:

@@ -11,6 +11,7 @@ import { backoff } from "./backoff.js";
 import { type BudgetAnswered, type TakeRequest, take, waitOf } from "./budget.js";
 import { textOf } from "./changes.js";
 import { UsageError } from "./errors.js";
+import { jsonOr } from "./json.js";
 import * as liveness from "./liveness.js";
 import type { Beat, CheckHeartbeats, ConsumersListed, HeartbeatsChecked, Reclaim, Reclaimed, SurveyConsumers } from "./liveness.js";
 import { DEFAULT_SHARDS, ackedKey, allOutboxes, channel } from "./keys.js";
@@ -865,12 +866,7 @@ export function nothingDone(action: DeliveryEffect): DeliveryAnswer {
 
 /** The event of an entry, for onDropped; the raw text if it does not parse. */
 function eventOf(item: string): unknown {
-  let event: unknown = null;
-  try {
-    event = JSON.parse(item);
-  } catch {
-    event = null;
-  }
+  const event = jsonOr(item, null);
   return isObject(event) ? event : { unreadable: item };
 }
 
@@ -908,12 +904,7 @@ const stateLists = new Map<string, readonly string[] | null>();
 function statesOf(text: string): readonly string[] | null {
   let states = stateLists.get(text);
   if (states === undefined) {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      parsed = null;
-    }
+    const parsed = jsonOr(text, null);
     states = Array.isArray(parsed) && parsed.every((s) => typeof s === "string") ? (parsed as string[]) : null;
     if (stateLists.size >= 4096) stateLists.clear();
     stateLists.set(text, states);

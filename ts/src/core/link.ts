@@ -5,6 +5,7 @@
 
 import { backoff } from "./backoff.js";
 import { UsageError } from "./errors.js";
+import { jsonOr } from "./json.js";
 import { pyJsonDumps, reprString } from "./pyrepr.js";
 import type { Random, RandomBytes } from "./random.js";
 import { ProtocolError, WebSocketClient, type WsEvent } from "./websocket.js";
@@ -285,12 +286,7 @@ const DETAIL_LIMIT = 500;
 /** Polar's reason, from an error body ({"detail": ...} or text), as a suffix. */
 function detail(body: Uint8Array): string {
   const text = new TextDecoder().decode(body).trim();
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    parsed = text;
-  }
+  let parsed = jsonOr(text, text);
   if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed) && "detail" in parsed) {
     parsed = (parsed as Record<string, unknown>).detail;
   }

@@ -6,6 +6,7 @@
 
 import { textOf } from "./changes.js";
 import { isObject } from "./aggregate.js";
+import { jsonOr } from "./json.js";
 import { allOutboxes, heartbeatKey } from "./keys.js";
 import { byCodePoint } from "./pyrepr.js";
 
@@ -154,12 +155,7 @@ export type TakenEntry = [string, string, Map<string, unknown>];
 export function takenEntries(outcome: Reclaimed): [TakenEntry[], number] | null {
   const text = textOf(outcome.reply);
   if (text === null) return null;
-  let reply: unknown;
-  try {
-    reply = JSON.parse(text);
-  } catch {
-    return null;
-  }
+  const reply = jsonOr(text, null);
   if (!isObject(reply)) return null;
   let entries = reply.e;
   let removed = reply.d;

@@ -5,6 +5,7 @@
  * the anchor's credits and modified_at unchanged (a probe re-anchors consumed only). */
 
 import { isObject } from "./aggregate.js";
+import { jsonOr } from "./json.js";
 import type { IdentityState } from "./mirror.js";
 import { type Anchoring, PUBLIC_SID, anchorWrite, ledgerOf } from "./publicAnchoring.js";
 import type { CustomerKind } from "./keys.js";
@@ -62,12 +63,7 @@ export function parseQuantities(body: Uint8Array): QuantitiesAnswer {
 /** The reset instant the ledger knows (`h` of its persistent part), if readable. */
 function windowStart(pub: string | undefined): number | null {
   if (pub === undefined) return null;
-  let data: unknown;
-  try {
-    data = JSON.parse(pub);
-  } catch {
-    return null;
-  }
+  const data = jsonOr(pub, null);
   const hint = isObject(data) ? data.h : undefined;
   return Number.isSafeInteger(hint) ? (hint as number) : null;
 }

@@ -269,23 +269,33 @@ export function header(machine: "session" | "delivery", kind: string, settings: 
   return { format: FORMAT, version: VERSION, machine, settings: encode({ kind, ...settings }), seed, ...extra };
 }
 
+/** Record a machine's inputs and effects to `sink` (in place); `recordsNoEffects`: whether an
+ * empty effects() is recorded too. */
+function recordMachine<I, E>(
+  machine: { handle(input: I): void; effects(): E[] },
+  sink: Sink,
+  recordsNoEffects: boolean,
+): void {
+  const handle = machine.handle.bind(machine);
+  const effects = machine.effects.bind(machine);
+  machine.handle = (input) => {
+    sink({ t: "input", input: encode(input) });
+    handle(input);
+  };
+  machine.effects = () => {
+    const out = effects();
+    if (out.length || recordsNoEffects) sink({ t: "effects", effects: encode(out) });
+    return out;
+  };
+}
+
 /** Record a session's inputs, effects and calls to `sink` (in place: the same object, recorded). */
 export function recordSession(session: Session, sink: Sink): Session {
-  const handle = session.handle.bind(session);
-  const effects = session.effects.bind(session);
+  recordMachine(session, sink, false); // an empty effects() leaves no record
   const track = session.track.bind(session);
   const read = session.read.bind(session);
   const readFetched = session.readFetched.bind(session);
   const scriptSent = session.scriptSent.bind(session);
-  session.handle = (input) => {
-    sink({ t: "input", input: encode(input) });
-    handle(input);
-  };
-  session.effects = () => {
-    const out = effects();
-    if (out.length) sink({ t: "effects", effects: encode(out) });
-    return out;
-  };
   const call = <T>(method: string, args: Record_, run: () => T): T => {
     const record: Record_ = { t: "call", method, args: encode(args) };
     try {
@@ -329,16 +339,6 @@ export function recordSession(session: Session, sink: Sink): Session {
 
 /** Record a delivery loop's inputs and effects to `sink` (in place), as a session's are. */
 export function recordDelivery(delivery: Delivery, sink: Sink): Delivery {
-  const handle = delivery.handle.bind(delivery);
-  const effects = delivery.effects.bind(delivery);
-  delivery.handle = (input) => {
-    sink({ t: "input", input: encode(input) });
-    handle(input);
-  };
-  delivery.effects = () => {
-    const out = effects();
-    sink({ t: "effects", effects: encode(out) });
-    return out;
-  };
+  recordMachine(delivery, sink, true);
   return delivery;
 }

@@ -9,6 +9,7 @@
 import { CONFIGURATION_KEY } from "../core/keys.js";
 import type { Effect } from "../core/effects.js";
 import { RedisUnavailable } from "../core/errors.js";
+import { jsonOr } from "../core/json.js";
 import type { Input } from "../core/inputs.js";
 import { describe, reachable } from "./connections.js";
 import type { DriverContext } from "./context.js";
@@ -113,55 +114,47 @@ export class SessionEffects {
   /** The configuration another instance (or this one, before) cached in Redis, to the core. */
   async readCachedConfiguration(): Promise<void> {
     const ctx = this.ctx;
-    let text: string | null;
+    const read = await this.fromRedis(() => ctx.redis.get(CONFIGURATION_KEY));
+    if (read === null || read.value === null) return;
+    ctx.core.handle({ kind: "ConfigurationReceived", payload: jsonOr(read.value, read.value), fromCache: true });
+    await this.run(ctx.drain());
+  }
+
+  /** `read`'s answer from the state's Redis; null where Redis failed, said through the state's
+   * outage. */
+  private async fromRedis<T>(read: () => Promise<T>): Promise<{ value: T } | null> {
+    const ctx = this.ctx;
     try {
       reachable(ctx.redis);
-      text = await ctx.redis.get(CONFIGURATION_KEY);
+      return { value: await read() };
     } catch (exc) {
       if (!failedInRedis(exc)) throw exc;
       ctx.redisFailed(ctx.stateOutage, exc);
-      return;
+      return null;
     }
-    if (text === null) return;
-    let payload: unknown = text;
-    try {
-      payload = JSON.parse(text);
-    } catch {
-      payload = text;
-    }
-    ctx.core.handle({ kind: "ConfigurationReceived", payload, fromCache: true });
-    await this.run(ctx.drain());
   }
 
   private async load(key: string, loadId: number): Promise<void> {
     const ctx = this.ctx;
-    let fields: Record<string, string>;
-    try {
-      reachable(ctx.redis);
-      fields = await ctx.redis.hgetall(key);
-    } catch (exc) {
-      if (!failedInRedis(exc)) throw exc;
-      ctx.redisFailed(ctx.stateOutage, exc);
+    const read = await this.fromRedis(() => ctx.redis.hgetall(key));
+    if (read === null) {
       ctx.core.handle({ kind: "LoadFailed", key, loadId });
       return;
     }
     ctx.redisAnswered(ctx.stateOutage);
-    ctx.core.handle({ kind: "IdentityLoaded", key, fields, loadId });
+    ctx.core.handle({ kind: "IdentityLoaded", key, fields: read.value, loadId });
   }
 
   /** HKEYS of each key the core names (state hashes, then the cold buckets' events hashes), in
    * one round trip. */
   private async listPending(tag: number, keys: string[]): Promise<void> {
     const ctx = this.ctx;
-    const fields = new Map<string, unknown[]>();
-    try {
-      reachable(ctx.redis);
+    const read = await this.fromRedis(async () => {
+      const fields = new Map<string, unknown[]>();
       if (ctx.cluster !== null) {
         const replies = await Promise.all(keys.map((key) => ctx.redis.hkeys(key)));
         keys.forEach((key, i) => fields.set(key, replies[i] as unknown[]));
-        ctx.redisAnswered(ctx.stateOutage);
-        ctx.core.handle({ kind: "PendingListed", tag, fields });
-        return;
+        return fields;
       }
       const pipeline = ctx.redis.pipeline();
       for (const key of keys) pipeline.hkeys(key);
@@ -171,13 +164,13 @@ export class SessionEffects {
         if (error) throw error;
         fields.set(key, names as unknown[]);
       });
-    } catch (exc) {
-      if (!failedInRedis(exc)) throw exc;
-      ctx.redisFailed(ctx.stateOutage, exc);
+      return fields;
+    });
+    if (read === null) {
       ctx.core.handle({ kind: "ListFailed", tag });
       return;
     }
     ctx.redisAnswered(ctx.stateOutage);
-    ctx.core.handle({ kind: "PendingListed", tag, fields });
+    ctx.core.handle({ kind: "PendingListed", tag, fields: read.value });
   }
 }

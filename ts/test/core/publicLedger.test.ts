@@ -23,6 +23,16 @@ function reading(consumed: number, credited: number, atS: number | null): PolarR
   };
 }
 
+/** A count ledger anchored on a reading of `consumed` of 100 credited (at `atS`), then event e1
+ * recorded and acknowledged at 1001 s. */
+function oneAcknowledged(consumed: number, atS: number | null = 1000): MeterLedger {
+  const book = new MeterLedger("count", MARGIN);
+  book.observe(reading(consumed, 100, atS));
+  book.record("e1");
+  book.acknowledged(["e1"], 1001 * S);
+  return book;
+}
+
 describe("the public-mode ledger", () => {
   it("refuses misuse", () => {
     assert.throws(() => new MeterLedger("median"), UsageError);
@@ -70,10 +80,7 @@ describe("the public-mode ledger", () => {
   });
 
   it("never lifts the balance above Polar's with the cap", () => {
-    const book = new MeterLedger("count", MARGIN);
-    book.observe(reading(0, 100, 1000));
-    book.record("e1");
-    book.acknowledged(["e1"], 1001 * S);
+    const book = oneAcknowledged(0);
     book.record("e2");
     assert.equal(book.observe(reading(10, 100, 1002)), "accepted"); // 9 units from elsewhere
     assert.equal(book.cap, 9);
@@ -83,10 +90,7 @@ describe("the public-mode ledger", () => {
   });
 
   it("has no cap after a reset, for a max meter, or after a reading without a watermark", () => {
-    const book = new MeterLedger("count", MARGIN);
-    book.observe(reading(5, 100, 1000));
-    book.record("e1");
-    book.acknowledged(["e1"], 1001 * S);
+    const book = oneAcknowledged(5);
     assert.equal(book.observe(reading(6, 100, 1002)), "accepted");
     assert.equal(book.cap, 5);
     assert.equal(book.observe(reading(0, 100, 1003)), "reset");
@@ -97,10 +101,7 @@ describe("the public-mode ledger", () => {
     highest.acknowledged(["e1"], 1001 * S);
     assert.equal(highest.observe(reading(7, 100, 1002)), "accepted");
     assert.equal(highest.cap, null);
-    const first = new MeterLedger("count", MARGIN);
-    first.observe(reading(0, 100, null));
-    first.record("e1");
-    first.acknowledged(["e1"], 1001 * S);
+    const first = oneAcknowledged(0, null);
     assert.equal(first.observe(reading(1, 100, 1002)), "accepted");
     assert.equal(first.cap, null);
     assert.equal(first.balance().balance, 98);

@@ -43,6 +43,17 @@ function emitted(client: Redis | Cluster): unknown[] {
   return seen;
 }
 
+/** `redis`'s command's rejection and the first error its connection emitted, each checked to be
+ * Redis failing. */
+async function failedCommand(redis: Redis): Promise<[unknown, NodeJS.ErrnoException]> {
+  const errors = emitted(redis);
+  const command = await rejection(redis.get("key"));
+  assert.equal(failedInRedis(command), true);
+  const first = errors[0] as NodeJS.ErrnoException;
+  assert.equal(failedInRedis(first), true);
+  return [command, first];
+}
+
 /** The exception `bug` throws. */
 function thrownBy(bug: () => unknown): unknown {
   try {
@@ -114,14 +125,9 @@ describe("failedInRedis: what real ioredis gives when Redis fails", () => {
 
   it("a refused connection: the socket's ECONNREFUSED, and the command given up with it", async () => {
     const port = await freePort(); // nothing listens there
-    const once = client(new Redis({ port, ...AT_ONCE }));
-    const errors = emitted(once);
-    const closed = await rejection(once.get("key"));
+    const [closed, refused] = await failedCommand(client(new Redis({ port, ...AT_ONCE })));
     assert.equal((closed as Error).message, "Connection is closed.");
-    assert.equal(failedInRedis(closed), true);
-    const refused = errors[0] as NodeJS.ErrnoException;
     assert.deepEqual([refused.code, refused.syscall], ["ECONNREFUSED", "connect"]);
-    assert.equal(failedInRedis(refused), true);
     // A client that reconnects gives the command up after its retries instead.
     const reconnecting = client(new Redis({ port, maxRetriesPerRequest: 0 }));
     emitted(reconnecting);
@@ -132,11 +138,8 @@ describe("failedInRedis: what real ioredis gives when Redis fails", () => {
 
   it("a Unix socket that is not there (ENOENT on connect)", async () => {
     const missing = client(new Redis({ path: join(tmpdir(), "outpost-no-such-directory", "redis.sock"), ...AT_ONCE }));
-    const errors = emitted(missing);
-    assert.equal(failedInRedis(await rejection(missing.get("key"))), true);
-    const noSocket = errors[0] as NodeJS.ErrnoException;
+    const [, noSocket] = await failedCommand(missing);
     assert.deepEqual([noSocket.code, noSocket.syscall], ["ENOENT", "connect"]);
-    assert.equal(failedInRedis(noSocket), true);
   });
 
   it("a connection closed by disconnect(), and one killed under a blocking command", async () => {
@@ -175,11 +178,8 @@ describe("failedInRedis: what real ioredis gives when Redis fails", () => {
 
   it("a connection attempt that got no answer (ETIMEDOUT: TLS to a plain port)", async () => {
     const silent = client(new Redis({ port: server.port, tls: {}, connectTimeout: 100, ...AT_ONCE }));
-    const errors = emitted(silent);
-    assert.equal(failedInRedis(await rejection(silent.get("key"))), true);
-    const timedOut = errors[0] as NodeJS.ErrnoException;
+    const [, timedOut] = await failedCommand(silent);
     assert.deepEqual([timedOut.code, timedOut.message], ["ETIMEDOUT", "connect ETIMEDOUT"]);
-    assert.equal(failedInRedis(timedOut), true);
   });
 
   it("the driver's own words: a connection reconnecting (RedisUnreachable), RedisUnavailable", async () => {
@@ -279,30 +279,25 @@ describe("failedInRedis: TLS failing", () => {
     rmSync(files, { recursive: true, force: true });
   });
 
-  /** A TLS client's command's rejection and the first error it emitted. */
-  async function failedHandshake(options: RedisOptions): Promise<[unknown, NodeJS.ErrnoException]> {
+  /** The first error a TLS client emitted (the command and it checked to be Redis failing). */
+  async function failedHandshake(options: RedisOptions): Promise<NodeJS.ErrnoException> {
     const redis = new Redis({ port: server.tlsPort, ...AT_ONCE, ...options });
-    const errors = emitted(redis);
     try {
-      return [await rejection(redis.get("key")), errors[0] as NodeJS.ErrnoException];
+      return (await failedCommand(redis))[1];
     } finally {
       redis.disconnect();
     }
   }
 
   it("a certificate the client does not trust (self-signed)", async () => {
-    const [command, refused] = await failedHandshake({ tls: {} });
+    const refused = await failedHandshake({ tls: {} });
     assert.equal(refused.code, "DEPTH_ZERO_SELF_SIGNED_CERT");
-    assert.equal(failedInRedis(refused), true);
-    assert.equal(failedInRedis(command), true);
   });
 
   it("a certificate for another name", async () => {
     const ca = await readFile(join(files, "cert.pem"));
-    const [command, refused] = await failedHandshake({ tls: { ca, servername: "redis.example" } });
+    const refused = await failedHandshake({ tls: { ca, servername: "redis.example" } });
     assert.equal(refused.code, "ERR_TLS_CERT_ALTNAME_INVALID");
-    assert.equal(failedInRedis(refused), true);
-    assert.equal(failedInRedis(command), true);
   });
 
   it("a peer that answers without TLS", async () => {
@@ -310,12 +305,9 @@ describe("failedInRedis: TLS failing", () => {
     await new Promise<void>((resolve) => plain.listen(0, "127.0.0.1", resolve));
     const port = (plain.address() as { port: number }).port;
     const redis = new Redis({ port, tls: {}, ...AT_ONCE });
-    const errors = emitted(redis);
     try {
-      assert.equal(failedInRedis(await rejection(redis.get("key"))), true);
-      const wrong = errors[0] as NodeJS.ErrnoException;
+      const [, wrong] = await failedCommand(redis);
       assert.match(String(wrong.code), /^ERR_SSL_/);
-      assert.equal(failedInRedis(wrong), true);
     } finally {
       redis.disconnect();
       plain.close();

@@ -25,6 +25,15 @@ describe("the driver against the emulator", () => {
     return [a, b, customer];
   }
 
+  /** The delivery 0 loop logged once that it failed with `error` (its stack too) and restarted,
+   * and Polar counted `customer`'s three events once. */
+  async function restartedOnce(lines: Lines, error: string, customer: string): Promise<void> {
+    const failed = lines.at("error").filter((l) => l.startsWith(`outpost: the delivery 0 loop failed (1 in a row; restarted): ${error}`));
+    assert.equal(failed.length, 1, lines.text);
+    assert.match(failed[0] as string, /\n\s+at /); // its stack
+    assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 3);
+  }
+
   it("answers a first read once Polar's snapshot is applied, and counts what it tracked", async () => {
     const outpost = connect();
     const customer = uniqueCustomer();
@@ -66,10 +75,7 @@ describe("the driver against the emulator", () => {
     for (let i = 0; i < 3; i++) await outpost.track("api_call", { externalCustomerId: customer, metadata: { i } });
     assert.equal(await outpost.flush(10), true, lines.text);
     assert.notEqual(machines[0], first);
-    const failed = lines.at("error").filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): Error: a bug of ours"));
-    assert.equal(failed.length, 1, lines.text);
-    assert.match(failed[0] as string, /\n\s+at /); // its stack
-    assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 3);
+    await restartedOnce(lines, "Error: a bug of ours", customer);
   });
 
   it("a bug in a delivery loop's Redis call (a TypeError in the client's method) is logged as a bug with its stack, not as a Redis outage: the loop restarts and the events are delivered once", async () => {
@@ -94,10 +100,7 @@ describe("the driver against the emulator", () => {
     assert.equal(thrown > 1, true, lines.text); // it threw, and the script ran again after the restart
     const warnings = lines.at("warn");
     assert.deepEqual(warnings.filter((l) => l.includes("Redis unreachable")), [], lines.text);
-    const failed = lines.at("error").filter((l) => l.startsWith("outpost: the delivery 0 loop failed (1 in a row; restarted): TypeError: Cannot read properties of undefined"));
-    assert.equal(failed.length, 1, lines.text);
-    assert.match(failed[0] as string, /\n\s+at /); // its stack
-    assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 3);
+    await restartedOnce(lines, "TypeError: Cannot read properties of undefined", customer);
   });
 
   it("a delivery loop failing while its other settle scripts run restarts only once they ended: its re-read never takes entries one of them is settling", async () => {

@@ -42,16 +42,23 @@ describe('durability: "replica" on one Redis and its replica', () => {
     return outpost;
   }
 
+  /** Fresh servers, a new customer, and an instance with durability "replica" (`timeout`
+   * seconds) that has read the customer. */
+  async function replicaReading(timeout: number): Promise<[Outpost, string, { externalCustomerId: string }]> {
+    await servers();
+    const customer = uniqueCustomer();
+    const who = { externalCustomerId: customer };
+    const outpost = connect({ durability: "replica", durabilityTimeout: timeout });
+    await outpost.balance(calls, who);
+    return [outpost, customer, who];
+  }
+
   async function consumed(outpost: Outpost, customer: string): Promise<number> {
     return (await outpost.balance(calls, { externalCustomerId: customer, fresh: true })).consumed;
   }
 
   it("resolves a track once the replica holds it; without the replica, NotDurable with the event's id, counted once", async () => {
-    await servers();
-    const customer = uniqueCustomer();
-    const who = { externalCustomerId: customer };
-    const a = connect({ durability: "replica", durabilityTimeout: 10 });
-    await a.balance(calls, who);
+    const [a, customer, who] = await replicaReading(10);
     const first = await a.track("api_call", who);
     // No waiting here: WAIT made sure before track() resolved.
     assert.ok(hasEvent(await fieldsOn(replica.client(), customer, true), first));
@@ -80,11 +87,7 @@ describe('durability: "replica" on one Redis and its replica', () => {
   });
 
   it("holds up no other call while a track waits for its replica", async () => {
-    await servers();
-    const customer = uniqueCustomer();
-    const who = { externalCustomerId: customer };
-    const a = connect({ durability: "replica", durabilityTimeout: 60 });
-    await a.balance(calls, who);
+    const [a, customer, who] = await replicaReading(60);
     replica.kill();
     let settled = false;
     const waiting = a.track("api_call", who).finally(() => (settled = true));

@@ -13,6 +13,7 @@ import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { rejection, untilTrackWorks } from "../support/failing.js";
 import { Lines } from "../support/lines.js";
+import { listenOnLoopback } from "../support/loopback.js";
 import { RedisServer, freePort } from "../support/redisServer.js";
 import { sharedEmulator } from "../support/sharedEmulator.js";
 import { testOptions } from "../support/testOptions.js";
@@ -196,9 +197,7 @@ describe("failures", () => {
       const redis = await RedisServer.start();
       const held: Socket[] = [];
       const silent: Server = createServer((socket) => held.push(socket));
-      await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
-      const address = silent.address();
-      const url = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`;
+      const url = await listenOnLoopback(silent);
       // A configuration cached in Redis by an instance that talked to the shared.emulator.
       const seeding = new Outpost(testOptions(shared.emulator, redis));
       await seeding.balance(shared.calls, { externalCustomerId: "c1" });

@@ -14,6 +14,7 @@ import { CALLS_FILTER, Emulator } from "../support/emulator.js";
 import { eventually } from "../support/eventually.js";
 import { rejection } from "../support/failing.js";
 import { Lines } from "../support/lines.js";
+import { listenOnLoopback } from "../support/loopback.js";
 import { RedisServer, freePort } from "../support/redisServer.js";
 import { sharedEmulator } from "../support/sharedEmulator.js";
 import { testOptions } from "../support/testOptions.js";
@@ -59,10 +60,8 @@ class FloodingServer {
     });
   }
 
-  async listen(): Promise<string> {
-    await new Promise<void>((resolve) => this.server.listen(0, "127.0.0.1", resolve));
-    const address = this.server.address();
-    return `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`;
+  listen(): Promise<string> {
+    return listenOnLoopback(this.server);
   }
 
   close(): void {

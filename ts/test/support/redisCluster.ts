@@ -3,23 +3,19 @@
  * free loopback ports, joined by `redis-cli --cluster create`. A short node timeout makes a killed
  * primary's fail-over complete in about a second. */
 
-import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
-import { signalAndWait } from "./childProcess.js";
-import { freePort, waitFor } from "./redisServer.js";
+import { freePort, RedisProcess, waitFor } from "./redisServer.js";
 
 const run = promisify(execFile);
 const NODE_TIMEOUT_MS = 200;
 
-class ClusterNode {
-  process: ChildProcess | null = null;
-  readonly directory = mkdtempSync(join(tmpdir(), "outpost-ts-cluster-"));
-
-  constructor(readonly port: number) {}
+class ClusterNode extends RedisProcess {
+  constructor(readonly port: number) {
+    super("outpost-ts-cluster-");
+  }
 
   start(): void {
     const args = [
@@ -31,19 +27,11 @@ class ClusterNode {
       "--cluster-replica-validity-factor", "0",
       "--repl-diskless-sync-delay", "0",
     ]; // prettier-ignore
-    this.process = spawn("redis-server", args, { stdio: "ignore" });
-  }
-
-  kill(): void {
-    this.process?.kill("SIGKILL");
-    this.process = null;
+    this.spawn(args);
   }
 
   async stop(): Promise<void> {
-    const child = this.process;
-    this.process = null;
-    await signalAndWait(child, "SIGKILL");
-    rmSync(this.directory, { recursive: true, force: true });
+    await this.remove("SIGKILL");
   }
 }
 

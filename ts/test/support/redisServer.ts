@@ -31,14 +31,49 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | undefine
   }
 }
 
-export class RedisServer {
+/** One redis-server child process (`process`: null while none runs) and the directory it keeps
+ * its files in. */
+export class RedisProcess {
+  process: ChildProcess | null = null;
+  readonly directory: string;
+
+  constructor(directoryPrefix: string) {
+    this.directory = mkdtempSync(join(tmpdir(), directoryPrefix));
+  }
+
+  protected spawn(args: string[]): ChildProcess {
+    this.process = spawn("redis-server", args, { stdio: "ignore" });
+    return this.process;
+  }
+
+  /** SIGKILL: connections reset. */
+  kill(): void {
+    this.process?.kill("SIGKILL");
+    this.process = null;
+  }
+
+  /** Send `signal` and wait for the exit, keeping the directory (a durable server's data). */
+  async halt(signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
+    const process = this.process;
+    this.process = null;
+    await signalAndWait(process, signal);
+  }
+
+  /** Halt with `signal`, then remove the directory. */
+  protected async remove(signal: NodeJS.Signals): Promise<void> {
+    await this.halt(signal);
+    rmSync(this.directory, { recursive: true, force: true });
+  }
+}
+
+export class RedisServer extends RedisProcess {
   port = 0;
-  private process: ChildProcess | null = null;
-  private readonly directory = mkdtempSync(join(tmpdir(), "outpost-ts-redis-"));
   private readonly clients: Redis[] = [];
 
   /** durable: an append-only file written at every command, so a restart keeps the data. */
-  constructor(readonly durable = false) {}
+  constructor(readonly durable = false) {
+    super("outpost-ts-redis-");
+  }
 
   get url(): string {
     return `redis://127.0.0.1:${this.port}/0`;
@@ -66,8 +101,7 @@ export class RedisServer {
   /** Whether the redis-server started here is the one answering on the port. */
   private async startOnce(): Promise<boolean> {
     const args = ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", this.durable ? "yes" : "no", "--appendfsync", "always", "--dir", this.directory, "--loglevel", "warning", ...this.extraArgs()];
-    const child = spawn("redis-server", args, { stdio: "ignore" });
-    this.process = child;
+    const child = this.spawn(args);
     const probe = new Redis({ port: this.port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
     probe.on("error", () => {});
     try {
@@ -100,22 +134,8 @@ export class RedisServer {
     return client;
   }
 
-  /** SIGKILL: connections reset. */
-  kill(): void {
-    this.process?.kill("SIGKILL");
-    this.process = null;
-  }
-
-  /** SIGTERM, keeping the port and (when durable) the data for start(). */
-  async halt(): Promise<void> {
-    const process = this.process;
-    this.process = null;
-    await signalAndWait(process, "SIGTERM");
-  }
-
   async stop(): Promise<void> {
     for (const client of this.clients.splice(0)) client.disconnect();
-    await this.halt();
-    rmSync(this.directory, { recursive: true, force: true });
+    await this.remove("SIGTERM");
   }
 }
