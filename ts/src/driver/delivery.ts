@@ -11,6 +11,7 @@ import { describe, together, watched } from "./connections.js";
 import { type DriverContext, POLL, errorText } from "./context.js";
 import type { SessionEffects } from "./effects.js";
 import { post } from "./ingest.js";
+import { logError } from "./logger.js";
 import { OutboxReads, createGroups, pairs } from "./outbox.js";
 import { failedInRedis } from "./redisFailure.js";
 import { runScript } from "./scripts.js";
@@ -219,12 +220,12 @@ export class Deliveries {
       }
       case "ReportDropped":
         if (ctx.onDropped === null) {
-          ctx.log.warn(`outpost dropped ${action.events.length} events: ${action.reason}`);
+          logError(ctx.log, `outpost dropped ${action.events.length} events: ${action.reason}`); // usage Polar will not bill
         } else {
           try {
             await ctx.onDropped([...action.events], action.reason);
           } catch (exc) {
-            ctx.log.warn(`outpost: onDropped threw ${String(exc)}`);
+            logError(ctx.log, `outpost: onDropped threw ${String(exc)}`);
           }
         }
         return { kind: "Reported" };
@@ -256,9 +257,8 @@ export class Deliveries {
         return { kind: "ConsumersListed", listing };
       }
       case "CheckHeartbeats": {
-        // On a cluster the heartbeats' slots differ: one GET each.
-        const values = ctx.cluster === null ? await connection.mget(...action.keys) : await Promise.all(action.keys.map((key) => connection.get(key)));
-        return { kind: "HeartbeatsChecked", values };
+        // One MGET, on a cluster too: every heartbeat key has the fleet's hash tag, so one slot.
+        return { kind: "HeartbeatsChecked", values: await connection.mget(...action.keys) };
       }
       case "Reclaim": {
         const reply = await runScript(connection, "reclaim", [action.stream], [GROUP, action.taker, String(action.count), ...action.consumers], true);

@@ -215,6 +215,20 @@ describe("the driver against the emulator", () => {
     assert.equal((await w.emulator.customerMeter(w.calls, customer)).consumed_units, 2);
   });
 
+  it("logs a dropped event as an error: without onDropped, and when onDropped throws", async () => {
+    for (const onDropped of [undefined, () => { throw new Error("the merchant's callback failed"); }]) {
+      const lines = new Lines();
+      const outpost = connect({ logger: lines.logger, onDropped });
+      await outpost.balance(w.calls, { externalCustomerId: uniqueCustomer() });
+      await outpost.track("api_call", { customerId: "5da96107-6e1c-4db9-9f06-ff2ab930d318" }); // Polar refuses it: 422
+      assert.equal(await outpost.flush(10), true);
+      const said = onDropped === undefined ? /^outpost dropped 1 events: .*422/ : /onDropped threw .*the merchant's callback failed/;
+      assert.ok(lines.at("error").some((l) => said.test(l)), lines.text);
+      assert.ok(!lines.at("warn").some((l) => said.test(l)), lines.text);
+      await outpost.close(); // the next round's event is this round's instance's to deliver no more
+    }
+  });
+
   it("survives a Redis restart: tracking fails while it is down, then copies and subscriptions come back", async () => {
     const [a, b, customer] = await twoReading();
     w.redis.kill();
