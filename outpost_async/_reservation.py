@@ -22,6 +22,7 @@ from outpost_core import (
     Durability,
     NotDurable,
     NotReady,
+    OutpostClosed,
     RunScript,
     UsageError,
     admission,
@@ -118,6 +119,8 @@ class Admissions:
         with self._recorded(semconv.RESERVE, external_customer_id, customer_id, meters):
             admission.check_request(units, ttl)
             ctx = self._context
+            if ctx.closed:  # a warm customer needs no read below, which would refuse it
+                raise OutpostClosed("this Outpost instance is closed")
             # The customer's state loaded and Polar's snapshot applied, as for a first read (and its
             # other names known): what the script then reads in Redis is the whole picture.
             await self._ready(meter_id, external_customer_id, customer_id)

@@ -18,6 +18,7 @@ from outpost_core import (
     Durability,
     NotDurable,
     NotReady,
+    OutpostClosed,
     RunScript,
     UsageError,
     admission,
@@ -119,6 +120,8 @@ class Admissions:
         with self._recorded(semconv.RESERVE, external_customer_id, customer_id, meters):
             admission.check_request(units, ttl)
             ctx = self._context
+            if ctx.closed:  # a warm customer needs no read below, which would refuse it
+                raise OutpostClosed("this Outpost instance is closed")
             # The customer's state loaded and Polar's snapshot applied, as for a first read (and its
             # other names known): what the script then reads in Redis is the whole picture.
             self._ready(meter_id, external_customer_id, customer_id)

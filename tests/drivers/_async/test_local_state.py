@@ -468,3 +468,10 @@ async def test_closed_instances_refuse_calls(redis_server: RedisServer) -> None:
         await a.balance(COUNT, external_customer_id="c1")
     with pytest.raises(OutpostClosed):
         await a.track("api_call", external_customer_id="c1")
+    # The customer is warm: a reservation would need no read, and is refused all the same.
+    with pytest.raises(OutpostClosed):
+        await a.reserve(COUNT, 1, external_customer_id="c1")
+    with pytest.raises(OutpostClosed):
+        await a.track("api_call", external_customer_id="c1", require_balance=True)
+    with pytest.raises(OutpostClosed):
+        await a.flush()
