@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Redis } from "ioredis";
-import { NotReady, Outpost, RedisUnavailable } from "../../src/index.js";
+import { NotReady, Outpost, OutpostClosed, RedisUnavailable } from "../../src/index.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { Lines } from "../support/lines.js";
 import { untilTrackWorks } from "../support/failing.js";
@@ -48,6 +48,19 @@ describe("the driver against the emulator", () => {
     assert.equal(after.consumed, 1);
     assert.equal(after.pending, 1);
     assert.equal(after.balance, -1);
+  });
+
+  it("a closed instance refuses every call with OutpostClosed, a reservation of a customer in memory too (as the Python drivers)", async () => {
+    const outpost = connect();
+    const customer = uniqueCustomer();
+    await outpost.balance(w.calls, { externalCustomerId: customer });
+    await outpost.close();
+    await outpost.close();
+    await assert.rejects(outpost.balance(w.calls, { externalCustomerId: customer }), OutpostClosed);
+    await assert.rejects(outpost.track("api_call", { externalCustomerId: customer }), OutpostClosed);
+    await assert.rejects(outpost.reserve(w.calls, 1, { externalCustomerId: customer }), OutpostClosed);
+    await assert.rejects(outpost.track("api_call", { externalCustomerId: customer, requireBalance: true }), OutpostClosed);
+    await assert.rejects(outpost.flush(), OutpostClosed);
   });
 
   it("logs what the session reports on the instance's logger: a first read's load, before the read answers", async () => {
