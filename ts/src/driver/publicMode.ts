@@ -216,7 +216,7 @@ export class PublicMode {
     if (this.mode === "public" && this.requested === "auto") {
       const conflict = modeConflict("public", await this.cachedMode().catch(() => null));
       if (conflict !== null) {
-        hooks.log.warn(`outpost: ${conflict}`);
+        logError(hooks.log, `outpost: ${conflict}`); // two modes on one Redis: an operator sets mode alike
         this.reason += `; ${conflict}`;
       }
     }

@@ -17,6 +17,7 @@ import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { RedisServer, freePort } from "../support/redisServer.js";
 import { testOptions } from "../support/testOptions.js";
 import { endpoint } from "../support/webhookEndpoint.js";
+import { Lines } from "../support/lines.js";
 
 describe("the public-API mode", () => {
   let redis: RedisServer;
@@ -335,6 +336,22 @@ describe("the public-API mode", () => {
       await database.del(CONFIGURATION_KEY); // the other mode's instances are gone, their Redis wiped
       await emulator.admin("credits", { meter_id: calls, units: 2, external_customer_id: customer });
       assert.equal((await b.balance(calls, { externalCustomerId: customer })).credited, 2);
+    } finally {
+      database.disconnect();
+    }
+  });
+
+  it("auto finding the public API on a Redis whose cached configuration the snapshot protocol built logs the conflict as an error (as Python)", async () => {
+    const url = redis.url.replace(/\/0$/, "/3"); // database 3: this test's own cached configuration
+    const database = new Redis(url);
+    try {
+      await database.set(CONFIGURATION_KEY, "{}"); // as a snapshots-mode instance caches it
+      const lines = new Lines();
+      const a = connect({ redisUrl: url, logger: lines.logger });
+      await a.start();
+      await eventually(async () => a.modeReason.includes("cannot share one Redis"), "the conflict found", 20);
+      const said = (level: string) => lines.at(level).filter((l) => l.includes("cannot share one Redis"));
+      assert.deepEqual([said("error").length, said("warn").length], [1, 0], lines.text);
     } finally {
       database.disconnect();
     }
