@@ -3,6 +3,7 @@
 import { type BatchAnswered, type BatchFailed, retryAfter } from "../core/delivery.js";
 import { type DriverContext, USER_AGENT } from "./context.js";
 import { readAtMost } from "./http.js";
+import { CERTIFICATE_CODES } from "./redisFailure.js";
 
 /** The most of an ingestion answer read (its error detail): 1 MiB. */
 const MAX_ANSWER = 1 << 20;
@@ -18,7 +19,14 @@ export async function post(ctx: DriverContext, body: Uint8Array): Promise<BatchA
       signal: AbortSignal.any([AbortSignal.timeout(30_000), ctx.closing.signal]),
     });
   } catch (exc) {
-    const code = (exc as { cause?: { code?: string } }).cause?.code ?? "";
+    const cause = (exc as { cause?: { code?: string; message?: string } }).cause;
+    const code = cause?.code ?? "";
+    if (CERTIFICATE_CODES.has(code) || code === "ERR_TLS_CERT_ALTNAME_INVALID") {
+      // Nothing was sent, and no retry fixes it: delivery stalls and says why (no attempt used).
+      const host = new URL(ctx.serverUrl).hostname;
+      const reason = `the TLS certificate of ${host} did not verify (${cause?.message ?? code}): trust the CA that signed it with NODE_EXTRA_CA_CERTS`;
+      return { kind: "BatchFailed", reason, maybeSent: false, stalls: true };
+    }
     const refused = ["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT"];
     if (refused.includes(code)) return { kind: "BatchFailed", reason: `could not connect to Polar: ${code}`, maybeSent: false };
     return { kind: "BatchFailed", reason: `ingestion request failed: ${String(exc)}`, maybeSent: true };

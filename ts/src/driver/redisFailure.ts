@@ -41,7 +41,7 @@ const SOCKET_CODES = new Set([
 ]);
 
 /** What OpenSSL says of a certificate it refuses (Node's "X509 certificate error codes"). */
-const CERTIFICATE_CODES = new Set([
+export const CERTIFICATE_CODES = new Set([
   "UNABLE_TO_GET_ISSUER_CERT",
   "UNABLE_TO_GET_CRL",
   "UNABLE_TO_DECRYPT_CERT_SIGNATURE",

@@ -5,7 +5,12 @@
  * exporter or a reconnecting client holding close() for tens of seconds), with a margin. */
 
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer as createHttpsServer } from "node:https";
 import { createServer, type Server, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, it } from "node:test";
 import { allOutboxes } from "../../src/core/index.js";
 import { NotReady, Outpost, type OutpostOptions, RedisUnavailable } from "../../src/index.js";
@@ -140,6 +145,40 @@ describe("failures", () => {
       assert.match(read.message, /no configuration from Polar yet.*cannot connect to 127\.0\.0\.1:\d+: connection refused/);
     } finally {
       await outpost.close(2);
+      await redis.stop();
+    }
+  });
+
+  it("an ingestion endpoint whose TLS certificate does not verify stalls delivery, named at ERROR: no retry fixes it, and nothing is dropped (as Python)", async () => {
+    const redis = await RedisServer.start();
+    const files = mkdtempSync(join(tmpdir(), "outpost-ts-ingest-tls-"));
+    const certificate = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"];
+    execFileSync("openssl", [...certificate, "-keyout", join(files, "key.pem"), "-out", join(files, "cert.pem")], { stdio: "ignore" });
+    const untrusted = createHttpsServer({ key: readFileSync(join(files, "key.pem")), cert: readFileSync(join(files, "cert.pem")) }, (_, response) => {
+      response.writeHead(200).end("{}");
+    });
+    const url = (await listenOnLoopback(untrusted)).replace("http://", "https://");
+    // A configuration cached in Redis by an instance that talked to the shared emulator.
+    const seeding = new Outpost(testOptions(shared.emulator, redis));
+    await seeding.balance(shared.calls, { externalCustomerId: "c1" });
+    await seeding.close(2);
+    const lines = new Lines();
+    const dropped: unknown[] = [];
+    const options: OutpostOptions = { serverUrl: url, linger: 0.01, retryBase: 0.01, maxAttempts: 2, logger: lines.logger, onDropped: (events) => dropped.push(...events) };
+    const outpost = new Outpost(testOptions(shared.emulator, redis, options));
+    try {
+      await outpost.track("api_call", { externalCustomerId: "c1" });
+      await eventually(() => outpost.deliveryStalled !== null, "delivery stalled on the certificate");
+      assert.match(outpost.deliveryStalled ?? "", /TLS certificate of 127\.0\.0\.1 did not verify/);
+      assert.ok(lines.at("error").some((l) => l.includes("TLS certificate of 127.0.0.1 did not verify")), lines.text);
+      await outpost.close(0.5);
+      assert.deepEqual(dropped, []);
+      assert.equal(await queued(redis), 1);
+    } finally {
+      await outpost.close(0.5);
+      untrusted.closeAllConnections();
+      untrusted.close();
+      rmSync(files, { recursive: true, force: true });
       await redis.stop();
     }
   });
