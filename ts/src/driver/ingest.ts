@@ -28,7 +28,8 @@ export async function post(ctx: DriverContext, body: Uint8Array): Promise<BatchA
       return { kind: "BatchFailed", reason, maybeSent: false, stalls: true };
     }
     const refused = ["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT"];
-    if (refused.includes(code)) return { kind: "BatchFailed", reason: `could not connect to Polar: ${code}`, maybeSent: false };
+    // A TLS handshake that failed sent nothing either (httpx's ConnectError in Python).
+    if (refused.includes(code) || code.startsWith("ERR_SSL_") || code.startsWith("ERR_TLS_")) return { kind: "BatchFailed", reason: `could not connect to Polar: ${code}`, maybeSent: false };
     return { kind: "BatchFailed", reason: `ingestion request failed: ${String(exc)}`, maybeSent: true };
   }
   let content: Uint8Array;

@@ -183,6 +183,34 @@ describe("failures", () => {
     }
   });
 
+  it("an https:// server URL where the server speaks no TLS is Polar unreachable: delivery waits, using no attempt, and drops nothing (as Python)", async () => {
+    const redis = await RedisServer.start();
+    let connections = 0;
+    const plain: Server = createServer((socket) => {
+      connections += 1;
+      socket.end("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+    });
+    const url = (await listenOnLoopback(plain)).replace("http://", "https://");
+    const seeding = new Outpost(testOptions(shared.emulator, redis));
+    await seeding.balance(shared.calls, { externalCustomerId: "c1" });
+    await seeding.close(2);
+    const dropped: unknown[] = [];
+    const options: OutpostOptions = { serverUrl: url, linger: 0.01, retryBase: 0.01, maxAttempts: 2, onDropped: (events) => dropped.push(...events) };
+    const outpost = new Outpost(testOptions(shared.emulator, redis, options));
+    try {
+      await outpost.track("api_call", { externalCustomerId: "c1" });
+      // The WebSocket's attempts connect too: past max_attempts ingestion requests, twice over.
+      await eventually(() => connections >= 8, "ingestion requests tried again and again", 20);
+      assert.deepEqual(dropped, []);
+      await outpost.close(0.5);
+      assert.equal(await queued(redis), 1);
+    } finally {
+      await outpost.close(0.5);
+      plain.close();
+      await redis.stop();
+    }
+  });
+
   describe("close() returns within its timeout", () => {
     /** An instance with telemetry exported to the relay, warm, with three events queued that
      * nothing will deliver once `down` is down. */
