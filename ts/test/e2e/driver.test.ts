@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { Redis } from "ioredis";
-import { NotReady, Outpost, OutpostClosed, RedisUnavailable } from "../../src/index.js";
+import { DEFAULT_SERVER_URL, NotReady, Outpost, OutpostClosed, RedisUnavailable } from "../../src/index.js";
 import { eventually, uniqueCustomer } from "../support/eventually.js";
 import { Lines } from "../support/lines.js";
 import { untilTrackWorks } from "../support/failing.js";
@@ -61,6 +61,26 @@ describe("the driver against the emulator", () => {
     await assert.rejects(outpost.reserve(w.calls, 1, { externalCustomerId: customer }), OutpostClosed);
     await assert.rejects(outpost.track("api_call", { externalCustomerId: customer, requireBalance: true }), OutpostClosed);
     await assert.rejects(outpost.flush(), OutpostClosed);
+  });
+
+  it("takes an empty option or environment variable as unset, as the Python SDK does", async () => {
+    const names = ["REDIS_URL", "POLAR_ACCESS_TOKEN", "POLAR_SERVER_URL"] as const;
+    const saved = names.map((name) => process.env[name]);
+    try {
+      process.env.REDIS_URL = w.redis.url;
+      process.env.POLAR_ACCESS_TOKEN = "";
+      process.env.POLAR_SERVER_URL = "";
+      const outpost = w.closing(new Outpost({ redisUrl: "", accessToken: "", serverUrl: "", telemetry: false }));
+      await outpost.start(); // on the environment's Redis
+      const ctx = (outpost as unknown as { ctx: { serverUrl: string; accessToken: string | null } }).ctx;
+      assert.deepEqual([ctx.serverUrl, ctx.accessToken], [DEFAULT_SERVER_URL, null]);
+    } finally {
+      names.forEach((name, i) => {
+        const value = saved[i];
+        if (value === undefined) delete process.env[name];
+        else process.env[name] = value;
+      });
+    }
   });
 
   it("logs what the session reports on the instance's logger: a first read's load, before the read answers", async () => {
