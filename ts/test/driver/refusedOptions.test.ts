@@ -8,6 +8,8 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
+import { Outpost } from "../../src/driver/outpost.js";
+import { ConfigurationError } from "../../src/core/errors.js";
 import { REPO } from "../support/paths.js";
 
 const run = promisify(execFile);
@@ -44,5 +46,15 @@ describe("options refused at construction", () => {
       assert.fail(`the process did not exit by itself (killed: ${String(exc.killed)}); it printed ${JSON.stringify(exc.stdout)}`);
     });
     assert.deepEqual(stdout.trim().split("\n"), REFUSED.map(() => "UsageError"));
+  });
+});
+
+describe("the messages of refused options", () => {
+  it("name the option as the Python SDK does, in the same words", () => {
+    const options = { redisUrl: "redis://127.0.0.1:1/0", telemetry: false };
+    const python = "public_margin must be >= 0 and poll_interval > 0";
+    for (const refused of [{ publicMargin: -1 }, { pollInterval: 0 }]) {
+      assert.throws(() => new Outpost({ ...options, ...refused }), (exc: unknown) => exc instanceof ConfigurationError && exc.message === python);
+    }
   });
 });
