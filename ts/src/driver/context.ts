@@ -116,7 +116,7 @@ export class DriverContext {
       this.channels = allChannels(namespace, shards);
       this.outboxes = allOutboxes(shards);
       this.accessToken = token;
-      this.serverUrl = options.serverUrl ?? process.env.POLAR_SERVER_URL ?? DEFAULT_SERVER_URL;
+      this.serverUrl = options.serverUrl || process.env.POLAR_SERVER_URL || DEFAULT_SERVER_URL;
       this.traces = new Traces(options.recordTo ?? null);
       const link = this.accessToken && mode !== "public" ? new Link(Target.of(this.serverUrl), this.accessToken, this.traces.rng(0), (n) => randomBytes(n)) : null;
       const settings = makeSettings({
@@ -150,7 +150,7 @@ export class DriverContext {
       this.onDropped = options.onDropped ?? null;
       this.telemetry = new Telemetry(
         (options.telemetry ?? true) && process.env.POLAR_OUTPOST_TELEMETRY !== "0",
-        { url: options.telemetryUrl ?? this.serverUrl, token: this.accessToken, interval: options.telemetryInterval ?? 30, toApp: options.telemetryToApp ?? false },
+        { url: options.telemetryUrl || this.serverUrl, token: this.accessToken, interval: options.telemetryInterval ?? 30, toApp: options.telemetryToApp ?? false },
         (message) => this.log.warn(message),
         (message) => this.log.debug(message),
       );
@@ -234,9 +234,10 @@ export function openContext(options: OutpostOptions): [DriverContext, PublicOpti
   const maxInFlight = options.maxInFlight ?? 1;
   if (maxInFlight < 1) throw new UsageError("max_in_flight must be at least 1");
   const shards = checkedShards(options.shards ?? DEFAULT_SHARDS); // before anything is opened
-  const redisUrl = options.redisUrl ?? process.env.REDIS_URL ?? DEFAULT_REDIS_URL;
-  const token = options.accessToken ?? process.env.POLAR_ACCESS_TOKEN ?? null;
-  const webhookSecret = options.webhookSecret ?? process.env.POLAR_WEBHOOK_SECRET ?? null;
+  // An empty setting counts as unset, an argument as a variable (as in Python).
+  const redisUrl = options.redisUrl || process.env.REDIS_URL || DEFAULT_REDIS_URL;
+  const token = options.accessToken || process.env.POLAR_ACCESS_TOKEN || null;
+  const webhookSecret = options.webhookSecret || process.env.POLAR_WEBHOOK_SECRET || null;
   const publicOptions: PublicOptions = {
     mode: options.mode ?? "auto",
     margin: options.publicMargin ?? 60,
@@ -252,7 +253,7 @@ export function openContext(options: OutpostOptions): [DriverContext, PublicOpti
 /** Say what is sent in cleartext (a token to an http:// server, telemetry too). */
 export function warnCleartext(ctx: DriverContext, options: OutpostOptions): void {
   const telemetryOn = (options.telemetry ?? true) && process.env.POLAR_OUTPOST_TELEMETRY !== "0";
-  for (const warning of cleartextWarnings(ctx.accessToken, ctx.serverUrl, telemetryOn, options.telemetryUrl ?? ctx.serverUrl)) {
+  for (const warning of cleartextWarnings(ctx.accessToken, ctx.serverUrl, telemetryOn, options.telemetryUrl || ctx.serverUrl)) {
     ctx.log.warn(warning);
   }
 }

@@ -58,3 +58,19 @@ describe("the messages of refused options", () => {
     }
   });
 });
+
+describe("empty settings", () => {
+  it("count as unset, as in Python: an empty POLAR_SERVER_URL is Polar's API, not a URL to refuse", async () => {
+    const saved = process.env.POLAR_SERVER_URL;
+    process.env.POLAR_SERVER_URL = "";
+    try {
+      for (const serverUrl of [undefined, ""]) {
+        const outpost = new Outpost({ redisUrl: "redis://127.0.0.1:1/0", accessToken: "polar_oat_x", telemetry: false, ...(serverUrl === undefined ? {} : { serverUrl }) });
+        await outpost.close(0.1);
+      }
+    } finally {
+      if (saved === undefined) delete process.env.POLAR_SERVER_URL;
+      else process.env.POLAR_SERVER_URL = saved;
+    }
+  });
+});
