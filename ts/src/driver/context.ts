@@ -106,54 +106,60 @@ export class DriverContext {
     // Whatever a line quotes (a client library's message, a URL), no secret reaches the log.
     this.log = scrubbing(options.logger ?? CONSOLE, [token, webhookSecret, ...urlSecrets(redisUrl)]);
     this.ownsRedis = options.redis === undefined;
-    this.redis = options.redis ?? ownClient(redisUrl);
-    this.cluster = isCluster(this.redis) ? this.redis : null;
-    this.durable = new DurableScripts(this.redis, this.cluster);
-    // Pub/sub ignores numbered databases: name the channels after ours (a cluster has one).
-    const namespace = namespaceOfDatabase(this.cluster === null ? Number((this.redis as Redis).options.db ?? 0) : 0);
-    this.shards = shards;
-    this.channels = allChannels(namespace, shards);
-    this.outboxes = allOutboxes(shards);
-    this.accessToken = token;
-    this.serverUrl = options.serverUrl || process.env.POLAR_SERVER_URL || DEFAULT_SERVER_URL; // "" is unset, as in Python
-    this.traces = new Traces(options.recordTo ?? null);
-    const link = this.accessToken && mode !== "public" ? new Link(Target.of(this.serverUrl), this.accessToken, this.traces.rng(0), (n) => randomBytes(n)) : null;
-    const settings = makeSettings({
-      snapshotTimeout: options.snapshotTimeout ?? 5.0,
-      channelNamespace: namespace,
-      shards,
-      ...(options.maxCustomers !== undefined ? { maxCustomers: options.maxCustomers } : {}),
-      ...(options.idleCustomerTtl !== undefined ? { idleCustomerTtl: options.idleCustomerTtl } : {}),
-    });
-    this.core = this.traces.session(new Session(settings, link), settings, link === null ? null : this.serverUrl);
-    const claimIdle = options.claimIdle ?? 300;
-    const batchSize = options.batchSize ?? 500;
-    this.deliverySettings = makeDeliverySettings({
-      batchSize,
-      linger: options.linger ?? 0.2,
-      maxAttempts: options.maxAttempts ?? 10,
-      claimIdle,
-      claimInterval: Math.min(30, claimIdle / 2),
-      backoffBase: options.retryBase ?? 0.5,
-      channelNamespace: namespace,
-      shards,
-      consumer: this.consumer,
-      heartbeat: options.heartbeat ?? 10.0,
-      requestsPerMinute: options.requestsPerMinute ?? 300.0,
-      batchBytes: options.batchBytes ?? 8 * 1024 * 1024,
-      settleAlongside: true,
-      settleEvery: SETTLE_BATCHES * batchSize,
-      readAlongside: true,
-    });
-    this.maxInFlight = maxInFlight;
-    this.onDropped = options.onDropped ?? null;
-    this.telemetry = new Telemetry(
-      (options.telemetry ?? true) && process.env.POLAR_OUTPOST_TELEMETRY !== "0",
-      { url: options.telemetryUrl || this.serverUrl, token: this.accessToken, interval: options.telemetryInterval ?? 30, toApp: options.telemetryToApp ?? false },
-      (message) => this.log.warn(message),
-      (message) => this.log.debug(message),
-    );
-    this.clock = options.clock ?? null;
+    this.redis = options.redis ?? ownClient(redisUrl); // it connects at once (ioredis)
+    try {
+      this.cluster = isCluster(this.redis) ? this.redis : null;
+      this.durable = new DurableScripts(this.redis, this.cluster);
+      // Pub/sub ignores numbered databases: name the channels after ours (a cluster has one).
+      const namespace = namespaceOfDatabase(this.cluster === null ? Number((this.redis as Redis).options.db ?? 0) : 0);
+      this.shards = shards;
+      this.channels = allChannels(namespace, shards);
+      this.outboxes = allOutboxes(shards);
+      this.accessToken = token;
+      this.serverUrl = options.serverUrl || process.env.POLAR_SERVER_URL || DEFAULT_SERVER_URL;
+      this.traces = new Traces(options.recordTo ?? null);
+      const link = this.accessToken && mode !== "public" ? new Link(Target.of(this.serverUrl), this.accessToken, this.traces.rng(0), (n) => randomBytes(n)) : null;
+      const settings = makeSettings({
+        snapshotTimeout: options.snapshotTimeout ?? 5.0,
+        channelNamespace: namespace,
+        shards,
+        ...(options.maxCustomers !== undefined ? { maxCustomers: options.maxCustomers } : {}),
+        ...(options.idleCustomerTtl !== undefined ? { idleCustomerTtl: options.idleCustomerTtl } : {}),
+      });
+      this.core = this.traces.session(new Session(settings, link), settings, link === null ? null : this.serverUrl);
+      const claimIdle = options.claimIdle ?? 300;
+      const batchSize = options.batchSize ?? 500;
+      this.deliverySettings = makeDeliverySettings({
+        batchSize,
+        linger: options.linger ?? 0.2,
+        maxAttempts: options.maxAttempts ?? 10,
+        claimIdle,
+        claimInterval: Math.min(30, claimIdle / 2),
+        backoffBase: options.retryBase ?? 0.5,
+        channelNamespace: namespace,
+        shards,
+        consumer: this.consumer,
+        heartbeat: options.heartbeat ?? 10.0,
+        requestsPerMinute: options.requestsPerMinute ?? 300.0,
+        batchBytes: options.batchBytes ?? 8 * 1024 * 1024,
+        settleAlongside: true,
+        settleEvery: SETTLE_BATCHES * batchSize,
+        readAlongside: true,
+      });
+      this.maxInFlight = maxInFlight;
+      this.onDropped = options.onDropped ?? null;
+      this.telemetry = new Telemetry(
+        (options.telemetry ?? true) && process.env.POLAR_OUTPOST_TELEMETRY !== "0",
+        { url: options.telemetryUrl || this.serverUrl, token: this.accessToken, interval: options.telemetryInterval ?? 30, toApp: options.telemetryToApp ?? false },
+        (message) => this.log.warn(message),
+        (message) => this.log.debug(message),
+      );
+      this.clock = options.clock ?? null;
+    } catch (exc) {
+      // An option refused above: close the client made for it, or it reconnects forever and keeps the process alive.
+      if (this.ownsRedis) this.redis.disconnect();
+      throw exc;
+    }
   }
 
   /** The event timestamps' clock (the `clock` option, else the wall clock), in µs. */
@@ -228,7 +234,7 @@ export function openContext(options: OutpostOptions): [DriverContext, PublicOpti
   const maxInFlight = options.maxInFlight ?? 1;
   if (maxInFlight < 1) throw new UsageError("max_in_flight must be at least 1");
   const shards = checkedShards(options.shards ?? DEFAULT_SHARDS); // before anything is opened
-  // The option, else the environment's variable, else the default: an empty one counts as unset.
+  // An empty setting counts as unset, an argument as a variable (as in Python).
   const redisUrl = options.redisUrl || process.env.REDIS_URL || DEFAULT_REDIS_URL;
   const token = options.accessToken || process.env.POLAR_ACCESS_TOKEN || null;
   const webhookSecret = options.webhookSecret || process.env.POLAR_WEBHOOK_SECRET || null;

@@ -132,7 +132,7 @@ export class PublicMode {
   static check(options: PublicOptions): Mode {
     const mode = checkMode(options.mode);
     if (!(options.margin >= 0 && options.pollInterval > 0)) {
-      throw new ConfigurationError("publicMargin must be >= 0 and pollInterval > 0");
+      throw new ConfigurationError("public_margin must be >= 0 and poll_interval > 0"); // Python's words
     }
     if (options.webhookSecret) secretKey(options.webhookSecret);
     return mode;
