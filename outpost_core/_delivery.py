@@ -60,6 +60,7 @@ import email.utils
 import functools
 import json
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -144,18 +145,23 @@ class DeliverySettings:
     as traces recorded before it existed show."""
 
     def __attrs_post_init__(self) -> None:
-        if self.batch_size < 1 or self.max_attempts < 1:
-            raise UsageError("batch_size and max_attempts must be at least 1")
-        if self.heartbeat <= 0:
-            raise UsageError("heartbeat must be positive")
-        if self.requests_per_minute < 0:
-            raise UsageError("requests_per_minute must not be negative (0: no budget)")
-        if self.batch_bytes < 1024:
-            raise UsageError("batch_bytes must be at least 1024")
-        if self.settle_every < 0:
-            raise UsageError("settle_every must not be negative (0: each batch settles alone)")
-        if min(self.linger, self.backoff_base, self.claim_idle, self.read_block) < 0:
-            raise UsageError("delivery delays must not be negative")
+        # Refused here, at construction: NaN passes every comparison, and a fraction or an
+        # infinity reaches Redis and Polar as a command or header they refuse, in a loop.
+        for name in ("batch_size", "max_attempts"):
+            _whole(name, getattr(self, name), 1, "at least 1")
+        _whole("batch_bytes", self.batch_bytes, 1024, "at least 1024")
+        _whole("settle_every", self.settle_every, 0, "not negative (0: each batch settles alone)")
+        if not _finite(self.heartbeat) or self.heartbeat <= 0:
+            raise UsageError(f"heartbeat must be a positive, finite number, got {self.heartbeat!r}")
+        if not _finite(self.requests_per_minute) or self.requests_per_minute < 0:
+            raise UsageError(
+                "requests_per_minute must be a finite number, not negative (0: no budget), "
+                f"got {self.requests_per_minute!r}"
+            )
+        for name in _DELAYS:
+            value = getattr(self, name)
+            if not _finite(value) or value < 0:
+                raise UsageError(f"{name} must be a finite number, not negative, got {value!r}")
         checked_shards(self.shards)
 
 
@@ -1118,3 +1124,25 @@ def retry_after(header: str | None, wall_us: int) -> float | None:
         return None
     waited: float = moment.timestamp() - wall_us / 1e6
     return min(max(0.0, waited), RETRY_AFTER_CAP)
+
+
+_DELAYS = (
+    "linger",
+    "backoff_base",
+    "backoff_cap",
+    "stall_delay",
+    "claim_idle",
+    "claim_interval",
+    "read_block",
+    "flush_block",
+)
+"""The settings that are seconds: finite and not negative, each."""
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(name: str, value: object, least: int, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise UsageError(f"{name} must be an integer, {what}, got {value!r}")

@@ -66,7 +66,7 @@ def live(**settings: Any) -> Loop:
 def test_heartbeat_settings() -> None:
     assert DeliverySettings().heartbeat == 10.0
     assert DeliverySettings().consumer == ""  # liveness is off unless the driver names itself
-    with pytest.raises(UsageError, match="heartbeat must be positive"):
+    with pytest.raises(UsageError, match="heartbeat must be a positive, finite number"):
         DeliverySettings(heartbeat=0)
 
 
