@@ -67,6 +67,20 @@ export interface DeliverySettings {
   readAlongside: boolean;
 }
 
+const finite = (value: unknown): value is number => typeof value === "number" && Number.isFinite(value);
+
+/** A value as Python's repr writes it, so that both SDKs' messages read alike. */
+export function pyRepr(value: unknown): string {
+  if (typeof value === "number") return Number.isNaN(value) ? "nan" : value === Infinity ? "inf" : value === -Infinity ? "-inf" : String(value);
+  if (typeof value === "string") return `'${value}'`;
+  if (typeof value === "boolean") return value ? "True" : "False";
+  return String(value);
+}
+
+function whole(name: string, value: unknown, least: number, what: string): void {
+  if (!Number.isInteger(value) || (value as number) < least) throw new UsageError(`${name} must be an integer, ${what}, got ${pyRepr(value)}`);
+}
+
 export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}): DeliverySettings {
   const s: DeliverySettings = {
     batchSize: 500,
@@ -90,12 +104,28 @@ export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}):
     readAlongside: false,
     ...overrides,
   };
-  if (s.batchSize < 1 || s.maxAttempts < 1) throw new UsageError("batch_size and max_attempts must be at least 1");
-  if (!(s.heartbeat > 0)) throw new UsageError("heartbeat must be positive");
-  if (!(s.requestsPerMinute >= 0)) throw new UsageError("requests_per_minute must not be negative (0: no budget)");
-  if (!(s.batchBytes >= 1024)) throw new UsageError("batch_bytes must be at least 1024");
-  if (s.settleEvery < 0) throw new UsageError("settle_every must not be negative (0: each batch settles alone)");
-  if (Math.min(s.linger, s.backoffBase, s.claimIdle, s.readBlock) < 0) throw new UsageError("delivery delays must not be negative");
+  // Refused here, at construction: NaN passes every comparison, and a fraction or an infinity
+  // reaches Redis and Polar as a command or header they refuse, in a loop.
+  whole("batch_size", s.batchSize, 1, "at least 1");
+  whole("max_attempts", s.maxAttempts, 1, "at least 1");
+  whole("batch_bytes", s.batchBytes, 1024, "at least 1024");
+  whole("settle_every", s.settleEvery, 0, "not negative (0: each batch settles alone)");
+  if (!finite(s.heartbeat) || s.heartbeat <= 0) throw new UsageError(`heartbeat must be a positive, finite number, got ${pyRepr(s.heartbeat)}`);
+  if (!finite(s.requestsPerMinute) || s.requestsPerMinute < 0) {
+    throw new UsageError(`requests_per_minute must be a finite number, not negative (0: no budget), got ${pyRepr(s.requestsPerMinute)}`);
+  }
+  for (const [name, value] of [
+    ["linger", s.linger],
+    ["backoff_base", s.backoffBase],
+    ["backoff_cap", s.backoffCap],
+    ["stall_delay", s.stallDelay],
+    ["claim_idle", s.claimIdle],
+    ["claim_interval", s.claimInterval],
+    ["read_block", s.readBlock],
+    ["flush_block", s.flushBlock],
+  ] as const) {
+    if (!finite(value) || value < 0) throw new UsageError(`${name} must be a finite number, not negative, got ${pyRepr(value)}`);
+  }
   checkedShards(s.shards);
   return s;
 }

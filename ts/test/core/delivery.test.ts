@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { type DeliveryEffect, Delivery, type DeliveryInput, makeDeliverySettings, retryAfter, withKnownRevs } from "../../src/core/delivery.js";
+import { type DeliveryEffect, Delivery, type DeliveryInput, type DeliverySettings, makeDeliverySettings, retryAfter, withKnownRevs } from "../../src/core/delivery.js";
 import { UsageError } from "../../src/core/errors.js";
 import { answerAt, effectAt } from "../support/deliveryLoop.js";
 
@@ -186,6 +186,27 @@ describe("the delivery policy", () => {
     assert.throws(() => effectAt(delivery, 0), UsageError);
     assert.throws(() => answerAt(delivery, { kind: "Reported" }, 0, 0), UsageError);
     assert.throws(() => makeDeliverySettings({ batchSize: 0 }), UsageError);
+  });
+
+  it("refuses settings no loop could use, with Python's words", () => {
+    const refused: [Partial<DeliverySettings>, string][] = [
+      [{ batchSize: NaN }, "batch_size must be an integer, at least 1, got nan"],
+      [{ batchSize: 2.5 }, "batch_size must be an integer, at least 1, got 2.5"],
+      [{ maxAttempts: Infinity }, "max_attempts must be an integer, at least 1, got inf"],
+      [{ batchBytes: 1023 }, "batch_bytes must be an integer, at least 1024, got 1023"],
+      [{ settleEvery: -1 }, "settle_every must be an integer, not negative (0: each batch settles alone), got -1"],
+      [{ heartbeat: Infinity }, "heartbeat must be a positive, finite number, got inf"],
+      [{ heartbeat: 0 }, "heartbeat must be a positive, finite number, got 0"],
+      [{ requestsPerMinute: NaN }, "requests_per_minute must be a finite number, not negative (0: no budget), got nan"],
+      [{ linger: NaN }, "linger must be a finite number, not negative, got nan"],
+      [{ backoffCap: Infinity }, "backoff_cap must be a finite number, not negative, got inf"],
+      [{ stallDelay: -1 }, "stall_delay must be a finite number, not negative, got -1"],
+      [{ claimInterval: NaN }, "claim_interval must be a finite number, not negative, got nan"],
+      [{ flushBlock: -Infinity }, "flush_block must be a finite number, not negative, got -inf"],
+    ];
+    for (const [settings, message] of refused) {
+      assert.throws(() => makeDeliverySettings(settings), (exc: unknown) => exc instanceof UsageError && exc.message === message, message);
+    }
   });
 
   it("reads Retry-After as seconds or an HTTP date, capped at two minutes", () => {

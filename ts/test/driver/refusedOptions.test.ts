@@ -9,7 +9,7 @@ import { describe, it } from "node:test";
 import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 import { Outpost } from "../../src/driver/outpost.js";
-import { ConfigurationError } from "../../src/core/errors.js";
+import { ConfigurationError, UsageError } from "../../src/core/errors.js";
 import { REPO } from "../support/paths.js";
 
 const run = promisify(execFile);
@@ -55,6 +55,25 @@ describe("the messages of refused options", () => {
     const python = "public_margin must be >= 0 and poll_interval > 0";
     for (const refused of [{ publicMargin: -1 }, { pollInterval: 0 }]) {
       assert.throws(() => new Outpost({ ...options, ...refused }), (exc: unknown) => exc instanceof ConfigurationError && exc.message === python);
+    }
+  });
+});
+
+describe("numbers no loop could use", () => {
+  it("are refused at construction with the option's name, as in Python: NaN, an infinity, a fraction where a count is meant, a telemetry interval of 0", () => {
+    const options = { redisUrl: "redis://127.0.0.1:1/0", telemetry: false, accessToken: "polar_oat_x" };
+    const refused: [Record<string, unknown>, string][] = [
+      [{ batchSize: NaN }, "batch_size must be an integer, at least 1, got nan"],
+      [{ maxInFlight: 1.5 }, "max_in_flight must be an integer, at least 1, got 1.5"],
+      [{ maxInFlight: NaN }, "max_in_flight must be an integer, at least 1, got nan"],
+      [{ linger: NaN }, "linger must be a finite number, not negative, got nan"],
+      [{ heartbeat: Infinity }, "heartbeat must be a positive, finite number, got inf"],
+      [{ requestsPerMinute: NaN }, "requests_per_minute must be a finite number, not negative (0: no budget), got nan"],
+      [{ telemetryInterval: 0 }, "telemetry_interval must be a positive, finite number, got 0"],
+      [{ telemetryInterval: NaN }, "telemetry_interval must be a positive, finite number, got nan"],
+    ];
+    for (const [bad, message] of refused) {
+      assert.throws(() => new Outpost({ ...options, ...bad }), (exc: unknown) => exc instanceof UsageError && exc.message === message, message);
     }
   });
 });
