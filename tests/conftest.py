@@ -92,9 +92,9 @@ def redis_or_cluster(request: pytest.FixtureRequest) -> RedisServer | RedisClust
 
 
 @pytest.fixture(params=OWN_CLUSTERS, ids=lambda p: f"{p[0]}primaries-{p[1]}shards")
-def own_redis_cluster(request: pytest.FixtureRequest) -> Iterator[RedisCluster]:
-    """A cluster of the test's own, for tests that kill, stop or reshard its nodes: 3 primaries
-    with the default 16 shards, then 4 with 64."""
+def cluster(request: pytest.FixtureRequest) -> Iterator[RedisCluster]:
+    """A cluster of the test's own (not the shared ``redis_cluster``), for tests that kill, stop
+    or reshard its nodes: 3 primaries with the default 16 shards, then 4 with 64."""
     primaries, shards = request.param
     yield from _started_cluster(primaries=primaries, shards=shards)
 

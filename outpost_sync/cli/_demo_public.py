@@ -7,17 +7,15 @@ with nothing left pending, once Polar recomputed after the traffic."""
 from __future__ import annotations
 
 import argparse
-import http.server
 import random
-import threading
 import time
 import uuid
-from typing import Any
 
 import httpx
 
 from outpost_emulator import Emulator
 from outpost_sync import InvalidWebhook, Outpost
+from outpost_sync.cli._webhook_endpoint import WebhookEndpoint
 
 NAMES = ("ada", "grace", "linus", "margaret", "ken", "barbara", "dennis", "frances")
 CREDITS = 5_000
@@ -31,23 +29,8 @@ class _Webhooks:
     def __init__(self) -> None:
         self.instances: list[Outpost] = []
         self.answers: list[int] = []
-        hooks = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                status = hooks.take(body, dict(self.headers.items()))
-                self.send_response(status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/polar/webhooks"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.endpoint = WebhookEndpoint(self.take, "/polar/webhooks")
+        self.url = self.endpoint.url
 
     def take(self, body: bytes, headers: dict[str, str]) -> int:
         if not self.instances:
@@ -63,9 +46,7 @@ class _Webhooks:
         return status
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.endpoint.close()
 
 
 class PublicDemo:

@@ -22,10 +22,11 @@ from outpost_core import _keys as keys
 from outpost_emulator import Emulator
 from outpost_sync import Outpost
 from outpost_sync.cli import main
-from tests.drivers._sync._helpers import count_meter, eventually, shards_of
+from tests.drivers._sync._helpers import count_meter, eventually
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.track_and_hang import track_then_get_killed
+from tests.support.wiring import wired
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "outpost_sync" / "cli" / "schemas"
@@ -53,16 +54,7 @@ def where(
 
 
 def instance(server: RedisServer | RedisCluster, emulator: Emulator, **options: Any) -> Outpost:
-    options.setdefault("shards", shards_of(server))
-    return Outpost(
-        access_token=emulator.token,
-        server_url=emulator.url,
-        redis_url=server.url,
-        clock=emulator.clock,
-        telemetry=False,
-        linger=0.02,
-        **options,
-    )
+    return Outpost(**wired(server, emulator, **options))
 
 
 @contextmanager

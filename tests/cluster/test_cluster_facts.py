@@ -117,9 +117,8 @@ def test_a_primary_with_a_replica_acknowledges_wait(redis_cluster: RedisCluster)
 
 
 def test_after_a_fail_over_the_promoted_replica_has_the_data_but_no_scripts(
-    own_redis_cluster: RedisCluster,
+    cluster: RedisCluster,
 ) -> None:
-    cluster = own_redis_cluster
     key = "outpost:test:{2}:k"
     slot = key_slot(key.encode())
     old = cluster.port_for_slot(slot)

@@ -28,11 +28,12 @@ from outpost_core import Customer
 from outpost_core._replies import stream_entries
 from outpost_sync import Outpost
 from outpost_sync._batches import CommandBatches as SyncCommandBatches
-from tests.drivers._async._helpers import COUNT, shards_of
+from tests.drivers._async._helpers import COUNT
 from tests.drivers._async.test_local_state import consumed, prepare
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until_async
+from tests.support.wiring import shards_of
 
 
 @pytest.fixture

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from typing import Any
+
+from outpost_sync.cli._webhook_endpoint import WebhookEndpoint
 
 
 class Receiver:
@@ -14,28 +14,15 @@ class Receiver:
     def __init__(self) -> None:
         self.requests: list[tuple[dict[str, str], bytes]] = []
         self.status = 204
-        receiver = self
+        self.endpoint = WebhookEndpoint(self._record, "/hook")
+        self.url = self.endpoint.url
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(receiver.status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+    def _record(self, body: bytes, headers: dict[str, str]) -> int:
+        self.requests.append(({k.lower(): v for k, v in headers.items()}, body))
+        return self.status
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.endpoint.close()
 
     def bodies(self) -> list[dict[str, Any]]:
         return [json.loads(body) for _, body in list(self.requests)]

@@ -11,11 +11,11 @@ import pytest
 
 from outpost_async import AsyncOutpost
 from outpost_async._backend import sleep
-from outpost_core import DEFAULT_SHARDS
 from outpost_emulator import Emulator
 from tests.support import polar
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
+from tests.support.wiring import shards_of, wired
 
 COUNT = "m-count"
 TOKENS = "m-tokens"
@@ -33,11 +33,6 @@ CONFIGURATION = polar.configuration(
 
 def now_us() -> int:
     return time.time_ns() // 1000
-
-
-def shards_of(server: RedisServer | RedisCluster) -> int:
-    """The shard count of the deployment a test server stands for (a cluster's may not be 16)."""
-    return int(getattr(server, "shards", DEFAULT_SHARDS))
 
 
 def make(server: RedisServer | RedisCluster, **options: Any) -> AsyncOutpost:
@@ -96,19 +91,10 @@ async def until_credited(
 
 
 def connect(server: RedisServer | RedisCluster, emulator: Emulator, **options: Any) -> AsyncOutpost:
-    """An instance wired to the emulator (its clock too) and to a test Redis."""
-    options.setdefault("snapshot_timeout", 5.0)
-    options.setdefault("telemetry", False)
-    options.setdefault("linger", 0.02)
-    options.setdefault("retry_base", 0.05)
-    options.setdefault("shards", shards_of(server))
-    return AsyncOutpost(
-        access_token=emulator.token,
-        server_url=emulator.url,
-        redis_url=server.url,
-        clock=emulator.clock,
-        **options,
-    )
+    """An instance wired to the emulator (its clock too) and to a test Redis, that waits 5 s for a
+    snapshot and retries from 50 ms."""
+    defaults = wired(server, emulator, snapshot_timeout=5.0, retry_base=0.05)
+    return AsyncOutpost(**(defaults | options))
 
 
 CALLS_FILTER = {

@@ -14,9 +14,10 @@ from outpost_async import AsyncOutpost
 from outpost_core import _keys as keys
 from outpost_core._delivery import GROUP
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import connect, make, shards_of
+from tests.drivers._async._helpers import connect, make
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
+from tests.support.wiring import shards_of
 
 
 @asynccontextmanager

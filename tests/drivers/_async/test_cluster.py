@@ -72,9 +72,8 @@ async def _polar_counted(emulator: Emulator, meter: str, customer: Customer, at_
 
 @pytest.mark.anyio
 async def test_a_killed_primary_fails_over_and_nothing_track_returned_for_is_lost(
-    own_redis_cluster: RedisCluster, emulator: Emulator
+    cluster: RedisCluster, emulator: Emulator
 ) -> None:
-    cluster = own_redis_cluster
     meter = count_meter(emulator)
     hit = Customer("external", "hit")
     spared = _customer_elsewhere(cluster, hit)
@@ -161,9 +160,8 @@ async def _tracking_moved(
 
 @pytest.mark.anyio
 async def test_a_migrated_slot_is_followed_and_loses_nothing(
-    own_redis_cluster: RedisCluster, emulator: Emulator
+    cluster: RedisCluster, emulator: Emulator
 ) -> None:
-    cluster = own_redis_cluster
     slot = cluster.slot_of(MOVED)
     target = next(p for p in cluster.primary_ports() if p != cluster.port_for_slot(slot))
     async with _tracking_moved(cluster, emulator) as track:
@@ -183,9 +181,8 @@ def _subscribers_on(node: redis.Redis) -> list[str]:
 
 @pytest.mark.anyio
 async def test_a_primary_that_gave_every_shard_away_is_let_go_and_copies_follow(
-    own_redis_cluster: RedisCluster, emulator: Emulator
+    cluster: RedisCluster, emulator: Emulator
 ) -> None:
-    cluster = own_redis_cluster
     source = cluster.port_of(MOVED)
     target = next(p for p in cluster.primary_ports() if p != source)
     node = cluster.node_client(source)
@@ -205,14 +202,13 @@ async def test_a_primary_that_gave_every_shard_away_is_let_go_and_copies_follow(
 
 @pytest.mark.anyio
 async def test_after_a_fail_over_no_call_saw_fail_a_lost_settlement_is_redone_within_seconds(
-    own_redis_cluster: RedisCluster, emulator: Emulator
+    cluster: RedisCluster, emulator: Emulator
 ) -> None:
     """A primary replaced while alive (it stalled past ``cluster-node-timeout``, or an operator's
     ``CLUSTER FAILOVER``) fails no call: redis-py follows the ``MOVED`` its old node answers.
     A settlement it acknowledged and never replicated is lost all the same, which leaves the
     entry pending for this instance's consumer on the new primary: the moved shard has the
     delivery loops re-read their own pending entries, as a Redis failure does."""
-    cluster = own_redis_cluster
     meter = count_meter(emulator)
     async with settlement_lost(cluster, emulator, meter, "c1") as a:
         cluster.fail_over(cluster.port_of(Customer("external", "c1")))

@@ -12,8 +12,8 @@ import redis
 from outpost_async import AsyncOutpost
 from outpost_core import GROUP, OutboxRead, ReadOutbox, text_of
 from outpost_emulator import Emulator
-from tests.drivers._async._helpers import shards_of
 from tests.support.redis_cluster import RedisCluster
+from tests.support.wiring import shards_of
 
 
 @pytest.mark.anyio

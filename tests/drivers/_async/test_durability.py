@@ -7,10 +7,11 @@ import pytest
 from outpost_async import NotDurable, UsageError
 from outpost_core import Customer
 from outpost_core import _keys as keys
-from tests.drivers._async._helpers import COUNT, make, shards_of
+from tests.drivers._async._helpers import COUNT, make
 from tests.drivers._async.test_local_state import consumed, prepare
 from tests.support.redis_cluster import RedisReplica
 from tests.support.redis_server import RedisServer
+from tests.support.wiring import shards_of
 
 C1 = Customer("external", "c1")
 

@@ -46,9 +46,8 @@ def _nodes_left_open(cluster: RedisCluster) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_fail_overs_under_64_tracks_answer_ids_or_redis_unavailable_and_flush_completes(
-    own_redis_cluster: RedisCluster, emulator: Emulator
+    cluster: RedisCluster, emulator: Emulator
 ) -> None:
-    cluster = own_redis_cluster
     meter = count_meter(emulator)
     customers = [Customer("external", f"load-{n}") for n in range(CALLERS)]
     returned = [0] * CALLERS

@@ -28,10 +28,10 @@ from tests.drivers._async._helpers import (
     make,
     now_us,
     on_redis_and_cluster,
-    shards_of,
 )
 from tests.support import polar
 from tests.support.redis_server import RedisServer
+from tests.support.wiring import shards_of
 
 Entries = list[tuple[bytes, dict[bytes, bytes]]]
 CREDITS = {COUNT: 100.0, TOKENS: 1000.0, LARGEST: 50.0, UNIQUE: 0.0}

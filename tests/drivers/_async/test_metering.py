@@ -20,10 +20,10 @@ from tests.drivers._async._helpers import (
     holds,
     metered,
     on_redis_and_cluster,
-    shards_of,
 )
 from tests.support.redis_server import RedisServer
 from tests.support.track_and_hang import track_then_get_killed
+from tests.support.wiring import shards_of
 
 
 class Drops:

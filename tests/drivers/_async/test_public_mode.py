@@ -366,16 +366,11 @@ async def test_a_first_read_polar_does_not_answer_says_why(
     redis_server: RedisServer, public_emulator: Emulator
 ) -> None:
     meter = calls_meter(public_emulator, 5)
-    public_emulator.add_token("polar_oat_meters_only", ["meters:read", "events:write"])
-    instance = AsyncOutpost(
-        access_token="polar_oat_meters_only",
-        server_url=public_emulator.url,
-        redis_url=redis_server.url,
-        telemetry=False,
-        snapshot_timeout=1.0,
-        mode="public",
-    )
-    async with instance:
+    token = "polar_oat_meters_only"
+    public_emulator.add_token(token, ["meters:read", "events:write"])
+    async with connect(
+        redis_server, public_emulator, access_token=token, snapshot_timeout=1.0, mode="public"
+    ) as instance:
         with pytest.raises(NotReady, match=r"customer meters of c1 not read yet.*HTTP 40[13]"):
             await instance.balance(meter, external_customer_id="c1")
 

@@ -180,9 +180,7 @@ async def test_metadata_and_token_never_appear(
     redis_server: RedisServer, emulator: Emulator, otel: Otel, customer: str
 ) -> None:
     meter = count_meter(emulator)
-    async with connect(
-        redis_server, emulator, telemetry=True, telemetry_interval=0.3, telemetry_to_app=True
-    ) as a:
+    async with connect(redis_server, emulator, telemetry_interval=0.3, **OTEL) as a:
         await _work(a, meter, customer)
 
         async def exported() -> bool:
