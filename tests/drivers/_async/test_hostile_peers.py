@@ -96,3 +96,25 @@ async def test_track_refuses_what_polar_would_refuse(
         call: dict[str, object] = {"external_customer_id": "c1", **arguments}
         with pytest.raises(InvalidEvent):
             await a.track("api_call", **call)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("rev", ["-5", "99999999999999999999", "1.5", "0x10"])
+async def test_a_garbage_revision_in_a_state_hash_does_not_freeze_the_copies(
+    redis_server: RedisServer, rev: str
+) -> None:
+    # The scripts went on counting from the garbage (-4, 1e+20, 2.5): revisions no reader
+    # takes, so every copy kept the hash as it was and its events never counted.
+    prepare(redis_server, C1)
+    async with make(redis_server) as a, make(redis_server) as b:
+        assert (await a.balance(COUNT, external_customer_id="c1")).consumed == 0
+        redis_server.client().hset(keys.state_key(C1, "r-count"), "rev", rev)
+        assert (await b.balance(COUNT, external_customer_id="c1")).consumed == 0
+        await a.track("api_call", external_customer_id="c1")
+        await a.track("api_call", external_customer_id="c1")
+        assert (await a.balance(COUNT, external_customer_id="c1")).consumed == 2
+
+        async def b_sees_them() -> bool:
+            return (await b.balance(COUNT, external_customer_id="c1")).consumed == 2
+
+        await eventually(b_sees_them, what="the other instance counting both events")
