@@ -5,6 +5,7 @@ Python's stack, numbers past int()'s 4,300 digits. Both drivers, a real Redis an
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 
@@ -70,6 +71,35 @@ async def test_a_nested_websocket_frame_is_counted(
     async with metered(redis_server, emulator, credits=10, warm=True) as (meter, a):
         emulator.fault_send_frames(["[" * 200_000])
         await eventually(holds(lambda: a.rejections.get("frame", 0) >= 1), what="a rejection")
+        emulator.grant_credits(meter, 5, external_customer_id="c1")
+
+        async def pushed() -> bool:
+            return await credited(a, meter, "c1") == 15
+
+        await eventually(pushed, what="the WebSocket still working")
+
+
+BEYOND_JAVASCRIPT = 3 * 10**29  # a bucket boundary, far past 2**53 - 1 and year 9999
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"cold_until": BEYOND_JAVASCRIPT},
+        {"as_of": BEYOND_JAVASCRIPT},
+        {"reducers": {"r-count": {"count": BEYOND_JAVASCRIPT, "sum": 1, "min": 1, "max": 1}}},
+    ],
+)
+async def test_a_snapshot_with_a_number_past_two_to_the_53_is_counted(
+    redis_server: RedisServer, emulator: Emulator, fields: dict[str, object]
+) -> None:
+    # The TypeScript SDK refuses these (no JavaScript number holds them); Python applied them.
+    payload = {"snapshot_id": "s", "external_customer_id": "c1", "as_of": 1, "cold_until": 0}
+    payload |= {"reducers": {}, "credited": {}, **fields}
+    async with metered(redis_server, emulator, credits=10, warm=True) as (meter, a):
+        emulator.fault_send_frames([json.dumps({"type": "snapshot", "payload": payload})])
+        await eventually(holds(lambda: a.rejections.get("snapshot", 0) >= 1), what="a rejection")
         emulator.grant_credits(meter, 5, external_customer_id="c1")
 
         async def pushed() -> bool:
