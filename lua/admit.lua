@@ -74,7 +74,7 @@ for _, id in ipairs(ids) do
     written = written + 1
     local f = "a:" .. bucket
     local old = redis.call("HMGET", st, "rev", "n", "u", f)
-    local rev = next_rev(tonumber(old[1]))
+    local rev = next_rev(old[1])
     local pending = fmt((tonumber(old[2]) or 0) + 1)
     local undelivered = fmt((tonumber(old[3]) or 0) + 1)
     local text = agg_with(old[4], tonumber(raw))
@@ -96,7 +96,7 @@ if n > 0 and written == 0 then
   return '{"dup":1}'
 end
 if hold_st and not released and redis.call("HDEL", hold_st, hold) == 1 then
-  local rev = next_rev(tonumber(redis.call("HGET", hold_st, "rev")))
+  local rev = next_rev(redis.call("HGET", hold_st, "rev"))
   redis.call("HSET", hold_st, "rev", fmt(rev))
   record(reply, publish, hold_st, rev, hold_known, {}, { hold })
 end

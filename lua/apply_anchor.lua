@@ -38,7 +38,7 @@ local set = {
 redis.call("HSET", st, unpack(set))
 local del = {}
 rebuild(st, buckets, undelivered, set, del)
-local rev = next_rev(tonumber(current))
+local rev = next_rev(current)
 redis.call("HSET", st, "rev", fmt(rev))
 touch(st, acked)
 local reply, publish = {}, {}

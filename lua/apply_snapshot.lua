@@ -78,7 +78,7 @@ for i = 1, #KEYS / 2 do
       end
     end
     rebuild(st, buckets, undelivered, set, del)
-    local rev = next_rev(tonumber(old["rev"]))
+    local rev = next_rev(old["rev"])
     redis.call("HSET", st, "rev", fmt(rev))
     touch(st, acked)
     record(reply, publish, st, rev, known, set, del)

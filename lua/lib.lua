@@ -30,9 +30,14 @@ end
 -- wiped) starts from Redis's clock, in tenths of a millisecond since the epoch: its revisions are
 -- then higher than any an earlier incarnation of it reached, so copies that followed that one
 -- see a gap and reload instead of ignoring it. Fourteen digits: cjson and HSET write it exactly.
+-- `current` is the hash's `rev` as text (false: none). A revision the readers do not take
+-- (anything but decimal digits below 2^53 - 1: a peer's -5, 1.5, 0x10 or 1e20) starts afresh
+-- too: counted on from, it stays one no reader takes (-4, 2.5, 1e+20), or goes back, and every
+-- copy would keep the hash as it was.
 local fresh_rev = nil
 local function next_rev(current)
-  if current then
+  current = current and string.match(current, "^%d+$") and tonumber(current)
+  if current and current < 9007199254740991 then
     return current + 1
   end
   if not fresh_rev then
@@ -293,7 +298,7 @@ local function settle_identities(pos, change)
     pos = pos + 2 + k
     local set, del = change(st, acked, fields)
     if set then
-      local rev = next_rev(tonumber(redis.call("HGET", st, "rev")))
+      local rev = next_rev(redis.call("HGET", st, "rev"))
       redis.call("HSET", st, "rev", fmt(rev))
       touch(st, acked)
       record(reply, publish, st, rev, known, set, del)

@@ -18,7 +18,7 @@ if redis.call("HDEL", st, ARGV[3]) == 1 then
 end
 local reply, publish = {}, {}
 if #del > 0 then
-  local rev = next_rev(tonumber(redis.call("HGET", st, "rev")))
+  local rev = next_rev(redis.call("HGET", st, "rev"))
   redis.call("HSET", st, "rev", fmt(rev))
   redis.call("EXPIRE", st, TTL)
   record(reply, publish, st, rev, tonumber(ARGV[4]), {}, del)

@@ -28,7 +28,7 @@ if balance - held < units then
 end
 local text = ARGV[4] .. " " .. ARGV[5]
 local del = prune_holds(st, expired, {})
-local rev = next_rev(tonumber(redis.call("HGET", st, "rev")))
+local rev = next_rev(redis.call("HGET", st, "rev"))
 redis.call("HSET", st, field, text, "rev", fmt(rev))
 redis.call("EXPIRE", st, TTL)
 local reply, publish = {}, {}

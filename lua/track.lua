@@ -28,7 +28,7 @@ for i = 1, n do
     written = written + 1
     local f = "a:" .. bucket
     local old = redis.call("HMGET", st, "rev", "n", "u", f)
-    local rev = next_rev(tonumber(old[1]))
+    local rev = next_rev(old[1])
     -- counters as strings: redis.call would format a number argument itself, at a cost
     local pending = fmt((tonumber(old[2]) or 0) + 1)
     local undelivered = fmt((tonumber(old[3]) or 0) + 1)

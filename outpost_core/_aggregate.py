@@ -120,11 +120,9 @@ class Aggregate:
         if not isinstance(obj, dict):
             return None
         count, total, lo, hi = obj.get("count"), obj.get("sum"), obj.get("min"), obj.get("max")
-        if not _is_int(count) or not is_number(total):
+        if not is_count(count) or not is_number(total):
             return None
         assert isinstance(count, int) and isinstance(total, int | float)
-        if count < 0:
-            return None
         if count == 0:
             return EMPTY if lo is None and hi is None and total == 0 else None
         if not is_number(lo) or not is_number(hi):
@@ -138,8 +136,10 @@ class Aggregate:
 EMPTY = Aggregate()
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def is_count(value: object) -> bool:
+    """A JSON integer from 0 to 2**53 - 1 (not a bool): past it, a JavaScript peer reads another
+    number, and Polar writes none (the TypeScript SDK refuses the same)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _EXACT_INT
 
 
 def is_number(value: object) -> bool:

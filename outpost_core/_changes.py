@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ._peer import Unreadable, peer_json
+from ._peer import Unreadable, decimal_int, peer_json
 
 
 class Change(NamedTuple):
@@ -28,6 +28,17 @@ class Change(NamedTuple):
     """``None`` when the script did not send content (the caller did not follow the identity)."""
     deleted: tuple[str, ...] = ()
     full: bool = False
+
+
+MAX_REVISION = 2**53 - 1
+"""The highest revision the scripts write: past it, neither a Lua number nor a JavaScript one
+counts by one. A revision above it, or below 0, is a peer's garbage."""
+
+
+def revision_of(text: str | None) -> int | None:
+    """A state hash's ``rev`` as the scripts write it; ``None`` for anything else."""
+    rev = decimal_int(text)
+    return rev if rev is not None and 0 <= rev <= MAX_REVISION else None
 
 
 class MalformedChange(ValueError):
@@ -142,7 +153,7 @@ def _change(item: object) -> Change:
         raise MalformedChange("a change is not an object")
     key, rev = item.get("k"), item.get("r")
     # type() is: JSON gives exact types, and a bool is not a revision
-    if type(key) is not str or type(rev) is not int or rev < 0:
+    if type(key) is not str or type(rev) is not int or not 0 <= rev <= MAX_REVISION:
         raise MalformedChange("a change needs a key and a revision")
     raw_set = item.get("s", _ABSENT)
     if raw_set is _ABSENT:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import attrs
 
 from ._aggregate import EMPTY, Aggregate, parse_number
-from ._changes import Change
+from ._changes import Change, revision_of
 from ._keys import Customer
 from ._peer import decimal_int
 from ._time import MAX_US
@@ -147,7 +147,7 @@ class Mirror:
         gap remains (load again), ``None`` when the load is not the latest (ignored)."""
         if load_id != self.load_id:
             return None
-        rev = _int(fields.get("rev")) or 0
+        rev = revision_of(fields.get("rev")) or 0
         held, self.held = sorted(self.held, key=lambda c: c.rev), []
         # A load older than the copy is a second answer to the latest load, come after changes
         # the copy has taken since: the copy is consistent up to its revision, so keep it (the
@@ -180,7 +180,7 @@ _TIMES = ("cu", "sa")
 def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityState:
     """What a read needs from a state hash (``rev`` defaults to the hash's own)."""
     if rev is None:
-        rev = _int(fields.get("rev")) or 0
+        rev = revision_of(fields.get("rev")) or 0
     problems: list[str] = []
     local = EMPTY
     credits: dict[str, float] = {}
@@ -213,7 +213,7 @@ def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityS
             polar = parsed
     counters: dict[str, int] = {}
     for name in ("rev", "cu", "sa", "n", "u"):
-        value = _int(fields.get(name))
+        value = revision_of(fields.get(name)) if name == "rev" else _int(fields.get(name))
         if name in _TIMES and value is not None and value > MAX_US:
             value = None  # no datetime holds it: a peer's garbage
         if name in fields and value is None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from ._aggregate import Aggregate, is_number
+from ._aggregate import Aggregate, is_count, is_number
 from ._event import UUID_PATTERN, canonical_uuid
 from ._keys import Customer, CustomerKind
 from ._time import BUCKET_US
@@ -54,7 +54,7 @@ def parse_snapshot(payload: object) -> Snapshot:
     customer = customer_in(payload)
     as_of, cold_until = payload.get("as_of"), payload.get("cold_until")
     for name, value in (("as_of", as_of), ("cold_until", cold_until)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_count(value):
             raise MalformedSnapshot(f"{name} is not a non-negative integer")
     assert isinstance(as_of, int) and isinstance(cold_until, int)
     if cold_until % BUCKET_US:

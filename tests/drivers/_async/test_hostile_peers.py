@@ -5,6 +5,7 @@ Python's stack, numbers past int()'s 4,300 digits. Both drivers, a real Redis an
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 
@@ -78,6 +79,35 @@ async def test_a_nested_websocket_frame_is_counted(
         await eventually(pushed, what="the WebSocket still working")
 
 
+BEYOND_JAVASCRIPT = 3 * 10**29  # a bucket boundary, far past 2**53 - 1 and year 9999
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"cold_until": BEYOND_JAVASCRIPT},
+        {"as_of": BEYOND_JAVASCRIPT},
+        {"reducers": {"r-count": {"count": BEYOND_JAVASCRIPT, "sum": 1, "min": 1, "max": 1}}},
+    ],
+)
+async def test_a_snapshot_with_a_number_past_two_to_the_53_is_counted(
+    redis_server: RedisServer, emulator: Emulator, fields: dict[str, object]
+) -> None:
+    # The TypeScript SDK refuses these (no JavaScript number holds them); Python applied them.
+    payload = {"snapshot_id": "s", "external_customer_id": "c1", "as_of": 1, "cold_until": 0}
+    payload |= {"reducers": {}, "credited": {}, **fields}
+    async with metered(redis_server, emulator, credits=10, warm=True) as (meter, a):
+        emulator.fault_send_frames([json.dumps({"type": "snapshot", "payload": payload})])
+        await eventually(holds(lambda: a.rejections.get("snapshot", 0) >= 1), what="a rejection")
+        emulator.grant_credits(meter, 5, external_customer_id="c1")
+
+        async def pushed() -> bool:
+            return await credited(a, meter, "c1") == 15
+
+        await eventually(pushed, what="the WebSocket still working")
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     "arguments",
@@ -96,3 +126,25 @@ async def test_track_refuses_what_polar_would_refuse(
         call: dict[str, object] = {"external_customer_id": "c1", **arguments}
         with pytest.raises(InvalidEvent):
             await a.track("api_call", **call)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("rev", ["-5", "99999999999999999999", "1.5", "0x10"])
+async def test_a_garbage_revision_in_a_state_hash_does_not_freeze_the_copies(
+    redis_server: RedisServer, rev: str
+) -> None:
+    # The scripts went on counting from the garbage (-4, 1e+20, 2.5): revisions no reader
+    # takes, so every copy kept the hash as it was and its events never counted.
+    prepare(redis_server, C1)
+    async with make(redis_server) as a, make(redis_server) as b:
+        assert (await a.balance(COUNT, external_customer_id="c1")).consumed == 0
+        redis_server.client().hset(keys.state_key(C1, "r-count"), "rev", rev)
+        assert (await b.balance(COUNT, external_customer_id="c1")).consumed == 0
+        await a.track("api_call", external_customer_id="c1")
+        await a.track("api_call", external_customer_id="c1")
+        assert (await a.balance(COUNT, external_customer_id="c1")).consumed == 2
+
+        async def b_sees_them() -> bool:
+            return (await b.balance(COUNT, external_customer_id="c1")).consumed == 2
+
+        await eventually(b_sees_them, what="the other instance counting both events")

@@ -120,7 +120,7 @@ export class Mirror {
    * (load again), null when the load is not the latest (ignored). */
   loadedWith(fields: Map<string, string>, loadId: number): boolean | null {
     if (loadId !== this.loadId) return null;
-    const rev = parseInt10(fields.get("rev")) || 0;
+    const rev = revisionOf(fields.get("rev")) || 0;
     const held = [...this.held].sort((a, b) => a.rev - b.rev);
     this.held = [];
     // A load older than the copy is a second answer to the latest load, come after changes the
@@ -155,13 +155,20 @@ export function parseInt10(text: string | undefined): number | null {
   return Number(text);
 }
 
+/** A state hash's rev as the scripts write it (0 to 2^53 - 1: past it, neither a Lua number nor
+ * a JavaScript one counts by one); null for a peer's garbage. */
+export function revisionOf(text: string | undefined): number | null {
+  const rev = parseInt10(text);
+  return rev !== null && rev >= 0 && Number.isSafeInteger(rev) ? rev : null;
+}
+
 /** The last microsecond of year 9999: a later cold_until or as_of is a peer's garbage. */
 export const MAX_US = 253_402_300_799_999_999;
 const TIMES = new Set(["cu", "sa"]);
 
 /** What a read needs from a state hash (rev defaults to the hash's own). */
 export function deriveState(fields: Map<string, string>, rev: number | null = null): IdentityState {
-  rev ??= parseInt10(fields.get("rev")) || 0;
+  rev ??= revisionOf(fields.get("rev")) || 0;
   const problems: string[] = [];
   let local = EMPTY;
   const credits = new Map<string, number>();
@@ -191,7 +198,7 @@ export function deriveState(fields: Map<string, string>, rev: number | null = nu
   const counters: Record<string, number> = {};
   for (const name of ["rev", "cu", "sa", "n", "u"]) {
     const raw = fields.get(name);
-    let value = parseInt10(raw);
+    let value = name === "rev" ? revisionOf(raw) : parseInt10(raw);
     if (TIMES.has(name) && value !== null && value > MAX_US) value = null;
     if (raw !== undefined && value === null) problems.push(`${name}=${reprString(raw)}`);
     counters[name] = value ?? -1;
