@@ -2,7 +2,8 @@
 
 A script answers (and publishes) ``{"c": [change, ...]}``; a change is
 ``{"k": state key, "r": revision, "s": [field, value, ...], "d": [field, ...], "full": 1?}``.
-``full`` marks ``s`` as the whole state hash rather than a delta. Lua's cjson writes an empty list
+``full`` (1, the only value the scripts write) marks ``s`` as the whole state hash rather than a
+delta. Lua's cjson writes an empty list
 as ``{}``, so an empty object is read as an empty list.
 
 A reply that differs from what its script published, yet carries every change of it (whole
@@ -171,8 +172,12 @@ def _change(item: object) -> Change:
         deleted: tuple[str, ...] = ()
     else:
         deleted = tuple(_strings(raw_deleted, "d"))
+    full = item.get("full", _ABSENT)
+    # The scripts write 1 or nothing; JSON's true is no 1 (TypeScript's === tells them apart).
+    if full is not _ABSENT and (full != 1 or type(full) is bool):
+        raise MalformedChange("'full' is not 1")
     pairs = tuple(zip(each, each, strict=True))
-    return _new(Change, (key, rev, pairs, deleted, item.get("full") == 1))
+    return _new(Change, (key, rev, pairs, deleted, full is not _ABSENT))
 
 
 _ABSENT = object()

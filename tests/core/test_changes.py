@@ -61,10 +61,14 @@ def test_full_change() -> None:
     ]
 
 
-def test_full_must_be_one() -> None:
-    raw = {"c": [{"k": "s1", "r": 9, "s": [], "full": 0}]}
-    parsed = parse_changes(json.dumps(raw))
-    assert parsed is not None and not parsed[0].full
+def test_full_is_one_as_json_writes_it() -> None:
+    # 1.0 is the same number as 1 to a JavaScript reader: both cores take it.
+    for text in (
+        '{"c":[{"k":"s1","r":9,"s":[],"full":1}]}',
+        '{"c":[{"k":"s1","r":9,"s":[],"full":1.0}]}',
+    ):
+        parsed = parse_changes(text)
+        assert parsed is not None and parsed[0].full
 
 
 def test_change_without_content_has_no_set() -> None:
@@ -133,6 +137,10 @@ def test_duplicate_track_reply(raw: str | bytes) -> None:
         ('{"c":[{"k":"s","r":1,"s":["a"]}]}', "odd number"),
         ('{"c":[{"k":"s","r":1,"s":[],"d":"a"}]}', "'d' is not a list"),
         ('{"c":[{"k":"s","r":1,"s":[],"d":[1]}]}', "'d' holds a non-string"),
+        ('{"c":[{"k":"s","r":1,"s":[],"full":true}]}', "'full' is not 1"),
+        ('{"c":[{"k":"s","r":1,"s":[],"full":0}]}', "'full' is not 1"),
+        ('{"c":[{"k":"s","r":1,"s":[],"full":"1"}]}', "'full' is not 1"),
+        ('{"c":[{"k":"s","r":1,"s":[],"full":null}]}', "'full' is not 1"),
         ('{"c":[{"k":"s","r":1,"s":[]},{"k":"s"}]}', "needs a key and a revision"),
     ],
 )

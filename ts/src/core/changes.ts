@@ -112,5 +112,7 @@ function change(item: unknown): Change {
   const pairs: [string, string][] = [];
   for (let i = 0; i < flat.length; i += 2) pairs.push([flat[i] as string, flat[i + 1] as string]);
   const deleted = strings(item.d ?? [], "d");
-  return { key, rev: rev as number, set: pairs, deleted, full: item.full === 1 };
+  // The scripts write 1 or nothing (JSON's 1.0 is 1 here, as in Python; true is not).
+  if ("full" in item && item.full !== 1) throw new Malformed("'full' is not 1");
+  return { key, rev: rev as number, set: pairs, deleted, full: "full" in item };
 }
