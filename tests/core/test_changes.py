@@ -137,6 +137,7 @@ def test_duplicate_track_reply(raw: str | bytes) -> None:
         ('{"c":[{"k":"s","r":1,"s":["a"]}]}', "odd number"),
         ('{"c":[{"k":"s","r":1,"s":[],"d":"a"}]}', "'d' is not a list"),
         ('{"c":[{"k":"s","r":1,"s":[],"d":[1]}]}', "'d' holds a non-string"),
+        ('{"c":[{"k":"s","r":1,"s":[],"d":null}]}', "'d' is not a list"),
         ('{"c":[{"k":"s","r":1,"s":[],"full":true}]}', "'full' is not 1"),
         ('{"c":[{"k":"s","r":1,"s":[],"full":0}]}', "'full' is not 1"),
         ('{"c":[{"k":"s","r":1,"s":[],"full":"1"}]}', "'full' is not 1"),

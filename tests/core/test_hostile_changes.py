@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from outpost_core import ChangePublished
+from outpost_core import Balance, ChangePublished
 from tests.core._payloads import COUNT
 from tests.core.test_session import configured, state, warm
 
@@ -23,3 +23,12 @@ def test_a_change_whose_full_is_true_is_counted_and_not_taken() -> None:
     session.handle(_published(r=4, s=["rev", "4", "p", "0 0 - -"], full=True))
     assert session.rejections == {"change": 1}
     assert session.read(COUNT, "c1") == before
+
+
+def test_a_change_whose_deleted_fields_are_null_is_counted_and_not_taken() -> None:
+    session = configured()
+    before = warm(session)
+    session.handle(_published(r=4, s=["p", "0 0 - -"], d=None))
+    assert session.rejections == {"change": 1}
+    after = session.read(COUNT, "c1")
+    assert isinstance(after, Balance) and after == before

@@ -111,7 +111,8 @@ function change(item: unknown): Change {
   if (flat.length % 2) throw new Malformed("'s' holds an odd number of items");
   const pairs: [string, string][] = [];
   for (let i = 0; i < flat.length; i += 2) pairs.push([flat[i] as string, flat[i + 1] as string]);
-  const deleted = strings(item.d ?? [], "d");
+  // Absent is none; null is no list the scripts write (Python refuses it too).
+  const deleted = "d" in item ? strings(item.d, "d") : [];
   // The scripts write 1 or nothing (JSON's 1.0 is 1 here, as in Python; true is not).
   if ("full" in item && item.full !== 1) throw new Malformed("'full' is not 1");
   return { key, rev: rev as number, set: pairs, deleted, full: "full" in item };

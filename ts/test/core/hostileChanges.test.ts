@@ -45,4 +45,11 @@ describe("a hostile change", () => {
     assert.deepEqual(session.read("m-count", "c1"), before);
   });
 
+  it("refuses deleted fields that are null", () => {
+    assert.throws(() => parseChanges('{"c":[{"k":"s","r":1,"s":[],"d":null}]}'), (e) => e instanceof Malformed && e.message === "'d' is not a list");
+    const { session, before } = warm();
+    session.handle({ kind: "ChangePublished", data: published({ r: 4, s: ["p", "0 0 - -"], d: null }) });
+    assert.deepEqual([...session.rejections], [["change", 1]]);
+    assert.deepEqual(session.read("m-count", "c1"), before);
+  });
 });
