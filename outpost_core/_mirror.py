@@ -16,7 +16,7 @@ load reaches it. Only a following copy may answer a read from memory.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -214,8 +214,8 @@ def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityS
     counters: dict[str, int] = {}
     for name in ("rev", "cu", "sa", "n", "u"):
         value = revision_of(fields.get(name)) if name == "rev" else _int(fields.get(name))
-        if name in _TIMES and value is not None and value > MAX_US:
-            value = None  # no datetime holds it: a peer's garbage
+        if name in _TIMES and value is not None and not 0 <= value <= MAX_US:
+            value = None  # the scripts write no such time (no datetime holds it): a peer's garbage
         if name in fields and value is None:
             problems.append(f"{name}={fields[name]!r}")
         counters[name] = value if value is not None else -1
@@ -232,6 +232,12 @@ def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityS
         problems=tuple(problems),
         holds=tuple(holds),
     )
+
+
+def unreadable_fields(pairs: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """The fields of a change that a read could not use, named as :func:`derive_state` names
+    them in ``problems``."""
+    return derive_state(dict(pairs), 0).problems
 
 
 def parse_hold(text: str) -> tuple[float, int] | None:

@@ -74,7 +74,7 @@ from ._inputs import (
 )
 from ._keys import Customer
 from ._link import Link, LinkState
-from ._mirror import IdentityState, Mirror, Offer, derive_state
+from ._mirror import IdentityState, Mirror, Offer, derive_state, unreadable_fields
 from ._observations import Observation
 from ._outage import Outage, Report
 from ._peer import peer_json, printable
@@ -1078,12 +1078,26 @@ class Session:
         mirrors = self._mirrors
         for change in changes:  # only those of followed keys
             mirror = mirrors[change.key]
+            if change.set and (unreadable := unreadable_fields(change.set)):
+                self._refuse_change(mirror, change, unreadable)
+                continue
             outcome = mirror.offer(change)
             if outcome is not _IGNORED and mirror.read_keys:
                 # Applied, or waiting behind a load: either way the cached balance is stale.
                 self._invalidate(mirror)
             if outcome is _GAP:
                 self._load(mirror)
+
+    def _refuse_change(self, mirror: Mirror, change: Change, unreadable: tuple[str, ...]) -> None:
+        """A change holding a value the scripts never write: a peer published it, or the hash
+        holds it. Either way the hash decides: the copy reloads it when the change is newer (a
+        load counts what the hash holds), rather than take what a read could not use."""
+        fields = ", ".join(unreadable)
+        detail = f"{change.key} at revision {change.rev}: unreadable field {fields}"
+        self._reject("change", f"unreadable change from Redis: {detail}")
+        if change.rev > mirror.rev:
+            self._load(mirror)
+            self._invalidate(mirror)
 
     def _loaded(self, key: str, fields: Mapping[object, object], load_id: int) -> None:
         mirror = self._mirrors.get(key)

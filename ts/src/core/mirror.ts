@@ -199,7 +199,8 @@ export function deriveState(fields: Map<string, string>, rev: number | null = nu
   for (const name of ["rev", "cu", "sa", "n", "u"]) {
     const raw = fields.get(name);
     let value = name === "rev" ? revisionOf(raw) : parseInt10(raw);
-    if (TIMES.has(name) && value !== null && value > MAX_US) value = null;
+    // The scripts write no such time (no Date holds it): a peer's garbage.
+    if (TIMES.has(name) && value !== null && (value < 0 || value > MAX_US)) value = null;
     if (raw !== undefined && value === null) problems.push(`${name}=${reprString(raw)}`);
     counters[name] = value ?? -1;
   }
@@ -218,6 +219,12 @@ export function deriveState(fields: Map<string, string>, rev: number | null = nu
     problems,
     holds,
   };
+}
+
+/** The fields of a change that a read could not use, named as deriveState names them in
+ * problems. */
+export function unreadableFields(pairs: readonly [string, string][]): readonly string[] {
+  return deriveState(new Map(pairs), 0).problems;
 }
 
 /** A hold's field value as the scripts write it, "<units> <expires at µs>". */

@@ -10,7 +10,7 @@
 import { formatNumber } from "./aggregate.js";
 import { backoff } from "./backoff.js";
 import { type Balance, computeBalance, holdExpiry, mergedState } from "./balance.js";
-import { Malformed, parseChanges, textOf } from "./changes.js";
+import { type Change, Malformed, parseChanges, textOf } from "./changes.js";
 import { type Configuration, type Reducer, parseConfiguration } from "./configuration.js";
 import { type Effect, type Fetch, type RunScript, runScript } from "./effects.js";
 import { InvalidEvent, NotReady, UnknownMeter, UnsupportedMeter, UsageError } from "./errors.js";
@@ -23,7 +23,7 @@ import type { Input, RawFields } from "./inputs.js";
 import { CONFIGURATION_KEY, type Customer, DEFAULT_SHARDS, allChannels, bucketKey, channel, outboxKey, shardOf, stateKey } from "./keys.js";
 import { checkedShards } from "./shards.js";
 import { type Link, LinkState } from "./link.js";
-import { type IdentityState, Mirror, Offer, deriveState } from "./mirror.js";
+import { type IdentityState, Mirror, Offer, deriveState, unreadableFields } from "./mirror.js";
 import { Outage, type Report } from "./outage.js";
 import { Reports } from "./reports.js";
 import type { Observation } from "./observations.js";
@@ -889,10 +889,27 @@ export class Session {
     }
     for (const change of changes ?? []) {
       const mirror = this.mirrors.get(change.key) as Mirror; // only those of followed keys
+      const unreadable = change.set?.length ? unreadableFields(change.set) : [];
+      if (unreadable.length) {
+        this.refuseChange(mirror, change, unreadable);
+        continue;
+      }
       const outcome = mirror.offer(change);
       // Applied, or waiting behind a load: either way the cached balance is stale.
       if (outcome !== Offer.IGNORED) this.invalidate(mirror);
       if (outcome === Offer.GAP) this.load(mirror);
+    }
+  }
+
+  /** A change holding a value the scripts never write: a peer published it, or the hash holds
+   * it. Either way the hash decides: the copy reloads it when the change is newer (a load counts
+   * what the hash holds), rather than take what a read could not use. */
+  private refuseChange(mirror: Mirror, change: Change, unreadable: readonly string[]): void {
+    const detail = `${change.key} at revision ${change.rev}: unreadable field ${unreadable.join(", ")}`;
+    this.reject("change", `unreadable change from Redis: ${detail}`);
+    if (change.rev > mirror.rev) {
+      this.load(mirror);
+      this.invalidate(mirror);
     }
   }
 

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { Balance } from "../../src/core/balance.js";
 import { Malformed, parseChanges } from "../../src/core/changes.js";
+import { deriveState } from "../../src/core/mirror.js";
 import { Session } from "../../src/core/session.js";
 
 const CONFIGURATION = {
@@ -51,5 +52,54 @@ describe("a hostile change", () => {
     session.handle({ kind: "ChangePublished", data: published({ r: 4, s: ["p", "0 0 - -"], d: null }) });
     assert.deepEqual([...session.rejections], [["change", 1]]);
     assert.deepEqual(session.read("m-count", "c1"), before);
+  });
+
+  // Values the scripts never write, each in a field a read uses (the copy holds 10 credited, 2
+  // consumed: a balance of 8).
+  const UNREADABLE = [
+    ["a:123", "x y z"],
+    ["c:m-count", "NaN"],
+    ["p", "1 2"],
+    ["cu", "-1"],
+    ["h:x", "garbage"],
+    ["rev", "-4"],
+  ];
+
+  it("counts a change holding an unreadable value, and the hash decides", () => {
+    for (const [name, value] of UNREADABLE) {
+      const { session, before } = warm();
+      session.handle({ kind: "ChangePublished", data: published({ r: 4, s: [name, value, "n", "0"] }) });
+      assert.deepEqual([...session.rejections], [["change", 1]], name);
+      // Not taken: the copy reloads the hash (here, as it was: a peer published the change).
+      assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY, loadId: 2 }]);
+      assert.equal(session.read("m-count", "c1"), null);
+      session.handle({ kind: "IdentityLoaded", key: KEY, fields: FIELDS, loadId: 2 });
+      assert.deepEqual(session.read("m-count", "c1"), before);
+      assert.deepEqual([...session.rejections], [["change", 1]]);
+    }
+  });
+
+  it("never lifts the balance above the hash's with an unreadable Polar aggregate", () => {
+    const { session } = warm();
+    session.handle({ kind: "ChangePublished", data: published({ r: 4, s: ["p", "1 2"] }) });
+    // Taken, "p" read as absent, the copy forgot Polar's 2 consumed units: a balance of 10.
+    assert.equal(session.read("m-count", "c1"), null); // the copy reloads instead
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields: { ...FIELDS, rev: "4" }, loadId: 2 });
+    const after = session.read("m-count", "c1") as Balance;
+    assert.deepEqual([after.balance, after.revision], [8, 4]);
+  });
+
+  it("counts an old change holding an unreadable value and reloads nothing", () => {
+    const { session, before } = warm();
+    session.handle({ kind: "ChangePublished", data: published({ r: 3, s: ["p", "1 2"] }) });
+    assert.deepEqual([...session.rejections], [["change", 1]]);
+    assert.deepEqual(session.effects(), []);
+    assert.deepEqual(session.read("m-count", "c1"), before);
+  });
+
+  it("counts a time before 1970 in a state hash, read as absent", () => {
+    const state = deriveState(new Map([["cu", "-1"], ["sa", "-5"], ["n", "-2"], ["u", "-3"]]));
+    assert.deepEqual([state.coldUntil, state.asOf, state.pending, state.undelivered], [null, null, 0, 0]);
+    assert.deepEqual(state.problems, ["cu='-1'", "sa='-5'"]);
   });
 });
