@@ -1058,8 +1058,9 @@ class Session:
         if mirror is not None:
             if _newer_for(mirror, state):
                 self._offer_full(mirror, state.revision, text)
-            if len(text) == len(raw):  # every field was text: nothing refused to count again
-                mirror.fetched = (dict(raw), state)  # a copy: the caller's mapping may change
+            # A copy: the caller's mapping may change. Kept with a field refused too: the same
+            # bytes fetched again are counted once, not at every fresh read (a log flood).
+            mirror.fetched = (dict(raw), state)
         return state
 
     def _offer_full(self, mirror: Mirror, rev: int, text: Mapping[str, str]) -> None:

@@ -819,13 +819,18 @@ def test_a_hash_fetched_again_still_moves_a_copy_that_went_back_meanwhile() -> N
     assert (copy.rev, copy.fields["n"]) == (9, "4")
 
 
-def test_a_hash_with_a_field_refused_is_refused_at_every_fetch() -> None:
+def test_a_hash_with_a_field_refused_is_counted_once_however_often_it_is_fetched() -> None:
     session = configured()
     warm(session, fields=snapshot_fields(rev=3))
     fields: dict[object, object] = {k.encode(): v.encode() for k, v in snapshot_fields().items()}
     fields[b"\xff"] = b"1"
-    for _ in range(2):
+    for _ in range(3):  # a fresh read per call: one warning in all, not one per call
         assert session.read_fetched(COUNT, "c1", None, {state("r-count"): fields}) is not None
+    assert session.rejections == {"state": 1}
+    warnings = [r for r in session.reports() if r.level == logging.WARNING]
+    assert len(warnings) == 1
+    fields[b"\xff"] = b"2"  # other bytes: counted anew
+    assert session.read_fetched(COUNT, "c1", None, {state("r-count"): fields}) is not None
     assert session.rejections == {"state": 2}
 
 

@@ -53,9 +53,10 @@ export class Mirror {
   private derived: IdentityState | null = null;
   /** The warm-path keys whose cached balance this copy answers (callers' spellings). */
   readonly readKeys = new Set<string>();
-  /** The hash a fresh read last fetched, and what it derived: the same fields fetched again
-   * derive the same state (a fresh read of a hash that did not change costs a comparison). */
-  fetched: { text: ReadonlyMap<string, string>; state: IdentityState } | null = null;
+  /** The hash a fresh read last fetched (its text fields, and those refused as not UTF-8 text),
+   * and what it derived: the same fields fetched again derive the same state (a fresh read of a
+   * hash that did not change costs a comparison), and their refusals were counted. */
+  fetched: { text: ReadonlyMap<string, string>; refused: string; state: IdentityState } | null = null;
 
   constructor(
     readonly key: string,

@@ -843,14 +843,17 @@ export class Session {
     this.retryAt.set(key, this.now + delay);
   }
 
-  private textFields(key: string, fields: RawFields): Map<string, string> {
+  /** The hash's fields as text; a field that is not UTF-8 text is left out, and counted (or,
+   * with refused, named there for the caller to count). */
+  private textFields(key: string, fields: RawFields, refused?: string[]): Map<string, string> {
     const text = new Map<string, string>();
     const entries = fields instanceof Map ? [...fields.entries()] : Object.entries(fields);
     for (const [name, value] of entries) {
       const nameS = textOf(name);
       const valueS = textOf(value);
       if (nameS === null || valueS === null) {
-        this.reject("state", `${key}: field that is not UTF-8 text`);
+        if (refused === undefined) this.reject("state", `${key}: field that is not UTF-8 text`);
+        else refused.push(`${repr(name)}: ${repr(value)}`);
         continue;
       }
       text.set(nameS, valueS);
@@ -860,16 +863,25 @@ export class Session {
 
   /** The state of a hash a fresh read fetched; a copy takes it too when it is newer. */
   private fetchedState(key: string, raw: RawFields): IdentityState {
-    const text = this.textFields(key, raw);
+    const names: string[] = [];
+    const text = this.textFields(key, raw, names);
+    const refused = names.sort().join("\n");
     const mirror = this.mirrors.get(key);
-    if (mirror === undefined) return deriveState(text);
-    const last = mirror.fetched;
-    let state: IdentityState;
-    if (last !== null && sameFields(last.text, text)) state = last.state;
-    else {
-      state = deriveState(text);
-      mirror.fetched = { text, state };
+    const last = mirror?.fetched ?? null;
+    // The same fields fetched again: the same state, and a field refused counted once, not at
+    // every fresh read (a log flood).
+    if (last !== null && last.refused === refused && sameFields(last.text, text)) {
+      return this.fetchedNewer(mirror as Mirror, last.state, text);
     }
+    for (let i = 0; i < names.length; i++) this.reject("state", `${key}: field that is not UTF-8 text`);
+    const state = deriveState(text);
+    if (mirror === undefined) return state;
+    mirror.fetched = { text, refused, state };
+    return this.fetchedNewer(mirror, state, text);
+  }
+
+  /** A fetched state; the copy takes it too when it is newer. */
+  private fetchedNewer(mirror: Mirror, state: IdentityState, text: ReadonlyMap<string, string>): IdentityState {
     // An offer of the copy's own revision or an older one changes nothing.
     if (mirror.loaded && state.revision > Math.max(mirror.rev, 0)) {
       mirror.offer({ key: mirror.key, rev: state.revision, set: [...text.entries()], deleted: [], full: true });

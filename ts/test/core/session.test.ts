@@ -104,6 +104,24 @@ describe("the session", () => {
     assert.deepEqual(session.effects(), [{ kind: "LoadIdentity", key: KEY, loadId: 4 }]);
   });
 
+  it("counts a field that is not UTF-8 text once however often a fresh read fetches it", () => {
+    const session = configured();
+    session.handle({ kind: "SubscriberRestarted" });
+    assert.equal(session.read("m-count", "c1"), null);
+    session.handle({ kind: "IdentityLoaded", key: KEY, fields: { rev: "5", cu: "0", "c:m-count": "10" }, loadId: 1 });
+    const fields = new Map<unknown, unknown>([["rev", "5"], ["cu", "0"], ["c:m-count", "10"], [new Uint8Array([0xff]), "1"]]);
+    for (let i = 0; i < 3; i++) {
+      // A fresh read per call: one warning in all, not one per call.
+      assert.deepEqual(session.read("m-count", "c1", null, true), { kind: "Fetch", keys: [KEY] });
+      assert.equal(session.readFetched("m-count", "c1", null, { [KEY]: fields })?.balance, 10);
+    }
+    assert.deepEqual([...session.rejections], [["configuration", 1], ["state", 1]]);
+    assert.equal(session.reports().filter((r) => r.level === "warning" && r.message.includes("not UTF-8")).length, 1);
+    const other = new Map<unknown, unknown>([...fields].map(([name, value]) => [name, name instanceof Uint8Array ? "2" : value]));
+    session.readFetched("m-count", "c1", null, { [KEY]: other }); // other bytes: counted anew
+    assert.equal(session.rejections.get("state"), 2);
+  });
+
   it("reads Redis while its copy does not follow: a broken subscription, or fresh", () => {
     const session = configured();
     const fields = { rev: "5", cu: "0", "a:300000000": "1 1 1 1", "c:m-count": "10" };
