@@ -23,6 +23,7 @@ from tests.drivers._async._helpers import (
 )
 from tests.drivers._async.test_local_state import prepare
 from tests.support.redis_server import RedisServer
+from tests.support.wiring import shards_of
 
 C1 = Customer("external", "c1")
 NESTED = "[" * 100_000
@@ -148,3 +149,28 @@ async def test_a_garbage_revision_in_a_state_hash_does_not_freeze_the_copies(
             return (await b.balance(COUNT, external_customer_id="c1")).consumed == 2
 
         await eventually(b_sees_them, what="the other instance counting both events")
+
+
+@pytest.mark.anyio
+async def test_a_published_change_of_an_unreadable_aggregate_is_counted_and_not_taken(
+    redis_server: RedisServer,
+) -> None:
+    # Taken, the bucket read as absent: its event no longer counted (the balance read above the
+    # hash's), and the copy, at the forged revision, ignored the genuine change of that revision.
+    prepare(redis_server, C1)
+    async with make(redis_server) as a:
+        await a.track("api_call", external_customer_id="c1")
+        assert (await a.balance(COUNT, external_customer_id="c1")).consumed == 1
+        await eventually(holds(lambda: a.subscribed), what="the subscription")
+        client = redis_server.client()
+        shards = shards_of(redis_server)
+        key = keys.state_key(C1, "r-count", shards)
+        names = [name.decode() for name in client.hkeys(key)]  # type: ignore[union-attr]
+        [bucket] = [name for name in names if name.startswith("a:")]
+        forged = {"k": key, "r": int(client.hget(key, "rev") or 0) + 1, "s": [bucket, "x y z"]}
+        client.spublish(keys.channel(keys.shard_of(C1, shards)), json.dumps({"c": [forged]}))
+        await eventually(holds(lambda: a.rejections.get("change", 0) >= 1), what="a rejection")
+        assert (await a.balance(COUNT, external_customer_id="c1")).consumed == 1
+        await a.track("api_call", external_customer_id="c1")
+        assert (await a.balance(COUNT, external_customer_id="c1")).consumed == 2
+        assert a.rejections.get("state", 0) == 0  # the hash itself holds no garbage
