@@ -11,6 +11,7 @@ replays through a fresh core with no mismatch.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import uuid
@@ -19,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from outpost_core import Customer
+from outpost_core import _keys as keys
 from outpost_emulator import Emulator
 from outpost_sync import NotReady, Outpost
 from tests.support.redis_server import RedisServer
@@ -150,6 +153,37 @@ def revision_gap_reload(run: Run) -> None:
         wait_until(lambda: run.balance(b).consumed == 6, "b reloading after the gap")
 
 
+def forged_changes(run: Run) -> None:
+    """Changes no script publishes, on the shard channel: a "full" that is true and deleted fields
+    that are null are refused; one at the next revision holding an unreadable aggregate is
+    refused and the copy reloads the hash. The balance counts the event throughout."""
+    with run.instance("a") as a:
+        run.track(a)
+        assert run.balance(a).consumed == 1
+        wait_until(lambda: a.subscribed, "the subscription")
+        state_key = next(m.key for m in a._context.session.followed)
+        raw = run.redis.client()
+        rev = int(raw.hget(state_key, "rev") or 0)
+        names = [n.decode() for n in raw.hkeys(state_key)]  # type: ignore[union-attr]
+        bucket = next(n for n in names if n.startswith("a:"))
+        channel = keys.channel(keys.shard_of(Customer("external", run.customer)))
+        forged: list[dict[str, Any]] = [
+            {"s": ["rev", str(rev + 1), "p", "0 0 - -"], "full": True},
+            {"s": [bucket, "0 0 - -"], "d": None},
+            {"s": [bucket, "x y z"]},
+        ]
+        for count, change in enumerate(forged, 1):
+            raw.spublish(channel, json.dumps({"c": [{"k": state_key, "r": rev + 1, **change}]}))
+
+            def counted(n: int = count) -> bool:
+                return a.rejections.get("change", 0) == n
+
+            wait_until(counted, "the change counted")
+            assert run.balance(a).consumed == 1
+        run.track(a)
+        assert run.balance(a).consumed == 2
+
+
 def split_422(run: Run) -> None:
     """One event Polar refuses (an unknown customer id) does not sink its batch."""
     dropped: list[Any] = []
@@ -172,6 +206,7 @@ SCENARIOS: dict[str, Callable[[Run], None]] = {
         reconnect,
         revision_gap_reload,
         split_422,
+        forged_changes,
     )
 }
 

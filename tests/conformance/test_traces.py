@@ -20,6 +20,7 @@ SCENARIOS = {
     "reconnect",
     "revision_gap_reload",
     "split_422",
+    "forged_changes",
 }
 FILES = sorted(TRACES.glob("*/*/*.jsonl"))
 
@@ -37,12 +38,12 @@ def test_a_trace_replays_through_a_fresh_core(path: Path) -> None:
     assert replay(records, random.Random) == []
 
 
-def received(scenario: str) -> bytes:
-    """Every byte Polar sent in a scenario's session trace."""
+def received(scenario: str, kind: str = "BytesReceived") -> bytes:
+    """Every byte Polar sent in a scenario's session trace (or Redis, with ``ChangePublished``)."""
     out = b""
     for line in (TRACES / scenario / "a" / "session.jsonl").read_text().splitlines():
         record = json.loads(line)
-        if record.get("t") == "input" and record["input"]["$kind"] == "BytesReceived":
+        if record.get("t") == "input" and record["input"]["$kind"] == kind:
             out += bytes.fromhex(record["input"]["data"]["$bytes"])
     return out
 
@@ -60,3 +61,6 @@ def test_the_traces_hold_what_their_scenario_is_about() -> None:
     assert kinds("reconnect").count('"OpenConnection"') >= 2
     assert kinds("revision_gap_reload", who="b").count('"LoadIdentity"') >= 2
     assert '"status":422' in kinds("split_422", "delivery-0.jsonl")
+    forged = received("forged_changes", "ChangePublished")
+    assert all(text in forged for text in (b'"full": true', b'"d": null', b'"x y z"'))
+    assert kinds("forged_changes").count('"LoadIdentity"') >= 2  # the first load, the reload
