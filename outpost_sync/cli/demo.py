@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import FrameType
 from typing import Any, TextIO
 
 import redis
@@ -794,8 +795,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     live = options.live
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = {signum: signal.getsignal(signum) for signum in _STOPS}
+    for signum in _STOPS:
+        signal.signal(signum, _raise_interrupt)
     try:
         if live:
             sys.stdout.write("\x1b[?25l")  # hide the cursor while redrawing
@@ -813,11 +815,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if live:
             sys.stdout.write("\x1b[?25h")
             sys.stdout.flush()
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         choice.stop()
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+_AGAIN_AFTER = 0.02
+"""Seconds after which an interrupt that landed in a finalizer is sent again."""
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C or a termination: stop the demo. Raised inside a finalizer (a connection's
+    ``__del__`` that the collector runs in the middle of the demo), Python would print the
+    interrupt as ignored, with a traceback, and lose it: the signal is sent again once that
+    finalizer is done."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            threading.Timer(_AGAIN_AFTER, os.kill, (os.getpid(), signum)).start()
+            return
+        frame = frame.f_back
     raise KeyboardInterrupt
 
 

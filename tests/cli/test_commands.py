@@ -8,10 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from types import FrameType
 from typing import Any, Literal
 
 import jsonschema
@@ -316,6 +318,28 @@ def test_ctrl_c_stops_the_demo_with_one_line_and_status_0(redis_server: RedisSer
     args = ("demo", "--plain", "--redis-url", redis_server.url)
     last = stopped_by_ctrl_c(*args, ready="", on="stdout")  # any line: it runs
     assert last == "outpost demo: stopped"
+
+
+def test_an_interrupt_that_lands_in_a_finalizer_is_sent_again_once_it_is_done() -> None:
+    """A finalizer (a redis-py connection's ``__del__``) would print the interrupt as ignored,
+    with a traceback, and lose it: the demo's handler sends it again instead."""
+    from outpost_sync.cli.demo import _raise_interrupt
+
+    def __del__() -> FrameType:  # a frame as the collector runs a finalizer
+        return sys._getframe()
+
+    heard: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: heard.append(signum))
+    try:
+        _raise_interrupt(signal.SIGUSR1, __del__())  # inside a finalizer: no raise here
+        deadline = time.monotonic() + 10
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.005)  # a handler of the main thread runs between its bytecodes
+        assert heard == [signal.SIGUSR1]
+        with pytest.raises(KeyboardInterrupt):
+            _raise_interrupt(signal.SIGINT, sys._getframe())  # anywhere else: it stops
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def stopped_by_ctrl_c(*args: str, ready: str, on: Literal["stdout", "stderr"]) -> str:
