@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from ._peer import decimal_int
+from ._peer import MAX_INT_DIGITS
 
 _EXACT_INT = 2**53
 
@@ -100,19 +100,11 @@ class Aggregate:
     @classmethod
     def decode(cls, text: str) -> Aggregate | None:
         """Parse the Redis form; ``None`` when the text is not one (a peer wrote garbage)."""
-        parts = text.split(" ")
-        count = decimal_int(parts[0]) if len(parts) == 4 else None
-        if count is None or count < 0:
+        numbers = _decoded(text)
+        if numbers is None:
             return None
-        total = parse_number(parts[1])
-        if total is None:
-            return None
-        if count == 0:
-            return EMPTY if parts[2:] == ["-", "-"] and total == 0 else None
-        lo, hi = parse_number(parts[2]), parse_number(parts[3])
-        if lo is None or hi is None or lo > hi:
-            return None
-        return cls(count=count, sum=total, min=lo, max=hi)
+        count, total, lo, hi = numbers
+        return EMPTY if count == 0 else cls(count=count, sum=total, min=lo, max=hi)
 
     @classmethod
     def from_wire(cls, obj: object) -> Aggregate | None:
@@ -134,6 +126,39 @@ class Aggregate:
 
 
 EMPTY = Aggregate()
+
+
+def readable(text: str) -> bool:
+    """Whether :meth:`Aggregate.decode` reads ``text`` (without building the aggregate)."""
+    return _decoded(text) is not None
+
+
+def _decoded(text: str) -> tuple[int, float, float | None, float | None] | None:
+    """The Redis form's four numbers (the min and max of none: ``None``), or ``None``."""
+    match = _AGGREGATE.fullmatch(text)  # one pass over the text: every read and change has some
+    if match is None:
+        return None
+    count_text, total_text, lo_text, hi_text = match.groups()
+    count, total = int(count_text), float(total_text)
+    if count < 0 or not math.isfinite(total):
+        return None
+    if count == 0:
+        return (0, 0.0, None, None) if lo_text == hi_text == "-" and total == 0 else None
+    if lo_text == "-" or hi_text == "-":
+        return None
+    lo, hi = float(lo_text), float(hi_text)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        return None
+    return count, total, lo, hi
+
+
+_NUMBER_TEXT = r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+_AGGREGATE = re.compile(
+    rf"(-?[0-9]{{1,{MAX_INT_DIGITS}}}) ({_NUMBER_TEXT}) ({_NUMBER_TEXT}|-) ({_NUMBER_TEXT}|-)",
+    re.ASCII,
+)
+"""``count sum min max`` as the scripts write them: the count a decimal integer, the others
+numbers as :func:`parse_number` reads them, the min and max ``-`` for none."""
 
 
 def is_count(value: object) -> bool:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from ._aggregate import EMPTY, Aggregate, parse_number
+from ._aggregate import EMPTY, Aggregate, parse_number, readable
 from ._changes import Change, revision_of
 from ._keys import Customer
 from ._peer import decimal_int
@@ -235,9 +235,37 @@ def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityS
 
 
 def unreadable_fields(pairs: Iterable[tuple[str, str]]) -> tuple[str, ...]:
-    """The fields of a change that a read could not use, named as :func:`derive_state` names
-    them in ``problems``."""
-    return derive_state(dict(pairs), 0).problems
+    """The fields of a change that a read could not use, named and ordered as
+    :func:`derive_state` has them in ``problems``: each field checked on its own, without the
+    state a read builds (every change a copy takes passes here, its instance's own tracks too)."""
+    fields = dict(pairs)
+    problems = [f"{name}={text!r}" for name, text in fields.items() if not _usable(name, text)]
+    if len(problems) > 1:  # derive_state: h:, a:, c: as they come, then p, then the counters
+        problems.sort(key=lambda problem: _ORDER.get(problem.partition("=")[0], -1))
+    return tuple(problems)
+
+
+_ORDER = {"p": 0, "rev": 1, "cu": 2, "sa": 3, "n": 4, "u": 5}
+
+
+def _usable(name: str, text: str) -> bool:
+    kind = name[:2]
+    if kind == "a:":
+        return readable(text) and _int(name[2:]) is not None
+    if kind == "h:":
+        return parse_hold(text) is not None
+    if kind == "c:":
+        return parse_number(text) is not None
+    if name == "p":
+        return readable(text)
+    if name == "rev":
+        return revision_of(text) is not None
+    if name in _TIMES:
+        value = _int(text)
+        return value is not None and 0 <= value <= MAX_US
+    if name == "n" or name == "u":
+        return _int(text) is not None
+    return True
 
 
 def parse_hold(text: str) -> tuple[float, int] | None:

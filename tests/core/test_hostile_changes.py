@@ -7,8 +7,12 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from outpost_core import Balance, ChangePublished, IdentityLoaded
+from outpost_core._aggregate import Aggregate
+from outpost_core._mirror import derive_state, unreadable_fields
 from tests.core._payloads import COUNT
 from tests.core.test_session import configured, load_asked, snapshot_fields, state, warm
 
@@ -83,3 +87,33 @@ def test_an_old_change_holding_an_unreadable_value_is_counted_and_reloads_nothin
     assert session.rejections == {"change": 1}
     assert session.effects() == []
     assert session.read(COUNT, "c1") == before
+
+
+_NAMES = st.sampled_from(
+    ["a:1", "a:x", "a:-5", "h:h1", "c:m", "p", "rev", "cu", "sa", "n", "u", "sid"]
+)
+_TEXTS = st.sampled_from(
+    [
+        *("1 1 1 1", "0 0 - -", "0 1 - -", "2 3 5 4", "-0 0 - -", "1 1e400 1 1", "x", "3", "-1"),
+        *("1.5", "2 3", "NaN", "99999999999999999999", "", "5 1765000000000000", "0x10"),
+        "253402300800000000",
+    ]
+)
+
+
+@given(st.lists(st.tuples(_NAMES, _TEXTS), max_size=6))
+def test_a_change_is_checked_field_by_field_as_a_load_would_find_it(
+    pairs: list[tuple[str, str]],
+) -> None:
+    """The check every change passes before a copy takes it names what a read of the same
+    fields would refuse, in the same order (the rejection's words)."""
+    assert unreadable_fields(pairs) == derive_state(dict(pairs), 0).problems
+
+
+def test_aggregates_are_read_as_the_scripts_write_them() -> None:
+    for text in ("1 1 1 1", "0 0 - -", "-0 0 - -", "2 -1.5e2 -3 1e3"):
+        assert Aggregate.decode(text) is not None, text
+    for text in ("-1 0 - -", "1 1e400 1 1", "0 1 - -", "0 0 1 1", "1 1 - 1", "1 1 1 -", "2 3 5 4"):
+        assert Aggregate.decode(text) is None, text
+    for text in ("1 1 1e400 1e400", "1 1 -1e400 1", "1  1 1 1", "1 1 1 1 ", "٣ 1 1 1", "1 1 1"):
+        assert Aggregate.decode(text) is None, text
