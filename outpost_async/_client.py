@@ -23,7 +23,6 @@ written by hand.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Mapping
@@ -50,8 +49,9 @@ from outpost_core import (
     Durability,
     OutpostClosed,
     Status,
-    UsageError,
     read_outcome,
+    require_positive,
+    require_whole,
     track_outcome,
 )
 from outpost_core import shards as deployment
@@ -156,17 +156,9 @@ class AsyncOutpost:
         webhook_secret: str | None = None,
         shards: int = DEFAULT_SHARDS,
     ) -> None:
-        if (
-            isinstance(max_in_flight, bool)
-            or not isinstance(max_in_flight, int)
-            or max_in_flight < 1
-        ):
-            raise UsageError(f"max_in_flight must be an integer, at least 1, got {max_in_flight!r}")
-        if not (isinstance(telemetry_interval, int | float) and 0 < telemetry_interval < math.inf):
-            # 0 would export to Polar's relay on every drain of the effects
-            raise UsageError(
-                f"telemetry_interval must be a positive, finite number, got {telemetry_interval!r}"
-            )
+        require_whole("max_in_flight", max_in_flight, 1, "at least 1")
+        # 0 would export to Polar's relay on every drain of the effects
+        require_positive("telemetry_interval", telemetry_interval)
         deployment.checked(shards)  # before anything is opened
         # What a forked child starts afresh from (the parameters only: nothing else is bound yet).
         self._arguments: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}

@@ -17,6 +17,7 @@ from ._backoff import backoff
 from ._balance import Balance
 from ._budget import BudgetAnswered, TakeRequest
 from ._changes import reply_of
+from ._checks import require_positive, require_whole
 from ._configuration import Configuration, Reducer, parse_configuration
 from ._delivery import (
     GROUP,
@@ -292,6 +293,8 @@ __all__ = [
     "read_outcome",
     "redact_url",
     "reply_of",
+    "require_positive",
+    "require_whole",
     "retry_after",
     "scrub",
     "shards",

@@ -60,7 +60,6 @@ import email.utils
 import functools
 import json
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -69,6 +68,7 @@ import attrs
 from . import _budget, _keys, _liveness
 from ._backoff import backoff
 from ._budget import BudgetAnswered, TakeRequest
+from ._checks import finite, require_positive, require_whole
 from ._inputs import Tick
 from ._liveness import (
     Beat,
@@ -148,19 +148,20 @@ class DeliverySettings:
         # Refused here, at construction: NaN passes every comparison, and a fraction or an
         # infinity reaches Redis and Polar as a command or header they refuse, in a loop.
         for name in ("batch_size", "max_attempts"):
-            _whole(name, getattr(self, name), 1, "at least 1")
-        _whole("batch_bytes", self.batch_bytes, 1024, "at least 1024")
-        _whole("settle_every", self.settle_every, 0, "not negative (0: each batch settles alone)")
-        if not _finite(self.heartbeat) or self.heartbeat <= 0:
-            raise UsageError(f"heartbeat must be a positive, finite number, got {self.heartbeat!r}")
-        if not _finite(self.requests_per_minute) or self.requests_per_minute < 0:
+            require_whole(name, getattr(self, name), 1, "at least 1")
+        require_whole("batch_bytes", self.batch_bytes, 1024, "at least 1024")
+        require_whole(
+            "settle_every", self.settle_every, 0, "not negative (0: each batch settles alone)"
+        )
+        require_positive("heartbeat", self.heartbeat)
+        if not finite(self.requests_per_minute) or self.requests_per_minute < 0:
             raise UsageError(
                 "requests_per_minute must be a finite number, not negative (0: no budget), "
                 f"got {self.requests_per_minute!r}"
             )
         for name in _DELAYS:
             value = getattr(self, name)
-            if not _finite(value) or value < 0:
+            if not finite(value) or value < 0:
                 raise UsageError(f"{name} must be a finite number, not negative, got {value!r}")
         checked_shards(self.shards)
 
@@ -1137,12 +1138,3 @@ _DELAYS = (
     "flush_block",
 )
 """The settings that are seconds: finite and not negative, each."""
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _whole(name: str, value: object, least: int, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise UsageError(f"{name} must be an integer, {what}, got {value!r}")
