@@ -11,6 +11,7 @@ import { backoff } from "./backoff.js";
 import { type BudgetAnswered, type TakeRequest, take, waitOf } from "./budget.js";
 import { textOf } from "./changes.js";
 import { UsageError } from "./errors.js";
+import { finite, pyRepr, requirePositive, requireWhole } from "./checks.js";
 import { jsonOr } from "./json.js";
 import * as liveness from "./liveness.js";
 import type { Beat, CheckHeartbeats, ConsumersListed, HeartbeatsChecked, Reclaim, Reclaimed, SurveyConsumers } from "./liveness.js";
@@ -67,20 +68,6 @@ export interface DeliverySettings {
   readAlongside: boolean;
 }
 
-const finite = (value: unknown): value is number => typeof value === "number" && Number.isFinite(value);
-
-/** A value as Python's repr writes it, so that both SDKs' messages read alike. */
-export function pyRepr(value: unknown): string {
-  if (typeof value === "number") return Number.isNaN(value) ? "nan" : value === Infinity ? "inf" : value === -Infinity ? "-inf" : String(value);
-  if (typeof value === "string") return `'${value}'`;
-  if (typeof value === "boolean") return value ? "True" : "False";
-  return String(value);
-}
-
-function whole(name: string, value: unknown, least: number, what: string): void {
-  if (!Number.isInteger(value) || (value as number) < least) throw new UsageError(`${name} must be an integer, ${what}, got ${pyRepr(value)}`);
-}
-
 export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}): DeliverySettings {
   const s: DeliverySettings = {
     batchSize: 500,
@@ -106,11 +93,11 @@ export function makeDeliverySettings(overrides: Partial<DeliverySettings> = {}):
   };
   // Refused here, at construction: NaN passes every comparison, and a fraction or an infinity
   // reaches Redis and Polar as a command or header they refuse, in a loop.
-  whole("batch_size", s.batchSize, 1, "at least 1");
-  whole("max_attempts", s.maxAttempts, 1, "at least 1");
-  whole("batch_bytes", s.batchBytes, 1024, "at least 1024");
-  whole("settle_every", s.settleEvery, 0, "not negative (0: each batch settles alone)");
-  if (!finite(s.heartbeat) || s.heartbeat <= 0) throw new UsageError(`heartbeat must be a positive, finite number, got ${pyRepr(s.heartbeat)}`);
+  requireWhole("batch_size", s.batchSize, 1, "at least 1");
+  requireWhole("max_attempts", s.maxAttempts, 1, "at least 1");
+  requireWhole("batch_bytes", s.batchBytes, 1024, "at least 1024");
+  requireWhole("settle_every", s.settleEvery, 0, "not negative (0: each batch settles alone)");
+  requirePositive("heartbeat", s.heartbeat);
   if (!finite(s.requestsPerMinute) || s.requestsPerMinute < 0) {
     throw new UsageError(`requests_per_minute must be a finite number, not negative (0: no budget), got ${pyRepr(s.requestsPerMinute)}`);
   }

@@ -9,7 +9,8 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import type { Cluster, Redis } from "ioredis";
-import { Delivery, type DeliverySettings, makeDeliverySettings, pyRepr } from "../core/delivery.js";
+import { requirePositive, requireWhole } from "../core/checks.js";
+import { Delivery, type DeliverySettings, makeDeliverySettings } from "../core/delivery.js";
 import { DeliveryRecovery } from "../core/deliveryRecovery.js";
 import { Durability } from "../core/durability.js";
 import type { Effect } from "../core/effects.js";
@@ -232,12 +233,9 @@ export class DriverContext {
  * context from them; the public mode's options, for the client to build it with. */
 export function openContext(options: OutpostOptions): [DriverContext, PublicOptions] {
   const maxInFlight = options.maxInFlight ?? 1;
-  if (!Number.isInteger(maxInFlight) || maxInFlight < 1) throw new UsageError(`max_in_flight must be an integer, at least 1, got ${pyRepr(maxInFlight)}`);
-  const interval = options.telemetryInterval ?? 30;
-  if (!(Number.isFinite(interval) && interval > 0)) {
-    // 0 would export to Polar's relay on every drain of the effects
-    throw new UsageError(`telemetry_interval must be a positive, finite number, got ${pyRepr(interval)}`);
-  }
+  requireWhole("max_in_flight", maxInFlight, 1, "at least 1");
+  // 0 would export to Polar's relay on every drain of the effects
+  requirePositive("telemetry_interval", options.telemetryInterval ?? 30);
   const shards = checkedShards(options.shards ?? DEFAULT_SHARDS); // before anything is opened
   // An empty setting counts as unset, an argument as a variable (as in Python).
   const redisUrl = options.redisUrl || process.env.REDIS_URL || DEFAULT_REDIS_URL;
