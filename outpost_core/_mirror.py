@@ -212,10 +212,8 @@ def derive_state(fields: Mapping[str, str], rev: int | None = None) -> IdentityS
         else:
             polar = parsed
     counters: dict[str, int] = {}
-    for name in ("rev", "cu", "sa", "n", "u"):
-        value = revision_of(fields.get(name)) if name == "rev" else _int(fields.get(name))
-        if name in _TIMES and value is not None and not 0 <= value <= MAX_US:
-            value = None  # the scripts write no such time (no datetime holds it): a peer's garbage
+    for name in _COUNTERS:
+        value = _counter(name, fields.get(name))
         if name in fields and value is None:
             problems.append(f"{name}={fields[name]!r}")
         counters[name] = value if value is not None else -1
@@ -245,7 +243,7 @@ def unreadable_fields(pairs: Iterable[tuple[str, str]]) -> tuple[str, ...]:
     return tuple(problems)
 
 
-_ORDER = {"p": 0, "rev": 1, "cu": 2, "sa": 3, "n": 4, "u": 5}
+_ORDER = {"p": 0, "rev": 1, "cu": 2, "sa": 3, "n": 4, "u": 5}  # derive_state's order
 
 
 def _usable(name: str, text: str) -> bool:
@@ -258,14 +256,22 @@ def _usable(name: str, text: str) -> bool:
         return parse_number(text) is not None
     if name == "p":
         return readable(text)
-    if name == "rev":
-        return revision_of(text) is not None
-    if name in _TIMES:
-        value = _int(text)
-        return value is not None and 0 <= value <= MAX_US
-    if name == "n" or name == "u":
-        return _int(text) is not None
+    if name in _COUNTERS:
+        return _counter(name, text) is not None
     return True
+
+
+_COUNTERS = ("rev", "cu", "sa", "n", "u")
+
+
+def _counter(name: str, text: str | None) -> int | None:
+    """One of the state hash's integers, as the scripts write it; ``None`` for anything else."""
+    if name == "rev":
+        return revision_of(text)
+    value = _int(text)
+    if name in _TIMES and value is not None and not 0 <= value <= MAX_US:
+        return None  # the scripts write no such time (no datetime holds it): a peer's garbage
+    return value
 
 
 def parse_hold(text: str) -> tuple[float, int] | None:
